@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Install what the VM test tier (`cargo xtask vm-*`) needs on a Debian 12 host.
+# Idempotent and quiet on success; prints only what it changes or fails on.
+set -euo pipefail
+
+# busybox-static: virtme-ng builds an initramfs with it when the root fs
+# drivers (virtiofs/9p) are modules, as in Debian kernels.
+APT_PKGS=(qemu-system-x86 kmod busybox-static rdma-core ibverbs-utils perftest iproute2)
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-vm-deps: must run as root" >&2
+    exit 1
+fi
+
+missing=()
+for p in "${APT_PKGS[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "install-vm-deps: apt-get install ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v vng >/dev/null 2>&1; then
+    echo "install-vm-deps: pip install virtme-ng"
+    if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq >/dev/null
+        apt-get install -y -qq --no-install-recommends python3 python3-pip >/dev/null
+    fi
+    # Debian's system python is "externally managed" (PEP 668); fall back to
+    # --break-system-packages there. A pyenv/venv python takes the first form.
+    if ! python3 -m pip install -q --disable-pip-version-check virtme-ng >/dev/null 2>&1; then
+        python3 -m pip install -q --disable-pip-version-check --break-system-packages virtme-ng >/dev/null
+    fi
+    # pyenv shims need a rehash before a new console script is visible.
+    if command -v pyenv >/dev/null 2>&1; then
+        pyenv rehash >/dev/null 2>&1 || true
+    fi
+    if ! command -v vng >/dev/null 2>&1; then
+        echo "install-vm-deps: virtme-ng installed but 'vng' is not on PATH ($(python3 -m site --user-base 2>/dev/null)/bin?)" >&2
+        exit 1
+    fi
+fi

@@ -1,0 +1,217 @@
+//! The ABI shared by gdrtrace's eBPF programs and its user space.
+//!
+//! Everything here is `#[repr(C)]`, `Copy`, and free of `bool`, `Option` and
+//! Rust enums, so the same bytes mean the same thing on both sides. Op codes
+//! and flags are plain `u32`s; user space converts them with `TryFrom`.
+#![no_std]
+
+/// Default size of the event ring buffer in bytes (must be a power of two and
+/// a multiple of the page size). Overridable at load time.
+pub const RINGBUF_BYTES: u32 = 1 << 20;
+/// Maximum number of traced processes (thread-group ids) in the target set.
+pub const MAX_TARGETS: u32 = 16384;
+/// Maximum number of calls in flight (entered, not yet returned) at once.
+pub const MAX_INFLIGHT: u32 = 16384;
+/// Number of op codes the in-kernel aggregation tables have room for.
+pub const MAX_OPS: u32 = 256;
+/// Number of log2 latency slots per op: slot `i` holds `[2^i, 2^(i+1))` ns,
+/// the last slot holds everything longer (clamped, like libbpf-tools).
+pub const MAX_SLOTS: u32 = 40;
+/// Number of captured argument registers per call.
+pub const MAX_ARGS: usize = 6;
+
+/// Target-set filter modes (global `FILTER_MODE`).
+pub mod filter {
+    /// Every process is traced.
+    pub const ALL: u32 = 0;
+    /// Only processes in the `TARGETS` map (and their descendants) are traced.
+    pub const TARGETS: u32 = 1;
+}
+
+/// Kinds of records in the event ring buffer.
+pub mod kind {
+    /// A completed call: entry and return matched for one thread.
+    pub const CALL: u32 = 1;
+    /// A task created a child process or thread (`sched_process_fork`).
+    pub const FORK: u32 = 2;
+    /// A thread-group leader exited (`sched_process_exit`).
+    pub const EXIT: u32 = 3;
+    /// A process called exec (`sched_process_exec`).
+    pub const EXEC: u32 = 4;
+    /// An entry without a return: a call still running when it was recorded
+    /// (ops flagged `op_flags::ENTRY_EVENT`).
+    pub const ENTRY: u32 = 5;
+}
+
+/// Per-op flags (`OpConfig::flags`).
+pub mod op_flags {
+    /// Aggregate in the kernel only (count + log2 latency slots), no event.
+    pub const AGGREGATE_ONLY: u32 = 1;
+}
+
+/// Op codes. Kernel-side ops are fixed here; library ops (uprobes) use the
+/// range from [`op::USER_BASE`] and are numbered by the user-space probe table.
+pub mod op {
+    pub const NONE: u32 = 0;
+    /// `io_uring_register(2)`, from the syscall tracepoints.
+    pub const IO_URING_REGISTER: u32 = 1;
+    /// Kernel pinning family (fentry/fexit or kprobe/kretprobe).
+    pub const PIN_USER_PAGES: u32 = 16;
+    pub const PIN_USER_PAGES_FAST: u32 = 17;
+    pub const PIN_USER_PAGES_REMOTE: u32 = 18;
+    pub const PIN_USER_PAGES_UNLOCKED: u32 = 19;
+    pub const GET_USER_PAGES: u32 = 20;
+    pub const GET_USER_PAGES_FAST: u32 = 21;
+    pub const GET_USER_PAGES_REMOTE: u32 = 22;
+    pub const GET_USER_PAGES_UNLOCKED: u32 = 23;
+    pub const UNPIN_USER_PAGES: u32 = 24;
+    pub const UNPIN_USER_PAGES_DIRTY_LOCK: u32 = 25;
+    pub const UNPIN_USER_PAGE: u32 = 26;
+    pub const UNPIN_FOLIO: u32 = 27;
+    pub const UNPIN_USER_FOLIO: u32 = 28;
+    pub const UNPIN_USER_PAGE_RANGE_DIRTY_LOCK: u32 = 29;
+    /// Kernel verbs family.
+    pub const IB_UMEM_GET: u32 = 32;
+    pub const IB_UMEM_RELEASE: u32 = 33;
+    pub const IB_UMEM_DMABUF_GET: u32 = 34;
+    pub const IB_UMEM_DMABUF_GET_PINNED: u32 = 35;
+    pub const UVERBS_REG_MR: u32 = 36;
+    pub const UVERBS_DEREG_MR: u32 = 37;
+    /// Peer-memory family (NVIDIA P2P API).
+    pub const NV_P2P_GET_PAGES: u32 = 48;
+    pub const NV_P2P_GET_PAGES_PERSISTENT: u32 = 49;
+    pub const NV_P2P_PUT_PAGES: u32 = 50;
+    pub const NV_P2P_DMA_MAP_PAGES: u32 = 51;
+    pub const NV_P2P_DMA_UNMAP_PAGES: u32 = 52;
+    /// dma-buf family.
+    pub const DMA_BUF_DYNAMIC_ATTACH: u32 = 64;
+    pub const DMA_BUF_MAP_ATTACHMENT: u32 = 65;
+    pub const DMA_BUF_MAP_ATTACHMENT_UNLOCKED: u32 = 66;
+    pub const DMA_BUF_UNMAP_ATTACHMENT: u32 = 67;
+    pub const DMA_BUF_UNMAP_ATTACHMENT_UNLOCKED: u32 = 68;
+    pub const DMA_BUF_DETACH: u32 = 69;
+    /// First op code of library (uprobe) operations.
+    pub const USER_BASE: u32 = 128;
+}
+
+/// Indices of the per-CPU `COUNTERS` array: things that must never be lost
+/// silently.
+pub mod counter {
+    /// `bpf_ringbuf_reserve` failed: an event was dropped.
+    pub const RINGBUF_DROPS: u32 = 0;
+    /// The in-flight table was full at entry: a call was not timed.
+    pub const INFLIGHT_FULL: u32 = 1;
+    /// A return without a recorded entry (attached mid-call, or table full).
+    pub const RETURN_WITHOUT_ENTRY: u32 = 2;
+    /// The target set was full when a child should have been added.
+    pub const TARGETS_FULL: u32 = 3;
+    /// A probe read (argument or tracepoint field) failed.
+    pub const READ_ERRORS: u32 = 4;
+    /// Number of counters.
+    pub const COUNT: u32 = 8;
+}
+
+/// Per-op configuration set by user space (`OP_CONFIG` array).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpConfig {
+    /// `op_flags::*`.
+    pub flags: u32,
+    /// Bit `i` set: `args[i]` is a user-space out-pointer; at return it is
+    /// replaced by the 8 bytes it points to (allocated address, fd, handle).
+    pub deref_args: u32,
+    /// Unless `u32::MAX`: at return, read 8 bytes of user memory at
+    /// `ret + ret_read_offset` into `args[5]` (e.g. `struct ibv_mr` keys).
+    pub ret_read_offset: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<OpConfig>() == 16);
+
+/// Key of the in-flight table: one call of one op on one thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InflightKey {
+    /// The full `bpf_get_current_pid_tgid()` value (tgid << 32 | tid).
+    pub pid_tgid: u64,
+    pub op: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<InflightKey>() == 16);
+
+/// Value of the in-flight table: what the entry saw.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Inflight {
+    pub start_ns: u64,
+    pub args: [u64; MAX_ARGS],
+}
+const _: () = assert!(core::mem::size_of::<Inflight>() == 56);
+
+/// One record of the event ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Event {
+    /// `kind::*`.
+    pub kind: u32,
+    /// `op::*` (or the library op from the uprobe cookie).
+    pub op: u32,
+    /// Thread-group id (process id) and thread id of the caller.
+    pub pid: u32,
+    pub tid: u32,
+    /// Entry time (CLOCK_MONOTONIC, ns) and duration entry→return (ns).
+    pub start_ns: u64,
+    pub dur_ns: u64,
+    /// Captured argument registers, as the entry saw them. For `FORK`,
+    /// `args[0]` is the child pid; for `EXIT`/`EXEC` unused.
+    pub args: [u64; MAX_ARGS],
+    /// Return value (register), sign-extended.
+    pub ret: i64,
+    /// Command name of the caller.
+    pub comm: [u8; 16],
+}
+const _: () = assert!(core::mem::size_of::<Event>() == 104);
+
+/// Log2 latency slot of a duration in ns, clamped to `MAX_SLOTS - 1`.
+#[inline(always)]
+pub fn log2_slot(ns: u64) -> u32 {
+    // Branch-only log2 (as libbpf-tools' bits.bpf.h): the BPF backend has no
+    // count-leading-zeros instruction.
+    let mut v = ns;
+    let mut r: u32 = 0;
+    if v >> 32 != 0 {
+        v >>= 32;
+        r += 32;
+    }
+    if v >> 16 != 0 {
+        v >>= 16;
+        r += 16;
+    }
+    if v >> 8 != 0 {
+        v >>= 8;
+        r += 8;
+    }
+    if v >> 4 != 0 {
+        v >>= 4;
+        r += 4;
+    }
+    if v >> 2 != 0 {
+        v >>= 2;
+        r += 2;
+    }
+    if v >> 1 != 0 {
+        r += 1;
+    }
+    if r >= MAX_SLOTS { MAX_SLOTS - 1 } else { r }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: plain `#[repr(C)]` integers and arrays with explicit padding.
+    unsafe impl aya::Pod for super::Event {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::InflightKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Inflight {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::OpConfig {}
+}

@@ -1,0 +1,54 @@
+//! Maps and load-time globals shared by every probe family.
+use aya_ebpf::{
+    Global,
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
+};
+use tracer_common::{
+    Inflight, InflightKey, MAX_INFLIGHT, OpConfig, MAX_OPS, MAX_SLOTS, MAX_TARGETS, RINGBUF_BYTES, counter,
+};
+
+/// `filter::ALL` or `filter::TARGETS`; set by the loader.
+#[unsafe(no_mangle)]
+pub static FILTER_MODE: Global<u32> = Global::new(0);
+/// Byte offset of `child_pid` in the `sched_process_fork` record; read from
+/// tracefs at load time because the layout changed (6.1: `char[16]` comms,
+/// later kernels: `__data_loc` strings).
+#[unsafe(no_mangle)]
+pub static FORK_CHILD_PID_OFFSET: Global<u32> = Global::new(44);
+
+/// Completed calls and process lifecycle records, drained by user space.
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(RINGBUF_BYTES, 0);
+
+/// Key: thread-group id being traced. Value: tgid of the process that put it
+/// there (0 for processes named by user space).
+#[map]
+pub static TARGETS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_TARGETS, 0);
+
+/// Key: (pid_tgid, op) of a call that has entered and not returned. Value:
+/// entry time and arguments.
+#[map]
+pub static INFLIGHT: HashMap<InflightKey, Inflight> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
+
+/// Index: `counter::*`. Value: per-CPU count of losses and errors.
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Index: op. Value: its configuration (flags, out-pointers), set by user space.
+#[map]
+pub static OP_CONFIG: Array<OpConfig> = Array::with_max_entries(MAX_OPS, 0);
+
+/// Index: op * MAX_SLOTS + log2(latency ns). Value: per-CPU call count. Every
+/// completed call lands here, evented or not.
+#[map]
+pub static LATENCY: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_OPS * MAX_SLOTS, 0);
+
+/// Bumps a per-CPU counter.
+#[inline(always)]
+pub fn count(index: u32) {
+    if let Some(p) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU.
+        unsafe { *p += 1 };
+    }
+}

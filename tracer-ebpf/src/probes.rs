@@ -1,0 +1,136 @@
+//! The one entry/return body every probe family shares: target filtering,
+//! entry bookkeeping keyed by the full `pid_tgid`, in-kernel latency slots,
+//! and the event record.
+use aya_ebpf::helpers::{
+    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+};
+use tracer_common::{
+    Event, Inflight, InflightKey, MAX_ARGS, MAX_OPS, MAX_SLOTS, counter, filter, kind, log2_slot,
+    op_flags,
+};
+
+use crate::maps::{EVENTS, FILTER_MODE, INFLIGHT, LATENCY, OP_CONFIG, TARGETS, count};
+
+/// Why a probe did not record anything. Fits a register (returned as the
+/// program's exit code, which the kernel ignores for tracing programs).
+#[repr(u32)]
+#[derive(Clone, Copy)]
+pub enum Skip {
+    NotTraced = 1,
+    NoEntry = 2,
+    Full = 3,
+    BadOp = 4,
+}
+const _: () = assert!(core::mem::size_of::<Skip>() == 4);
+
+impl Skip {
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+}
+
+/// Whether the calling process is in the traced set.
+#[inline(always)]
+pub fn traced(tgid: u32) -> bool {
+    if FILTER_MODE.load() == filter::ALL {
+        return true;
+    }
+    // SAFETY: read-only lookup of a plain value.
+    unsafe { TARGETS.get(&tgid) }.is_some()
+}
+
+/// Records a call's entry.
+#[inline(always)]
+pub fn on_entry(op: u32, args: [u64; MAX_ARGS]) -> Result<u32, Skip> {
+    if op >= MAX_OPS {
+        return Err(Skip::BadOp);
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !traced((pid_tgid >> 32) as u32) {
+        return Err(Skip::NotTraced);
+    }
+    let key = InflightKey { pid_tgid, op, _pad: 0 };
+    // SAFETY: helper without preconditions.
+    let start_ns = unsafe { bpf_ktime_get_ns() };
+    let value = Inflight { start_ns, args };
+    if INFLIGHT.insert(&key, &value, 0).is_err() {
+        count(counter::INFLIGHT_FULL);
+        return Err(Skip::Full);
+    }
+    Ok(0)
+}
+
+/// Records a call's return: latency slot always, an event unless the op is
+/// aggregate-only.
+#[inline(always)]
+pub fn on_return(op: u32, ret: i64) -> Result<u32, Skip> {
+    if op >= MAX_OPS {
+        return Err(Skip::BadOp);
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let key = InflightKey { pid_tgid, op, _pad: 0 };
+    // SAFETY: the value is copied out before the entry is removed.
+    let entry = match unsafe { INFLIGHT.get(&key) } {
+        Some(v) => *v,
+        None => {
+            if traced((pid_tgid >> 32) as u32) {
+                count(counter::RETURN_WITHOUT_ENTRY);
+            }
+            return Err(Skip::NoEntry);
+        }
+    };
+    let _ = INFLIGHT.remove(&key);
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let dur_ns = now.saturating_sub(entry.start_ns);
+    let index = op * MAX_SLOTS + log2_slot(dur_ns);
+    if let Some(p) = LATENCY.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot.
+        unsafe { *p += 1 };
+    }
+    let config = OP_CONFIG.get(op).copied().unwrap_or_default();
+    if config.flags & op_flags::AGGREGATE_ONLY != 0 {
+        return Ok(0);
+    }
+    let mut args = entry.args;
+    if config.deref_args != 0 {
+        let mut i = 0;
+        while i < MAX_ARGS {
+            if config.deref_args & (1 << i) != 0 && args[i] != 0 {
+                // SAFETY: reads user memory through the checked helper.
+                args[i] = unsafe { bpf_probe_read_user(args[i] as *const u64) }.unwrap_or(0);
+            }
+            i += 1;
+        }
+    }
+    if config.ret_read_offset != u32::MAX && ret != 0 {
+        let at = (ret as u64).wrapping_add(config.ret_read_offset as u64);
+        // SAFETY: as above.
+        args[MAX_ARGS - 1] = unsafe { bpf_probe_read_user(at as *const u64) }.unwrap_or(0);
+    }
+    emit(kind::CALL, op, pid_tgid, entry.start_ns, dur_ns, args, ret);
+    Ok(0)
+}
+
+/// Writes one record to the ring buffer, counting a failed reservation.
+#[inline(always)]
+pub fn emit(kind: u32, op: u32, pid_tgid: u64, start_ns: u64, dur_ns: u64, args: [u64; MAX_ARGS], ret: i64) {
+    match EVENTS.reserve::<Event>(0) {
+        Some(mut slot) => {
+            let comm = bpf_get_current_comm().unwrap_or([0; 16]);
+            slot.write(Event {
+                kind,
+                op,
+                pid: (pid_tgid >> 32) as u32,
+                tid: pid_tgid as u32,
+                start_ns,
+                dur_ns,
+                args,
+                ret,
+                comm,
+            });
+            slot.submit(0);
+        }
+        None => count(counter::RINGBUF_DROPS),
+    }
+}

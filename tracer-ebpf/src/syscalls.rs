@@ -1,0 +1,48 @@
+//! Syscall tracepoints: the pinning entry points that exist on every kernel,
+//! kprobes or not.
+//!
+//! `io_uring_register(2)` with IORING_REGISTER_BUFFERS pins the buffers'
+//! pages with `pin_user_pages` (io_uring/rsrc.c, `io_sqe_buffer_register`),
+//! the same kernel path RDMA memory registration takes.
+//!
+//! ```c
+//! SYSCALL_DEFINE4(io_uring_register, unsigned int, fd, unsigned int, opcode,
+//!                 void __user *, arg, unsigned int, nr_args)
+//! ```
+//! Record layout (`syscalls/sys_enter_io_uring_register/format`, identical
+//! on 6.1 and 6.18): fd @16, opcode @24, arg @32, nr_args @40; exit: ret @16.
+use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use tracer_common::op;
+
+use crate::{
+    maps::count,
+    probes::{on_entry, on_return},
+};
+
+#[tracepoint]
+pub fn sys_enter_io_uring_register(ctx: TracePointContext) -> u32 {
+    // SAFETY: offsets from the tracepoint format above, all 8-byte fields.
+    let read = |off| unsafe { ctx.read_at::<u64>(off) };
+    match (read(16), read(24), read(32), read(40)) {
+        (Ok(fd), Ok(opcode), Ok(arg), Ok(nr)) => {
+            match on_entry(op::IO_URING_REGISTER, [fd, opcode, arg, nr, 0, 0]) {
+                Ok(v) => v,
+                Err(e) => e.code(),
+            }
+        }
+        _ => {
+            count(tracer_common::counter::READ_ERRORS);
+            1
+        }
+    }
+}
+
+#[tracepoint]
+pub fn sys_exit_io_uring_register(ctx: TracePointContext) -> u32 {
+    // SAFETY: `long ret` at offset 16.
+    let ret = unsafe { ctx.read_at::<i64>(16) }.unwrap_or(i64::MIN);
+    match on_return(op::IO_URING_REGISTER, ret) {
+        Ok(v) => v,
+        Err(e) => e.code(),
+    }
+}

@@ -1,0 +1,33 @@
+//! The one generic uprobe/uretprobe pair for every library function in the
+//! user-space probe table (libcuda, libibverbs, libnccl, ...). The function
+//! is told apart by the attach cookie, which carries its op code; the table
+//! in `tracer/src/probes/uapi.rs` says which registers matter.
+use aya_ebpf::{
+    EbpfContext as _,
+    helpers::generated::bpf_get_attach_cookie,
+    macros::{uprobe, uretprobe},
+    programs::{ProbeContext, RetProbeContext},
+};
+
+use crate::probes::{on_entry, on_return};
+
+#[uprobe]
+pub fn uapi_entry(ctx: ProbeContext) -> u32 {
+    // SAFETY: the context pointer is the program's own.
+    let op = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    let arg = |n| ctx.arg::<u64>(n).unwrap_or(0);
+    match on_entry(op, [arg(0), arg(1), arg(2), arg(3), arg(4), arg(5)]) {
+        Ok(v) => v,
+        Err(e) => e.code(),
+    }
+}
+
+#[uretprobe]
+pub fn uapi_return(ctx: RetProbeContext) -> u32 {
+    // SAFETY: as above.
+    let op = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    match on_return(op, ctx.ret::<i64>()) {
+        Ok(v) => v,
+        Err(e) => e.code(),
+    }
+}

@@ -1,0 +1,212 @@
+//! What one event means: its report label, family, bytes and pages moved or
+//! pinned, whether it failed, and the transport verdict with its evidence.
+//! `unknown` is an honest answer; a wrong verdict is not.
+use serde::Serialize;
+use tracer_common::{Event, op};
+
+use crate::{
+    model::{Backing, Registry},
+    probes::{
+        Family,
+        catalog::point_of_op,
+        uapi::{self, Arg, Kind},
+    },
+};
+
+/// The transport verdict vocabulary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Transport {
+    #[serde(rename = "gpudirect-rdma/peer-mem")]
+    GdrPeerMem,
+    #[serde(rename = "gpudirect-rdma/dma-buf")]
+    GdrDmabuf,
+    #[serde(rename = "host-staged")]
+    HostStaged,
+    #[serde(rename = "p2p/nvlink")]
+    P2pNvlink,
+    #[serde(rename = "p2p/pcie")]
+    P2pPcie,
+    #[serde(rename = "shm")]
+    Shm,
+    #[serde(rename = "socket")]
+    Socket,
+    #[serde(rename = "host-only")]
+    HostOnly,
+    #[serde(rename = "unknown")]
+    Unknown,
+}
+
+impl Transport {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::GdrPeerMem => "gpudirect-rdma/peer-mem",
+            Transport::GdrDmabuf => "gpudirect-rdma/dma-buf",
+            Transport::HostStaged => "host-staged",
+            Transport::P2pNvlink => "p2p/nvlink",
+            Transport::P2pPcie => "p2p/pcie",
+            Transport::Shm => "shm",
+            Transport::Socket => "socket",
+            Transport::HostOnly => "host-only",
+            Transport::Unknown => "unknown",
+        }
+    }
+}
+
+/// The interpretation of one completed call.
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub label: String,
+    pub family: Family,
+    pub bytes: u64,
+    /// Pages pinned (+) or unpinned (-) by this call, for pin-family ops.
+    pub pages: i64,
+    pub failed: bool,
+    pub transport: Transport,
+    pub evidence: String,
+}
+
+/// io_uring_register opcodes (include/uapi/linux/io_uring.h).
+fn io_uring_opcode(code: u64) -> String {
+    match code {
+        0 => "register-buffers".into(),
+        1 => "unregister-buffers".into(),
+        15 => "register-buffers2".into(),
+        16 => "register-buffers-update".into(),
+        other => format!("opcode-{other}"),
+    }
+}
+
+/// Whether a kernel return value is an error pointer or negative errno.
+fn kernel_err(ret: i64) -> bool {
+    (-4095..0).contains(&ret)
+}
+
+/// Interprets a completed call. The registry is consulted for addresses.
+pub fn call(e: &Event, registry: &Registry) -> Option<Call> {
+    const PAGE: u64 = 4096;
+    if e.op >= op::USER_BASE {
+        return library_call(e, registry);
+    }
+    let point = point_of_op(e.op)?;
+    let name = point.name;
+    let mut c = Call {
+        label: name.to_string(),
+        family: point.family,
+        bytes: 0,
+        pages: 0,
+        failed: kernel_err(e.ret),
+        transport: Transport::Unknown,
+        evidence: String::new(),
+    };
+    match e.op {
+        op::IO_URING_REGISTER => {
+            c.label = format!("io_uring_register:{}", io_uring_opcode(e.args[1]));
+            c.failed = e.ret < 0;
+            c.transport = Transport::HostOnly;
+            c.evidence = "io_uring fixed buffers are host memory pinned with pin_user_pages".into();
+        }
+        op::PIN_USER_PAGES..=op::GET_USER_PAGES_UNLOCKED => {
+            let pages = e.ret.max(0);
+            c.pages = if e.op <= op::PIN_USER_PAGES_UNLOCKED { pages } else { 0 };
+            c.bytes = pages as u64 * PAGE;
+            c.failed = e.ret < 0;
+            c.transport = Transport::HostOnly;
+            c.evidence = format!("{name} pins host pages of the calling process");
+        }
+        op::UNPIN_USER_PAGES | op::UNPIN_USER_PAGES_DIRTY_LOCK | op::UNPIN_USER_PAGE_RANGE_DIRTY_LOCK => {
+            c.pages = -(e.args[1] as i64);
+            c.bytes = e.args[1] * PAGE;
+            c.failed = false;
+            c.transport = Transport::HostOnly;
+        }
+        op::UNPIN_USER_PAGE | op::UNPIN_FOLIO | op::UNPIN_USER_FOLIO => {
+            c.pages = if e.op == op::UNPIN_USER_FOLIO {
+                -(e.args[1] as i64)
+            } else {
+                -1
+            };
+            c.failed = false;
+            c.transport = Transport::HostOnly;
+        }
+        op::IB_UMEM_GET => {
+            c.bytes = e.args[2];
+            c.transport = match registry.backing(e.pid, e.args[1]) {
+                Backing::Gpu { .. } => Transport::GdrPeerMem,
+                _ => Transport::HostOnly,
+            };
+            c.evidence = format!("ib_umem_get addr {:#x} len {} pins host pages", e.args[1], e.args[2]);
+        }
+        op::IB_UMEM_DMABUF_GET | op::IB_UMEM_DMABUF_GET_PINNED => {
+            c.bytes = e.args[2];
+            c.transport = Transport::GdrDmabuf;
+            c.evidence = format!("MR backed by dma-buf fd {}", e.args[3] as i32);
+        }
+        op::NV_P2P_GET_PAGES | op::NV_P2P_GET_PAGES_PERSISTENT => {
+            c.bytes = e.args[if e.op == op::NV_P2P_GET_PAGES { 3 } else { 1 }];
+            c.transport = Transport::GdrPeerMem;
+            c.evidence = "nvidia_p2p_get_pages pinned GPU memory for a peer device".into();
+        }
+        _ => {}
+    }
+    Some(c)
+}
+
+fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
+    let (_, row) = uapi::row_of(e.op)?;
+    let family = match row.lib {
+        uapi::Lib::Cuda => Family::Cuda,
+        uapi::Lib::Ibverbs => Family::Ibverbs,
+        uapi::Lib::Nccl => Family::Nccl,
+    };
+    let bytes = row.args.iter().position(|a| *a == Arg::Bytes).map_or(0, |i| e.args[i]);
+    let failed = match (row.lib, row.kind) {
+        (uapi::Lib::Ibverbs, Kind::MrRegister | Kind::Setup)
+            if row.symbol != "ibv_rereg_mr" && row.symbol != "ibv_modify_qp" =>
+        {
+            e.ret == 0
+        }
+        _ => e.ret != 0,
+    };
+    let mut c = Call {
+        label: row.name.to_string(),
+        family,
+        bytes,
+        pages: 0,
+        failed,
+        transport: Transport::Unknown,
+        evidence: String::new(),
+    };
+    match row.kind {
+        Kind::Copy if row.args.len() >= 3 && row.args[2] == Arg::Bytes => {
+            let dst = registry.backing(e.pid, e.args[0]);
+            let src = registry.backing(e.pid, e.args[1]);
+            (c.transport, c.evidence) = crate::model::copy_verdict(row.name, src, dst);
+        }
+        Kind::MrRegister => {
+            let addr = e.args[1];
+            if row.symbol == "ibv_reg_dmabuf_mr" {
+                c.transport = Transport::GdrDmabuf;
+                c.evidence = format!("ibv_reg_dmabuf_mr on dma-buf fd {}", e.args[4] as i32);
+            } else {
+                match registry.backing(e.pid, addr) {
+                    Backing::Gpu { device } => {
+                        c.transport = Transport::GdrPeerMem;
+                        c.evidence = format!(
+                            "MR {addr:#x} covers GPU allocation on device {device}: registered through peer memory"
+                        );
+                    }
+                    Backing::HostPinned | Backing::Host => {
+                        c.transport = Transport::HostOnly;
+                        c.evidence = format!("MR {addr:#x} covers host memory");
+                    }
+                    Backing::Unknown => {
+                        c.transport = Transport::HostOnly;
+                        c.evidence = format!("MR {addr:#x} is not in any GPU allocation seen: host memory");
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    Some(c)
+}

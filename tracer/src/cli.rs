@@ -1,0 +1,125 @@
+//! Command-line interface.
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::drive::{pin_churn::PinChurnOpts, verbs::VerbsOpts};
+
+const EXAMPLES: &str = "\
+Examples:
+  gdrtrace doctor                      # what this kernel lets the tracer do
+  gdrtrace validate                    # run the workloads this machine supports, traced
+  gdrtrace run -- ib_write_bw -d rxe0  # trace a command and its children
+  gdrtrace run --json out.json -- ./train.sh
+  gdrtrace drive pin-churn --iterations 500
+";
+
+#[derive(Debug, Parser)]
+#[command(name = "gdrtrace", version, about = "eBPF transport tracer for GPU communication: which path did each transfer take?", after_help = EXAMPLES)]
+pub struct Cli {
+    /// More log output (repeat for more).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Report what this host supports: kernel, lockdown, BTF, which BPF
+    /// program kinds load and attach, capabilities, probe targets.
+    Doctor(DoctorArgs),
+    /// Trace a command and its children, then print the report.
+    Run(RunArgs),
+    /// Run the workloads this machine supports under the tracer and check
+    /// that the tracer's counts match the workloads' own.
+    Validate(ValidateArgs),
+    /// Run a workload (without tracing).
+    #[command(subcommand)]
+    Drive(Drive),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DoctorArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct TraceArgs {
+    /// Stop tracing after this long (e.g. 500ms, 10s, 2m).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<std::time::Duration>,
+    /// Write the JSON report to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Format of the report printed on stdout.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Event ring buffer size in bytes (a power of two, at least one page).
+    #[arg(long, default_value_t = tracer_common::RINGBUF_BYTES as u64)]
+    pub ringbuf_bytes: u64,
+    /// Do not attach uprobes to installed libcuda/libibverbs/libnccl up front
+    /// (libraries mapped by traced processes are still attached).
+    #[arg(long)]
+    pub no_installed_libraries: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    /// The command to trace, after `--`.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    /// Exit 3 when a kernel probe family is unavailable (for VM and
+    /// regression runs where kernel probes are expected).
+    #[arg(long)]
+    pub require_kernel_probes: bool,
+    /// Iterations of the pin-churn workload.
+    #[arg(long, default_value_t = 200)]
+    pub iterations: u32,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Drive {
+    /// io_uring fixed-buffer registration churn and O_DIRECT I/O (CPU only).
+    PinChurn(PinChurnOpts),
+    /// RDMA verbs: MR registration churn and RDMA WRITE between two RC QPs.
+    Verbs(VerbsOpts),
+}
+
+/// Parses `500ms`, `10s`, `2m`, `1h` or plain seconds.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, "s"), |i| s.split_at(i));
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration '{s}' (use e.g. 500ms, 10s, 2m)"))?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" | "" => v,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("invalid duration unit in '{s}' (use ms, s, m or h)")),
+    };
+    if !(secs > 0.0 && secs.is_finite()) {
+        return Err(format!("duration must be positive: '{s}'"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}

@@ -1,0 +1,31 @@
+//! `gdrtrace drive ...`: run a workload without tracing.
+use crate::{
+    cli::Drive,
+    drive::{pin_churn, verbs},
+    error::{Error, Result},
+};
+
+pub fn drive(d: &Drive) -> Result<i32> {
+    match d {
+        Drive::PinChurn(o) => {
+            let s = pin_churn::run(o)?;
+            println!("{}", s.line());
+            if let Some(note) = &s.odirect_note {
+                println!("pin-churn: note: {note}");
+            }
+            println!(
+                "pin-churn: elapsed {:.3} s, mean register latency {:.1} us",
+                s.elapsed_s,
+                s.register_ns_total as f64 / s.registrations.max(1) as f64 / 1e3
+            );
+            Ok(0)
+        }
+        Drive::Verbs(o) => {
+            let r = verbs::run(o).map_err(|e| Error::Workload(e.to_string()))?;
+            for line in r.summary_lines() {
+                println!("{line}");
+            }
+            Ok(0)
+        }
+    }
+}

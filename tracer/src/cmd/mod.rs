@@ -1,0 +1,26 @@
+//! One module per subcommand.
+pub mod doctor;
+pub mod drive;
+pub mod run;
+pub mod validate;
+
+use crate::{cli::Command, error::Result};
+
+/// Runs a subcommand; returns the process exit status.
+pub fn dispatch(cmd: Command) -> Result<i32> {
+    match cmd {
+        Command::Doctor(a) => doctor::doctor(&a),
+        Command::Run(a) => run::run(&a),
+        Command::Validate(a) => validate::validate(&a),
+        Command::Drive(d) => drive::drive(&d),
+    }
+}
+
+/// A single-threaded tokio runtime: the tracer forks traced commands, and
+/// one thread keeps that safe and the overhead small.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| crate::error::Error::io("starting the tokio runtime", e))
+}

@@ -1,0 +1,121 @@
+//! `gdrtrace run -- CMD...`: trace a command and its children.
+use std::{cell::Cell, path::Path, rc::Rc};
+
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::{
+    cli::{Format, RunArgs, TraceArgs},
+    error::{Error, Result},
+    loader::{self, LoadOptions},
+    report::{Report, text},
+    session::{Session, SessionOptions},
+    spawn,
+    trace::Trace,
+};
+
+pub fn run(args: &RunArgs) -> Result<i32> {
+    if args.command.is_empty() {
+        return Err(Error::Usage(
+            "run needs a command after '--' (e.g. gdrtrace run -- ib_write_bw -d rxe0)".into(),
+        ));
+    }
+    let out = trace_command(&args.trace, &args.command)?;
+    emit(&args.trace, &out.report)?;
+    Ok(out.exit_code)
+}
+
+/// What tracing a command produced.
+pub struct Outcome {
+    pub report: Report,
+    pub pid: u32,
+    /// The command's exit status (128+signal), or 0 if tracing stopped first.
+    pub exit_code: i32,
+}
+
+/// Fails early, before any BPF work, when the command cannot be found.
+fn check_command(argv0: &str) -> Result<()> {
+    let found = if argv0.contains('/') {
+        Path::new(argv0).is_file()
+    } else {
+        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(argv0).is_file()))
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!("cannot run '{argv0}': command not found")))
+    }
+}
+
+pub fn session_options(t: &TraceArgs) -> Result<SessionOptions> {
+    Ok(SessionOptions {
+        load: LoadOptions {
+            ringbuf_bytes: loader::check_ringbuf_size(t.ringbuf_bytes)?,
+            targets_only: true,
+        },
+        families: None,
+        installed_libraries: !t.no_installed_libraries,
+    })
+}
+
+/// Starts `argv` held, adds it to the target set, releases it, and traces
+/// until it exits (or `--duration`, SIGINT, SIGTERM).
+pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
+    check_command(&argv[0])?;
+    let opts = session_options(t)?;
+    let session = Session::open(&opts)?;
+    let mut trace = Trace::new(session);
+    let rt = super::runtime()?;
+    let code = Rc::new(Cell::new(None::<i32>));
+    let pid = rt.block_on(async {
+        let gated = spawn::spawn_gated(argv)?;
+        let gpid = gated.pid;
+        if let Err(e) = trace.add_target(gpid, None) {
+            // SAFETY: our own held child; it has not run anything yet.
+            unsafe { libc::kill(gpid as i32, libc::SIGKILL) };
+            spawn::wait(gpid);
+            return Err(e);
+        }
+        let pid = gated.release()?;
+        let mut waiter = tokio::task::spawn_blocking(move || spawn::wait(pid));
+        let code2 = code.clone();
+        let duration = t.duration;
+        let mut sigterm = signal(SignalKind::terminate()).map_err(|e| Error::io("installing SIGTERM handler", e))?;
+        let stop = async move {
+            let sleep = async {
+                match duration {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = &mut waiter => code2.set(Some(r.unwrap_or(1))),
+                () = sleep => {}
+                _ = tokio::signal::ctrl_c() => {}
+                _ = sigterm.recv() => {}
+            }
+        };
+        trace.run_until(stop).await?;
+        Ok::<u32, Error>(pid)
+    })?;
+    let mut report = trace.report(argv.to_vec())?;
+    report.duration_s = (report.duration_s * 1000.0).round() / 1000.0;
+    Ok(Outcome {
+        report,
+        pid,
+        exit_code: code.get().unwrap_or(0),
+    })
+}
+
+/// Prints the report (text or JSON) and writes `--json FILE`.
+pub fn emit(t: &TraceArgs, report: &Report) -> Result<()> {
+    let json =
+        serde_json::to_string_pretty(report).map_err(|e| Error::Workload(format!("serializing the report: {e}")))?;
+    if let Some(path) = &t.json {
+        std::fs::write(path, &json).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+    }
+    match t.format {
+        Format::Json => println!("{json}"),
+        Format::Text => print!("{}", text::render(report)),
+    }
+    Ok(())
+}

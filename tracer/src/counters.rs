@@ -1,0 +1,96 @@
+//! Counter-based signals read from procfs: system-wide page pins
+//! (`/proc/vmstat` `nr_foll_pin_acquired/released`) and per-process pinned
+//! memory (`VmPin` in `/proc/PID/status`). They need no probe at all, so they
+//! work on every kernel; the report marks them as counters, not probes.
+use std::fs;
+
+use serde::Serialize;
+
+/// A snapshot of the system-wide pin counters (pages).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct FollPin {
+    pub acquired: u64,
+    pub released: u64,
+}
+
+impl FollPin {
+    pub fn read() -> Option<Self> {
+        parse_vmstat(&fs::read_to_string("/proc/vmstat").ok()?)
+    }
+
+    /// Difference `later - self`.
+    pub fn delta(&self, later: &FollPin) -> FollPin {
+        FollPin {
+            acquired: later.acquired.saturating_sub(self.acquired),
+            released: later.released.saturating_sub(self.released),
+        }
+    }
+}
+
+pub fn parse_vmstat(text: &str) -> Option<FollPin> {
+    let mut acquired = None;
+    let mut released = None;
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        match (it.next(), it.next().and_then(|v| v.parse().ok())) {
+            (Some("nr_foll_pin_acquired"), Some(v)) => acquired = Some(v),
+            (Some("nr_foll_pin_released"), Some(v)) => released = Some(v),
+            _ => {}
+        }
+    }
+    Some(FollPin {
+        acquired: acquired?,
+        released: released?,
+    })
+}
+
+/// `VmPin` of a process in KiB, if it is alive and the kernel reports it.
+pub fn vm_pin_kib(pid: u32) -> Option<u64> {
+    parse_status_kib(&fs::read_to_string(format!("/proc/{pid}/status")).ok()?, "VmPin:")
+}
+
+pub fn parse_status_kib(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.split_whitespace().next()?.parse().ok())
+}
+
+/// Process CPU time (user + system) of a process, in seconds.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some((utime + stime) / hz.max(1.0))
+}
+
+/// Command name of a process.
+pub fn comm(pid: u32) -> Option<String> {
+    Some(fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vmstat_and_status() {
+        let v = parse_vmstat("nr_free_pages 1\nnr_foll_pin_acquired 120\nnr_foll_pin_released 100\n");
+        assert_eq!(
+            v,
+            Some(FollPin {
+                acquired: 120,
+                released: 100
+            })
+        );
+        assert_eq!(parse_vmstat("nr_free_pages 1\n"), None);
+        assert_eq!(parse_status_kib("Name:\tx\nVmPin:\t     256 kB\n", "VmPin:"), Some(256));
+    }
+}
+
+/// Thread-group id of a task (for telling threads from processes).
+pub fn tgid(tid: u32) -> Option<u32> {
+    parse_status_kib(&fs::read_to_string(format!("/proc/{tid}/status")).ok()?, "Tgid:").map(|v| v as u32)
+}

@@ -1,0 +1,4 @@
+//! Workloads the tracer runs and observes (`gdrtrace drive ...`). Each prints
+//! its own count of what it did, so a test can hold the tracer to it.
+pub mod pin_churn;
+pub mod verbs;

@@ -1,0 +1,200 @@
+//! `gdrtrace drive pin-churn`: CPU-only pinning churn. Registers and
+//! unregisters io_uring fixed buffers (the kernel pins their pages with
+//! `pin_user_pages`, io_uring/rsrc.c, the path RDMA memory registration
+//! takes too) and does O_DIRECT file I/O (direct I/O pins the user pages for
+//! the duration of the transfer on kernels since 6.x).
+use std::{
+    fs::OpenOptions,
+    io,
+    os::unix::fs::{FileExt as _, OpenOptionsExt as _},
+    path::PathBuf,
+    time::Instant,
+};
+
+use io_uring::IoUring;
+use serde::Serialize;
+
+use crate::{
+    error::{Error, Result},
+    loader::page_size,
+};
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct PinChurnOpts {
+    /// Register/unregister cycles.
+    #[arg(long, default_value_t = 200)]
+    pub iterations: u32,
+    /// Buffers per registration.
+    #[arg(long, default_value_t = 4)]
+    pub buffers: u32,
+    /// Pages per buffer.
+    #[arg(long, default_value_t = 16)]
+    pub pages: u32,
+    /// MiB of O_DIRECT writes and reads (0 to skip).
+    #[arg(long, default_value_t = 8)]
+    pub odirect_mib: u32,
+    /// Directory for the O_DIRECT file (must support O_DIRECT; tmpfs does not).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Also write the summary as JSON to this file.
+    #[arg(long)]
+    pub summary: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+pub struct PinChurnSummary {
+    pub pid: u32,
+    pub registrations: u64,
+    pub unregistrations: u64,
+    pub buffers_per_registration: u32,
+    pub pages_per_buffer: u32,
+    pub page_size: u64,
+    pub pages_registered: u64,
+    pub register_ns_total: u64,
+    pub odirect_ios: u64,
+    pub odirect_bytes: u64,
+    pub odirect_pages: u64,
+    pub odirect_note: Option<String>,
+    pub elapsed_s: f64,
+}
+
+impl PinChurnSummary {
+    pub fn line(&self) -> String {
+        format!(
+            "pin-churn: pid={} registrations={} unregistrations={} buffers_per_registration={} pages_per_buffer={} pages_registered={} odirect_ios={} odirect_pages={}",
+            self.pid,
+            self.registrations,
+            self.unregistrations,
+            self.buffers_per_registration,
+            self.pages_per_buffer,
+            self.pages_registered,
+            self.odirect_ios,
+            self.odirect_pages
+        )
+    }
+}
+
+/// Page-aligned, zeroed, owned memory.
+struct Aligned {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Aligned {
+    fn new(len: usize) -> Result<Self> {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; alignment is a power of two.
+        let rc = unsafe { libc::posix_memalign(&mut p, page_size(), len) };
+        if rc != 0 {
+            return Err(Error::io("posix_memalign", io::Error::from_raw_os_error(rc)));
+        }
+        // SAFETY: freshly allocated `len` bytes; touching faults pages in.
+        unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0xA5, len) };
+        Ok(Self { ptr: p.cast(), len })
+    }
+    fn slice_mut(&mut self) -> &mut [u8] {
+        // SAFETY: owned allocation of `len` bytes.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated by posix_memalign.
+        unsafe { libc::free(self.ptr.cast()) };
+    }
+}
+
+pub fn run(opts: &PinChurnOpts) -> Result<PinChurnSummary> {
+    if opts.buffers == 0 || opts.pages == 0 {
+        return Err(Error::Usage("--buffers and --pages must be at least 1".into()));
+    }
+    let page = page_size();
+    let started = Instant::now();
+    let mut s = PinChurnSummary {
+        pid: std::process::id(),
+        buffers_per_registration: opts.buffers,
+        pages_per_buffer: opts.pages,
+        page_size: page as u64,
+        ..Default::default()
+    };
+    let ring = IoUring::new(8).map_err(|e| Error::io("io_uring_setup", e))?;
+    let mut bufs: Vec<Aligned> = (0..opts.buffers)
+        .map(|_| Aligned::new(opts.pages as usize * page))
+        .collect::<Result<_>>()?;
+    let iovecs: Vec<libc::iovec> = bufs
+        .iter_mut()
+        .map(|b| libc::iovec {
+            iov_base: b.ptr.cast(),
+            iov_len: b.len,
+        })
+        .collect();
+    for _ in 0..opts.iterations {
+        let t = Instant::now();
+        // SAFETY: the buffers outlive their registration (unregistered below).
+        unsafe { ring.submitter().register_buffers(&iovecs) }
+            .map_err(|e| Error::io("io_uring_register(IORING_REGISTER_BUFFERS)", e))?;
+        s.register_ns_total += t.elapsed().as_nanos() as u64;
+        s.registrations += 1;
+        s.pages_registered += opts.buffers as u64 * opts.pages as u64;
+        ring.submitter()
+            .unregister_buffers()
+            .map_err(|e| Error::io("io_uring_register(IORING_UNREGISTER_BUFFERS)", e))?;
+        s.unregistrations += 1;
+    }
+    drop(ring);
+    if opts.odirect_mib > 0 {
+        odirect(opts, &mut bufs[0], &mut s)?;
+    }
+    s.elapsed_s = started.elapsed().as_secs_f64();
+    if let Some(path) = &opts.summary {
+        let text = serde_json::to_string_pretty(&s).map_err(|e| Error::Workload(e.to_string()))?;
+        std::fs::write(path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+    }
+    Ok(s)
+}
+
+fn odirect(opts: &PinChurnOpts, buf: &mut Aligned, s: &mut PinChurnSummary) -> Result<()> {
+    let dir = opts.dir.clone().unwrap_or_else(|| PathBuf::from("/var/tmp"));
+    let path = dir.join(format!("gdrtrace-pin-churn-{}.dat", std::process::id()));
+    let file = match OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) => {
+            s.odirect_note = Some(format!("O_DIRECT unavailable in {}: {e}", dir.display()));
+            return Ok(());
+        }
+    };
+    let chunk = buf.len;
+    let total = opts.odirect_mib as u64 * 1024 * 1024;
+    let mut off = 0u64;
+    let result = (|| -> io::Result<()> {
+        while off < total {
+            file.write_all_at(buf.slice_mut(), off)?;
+            s.odirect_ios += 1;
+            off += chunk as u64;
+        }
+        let mut roff = 0u64;
+        while roff < total {
+            file.read_exact_at(buf.slice_mut(), roff)?;
+            s.odirect_ios += 1;
+            roff += chunk as u64;
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_file(&path);
+    match result {
+        Ok(()) => {
+            s.odirect_bytes = 2 * total;
+            s.odirect_pages = s.odirect_bytes / s.page_size;
+        }
+        Err(e) => s.odirect_note = Some(format!("O_DIRECT I/O failed in {}: {e}", dir.display())),
+    }
+    Ok(())
+}

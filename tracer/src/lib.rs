@@ -1,0 +1,29 @@
+//! gdrtrace: an eBPF transport tracer for GPU communication.
+//!
+//! The data path reads top-down: `probes` (catalog + planner) → `events`
+//! (ring buffer, decode) → `model` (memory-region registry) → `classify` →
+//! `stats` → `report`. `drive` holds the workloads, `cmd` one module per
+//! subcommand.
+pub mod classify;
+pub mod cli;
+pub mod cmd;
+pub mod counters;
+pub mod drive;
+pub mod error;
+pub mod events;
+pub mod loader;
+pub mod model;
+pub mod probes;
+pub mod report;
+pub mod session;
+pub mod spawn;
+pub mod stats;
+pub mod trace;
+
+/// A function for uprobe self-tests (`doctor`): a stable, non-inlined target
+/// in the tracer's own binary.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn gdrtrace_doctor_probe_target(x: u64) -> u64 {
+    std::hint::black_box(x.wrapping_add(1))
+}

@@ -1,0 +1,331 @@
+//! The probe catalog: one declarative row per logical probe point, with the
+//! attach strategies to try in order. Kernel functions try fentry/fexit, then
+//! kprobe/kretprobe; points with a tracepoint or procfs stand-in list it
+//! last. Library functions come from the uprobe table in `uapi.rs`.
+use serde::Serialize;
+use tracer_common::op;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum Family {
+    /// Process lifecycle (target-set maintenance).
+    Sched,
+    /// Syscall tracepoints on registration paths.
+    Syscall,
+    /// Kernel page pinning (`pin_user_pages*`, `unpin_*`).
+    Pinning,
+    /// Kernel side of verbs memory registration.
+    Verbs,
+    /// NVIDIA peer memory (nvidia_p2p_*).
+    PeerMem,
+    /// dma-buf attach/map.
+    DmaBuf,
+    /// Counters read from procfs.
+    Counters,
+    /// libcuda driver API.
+    Cuda,
+    /// libibverbs.
+    Ibverbs,
+    /// libnccl.
+    Nccl,
+}
+
+impl Family {
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Sched => "sched",
+            Family::Syscall => "syscall",
+            Family::Pinning => "pinning",
+            Family::Verbs => "verbs",
+            Family::PeerMem => "peer-mem",
+            Family::DmaBuf => "dma-buf",
+            Family::Counters => "counters",
+            Family::Cuda => "cuda",
+            Family::Ibverbs => "ibverbs",
+            Family::Nccl => "nccl",
+        }
+    }
+}
+
+/// What a probe point is attached to.
+#[derive(Clone, Copy, Debug)]
+pub enum Target {
+    /// A kernel function (vmlinux or module), by symbol name.
+    KernelFn(&'static str),
+    /// A static tracepoint.
+    Tracepoint { category: &'static str, name: &'static str },
+    /// A procfs file read by user space.
+    Procfs(&'static str),
+    /// Library functions from the uprobe table, by library.
+    Library(super::uapi::Lib),
+}
+
+/// One way to attach a point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// fentry + fexit (BTF trampolines).
+    Fentry,
+    /// kprobe + kretprobe.
+    Kprobe,
+    /// A tracepoint program (pair), named by its programs.
+    Tracepoint,
+    /// uprobe + uretprobe on library symbols.
+    Uprobe,
+    /// Sampled from procfs by user space.
+    Procfs,
+}
+
+impl Strategy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Fentry => "fentry/fexit",
+            Strategy::Kprobe => "kprobe/kretprobe",
+            Strategy::Tracepoint => "tracepoint",
+            Strategy::Uprobe => "uprobe/uretprobe",
+            Strategy::Procfs => "procfs",
+        }
+    }
+}
+
+/// A logical probe point.
+#[derive(Clone, Copy, Debug)]
+pub struct ProbePoint {
+    /// Stable name used in reports and baselines (`family:function`).
+    pub name: &'static str,
+    pub family: Family,
+    pub target: Target,
+    /// Op code its events carry (`op::NONE` for lifecycle/counters).
+    pub op: u32,
+    /// Whether the tracer cannot work without it.
+    pub required: bool,
+    /// Strategies in order of preference.
+    pub strategies: &'static [Strategy],
+    /// eBPF programs for the tracepoint strategy (entry, optional return).
+    pub programs: &'static [&'static str],
+}
+
+const KFN: &[Strategy] = &[Strategy::Fentry, Strategy::Kprobe];
+
+macro_rules! kernel_rows {
+    ($family:expr, $($func:ident => $op:expr),* $(,)?) => {
+        [$(ProbePoint {
+            name: concat!(stringify!($func)),
+            family: $family,
+            target: Target::KernelFn(stringify!($func)),
+            op: $op,
+            required: false,
+            strategies: KFN,
+            programs: &[],
+        }),*]
+    };
+}
+
+const fn tp(
+    name: &'static str,
+    family: Family,
+    category: &'static str,
+    tp_name: &'static str,
+    op: u32,
+    programs: &'static [&'static str],
+) -> ProbePoint {
+    ProbePoint {
+        name,
+        family,
+        target: Target::Tracepoint {
+            category,
+            name: tp_name,
+        },
+        op,
+        required: true,
+        strategies: &[Strategy::Tracepoint],
+        programs,
+    }
+}
+
+const fn procfs(name: &'static str, path: &'static str) -> ProbePoint {
+    ProbePoint {
+        name,
+        family: Family::Counters,
+        target: Target::Procfs(path),
+        op: op::NONE,
+        required: false,
+        strategies: &[Strategy::Procfs],
+        programs: &[],
+    }
+}
+
+const fn library(name: &'static str, family: Family, lib: super::uapi::Lib) -> ProbePoint {
+    ProbePoint {
+        name,
+        family,
+        target: Target::Library(lib),
+        op: op::NONE,
+        required: false,
+        strategies: &[Strategy::Uprobe],
+        programs: &[],
+    }
+}
+
+const LIFECYCLE: [ProbePoint; 4] = [
+    tp(
+        "sched_process_fork",
+        Family::Sched,
+        "sched",
+        "sched_process_fork",
+        op::NONE,
+        &["sched_process_fork"],
+    ),
+    tp(
+        "sched_process_exec",
+        Family::Sched,
+        "sched",
+        "sched_process_exec",
+        op::NONE,
+        &["sched_process_exec"],
+    ),
+    tp(
+        "sched_process_exit",
+        Family::Sched,
+        "sched",
+        "sched_process_exit",
+        op::NONE,
+        &["sched_process_exit"],
+    ),
+    tp(
+        "io_uring_register",
+        Family::Syscall,
+        "syscalls",
+        "sys_enter_io_uring_register",
+        op::IO_URING_REGISTER,
+        &["sys_enter_io_uring_register", "sys_exit_io_uring_register"],
+    ),
+];
+
+const PINNING: [ProbePoint; 14] = kernel_rows!(Family::Pinning,
+    pin_user_pages => op::PIN_USER_PAGES,
+    pin_user_pages_fast => op::PIN_USER_PAGES_FAST,
+    pin_user_pages_remote => op::PIN_USER_PAGES_REMOTE,
+    pin_user_pages_unlocked => op::PIN_USER_PAGES_UNLOCKED,
+    get_user_pages => op::GET_USER_PAGES,
+    get_user_pages_fast => op::GET_USER_PAGES_FAST,
+    get_user_pages_remote => op::GET_USER_PAGES_REMOTE,
+    get_user_pages_unlocked => op::GET_USER_PAGES_UNLOCKED,
+    unpin_user_pages => op::UNPIN_USER_PAGES,
+    unpin_user_pages_dirty_lock => op::UNPIN_USER_PAGES_DIRTY_LOCK,
+    unpin_user_page => op::UNPIN_USER_PAGE,
+    unpin_user_page_range_dirty_lock => op::UNPIN_USER_PAGE_RANGE_DIRTY_LOCK,
+    unpin_folio => op::UNPIN_FOLIO,
+    unpin_user_folio => op::UNPIN_USER_FOLIO,
+);
+
+const VERBS: [ProbePoint; 6] = kernel_rows!(Family::Verbs,
+    ib_umem_get => op::IB_UMEM_GET,
+    ib_umem_release => op::IB_UMEM_RELEASE,
+    ib_umem_dmabuf_get => op::IB_UMEM_DMABUF_GET,
+    ib_umem_dmabuf_get_pinned => op::IB_UMEM_DMABUF_GET_PINNED,
+    ib_uverbs_reg_mr => op::UVERBS_REG_MR,
+    ib_uverbs_dereg_mr => op::UVERBS_DEREG_MR,
+);
+
+const PEERMEM: [ProbePoint; 5] = kernel_rows!(Family::PeerMem,
+    nvidia_p2p_get_pages => op::NV_P2P_GET_PAGES,
+    nvidia_p2p_get_pages_persistent => op::NV_P2P_GET_PAGES_PERSISTENT,
+    nvidia_p2p_put_pages => op::NV_P2P_PUT_PAGES,
+    nvidia_p2p_dma_map_pages => op::NV_P2P_DMA_MAP_PAGES,
+    nvidia_p2p_dma_unmap_pages => op::NV_P2P_DMA_UNMAP_PAGES,
+);
+
+const DMABUF: [ProbePoint; 6] = kernel_rows!(Family::DmaBuf,
+    dma_buf_dynamic_attach => op::DMA_BUF_DYNAMIC_ATTACH,
+    dma_buf_map_attachment => op::DMA_BUF_MAP_ATTACHMENT,
+    dma_buf_map_attachment_unlocked => op::DMA_BUF_MAP_ATTACHMENT_UNLOCKED,
+    dma_buf_unmap_attachment => op::DMA_BUF_UNMAP_ATTACHMENT,
+    dma_buf_unmap_attachment_unlocked => op::DMA_BUF_UNMAP_ATTACHMENT_UNLOCKED,
+    dma_buf_detach => op::DMA_BUF_DETACH,
+);
+
+const COUNTERS: [ProbePoint; 2] = [
+    procfs("vmstat:nr_foll_pin", "/proc/vmstat"),
+    procfs("status:VmPin", "/proc/PID/status"),
+];
+
+const LIBRARIES: [ProbePoint; 3] = [
+    library("libcuda", Family::Cuda, super::uapi::Lib::Cuda),
+    library("libibverbs", Family::Ibverbs, super::uapi::Lib::Ibverbs),
+    library("libnccl", Family::Nccl, super::uapi::Lib::Nccl),
+];
+
+const fn concat_catalog() -> [ProbePoint; 40] {
+    let mut out = [LIFECYCLE[0]; 40];
+    let mut i = 0;
+    macro_rules! push {
+        ($arr:expr) => {{
+            let mut j = 0;
+            while j < $arr.len() {
+                out[i] = $arr[j];
+                i += 1;
+                j += 1;
+            }
+        }};
+    }
+    push!(LIFECYCLE);
+    push!(PINNING);
+    push!(VERBS);
+    push!(PEERMEM);
+    push!(DMABUF);
+    push!(COUNTERS);
+    push!(LIBRARIES);
+    assert!(i == 40);
+    out
+}
+
+/// Every probe point gdrtrace knows, in report order.
+pub static CATALOG: [ProbePoint; 40] = concat_catalog();
+
+/// The catalog row of a kernel-side op.
+pub fn point_of_op(op: u32) -> Option<&'static ProbePoint> {
+    CATALOG.iter().find(|p| p.op == op && p.op != tracer_common::op::NONE)
+}
+
+/// A stable hash of the catalog (names, strategies, ops), for baselines.
+pub fn catalog_hash() -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |s: &str| {
+        for b in s.bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100_0000_01b3);
+        }
+    };
+    for p in CATALOG.iter() {
+        feed(p.name);
+        feed(p.family.name());
+        feed(&p.op.to_string());
+        for s in p.strategies {
+            feed(s.name());
+        }
+    }
+    for row in super::uapi::TABLE {
+        feed(row.symbol);
+        feed(row.name);
+    }
+    format!("{h:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_ops_distinct() {
+        let mut names: Vec<_> = CATALOG.iter().map(|p| p.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), CATALOG.len());
+        let mut ops: Vec<_> = CATALOG.iter().map(|p| p.op).filter(|&o| o != op::NONE).collect();
+        let n = ops.len();
+        ops.sort();
+        ops.dedup();
+        assert_eq!(ops.len(), n);
+    }
+}

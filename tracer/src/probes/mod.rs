@@ -1,0 +1,10 @@
+//! What can be probed (the catalog), how library symbols are found, and the
+//! planner that attaches each point by the best strategy this kernel allows.
+pub mod catalog;
+pub mod libs;
+pub mod planner;
+pub mod symbols;
+pub mod uapi;
+
+pub use catalog::{CATALOG, Family, ProbePoint, Strategy, Target};
+pub use planner::{Coverage, Planner, Status};

@@ -1,0 +1,466 @@
+//! The planner: one attach loop over the catalog. Each point is tried by its
+//! strategies in order; the first that loads and attaches wins, and every
+//! refusal is kept as evidence (`tried`). Nothing is silently absent: a point
+//! that did not attach is `unavailable` with the reason.
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    fs,
+    path::Path,
+};
+
+use aya::{
+    Btf, Ebpf,
+    maps::Array,
+    programs::{
+        FEntry, FExit, KProbe, TracePoint, UProbe,
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+    },
+};
+use serde::Serialize;
+use tracer_common::OpConfig;
+
+use super::{
+    catalog::{CATALOG, Family, ProbePoint, Strategy, Target},
+    libs::LibFile,
+    symbols::{self, Symbol},
+    uapi::{self, Lib},
+};
+use crate::error::{Error, describe};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    Attached,
+    Unavailable,
+}
+
+/// One refused strategy.
+#[derive(Clone, Debug, Serialize)]
+pub struct Attempt {
+    pub strategy: &'static str,
+    pub error: String,
+}
+
+/// The coverage row of one probe point.
+#[derive(Clone, Debug, Serialize)]
+pub struct Coverage {
+    pub point: String,
+    pub family: Family,
+    pub status: Status,
+    /// The strategy that attached.
+    pub via: Option<&'static str>,
+    /// Why the point is unavailable (or what is partial about it).
+    pub reason: Option<String>,
+    /// Strategies tried before the one that attached, or all of them.
+    pub tried: Vec<Attempt>,
+    /// Free-form detail (files and symbols for libraries).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub detail: Vec<String>,
+}
+
+impl Coverage {
+    /// `attached via X` or `unavailable: reason`, as the coverage table prints it.
+    pub fn summary(&self) -> String {
+        match self.status {
+            Status::Attached => format!("attached via {}", self.via.unwrap_or("?")),
+            Status::Unavailable => format!("unavailable: {}", self.reason.as_deref().unwrap_or("unknown")),
+        }
+    }
+}
+
+/// Symbols attached in one library file.
+#[derive(Clone, Debug, Serialize)]
+pub struct LibAttachment {
+    pub lib: Lib,
+    pub path: String,
+    pub symbols: Vec<String>,
+    pub missing: Vec<&'static str>,
+    pub errors: Vec<String>,
+}
+
+/// Attaches catalog points and library files; holds the coverage record.
+pub struct Planner {
+    btf: Option<Btf>,
+    btf_error: Option<String>,
+    kallsyms: Option<HashSet<String>>,
+    kprobes: Result<(), String>,
+    pub coverage: Vec<Coverage>,
+    /// Library files attached, by (device, inode).
+    pub libs: BTreeMap<(u64, u64), LibAttachment>,
+    uapi_loaded: Option<Result<(), String>>,
+}
+
+impl Default for Planner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Planner {
+    pub fn new() -> Self {
+        let (btf, btf_error) = match Btf::from_sys_fs() {
+            Ok(b) => (Some(b), None),
+            Err(e) => (None, Some(describe(&e))),
+        };
+        Self {
+            btf,
+            btf_error,
+            kallsyms: read_kallsyms(),
+            kprobes: kprobe_support(),
+            coverage: Vec::new(),
+            libs: BTreeMap::new(),
+            uapi_loaded: None,
+        }
+    }
+
+    /// Attaches every catalog point of the enabled families.
+    pub fn attach_catalog(&mut self, ebpf: &mut Ebpf, enabled: &dyn Fn(Family) -> bool) {
+        for point in CATALOG.iter() {
+            if !enabled(point.family) {
+                continue;
+            }
+            let row = match point.target {
+                Target::Tracepoint { category, name } => self.tracepoint(ebpf, point, category, name),
+                Target::KernelFn(func) => self.kernel_fn(ebpf, point, func),
+                Target::Procfs(path) => procfs_row(point, path),
+                // Library rows are filled in by `library_rows` once files are known.
+                Target::Library(_) => continue,
+            };
+            self.coverage.push(row);
+        }
+    }
+
+    fn tracepoint(&mut self, ebpf: &mut Ebpf, point: &ProbePoint, category: &str, name: &str) -> Coverage {
+        let mut tried = Vec::new();
+        let mut result = Ok(());
+        for prog in point.programs {
+            // Each program of the pair attaches to its own tracepoint
+            // (sys_enter_X / sys_exit_X); the program is named after it.
+            let tp_name = if point.programs.len() > 1 { *prog } else { name };
+            if let Err(e) = attach_tracepoint(ebpf, prog, category, tp_name) {
+                result = Err(e);
+                break;
+            }
+        }
+        if let Err(e) = &result {
+            tried.push(Attempt {
+                strategy: Strategy::Tracepoint.name(),
+                error: e.clone(),
+            });
+        }
+        row(point, result.map(|()| Strategy::Tracepoint).map_err(|e| e), tried)
+    }
+
+    fn kernel_fn(&mut self, ebpf: &mut Ebpf, point: &ProbePoint, func: &str) -> Coverage {
+        if let Some(syms) = &self.kallsyms
+            && !syms.contains(func)
+        {
+            return row(
+                point,
+                Err("not in /proc/kallsyms (absent, renamed or inlined in this kernel)".into()),
+                Vec::new(),
+            );
+        }
+        let mut tried = Vec::new();
+        for strategy in point.strategies {
+            let r = match strategy {
+                Strategy::Fentry => self.fentry(ebpf, func),
+                Strategy::Kprobe => self.kprobe(ebpf, func),
+                _ => Err("strategy not applicable to kernel functions".into()),
+            };
+            match r {
+                Ok(()) => return row(point, Ok(*strategy), tried),
+                Err(e) => tried.push(Attempt {
+                    strategy: strategy.name(),
+                    error: e,
+                }),
+            }
+        }
+        let reason = tried
+            .iter()
+            .map(|a| format!("{}: {}", a.strategy, a.error))
+            .collect::<Vec<_>>()
+            .join("; ");
+        row(point, Err(reason), tried)
+    }
+
+    fn fentry(&mut self, ebpf: &mut Ebpf, func: &str) -> Result<(), String> {
+        let Some(btf) = &self.btf else {
+            return Err(format!("no vmlinux BTF ({})", self.btf_error.as_deref().unwrap_or("?")));
+        };
+        let entry = format!("fentry_{func}");
+        let exit = format!("fexit_{func}");
+        let r = (|| -> Result<(), String> {
+            let p: &mut FEntry = program(ebpf, &entry)?;
+            p.load(func, btf).map_err(|e| describe(&e))?;
+            p.attach().map_err(|e| describe(&e))?;
+            let p: &mut FExit = program(ebpf, &exit)?;
+            p.load(func, btf).map_err(|e| describe(&e))?;
+            p.attach().map_err(|e| describe(&e))?;
+            Ok(())
+        })();
+        if r.is_err() {
+            // Never leave half a pair: entries without returns would only
+            // fill the in-flight table.
+            unload::<FEntry>(ebpf, &entry);
+            unload::<FExit>(ebpf, &exit);
+        }
+        r
+    }
+
+    fn kprobe(&mut self, ebpf: &mut Ebpf, func: &str) -> Result<(), String> {
+        self.kprobes.clone()?;
+        let entry = format!("kprobe_{func}");
+        let exit = format!("kretprobe_{func}");
+        let r = (|| -> Result<(), String> {
+            for name in [&entry, &exit] {
+                let p: &mut KProbe = program(ebpf, name)?;
+                p.load().map_err(|e| describe(&e))?;
+                p.attach(func, 0).map_err(|e| describe(&e))?;
+            }
+            Ok(())
+        })();
+        if r.is_err() {
+            unload::<KProbe>(ebpf, &entry);
+            unload::<KProbe>(ebpf, &exit);
+        }
+        r
+    }
+
+    /// Loads the generic uprobe pair and writes every table row's
+    /// configuration (flags, out-pointers) into `OP_CONFIG`.
+    fn load_uapi(&mut self, ebpf: &mut Ebpf) -> Result<(), String> {
+        if let Some(r) = &self.uapi_loaded {
+            return r.clone();
+        }
+        let r = (|| -> Result<(), String> {
+            for name in ["uapi_entry", "uapi_return"] {
+                let p: &mut UProbe = program(ebpf, name)?;
+                p.load().map_err(|e| describe(&e))?;
+            }
+            let map = ebpf.map_mut("OP_CONFIG").ok_or("map OP_CONFIG missing")?;
+            let mut configs: Array<_, OpConfig> = Array::try_from(map).map_err(|e| describe(&e))?;
+            for (i, row) in uapi::TABLE.iter().enumerate() {
+                configs
+                    .set(uapi::op_of(i), uapi::config_of(row), 0)
+                    .map_err(|e| describe(&e))?;
+            }
+            Ok(())
+        })();
+        self.uapi_loaded = Some(r.clone());
+        r
+    }
+
+    /// Attaches the generic pair to every exported variant of `base` in
+    /// `path`, tagged with `op`. Returns the symbols attached.
+    pub fn attach_symbol(
+        &mut self,
+        ebpf: &mut Ebpf,
+        path: &Path,
+        syms: &[Symbol],
+        base: &str,
+        op: u32,
+    ) -> Result<Vec<String>, String> {
+        self.load_uapi(ebpf)?;
+        let mut done = Vec::new();
+        let mut offsets = HashSet::new();
+        for sym in syms.iter().filter(|s| uapi::is_variant(&s.name, base)) {
+            if !offsets.insert(sym.file_offset) {
+                continue;
+            }
+            for name in ["uapi_entry", "uapi_return"] {
+                let p: &mut UProbe = program(ebpf, name)?;
+                let point = UProbeAttachPoint {
+                    location: UProbeAttachLocation::AbsoluteOffset(sym.file_offset),
+                    cookie: Some(op as u64),
+                };
+                p.attach(point, path, UProbeScope::AllProcesses)
+                    .map_err(|e| format!("{} in {}: {}", sym.display(), path.display(), describe(&e)))?;
+            }
+            done.push(sym.display());
+        }
+        Ok(done)
+    }
+
+    /// Attaches every table row of a library file once per (device, inode).
+    /// Returns false when the file was already attached.
+    pub fn attach_library(&mut self, ebpf: &mut Ebpf, file: &LibFile) -> bool {
+        if self.libs.contains_key(&file.id) {
+            return false;
+        }
+        let mut att = LibAttachment {
+            lib: file.lib,
+            path: file.path.clone(),
+            symbols: Vec::new(),
+            missing: Vec::new(),
+            errors: Vec::new(),
+        };
+        match symbols::functions(&file.host_path) {
+            Err(e) => att.errors.push(e.to_string()),
+            Ok(syms) => {
+                for (i, row) in uapi::TABLE.iter().enumerate().filter(|(_, r)| r.lib == file.lib) {
+                    match self.attach_symbol(ebpf, &file.host_path, &syms, row.symbol, uapi::op_of(i)) {
+                        Ok(v) if v.is_empty() => att.missing.push(row.symbol),
+                        Ok(v) => att.symbols.extend(v),
+                        Err(e) => att.errors.push(e),
+                    }
+                }
+            }
+        }
+        self.libs.insert(file.id, att);
+        true
+    }
+
+    /// Coverage rows of the library points, from the files attached so far.
+    pub fn library_rows(&self) -> Vec<Coverage> {
+        let mut by_lib: HashMap<Lib, Vec<&LibAttachment>> = HashMap::new();
+        for a in self.libs.values() {
+            by_lib.entry(a.lib).or_default().push(a);
+        }
+        CATALOG
+            .iter()
+            .filter_map(|p| match p.target {
+                Target::Library(lib) => Some((p, lib)),
+                _ => None,
+            })
+            .map(|(p, lib)| {
+                let files = by_lib.get(&lib).cloned().unwrap_or_default();
+                let attached: usize = files.iter().map(|a| a.symbols.len()).sum();
+                let mut detail = Vec::new();
+                for a in &files {
+                    detail.push(format!("{}: {} symbols attached", a.path, a.symbols.len()));
+                    if !a.missing.is_empty() {
+                        detail.push(format!("{}: not exported: {}", a.path, a.missing.join(", ")));
+                    }
+                    for e in &a.errors {
+                        detail.push(format!("{}: {e}", a.path));
+                    }
+                }
+                let result = if attached > 0 {
+                    Ok(Strategy::Uprobe)
+                } else if files.is_empty() {
+                    Err(format!(
+                        "{} is neither installed nor mapped by a traced process",
+                        lib.name()
+                    ))
+                } else {
+                    Err(format!("no symbol of the table could be attached in {}", lib.name()))
+                };
+                let mut c = row(p, result, Vec::new());
+                c.detail = detail;
+                c
+            })
+            .collect()
+    }
+
+    /// The full coverage table: catalog rows plus library rows.
+    pub fn table(&self) -> Vec<Coverage> {
+        let mut rows = self.coverage.clone();
+        rows.extend(self.library_rows());
+        rows
+    }
+}
+
+fn row(point: &ProbePoint, result: Result<Strategy, String>, tried: Vec<Attempt>) -> Coverage {
+    let (status, via, reason) = match result {
+        Ok(s) => (Status::Attached, Some(s.name()), None),
+        Err(e) => (Status::Unavailable, None, Some(e)),
+    };
+    Coverage {
+        point: point.name.to_string(),
+        family: point.family,
+        status,
+        via,
+        reason,
+        tried,
+        detail: Vec::new(),
+    }
+}
+
+fn procfs_row(point: &ProbePoint, path: &str) -> Coverage {
+    let check = path.replace("PID", "self");
+    let ok = fs::read_to_string(&check).map(|text| match point.name {
+        "vmstat:nr_foll_pin" => text.contains("nr_foll_pin_acquired"),
+        "status:VmPin" => text.contains("VmPin:"),
+        _ => true,
+    });
+    let result = match ok {
+        Ok(true) => Ok(Strategy::Procfs),
+        Ok(false) => Err(format!("{check} lacks the counter on this kernel")),
+        Err(e) => Err(format!("{check}: {e}")),
+    };
+    row(point, result, Vec::new())
+}
+
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    let p = ebpf
+        .program_mut(name)
+        .ok_or_else(|| Error::MissingProgram(name.to_string()).to_string())?;
+    p.try_into().map_err(|e: aya::programs::ProgramError| describe(&e))
+}
+
+fn unload<'a, T>(ebpf: &'a mut Ebpf, name: &str)
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+    T: Unload + 'a,
+{
+    if let Ok(p) = program::<T>(ebpf, name) {
+        p.unload_quietly();
+    }
+}
+
+/// Unloading a program that may not be loaded.
+trait Unload {
+    fn unload_quietly(&mut self);
+}
+macro_rules! impl_unload {
+    ($($t:ty),*) => {$(impl Unload for $t {
+        fn unload_quietly(&mut self) {
+            let _ = self.unload();
+        }
+    })*};
+}
+impl_unload!(FEntry, FExit, KProbe);
+
+fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, category: &str, name: &str) -> Result<(), String> {
+    crate::loader::tracefs().map_err(|e| e.to_string())?;
+    let p: &mut TracePoint = program(ebpf, prog)?;
+    p.load().map_err(|e| describe(&e))?;
+    p.attach(category, name).map_err(|e| describe(&e))?;
+    Ok(())
+}
+
+/// Function names in /proc/kallsyms (module functions included), or None if
+/// it cannot be read.
+fn read_kallsyms() -> Option<HashSet<String>> {
+    let text = fs::read_to_string("/proc/kallsyms").ok()?;
+    let set: HashSet<String> = text
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let _addr = it.next()?;
+            let ty = it.next()?;
+            let name = it.next()?;
+            matches!(ty, "t" | "T" | "w" | "W").then(|| name.to_string())
+        })
+        .collect();
+    (!set.is_empty()).then_some(set)
+}
+
+/// Whether this kernel can create kprobes at all.
+pub fn kprobe_support() -> Result<(), String> {
+    if Path::new("/sys/bus/event_source/devices/kprobe/type").exists() {
+        return Ok(());
+    }
+    let legacy = crate::loader::tracefs()
+        .map(|t| t.join("kprobe_events").exists())
+        .unwrap_or(false);
+    if legacy {
+        Ok(())
+    } else {
+        Err("no kprobe support in this kernel (no kprobe PMU, no kprobe_events; CONFIG_KPROBES off)".into())
+    }
+}

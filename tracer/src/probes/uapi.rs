@@ -1,0 +1,556 @@
+//! The user-space probe table: one row per library function (or family of
+//! exported variants), served by the one generic uprobe/uretprobe pair in
+//! `tracer-ebpf/src/uapi.rs`. A row's op code is `op::USER_BASE + index`;
+//! it travels as the attach cookie.
+use serde::Serialize;
+use tracer_common::{OpConfig, op, op_flags};
+
+/// Libraries the table covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum Lib {
+    Cuda,
+    Ibverbs,
+    Nccl,
+}
+
+impl Lib {
+    pub const ALL: [Lib; 3] = [Lib::Cuda, Lib::Ibverbs, Lib::Nccl];
+
+    /// File-name stem (`libcuda.so`, `libcuda.so.1`, `libcuda.so.580.1` match).
+    pub fn stem(self) -> &'static str {
+        match self {
+            Lib::Cuda => "libcuda.so",
+            Lib::Ibverbs => "libibverbs.so",
+            Lib::Nccl => "libnccl.so",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Lib::Cuda => "libcuda",
+            Lib::Ibverbs => "libibverbs",
+            Lib::Nccl => "libnccl",
+        }
+    }
+
+    /// Which library a mapped file is, by its file name.
+    pub fn of_path(path: &str) -> Option<Lib> {
+        let file = path.rsplit('/').next()?;
+        Lib::ALL
+            .into_iter()
+            .find(|l| file == l.stem() || file.starts_with(&format!("{}.", l.stem())))
+    }
+}
+
+/// How an argument register is interpreted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Arg {
+    /// Not captured / not meaningful.
+    Skip,
+    /// An address (device or host pointer).
+    Addr,
+    /// A byte count.
+    Bytes,
+    /// An element count.
+    Count,
+    /// An opaque handle (context, PD, QP, communicator, stream).
+    Handle,
+    /// An integer (flags, device ordinal, fd, rank).
+    Int,
+    /// An out-pointer: the eBPF return probe replaces it with the value it
+    /// points to (the allocated address, exported fd, new communicator).
+    Out,
+}
+
+/// What the operation is, for the registry and classification.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    GpuAlloc,
+    GpuFree,
+    HostAlloc,
+    HostFree,
+    HostRegister,
+    HostUnregister,
+    Copy,
+    DmabufExport,
+    IpcImport,
+    Map,
+    PeerAccess,
+    MrRegister,
+    MrDeregister,
+    Setup,
+    CommInit,
+    CommEnd,
+    Collective,
+    PointToPoint,
+    Group,
+    CommRegister,
+}
+
+/// One row of the table.
+#[derive(Clone, Copy, Debug)]
+pub struct Row {
+    pub lib: Lib,
+    /// Base symbol; exported variants (`_v2`, `_v3`, `_ptds`, `_ptsz` and
+    /// combinations, and every ELF symbol version) are attached too.
+    pub symbol: &'static str,
+    /// Name in reports.
+    pub name: &'static str,
+    pub kind: Kind,
+    pub args: &'static [Arg],
+    /// Offset into the returned struct to read 8 bytes from (into `args[5]`),
+    /// e.g. `struct ibv_mr` lkey/rkey at 36.
+    pub ret_read: Option<u32>,
+    /// Aggregate in the kernel only (high-rate calls).
+    pub aggregate: bool,
+}
+
+use Arg::*;
+
+const fn row(lib: Lib, symbol: &'static str, name: &'static str, kind: Kind, args: &'static [Arg]) -> Row {
+    Row {
+        lib,
+        symbol,
+        name,
+        kind,
+        args,
+        ret_read: None,
+        aggregate: false,
+    }
+}
+const fn hot(mut r: Row) -> Row {
+    r.aggregate = true;
+    r
+}
+const fn mr(mut r: Row) -> Row {
+    // struct ibv_mr { context*, pd*, void *addr; size_t length; u32 handle, lkey, rkey; }
+    // lkey at 36, rkey at 40 (rdma-core libibverbs/verbs.h, stable since 1.0).
+    r.ret_read = Some(36);
+    r
+}
+
+/// The table. Prototypes are those of CUDA 13 `cuda.h`, rdma-core 44+
+/// `verbs.h` and NCCL 2.2x `nccl.h`.
+pub static TABLE: &[Row] = &[
+    // CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
+    row(Lib::Cuda, "cuMemAlloc", "cuMemAlloc", Kind::GpuAlloc, &[Out, Bytes]),
+    // CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
+    row(
+        Lib::Cuda,
+        "cuMemAllocManaged",
+        "cuMemAllocManaged",
+        Kind::GpuAlloc,
+        &[Out, Bytes, Int],
+    ),
+    // CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t w, size_t h, unsigned int esz);
+    row(
+        Lib::Cuda,
+        "cuMemAllocAsync",
+        "cuMemAllocAsync",
+        Kind::GpuAlloc,
+        &[Out, Bytes, Handle],
+    ),
+    // CUresult cuMemFree_v2(CUdeviceptr dptr);
+    row(Lib::Cuda, "cuMemFree", "cuMemFree", Kind::GpuFree, &[Addr]),
+    row(
+        Lib::Cuda,
+        "cuMemFreeAsync",
+        "cuMemFreeAsync",
+        Kind::GpuFree,
+        &[Addr, Handle],
+    ),
+    // CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
+    row(
+        Lib::Cuda,
+        "cuMemAllocHost",
+        "cuMemAllocHost",
+        Kind::HostAlloc,
+        &[Out, Bytes],
+    ),
+    // CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags);
+    row(
+        Lib::Cuda,
+        "cuMemHostAlloc",
+        "cuMemHostAlloc",
+        Kind::HostAlloc,
+        &[Out, Bytes, Int],
+    ),
+    // CUresult cuMemFreeHost(void *p);
+    row(Lib::Cuda, "cuMemFreeHost", "cuMemFreeHost", Kind::HostFree, &[Addr]),
+    // CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags);
+    row(
+        Lib::Cuda,
+        "cuMemHostRegister",
+        "cuMemHostRegister",
+        Kind::HostRegister,
+        &[Addr, Bytes, Int],
+    ),
+    // CUresult cuMemHostUnregister(void *p);
+    row(
+        Lib::Cuda,
+        "cuMemHostUnregister",
+        "cuMemHostUnregister",
+        Kind::HostUnregister,
+        &[Addr],
+    ),
+    // CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);  (+Async: CUstream)
+    row(
+        Lib::Cuda,
+        "cuMemcpyHtoD",
+        "cuMemcpyHtoD",
+        Kind::Copy,
+        &[Addr, Addr, Bytes],
+    ),
+    row(
+        Lib::Cuda,
+        "cuMemcpyHtoDAsync",
+        "cuMemcpyHtoDAsync",
+        Kind::Copy,
+        &[Addr, Addr, Bytes, Handle],
+    ),
+    // CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
+    row(
+        Lib::Cuda,
+        "cuMemcpyDtoH",
+        "cuMemcpyDtoH",
+        Kind::Copy,
+        &[Addr, Addr, Bytes],
+    ),
+    row(
+        Lib::Cuda,
+        "cuMemcpyDtoHAsync",
+        "cuMemcpyDtoHAsync",
+        Kind::Copy,
+        &[Addr, Addr, Bytes, Handle],
+    ),
+    // CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n);
+    row(
+        Lib::Cuda,
+        "cuMemcpyDtoD",
+        "cuMemcpyDtoD",
+        Kind::Copy,
+        &[Addr, Addr, Bytes],
+    ),
+    row(
+        Lib::Cuda,
+        "cuMemcpyDtoDAsync",
+        "cuMemcpyDtoDAsync",
+        Kind::Copy,
+        &[Addr, Addr, Bytes, Handle],
+    ),
+    // CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n);  (unified addressing)
+    row(Lib::Cuda, "cuMemcpy", "cuMemcpy", Kind::Copy, &[Addr, Addr, Bytes]),
+    row(
+        Lib::Cuda,
+        "cuMemcpyAsync",
+        "cuMemcpyAsync",
+        Kind::Copy,
+        &[Addr, Addr, Bytes, Handle],
+    ),
+    // CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n);
+    row(
+        Lib::Cuda,
+        "cuMemcpyPeer",
+        "cuMemcpyPeer",
+        Kind::Copy,
+        &[Addr, Handle, Addr, Handle, Bytes],
+    ),
+    row(
+        Lib::Cuda,
+        "cuMemcpyPeerAsync",
+        "cuMemcpyPeerAsync",
+        Kind::Copy,
+        &[Addr, Handle, Addr, Handle, Bytes, Handle],
+    ),
+    // CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *p);  (descriptor in user memory: counted, not sized)
+    row(Lib::Cuda, "cuMemcpy2D", "cuMemcpy2D", Kind::Copy, &[Addr]),
+    row(Lib::Cuda, "cuMemcpy3D", "cuMemcpy3D", Kind::Copy, &[Addr]),
+    // CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size,
+    //                                        CUmemRangeHandleType type, unsigned long long flags);
+    row(
+        Lib::Cuda,
+        "cuMemGetHandleForAddressRange",
+        "cuMemGetHandleForAddressRange",
+        Kind::DmabufExport,
+        &[Out, Addr, Bytes, Int, Int],
+    ),
+    // CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle /* 64 B, on the stack */, unsigned int Flags);
+    row(
+        Lib::Cuda,
+        "cuIpcOpenMemHandle",
+        "cuIpcOpenMemHandle",
+        Kind::IpcImport,
+        &[Out, Int],
+    ),
+    // CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *osHandle, CUmemAllocationHandleType t);
+    row(
+        Lib::Cuda,
+        "cuMemImportFromShareableHandle",
+        "cuMemImportFromShareableHandle",
+        Kind::IpcImport,
+        &[Out, Handle, Int],
+    ),
+    // CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long flags);
+    row(
+        Lib::Cuda,
+        "cuMemMap",
+        "cuMemMap",
+        Kind::Map,
+        &[Addr, Bytes, Bytes, Handle, Int],
+    ),
+    // CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags);
+    row(
+        Lib::Cuda,
+        "cuCtxEnablePeerAccess",
+        "cuCtxEnablePeerAccess",
+        Kind::PeerAccess,
+        &[Handle, Int],
+    ),
+    // struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access);
+    mr(row(
+        Lib::Ibverbs,
+        "ibv_reg_mr",
+        "ibv_reg_mr",
+        Kind::MrRegister,
+        &[Handle, Addr, Bytes, Int],
+    )),
+    // struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access);
+    mr(row(
+        Lib::Ibverbs,
+        "ibv_reg_mr_iova",
+        "ibv_reg_mr_iova",
+        Kind::MrRegister,
+        &[Handle, Addr, Bytes, Addr, Int],
+    )),
+    // struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access);
+    mr(row(
+        Lib::Ibverbs,
+        "ibv_reg_mr_iova2",
+        "ibv_reg_mr_iova2",
+        Kind::MrRegister,
+        &[Handle, Addr, Bytes, Addr, Int],
+    )),
+    // struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access);
+    mr(row(
+        Lib::Ibverbs,
+        "ibv_reg_dmabuf_mr",
+        "ibv_reg_dmabuf_mr",
+        Kind::MrRegister,
+        &[Handle, Int, Bytes, Addr, Int, Int],
+    )),
+    // int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access);
+    row(
+        Lib::Ibverbs,
+        "ibv_rereg_mr",
+        "ibv_rereg_mr",
+        Kind::MrRegister,
+        &[Handle, Int, Handle, Addr, Bytes, Int],
+    ),
+    // int ibv_dereg_mr(struct ibv_mr *mr);
+    row(
+        Lib::Ibverbs,
+        "ibv_dereg_mr",
+        "ibv_dereg_mr",
+        Kind::MrDeregister,
+        &[Handle],
+    ),
+    // struct ibv_pd *ibv_alloc_pd(struct ibv_context *context);
+    row(Lib::Ibverbs, "ibv_alloc_pd", "ibv_alloc_pd", Kind::Setup, &[Handle]),
+    // struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+    row(
+        Lib::Ibverbs,
+        "ibv_create_qp",
+        "ibv_create_qp",
+        Kind::Setup,
+        &[Handle, Addr],
+    ),
+    row(
+        Lib::Ibverbs,
+        "ibv_create_qp_ex",
+        "ibv_create_qp_ex",
+        Kind::Setup,
+        &[Handle, Addr],
+    ),
+    // int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
+    row(
+        Lib::Ibverbs,
+        "ibv_modify_qp",
+        "ibv_modify_qp",
+        Kind::Setup,
+        &[Handle, Addr, Int],
+    ),
+    // ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id /* 128 B, stack */, int rank);
+    row(
+        Lib::Nccl,
+        "ncclCommInitRank",
+        "ncclCommInitRank",
+        Kind::CommInit,
+        &[Out, Count, Int],
+    ),
+    row(
+        Lib::Nccl,
+        "ncclCommInitRankConfig",
+        "ncclCommInitRankConfig",
+        Kind::CommInit,
+        &[Out, Count, Int, Addr],
+    ),
+    // ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
+    row(
+        Lib::Nccl,
+        "ncclCommInitAll",
+        "ncclCommInitAll",
+        Kind::CommInit,
+        &[Out, Count, Addr],
+    ),
+    // ncclResult_t ncclCommDestroy(ncclComm_t comm);  ncclCommAbort(ncclComm_t comm);
+    row(
+        Lib::Nccl,
+        "ncclCommDestroy",
+        "ncclCommDestroy",
+        Kind::CommEnd,
+        &[Handle],
+    ),
+    row(Lib::Nccl, "ncclCommAbort", "ncclCommAbort", Kind::CommEnd, &[Handle]),
+    // ncclResult_t ncclAllReduce(const void *s, void *r, size_t count, ncclDataType_t dt, ncclRedOp_t op,
+    //                            ncclComm_t comm, cudaStream_t stream);
+    hot(row(
+        Lib::Nccl,
+        "ncclAllReduce",
+        "ncclAllReduce",
+        Kind::Collective,
+        &[Addr, Addr, Count, Int, Int, Handle],
+    )),
+    // ncclResult_t ncclAllGather(const void *s, void *r, size_t sendcount, ncclDataType_t dt, ncclComm_t comm, cudaStream_t st);
+    hot(row(
+        Lib::Nccl,
+        "ncclAllGather",
+        "ncclAllGather",
+        Kind::Collective,
+        &[Addr, Addr, Count, Int, Handle, Handle],
+    )),
+    hot(row(
+        Lib::Nccl,
+        "ncclReduceScatter",
+        "ncclReduceScatter",
+        Kind::Collective,
+        &[Addr, Addr, Count, Int, Int, Handle],
+    )),
+    hot(row(
+        Lib::Nccl,
+        "ncclBroadcast",
+        "ncclBroadcast",
+        Kind::Collective,
+        &[Addr, Addr, Count, Int, Int, Handle],
+    )),
+    hot(row(
+        Lib::Nccl,
+        "ncclReduce",
+        "ncclReduce",
+        Kind::Collective,
+        &[Addr, Addr, Count, Int, Int, Int],
+    )),
+    // ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t s);
+    hot(row(
+        Lib::Nccl,
+        "ncclSend",
+        "ncclSend",
+        Kind::PointToPoint,
+        &[Addr, Count, Int, Int, Handle, Handle],
+    )),
+    hot(row(
+        Lib::Nccl,
+        "ncclRecv",
+        "ncclRecv",
+        Kind::PointToPoint,
+        &[Addr, Count, Int, Int, Handle, Handle],
+    )),
+    hot(row(Lib::Nccl, "ncclGroupStart", "ncclGroupStart", Kind::Group, &[])),
+    hot(row(Lib::Nccl, "ncclGroupEnd", "ncclGroupEnd", Kind::Group, &[])),
+    // ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle);
+    row(
+        Lib::Nccl,
+        "ncclCommRegister",
+        "ncclCommRegister",
+        Kind::CommRegister,
+        &[Handle, Addr, Bytes, Out],
+    ),
+    row(
+        Lib::Nccl,
+        "ncclCommDeregister",
+        "ncclCommDeregister",
+        Kind::CommRegister,
+        &[Handle, Handle],
+    ),
+    // ncclResult_t ncclMemAlloc(void **ptr, size_t size);  ncclMemFree(void *ptr);
+    row(Lib::Nccl, "ncclMemAlloc", "ncclMemAlloc", Kind::GpuAlloc, &[Out, Bytes]),
+    row(Lib::Nccl, "ncclMemFree", "ncclMemFree", Kind::GpuFree, &[Addr]),
+];
+
+/// Op code of a table row.
+pub fn op_of(index: usize) -> u32 {
+    op::USER_BASE + index as u32
+}
+
+/// The row of a library op code.
+pub fn row_of(op: u32) -> Option<(usize, &'static Row)> {
+    let i = op.checked_sub(op::USER_BASE)? as usize;
+    TABLE.get(i).map(|r| (i, r))
+}
+
+/// The eBPF-side configuration of a row.
+pub fn config_of(row: &Row) -> OpConfig {
+    let mut deref = 0u32;
+    for (i, a) in row.args.iter().enumerate() {
+        if *a == Arg::Out {
+            deref |= 1 << i;
+        }
+    }
+    OpConfig {
+        flags: if row.aggregate { op_flags::AGGREGATE_ONLY } else { 0 },
+        deref_args: deref,
+        ret_read_offset: row.ret_read.map_or(u32::MAX, |o| o),
+        _pad: 0,
+    }
+}
+
+/// Whether exported `symbol` is a variant of `base`: the same name or
+/// `base_<suffix>` with a suffix CUDA uses for versioned and per-thread
+/// default-stream entry points.
+pub fn is_variant(symbol: &str, base: &str) -> bool {
+    const SUFFIXES: &[&str] = &["v2", "v3", "ptds", "ptsz", "v2_ptds", "v2_ptsz", "v3_ptds", "v3_ptsz"];
+    match symbol.strip_prefix(base) {
+        Some("") => true,
+        Some(rest) => rest.strip_prefix('_').is_some_and(|s| SUFFIXES.contains(&s)),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants() {
+        assert!(is_variant("cuMemcpyDtoH_v2", "cuMemcpyDtoH"));
+        assert!(is_variant("cuMemcpyHtoDAsync_v2_ptsz", "cuMemcpyHtoDAsync"));
+        assert!(is_variant("cuMemcpy", "cuMemcpy"));
+        assert!(!is_variant("cuMemcpyDtoH_v2", "cuMemcpy"));
+        assert!(!is_variant("cuMemcpyAsync", "cuMemcpy"));
+        assert!(!is_variant("pncclAllReduce", "ncclAllReduce"));
+    }
+
+    #[test]
+    fn table_fits_op_space_and_six_registers() {
+        assert!(op::USER_BASE as usize + TABLE.len() <= tracer_common::MAX_OPS as usize);
+        assert!(TABLE.iter().all(|r| r.args.len() <= tracer_common::MAX_ARGS));
+        assert_eq!(
+            Lib::of_path("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0"),
+            Some(Lib::Ibverbs)
+        );
+        assert_eq!(Lib::of_path("/usr/lib/libcuda.so.1"), Some(Lib::Cuda));
+        assert_eq!(Lib::of_path("/x/libcudart.so.12"), None);
+    }
+}

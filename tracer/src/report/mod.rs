@@ -1,0 +1,353 @@
+//! Reports: the JSON document (schema `gdrtrace.report/v1`, documented in
+//! docs/report-schema.md) and its text rendering.
+pub mod text;
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use tracer_common::{MAX_SLOTS, op};
+
+use crate::{
+    counters::FollPin,
+    model::Churn,
+    probes::{Coverage, Family, catalog::point_of_op, uapi},
+    stats::Aggregator,
+};
+
+pub const SCHEMA: &str = "gdrtrace.report/v1";
+
+/// One latency bucket `[min, max)`, in the histogram's unit.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Bucket {
+    pub min: u64,
+    pub max: u64,
+    pub count: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Latency {
+    pub unit: &'static str,
+    pub count: u64,
+    pub min: u64,
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+    pub buckets: Vec<Bucket>,
+}
+
+impl Latency {
+    pub fn from_hist(h: &Histogram<u64>) -> Self {
+        Latency {
+            unit: "ns",
+            count: h.len(),
+            min: h.min(),
+            p50: h.value_at_quantile(0.50),
+            p90: h.value_at_quantile(0.90),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+            buckets: log2_buckets(h.iter_recorded().map(|v| (v.value_iterated_to(), v.count_at_value()))),
+        }
+    }
+}
+
+/// Power-of-two buckets, as bpftrace's `hist()` prints them.
+pub fn log2_buckets(values: impl Iterator<Item = (u64, u64)>) -> Vec<Bucket> {
+    let mut slots: BTreeMap<u32, u64> = BTreeMap::new();
+    for (v, n) in values {
+        *slots.entry(tracer_common::log2_slot(v.max(1)).min(63)).or_default() += n;
+    }
+    slots
+        .into_iter()
+        .map(|(s, count)| Bucket {
+            min: 1u64 << s,
+            max: 1u64 << (s + 1),
+            count,
+        })
+        .collect()
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Operation {
+    pub name: String,
+    pub family: Family,
+    pub transport: &'static str,
+    pub calls: u64,
+    pub errors: u64,
+    pub bytes: u64,
+    /// Pages pinned (+) / unpinned (-), for pin-family operations.
+    pub pages: i64,
+    pub evidence: String,
+    /// True when events may be missing (drops), so the histogram is a lower bound.
+    pub incomplete: bool,
+    pub latency: Latency,
+}
+
+/// An op aggregated in the kernel (log2 slots), evented or not.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelHistogram {
+    pub name: String,
+    pub calls: u64,
+    pub unit: &'static str,
+    pub buckets: Vec<Bucket>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Process {
+    pub pid: u32,
+    pub comm: String,
+    pub parent: Option<u32>,
+    pub exited: bool,
+    pub calls: BTreeMap<String, u64>,
+    pub errors: u64,
+    pub pages_pinned: u64,
+    pub pages_unpinned: u64,
+    pub vm_pin_kib_max: u64,
+    pub cpu_seconds: Option<f64>,
+    pub churn: Option<Churn>,
+}
+
+/// Where one signal came from.
+#[derive(Clone, Debug, Serialize)]
+pub struct Signal {
+    pub signal: &'static str,
+    /// `probe` or `counter`.
+    pub source: &'static str,
+    pub how: String,
+    pub available: bool,
+}
+
+/// Everything that could have been lost, with exact counts.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Loss {
+    pub ringbuf_drops: u64,
+    pub inflight_full: u64,
+    pub return_without_entry: u64,
+    pub targets_full: u64,
+    pub read_errors: u64,
+    pub malformed_records: u64,
+    pub undecoded_events: u64,
+    /// True when nothing was lost.
+    pub complete: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Host {
+    pub kernel: String,
+    pub lockdown: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PinCounters {
+    pub before: Option<FollPin>,
+    pub after: Option<FollPin>,
+    pub delta: Option<FollPin>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    pub tool_version: &'static str,
+    pub host: Host,
+    pub command: Vec<String>,
+    pub duration_s: f64,
+    pub signals: Vec<Signal>,
+    pub operations: Vec<Operation>,
+    pub kernel_histograms: Vec<KernelHistogram>,
+    pub processes: Vec<Process>,
+    pub pin_counters: PinCounters,
+    pub loss: Loss,
+    pub coverage: Vec<Coverage>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workloads: Vec<serde_json::Value>,
+}
+
+pub fn host() -> Host {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let path = "/sys/kernel/security/lockdown";
+    if !std::path::Path::new(path).exists() {
+        // securityfs is not mounted on minimal systems; mounting it is harmless.
+        // SAFETY: constant, NUL-terminated arguments.
+        unsafe {
+            libc::mount(
+                c"securityfs".as_ptr(),
+                c"/sys/kernel/security".as_ptr(),
+                c"securityfs".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+    }
+    let lockdown = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .find(|w| w.starts_with('['))
+                .map(|w| w.trim_matches(['[', ']']).to_string())
+        })
+        .unwrap_or_else(|| "unknown (no /sys/kernel/security/lockdown)".into());
+    Host { kernel, lockdown }
+}
+
+/// Name of an op for kernel histograms.
+pub fn op_name(op_code: u32) -> String {
+    if op_code >= op::USER_BASE {
+        uapi::row_of(op_code).map_or_else(|| format!("op-{op_code}"), |(_, r)| r.name.to_string())
+    } else {
+        point_of_op(op_code).map_or_else(|| format!("op-{op_code}"), |p| p.name.to_string())
+    }
+}
+
+/// Inputs of a report besides the aggregator.
+pub struct Inputs {
+    pub command: Vec<String>,
+    pub duration_s: f64,
+    pub coverage: Vec<Coverage>,
+    pub loss: Loss,
+    pub kernel_slots: BTreeMap<u32, Vec<u64>>,
+    pub pins: PinCounters,
+}
+
+pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
+    let incomplete = !inputs.loss.complete;
+    let operations = agg
+        .ops
+        .iter()
+        .map(|((name, transport), s)| Operation {
+            name: name.clone(),
+            family: s.family,
+            transport: transport.name(),
+            calls: s.calls,
+            errors: s.errors,
+            bytes: s.bytes,
+            pages: s.pages,
+            evidence: s.evidence.clone(),
+            incomplete,
+            latency: Latency::from_hist(&s.hist),
+        })
+        .collect();
+    let kernel_histograms = inputs
+        .kernel_slots
+        .iter()
+        .filter(|(_, slots)| slots.iter().any(|&c| c > 0))
+        .map(|(op_code, slots)| KernelHistogram {
+            name: op_name(*op_code),
+            calls: slots.iter().sum(),
+            unit: "ns",
+            buckets: slots
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c > 0)
+                .map(|(i, c)| Bucket {
+                    min: 1u64 << i,
+                    max: if i as u32 == MAX_SLOTS - 1 {
+                        u64::MAX
+                    } else {
+                        1u64 << (i + 1)
+                    },
+                    count: *c,
+                })
+                .collect(),
+        })
+        .collect();
+    let processes = agg
+        .procs
+        .iter()
+        .map(|(pid, p)| Process {
+            pid: *pid,
+            comm: p.comm.clone(),
+            parent: p.parent,
+            exited: p.exited,
+            calls: p.calls.clone(),
+            errors: p.errors,
+            pages_pinned: p.pages_pinned,
+            pages_unpinned: p.pages_unpinned,
+            vm_pin_kib_max: p.vm_pin_kib_max,
+            cpu_seconds: p.cpu_seconds,
+            churn: agg.registry.procs.get(pid).map(|r| r.churn.clone()),
+        })
+        .collect();
+    let signals = signals(&inputs.coverage, inputs.pins.delta.is_some());
+    Report {
+        schema: SCHEMA,
+        tool_version: env!("CARGO_PKG_VERSION"),
+        host: host(),
+        command: inputs.command,
+        duration_s: inputs.duration_s,
+        signals,
+        operations,
+        kernel_histograms,
+        processes,
+        pin_counters: inputs.pins,
+        loss: inputs.loss,
+        coverage: inputs.coverage,
+        workloads: Vec::new(),
+    }
+}
+
+/// Which signals came from probes and which from counters, and whether each
+/// was available on this run.
+fn signals(coverage: &[Coverage], vmstat: bool) -> Vec<Signal> {
+    let attached = |family: Family| {
+        let rows: Vec<_> = coverage
+            .iter()
+            .filter(|c| c.family == family && c.status == crate::probes::Status::Attached)
+            .collect();
+        let how = rows
+            .iter()
+            .map(|c| format!("{} ({})", c.point, c.via.unwrap_or("?")))
+            .collect::<Vec<_>>()
+            .join(", ");
+        (
+            !rows.is_empty(),
+            if rows.is_empty() {
+                "no probe point of this family attached".to_string()
+            } else {
+                how
+            },
+        )
+    };
+    let mut out = Vec::new();
+    let (ok, how) = attached(Family::Syscall);
+    out.push(Signal {
+        signal: "registration syscalls: counts and latency",
+        source: "probe",
+        how,
+        available: ok,
+    });
+    for (family, signal) in [
+        (Family::Pinning, "kernel page pinning: calls, pages, latency"),
+        (Family::Verbs, "kernel verbs memory registration"),
+        (Family::PeerMem, "peer-memory (nvidia_p2p) pinning"),
+        (Family::DmaBuf, "dma-buf attach/map"),
+        (Family::Cuda, "libcuda allocations and copies"),
+        (Family::Ibverbs, "libibverbs MR registration"),
+        (Family::Nccl, "libnccl communicators and collectives"),
+    ] {
+        let (ok, how) = attached(family);
+        out.push(Signal {
+            signal,
+            source: "probe",
+            how,
+            available: ok,
+        });
+    }
+    out.push(Signal {
+        signal: "pinned pages, system-wide",
+        source: "counter",
+        how: "/proc/vmstat nr_foll_pin_acquired/nr_foll_pin_released sampled before and after".into(),
+        available: vmstat,
+    });
+    out.push(Signal {
+        signal: "pinned memory per process",
+        source: "counter",
+        how: "/proc/PID/status VmPin sampled while the process ran".into(),
+        available: true,
+    });
+    out
+}

@@ -1,0 +1,218 @@
+//! Text rendering of a report: tables and bpftrace-style histograms.
+use std::fmt::Write as _;
+
+use super::{Bucket, Report};
+use crate::probes::Status;
+
+/// bpftrace's power-of-two labels: 512, 1K, 2M, 4G.
+pub fn human(v: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
+    for (size, unit) in UNITS {
+        if v >= size && v % size == 0 {
+            return format!("{}{unit}", v / size);
+        }
+    }
+    v.to_string()
+}
+
+/// Renders buckets as bpftrace prints `hist()`: `[lo, hi)  count |@@@@|`.
+pub fn histogram(out: &mut String, title: &str, buckets: &[Bucket]) {
+    const WIDTH: u64 = 52;
+    let _ = writeln!(out, "{title}");
+    let max = buckets.iter().map(|b| b.count).max().unwrap_or(0).max(1);
+    for b in buckets {
+        let hi = if b.max == u64::MAX {
+            "...".to_string()
+        } else {
+            human(b.max)
+        };
+        let label = format!("[{}, {})", human(b.min), hi);
+        let bar = "@".repeat(((b.count * WIDTH) / max) as usize);
+        let _ = writeln!(out, "{label:<16}{:>8} |{bar:<52}|", b.count);
+    }
+    let _ = writeln!(out);
+}
+
+fn ns(v: u64) -> String {
+    match v {
+        0..1_000 => format!("{v}ns"),
+        1_000..1_000_000 => format!("{:.1}us", v as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1}ms", v as f64 / 1e6),
+        _ => format!("{:.2}s", v as f64 / 1e9),
+    }
+}
+
+fn bytes(v: u64) -> String {
+    match v {
+        0 => "-".into(),
+        1..1024 => format!("{v}B"),
+        1024..1_048_576 => format!("{:.1}KiB", v as f64 / 1024.0),
+        1_048_576..1_073_741_824 => format!("{:.1}MiB", v as f64 / 1_048_576.0),
+        _ => format!("{:.2}GiB", v as f64 / 1_073_741_824.0),
+    }
+}
+
+pub fn render(r: &Report) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "gdrtrace report ({}) kernel {} lockdown {}",
+        r.schema, r.host.kernel, r.host.lockdown
+    );
+    if !r.command.is_empty() {
+        let _ = writeln!(o, "command: {}", r.command.join(" "));
+    }
+    let _ = writeln!(o, "duration: {:.3} s\n", r.duration_s);
+
+    let _ = writeln!(o, "Signals");
+    for s in &r.signals {
+        let state = if s.available { "measured" } else { "unavailable" };
+        let _ = writeln!(o, "  {:<46} {:<8} {:<12} {}", s.signal, s.source, state, s.how);
+    }
+    let _ = writeln!(o);
+
+    let _ = writeln!(o, "Operations");
+    let _ = writeln!(
+        o,
+        "  {:<40} {:<24} {:>8} {:>6} {:>10} {:>9} {:>9} {:>9} {:>9}",
+        "OPERATION", "TRANSPORT", "CALLS", "ERRORS", "BYTES", "p50", "p90", "p99", "max"
+    );
+    for op in &r.operations {
+        let _ = writeln!(
+            o,
+            "  {:<40} {:<24} {:>8} {:>6} {:>10} {:>9} {:>9} {:>9} {:>9}",
+            op.name,
+            op.transport,
+            op.calls,
+            op.errors,
+            bytes(op.bytes),
+            ns(op.latency.p50),
+            ns(op.latency.p90),
+            ns(op.latency.p99),
+            ns(op.latency.max)
+        );
+    }
+    if r.operations.is_empty() {
+        let _ = writeln!(o, "  (no traced calls)");
+    }
+    let _ = writeln!(o);
+    for op in &r.operations {
+        let mark = if op.incomplete {
+            " [incomplete: events were dropped]"
+        } else {
+            ""
+        };
+        histogram(
+            &mut o,
+            &format!("@{}[{}] latency (ns){mark}:", op.name, op.transport),
+            &op.latency.buckets,
+        );
+    }
+    for h in r
+        .kernel_histograms
+        .iter()
+        .filter(|h| !r.operations.iter().any(|o| o.name.starts_with(&h.name)))
+    {
+        histogram(
+            &mut o,
+            &format!("@{} latency (ns), aggregated in kernel:", h.name),
+            &h.buckets,
+        );
+    }
+
+    let _ = writeln!(o, "Processes");
+    let _ = writeln!(
+        o,
+        "  {:>8} {:<16} {:>8} {:>8} {:>12} {:>12} {:>10} {:>8}",
+        "PID", "COMM", "PARENT", "CALLS", "PAGES-PIN", "PAGES-UNPIN", "VmPin-max", "CPU-s"
+    );
+    for p in &r.processes {
+        let calls: u64 = p.calls.values().sum();
+        let _ = writeln!(
+            o,
+            "  {:>8} {:<16} {:>8} {:>8} {:>12} {:>12} {:>8}kB {:>8}",
+            p.pid,
+            p.comm,
+            p.parent.map_or("-".into(), |v| v.to_string()),
+            calls,
+            p.pages_pinned,
+            p.pages_unpinned,
+            p.vm_pin_kib_max,
+            p.cpu_seconds.map_or("-".into(), |c| format!("{c:.2}"))
+        );
+    }
+    let _ = writeln!(o);
+
+    match &r.pin_counters.delta {
+        Some(d) => {
+            let _ = writeln!(
+                o,
+                "Pinned pages, system-wide (counter /proc/vmstat): acquired +{} released +{}\n",
+                d.acquired, d.released
+            );
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "Pinned pages, system-wide: unavailable (/proc/vmstat has no nr_foll_pin_*)\n"
+            );
+        }
+    }
+
+    let _ = writeln!(o, "Probe coverage");
+    for c in &r.coverage {
+        let _ = writeln!(o, "  {:<36} {:<10} {}", c.point, c.family.name(), c.summary());
+        if c.status == Status::Attached {
+            for d in &c.detail {
+                let _ = writeln!(o, "  {:<36} {:<10}   {d}", "", "");
+            }
+        }
+    }
+    let _ = writeln!(o);
+    let l = &r.loss;
+    let _ = writeln!(
+        o,
+        "Loss: ring buffer drops {}, in-flight table full {}, returns without entry {}, target set full {}, read errors {}, malformed {}, undecoded {} ({})",
+        l.ringbuf_drops,
+        l.inflight_full,
+        l.return_without_entry,
+        l.targets_full,
+        l.read_errors,
+        l.malformed_records,
+        l.undecoded_events,
+        if l.complete { "complete" } else { "INCOMPLETE" }
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_like_bpftrace() {
+        assert_eq!(human(512), "512");
+        assert_eq!(human(1024), "1K");
+        assert_eq!(human(2 << 20), "2M");
+        let mut s = String::new();
+        histogram(
+            &mut s,
+            "@x (ns):",
+            &[
+                Bucket {
+                    min: 1024,
+                    max: 2048,
+                    count: 4,
+                },
+                Bucket {
+                    min: 2048,
+                    max: 4096,
+                    count: 2,
+                },
+            ],
+        );
+        assert!(s.contains("[1K, 2K)"), "{s}");
+        assert!(s.contains(&format!("|{}|", "@".repeat(52))), "{s}");
+        assert!(s.contains(&format!("|{}{}|", "@".repeat(26), " ".repeat(26))), "{s}");
+    }
+}

@@ -1,0 +1,160 @@
+//! A tracing session: the loaded object, the planner's attachments, the
+//! target set, and the read-out of in-kernel counters and histograms.
+use std::collections::BTreeMap;
+
+use aya::{
+    Ebpf,
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+};
+use tracer_common::{MAX_OPS, MAX_SLOTS, counter};
+
+use crate::{
+    error::{Error, Result, describe},
+    events::EventStream,
+    loader::{self, LoadOptions},
+    probes::{Family, Planner, Status, libs},
+    report::Loss,
+};
+
+#[derive(Clone, Debug, Default)]
+pub struct SessionOptions {
+    pub load: LoadOptions,
+    /// Families to enable; `None` enables all.
+    pub families: Option<Vec<Family>>,
+    /// Attach the library table to the host's installed libraries up front.
+    pub installed_libraries: bool,
+}
+
+pub struct Session {
+    pub ebpf: Ebpf,
+    pub planner: Planner,
+}
+
+impl Session {
+    pub fn open(opts: &SessionOptions) -> Result<Self> {
+        let mut ebpf = loader::load(&opts.load)?;
+        let mut planner = Planner::new();
+        let families = opts.families.clone();
+        let enabled = move |f: Family| {
+            families
+                .as_ref()
+                .is_none_or(|v| v.contains(&f) || matches!(f, Family::Sched))
+        };
+        planner.attach_catalog(&mut ebpf, &enabled);
+        if let Some(row) = planner
+            .coverage
+            .iter()
+            .find(|c| c.family == Family::Sched && c.status == Status::Unavailable)
+        {
+            return Err(Error::Usage(format!(
+                "cannot follow processes: {} is {}",
+                row.point,
+                row.summary()
+            )));
+        }
+        let mut s = Session { ebpf, planner };
+        if opts.installed_libraries {
+            for file in libs::installed() {
+                if enabled(match file.lib {
+                    crate::probes::uapi::Lib::Cuda => Family::Cuda,
+                    crate::probes::uapi::Lib::Ibverbs => Family::Ibverbs,
+                    crate::probes::uapi::Lib::Nccl => Family::Nccl,
+                }) {
+                    s.planner.attach_library(&mut s.ebpf, &file);
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    fn targets(&mut self) -> Result<HashMap<&mut MapData, u32, u32>> {
+        let map = self.ebpf.map_mut("TARGETS").ok_or(Error::MissingMap("TARGETS"))?;
+        HashMap::try_from(map).map_err(|source| Error::Map {
+            name: "TARGETS".into(),
+            source,
+        })
+    }
+
+    /// Adds a process to the target set (its children follow in the kernel).
+    pub fn add_target(&mut self, pid: u32) -> Result<()> {
+        self.targets()?.insert(pid, 0, 0).map_err(|source| Error::Map {
+            name: "TARGETS".into(),
+            source,
+        })
+    }
+
+    /// Attaches the library table to libraries `pid` maps that are not yet
+    /// attached. Returns how many files were newly attached.
+    pub fn attach_libraries_of(&mut self, pid: u32) -> usize {
+        let Ok(files) = libs::mapped(pid) else { return 0 };
+        files
+            .iter()
+            .filter(|f| self.planner.attach_library(&mut self.ebpf, f))
+            .count()
+    }
+
+    /// Takes the event ring buffer (once).
+    pub fn events(&mut self) -> Result<EventStream> {
+        let map = self.ebpf.take_map("EVENTS").ok_or(Error::MissingMap("EVENTS"))?;
+        let ring = RingBuf::try_from(map).map_err(|source| Error::Map {
+            name: "EVENTS".into(),
+            source,
+        })?;
+        EventStream::new(ring).map_err(|e| Error::io("polling the ring buffer", e))
+    }
+
+    fn per_cpu_sums(&self, name: &'static str, len: u32) -> Result<Vec<u64>> {
+        let map = self.ebpf.map(name).ok_or(Error::MissingMap(name))?;
+        let array: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map).map_err(|source| Error::Map {
+            name: name.into(),
+            source,
+        })?;
+        (0..len)
+            .map(|i| {
+                array.get(&i, 0).map(|v| v.iter().sum()).map_err(|source| Error::Map {
+                    name: name.into(),
+                    source,
+                })
+            })
+            .collect()
+    }
+
+    /// The in-kernel loss counters, summed over CPUs.
+    pub fn loss(&self, malformed: u64, undecoded: u64) -> Result<Loss> {
+        let c = self.per_cpu_sums("COUNTERS", counter::COUNT)?;
+        let mut l = Loss {
+            ringbuf_drops: c[counter::RINGBUF_DROPS as usize],
+            inflight_full: c[counter::INFLIGHT_FULL as usize],
+            return_without_entry: c[counter::RETURN_WITHOUT_ENTRY as usize],
+            targets_full: c[counter::TARGETS_FULL as usize],
+            read_errors: c[counter::READ_ERRORS as usize],
+            malformed_records: malformed,
+            undecoded_events: undecoded,
+            complete: false,
+        };
+        l.complete = l.ringbuf_drops
+            + l.inflight_full
+            + l.targets_full
+            + l.read_errors
+            + l.malformed_records
+            + l.undecoded_events
+            == 0;
+        Ok(l)
+    }
+
+    /// In-kernel log2 latency slots per op (every completed call).
+    pub fn kernel_slots(&self) -> Result<BTreeMap<u32, Vec<u64>>> {
+        let all = self.per_cpu_sums("LATENCY", MAX_OPS * MAX_SLOTS)?;
+        Ok(all
+            .chunks(MAX_SLOTS as usize)
+            .enumerate()
+            .filter(|(_, s)| s.iter().any(|&c| c > 0))
+            .map(|(op, s)| (op as u32, s.to_vec()))
+            .collect())
+    }
+}
+
+/// Renders any error for the coverage table / doctor.
+pub fn why(e: &Error) -> String {
+    describe(e)
+}

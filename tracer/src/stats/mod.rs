@@ -1,0 +1,166 @@
+//! Aggregation: an HdrHistogram per (operation, transport), per-process
+//! tables, and the registry, fed event by event.
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use tracer_common::{Event, kind};
+
+use crate::{
+    classify::{self, Transport},
+    counters,
+    model::Registry,
+    probes::Family,
+};
+
+/// Latency bounds: 1 ns to 1 hour, 3 significant digits.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("static histogram bounds are valid")
+}
+
+#[derive(Clone, Debug)]
+pub struct OpStats {
+    pub family: Family,
+    pub calls: u64,
+    pub errors: u64,
+    pub bytes: u64,
+    pub pages: i64,
+    pub hist: Histogram<u64>,
+    /// One piece of evidence for the verdict (the first seen).
+    pub evidence: String,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ProcInfo {
+    pub comm: String,
+    pub parent: Option<u32>,
+    pub exited: bool,
+    pub calls: BTreeMap<String, u64>,
+    pub errors: u64,
+    pub pages_pinned: u64,
+    pub pages_unpinned: u64,
+    pub vm_pin_kib_max: u64,
+    pub cpu_seconds: Option<f64>,
+}
+
+#[derive(Debug)]
+pub struct Aggregator {
+    pub ops: BTreeMap<(String, Transport), OpStats>,
+    pub procs: BTreeMap<u32, ProcInfo>,
+    pub registry: Registry,
+    pub events: u64,
+    /// Events whose op the tracer could not interpret (an ABI mismatch).
+    pub undecoded: u64,
+}
+
+impl Default for Aggregator {
+    fn default() -> Self {
+        Self {
+            ops: BTreeMap::new(),
+            procs: BTreeMap::new(),
+            registry: Registry::default(),
+            events: 0,
+            undecoded: 0,
+        }
+    }
+}
+
+impl Aggregator {
+    /// Registers a process the tracer started or attached to.
+    pub fn add_process(&mut self, pid: u32, parent: Option<u32>) {
+        let p = self.procs.entry(pid).or_default();
+        if p.comm.is_empty() {
+            p.comm = counters::comm(pid).unwrap_or_default();
+        }
+        if p.parent.is_none() {
+            p.parent = parent;
+        }
+    }
+
+    /// Samples the per-process counters of live processes.
+    pub fn sample(&mut self) {
+        for (pid, p) in self.procs.iter_mut().filter(|(_, p)| !p.exited) {
+            if let Some(kib) = counters::vm_pin_kib(*pid) {
+                p.vm_pin_kib_max = p.vm_pin_kib_max.max(kib);
+            }
+            if let Some(cpu) = counters::cpu_seconds(*pid) {
+                p.cpu_seconds = Some(cpu);
+            }
+        }
+    }
+
+    pub fn push(&mut self, e: &Event) {
+        self.events += 1;
+        match e.kind {
+            kind::FORK => {
+                let child = e.args[0] as u32;
+                // Threads share the tgid; only new processes get a row.
+                if std::path::Path::new(&format!("/proc/{child}/task/{child}")).exists()
+                    && counters::tgid(child).is_none_or(|t| t == child)
+                {
+                    self.add_process(child, Some(e.pid));
+                }
+            }
+            kind::EXEC => {
+                let p = self.procs.entry(e.pid).or_default();
+                p.comm = comm_of(e);
+            }
+            kind::EXIT => {
+                self.sample();
+                let p = self.procs.entry(e.pid).or_default();
+                p.exited = true;
+            }
+            kind::CALL => self.call(e),
+            _ => self.undecoded += 1,
+        }
+    }
+
+    fn call(&mut self, e: &Event) {
+        self.registry.observe(e);
+        let Some(c) = classify::call(e, &self.registry) else {
+            self.undecoded += 1;
+            return;
+        };
+        let s = self
+            .ops
+            .entry((c.label.clone(), c.transport))
+            .or_insert_with(|| OpStats {
+                family: c.family,
+                calls: 0,
+                errors: 0,
+                bytes: 0,
+                pages: 0,
+                hist: new_histogram(),
+                evidence: c.evidence.clone(),
+            });
+        s.calls += 1;
+        s.errors += c.failed as u64;
+        s.bytes += c.bytes;
+        s.pages += c.pages;
+        let _ = s.hist.record(e.dur_ns.max(1));
+        let p = self.procs.entry(e.pid).or_default();
+        if p.comm.is_empty() {
+            p.comm = comm_of(e);
+        }
+        *p.calls.entry(c.label).or_default() += 1;
+        p.errors += c.failed as u64;
+        if c.pages > 0 {
+            p.pages_pinned += c.pages as u64;
+        } else {
+            p.pages_unpinned += (-c.pages) as u64;
+        }
+    }
+
+    /// Calls of one label by one process.
+    pub fn calls_of(&self, pid: u32, label: &str) -> u64 {
+        self.procs
+            .get(&pid)
+            .and_then(|p| p.calls.get(label))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+fn comm_of(e: &Event) -> String {
+    let end = e.comm.iter().position(|&b| b == 0).unwrap_or(e.comm.len());
+    String::from_utf8_lossy(&e.comm[..end]).into_owned()
+}

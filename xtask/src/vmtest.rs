@@ -1,0 +1,121 @@
+//! `vm-test`: run `tests/vm/guest.sh` (and through it `tests/vm/checks/*.sh`)
+//! in a VM for each selected kernel, results in `target/vm-results/<release>/`.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use crate::kernels::{self, Selection};
+use crate::util::{repo_root, target_dir};
+use crate::vm::{self, RunRequest, VmOpts};
+
+const GUEST_SCRIPT: &str = "tests/vm/guest.sh";
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Which kernel(s) to test on.
+    #[arg(long, value_enum, default_value = "all")]
+    kernel: Selection,
+    /// The gdrtrace binary the checks run (relative to the repository root
+    /// unless absolute). It is not built by this command.
+    #[arg(long, value_name = "PATH", default_value = "target/debug/gdrtrace")]
+    bin: PathBuf,
+    #[command(flatten)]
+    vm: VmOpts,
+}
+
+struct Row {
+    series: &'static str,
+    release: String,
+    verdict: String,
+    wall: Option<Duration>,
+    counts: String,
+}
+
+pub fn main(args: &Args) -> Result<ExitCode> {
+    let repo = repo_root()?;
+    let bin = vm::absolute(&args.bin)?;
+    if !is_executable(&bin) {
+        bail!(
+            "gdrtrace binary {} is missing or not executable (build it first, e.g. `cargo build -p tracer`, or pass --bin)",
+            bin.display()
+        );
+    }
+    let guest = repo.join(GUEST_SCRIPT);
+    if !guest.is_file() {
+        bail!("{} is missing", guest.display());
+    }
+
+    // Fetch every kernel first so a download problem fails before any boot.
+    let kernels: Vec<_> = args
+        .kernel
+        .series()
+        .into_iter()
+        .map(|s| kernels::ensure(s, false))
+        .collect::<Result<_>>()?;
+
+    let env = vec![("GDRTRACE".to_string(), bin.to_string_lossy().into_owned())];
+    let command = vec!["sh".to_string(), GUEST_SCRIPT.to_string()];
+    let mut rows = Vec::new();
+    for k in &kernels {
+        let out = target_dir()?.join("vm-results").join(&k.release);
+        if out.exists() {
+            fs::remove_dir_all(&out).with_context(|| format!("cannot clear {}", out.display()))?;
+        }
+        eprintln!("vm-test: === {} ({}) ===", k.series.name(), k.release);
+        let req = RunRequest {
+            kernel: k,
+            opts: &args.vm,
+            out: Some(&out),
+            env: &env,
+            command: &command,
+        };
+        let (verdict, wall) = match vm::run(&req) {
+            Ok(o) if o.code == 0 => ("PASS".to_string(), Some(o.wall)),
+            Ok(o) => (format!("FAIL (exit {})", o.code), Some(o.wall)),
+            Err(e) => {
+                eprintln!("vm-test: {}: {e:#}", k.release);
+                ("FAIL (VM error)".to_string(), None)
+            }
+        };
+        // guest.sh writes its closing "N passed, M failed" line here.
+        let counts = fs::read_to_string(out.join("summary.txt"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "no summary".to_string());
+        rows.push(Row {
+            series: k.series.name(),
+            release: k.release.clone(),
+            verdict,
+            wall,
+            counts,
+        });
+    }
+
+    let width = rows.iter().map(|r| r.release.len()).max().unwrap_or(0);
+    println!("vm-test summary (results in target/vm-results/<release>/):");
+    for r in &rows {
+        let wall = r
+            .wall
+            .map(|w| format!("{:.1}s", w.as_secs_f64()))
+            .unwrap_or_else(|| "-".to_string());
+        println!(
+            "  {:<5} {:<width$}  {:<16} {:>7}  checks: {}",
+            r.series, r.release, r.verdict, wall, r.counts
+        );
+    }
+    let failed = rows.iter().filter(|r| r.verdict != "PASS").count();
+    println!("vm-test kernels: {} passed, {failed} failed", rows.len() - failed);
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn is_executable(p: &std::path::Path) -> bool {
+    fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
