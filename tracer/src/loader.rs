@@ -65,10 +65,11 @@ pub fn tracefs() -> Result<PathBuf> {
         )
     };
     if rc != 0 {
-        return Err(Error::io(
-            "mounting tracefs on /sys/kernel/tracing",
-            std::io::Error::last_os_error(),
-        ));
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => Error::Permission(format!("cannot read or mount tracefs: {e}")),
+            _ => Error::io("mounting tracefs on /sys/kernel/tracing", e),
+        });
     }
     Ok("/sys/kernel/tracing".into())
 }

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what building and testing gdrtrace needs on a fresh Debian 12
+# machine, idempotently: Debian packages (LLVM 22 for bpf-linker, the C
+# libraries the -sys crates need), the nightly toolchain's rust-src, and
+# bpf-linker built against LLVM 22. With --vm, also what the VM test tier
+# needs (QEMU, virtme-ng, rdma-core, perftest).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_vm=0
+[ "${1:-}" = "--vm" ] && want_vm=1
+
+export DEBIAN_FRONTEND=noninteractive
+pkgs=(llvm-22-dev libibverbs-dev librdmacm-dev libclang-dev clang pkg-config util-linux)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! rustup toolchain list | grep -q '^nightly'; then
+  echo "setup: installing the nightly toolchain (for the BPF target)"
+  rustup toolchain install nightly --profile minimal >/dev/null
+fi
+if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
+  echo "setup: adding rust-src to nightly"
+  rustup component add rust-src --toolchain nightly >/dev/null
+fi
+
+if ! command -v bpf-linker >/dev/null 2>&1; then
+  echo "setup: building bpf-linker against LLVM 22 (about a minute)"
+  LLVM_PREFIX=/usr/lib/llvm-22 cargo install --quiet bpf-linker --no-default-features --features llvm-22
+fi
+
+if [ "$want_vm" = 1 ]; then
+  bash scripts/install-vm-deps.sh
+fi

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite: unit tests, root-only integration tests on this
+# host (real BPF: tracepoints, uprobes, ring buffer), then the VM tier
+# (Debian 6.1 and 6.12 kernels with Soft-RoCE) for the kernel probes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh --vm
+cargo build --quiet -p tracer
+cargo test --workspace --no-fail-fast
+cargo xtask vm-test --kernel all --bin target/debug/gdrtrace
