@@ -12,6 +12,18 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+# Runs a command with its output in $log; prints the log only if it fails.
+quiet() {
+    if ! "$@" >"$log" 2>&1; then
+        echo "install-vm-deps: failed: $*" >&2
+        cat "$log" >&2
+        exit 1
+    fi
+}
+export DEBIAN_FRONTEND=noninteractive
+
 missing=()
 for p in "${APT_PKGS[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -21,22 +33,20 @@ done
 
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "install-vm-deps: apt-get install ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    quiet apt-get update -qq
+    quiet apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
 if ! command -v vng >/dev/null 2>&1; then
     echo "install-vm-deps: pip install virtme-ng"
     if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq >/dev/null
-        apt-get install -y -qq --no-install-recommends python3 python3-pip >/dev/null
+        quiet apt-get update -qq
+        quiet apt-get install -y -qq --no-install-recommends python3 python3-pip
     fi
     # Debian's system python is "externally managed" (PEP 668); fall back to
     # --break-system-packages there. A pyenv/venv python takes the first form.
     if ! python3 -m pip install -q --disable-pip-version-check virtme-ng >/dev/null 2>&1; then
-        python3 -m pip install -q --disable-pip-version-check --break-system-packages virtme-ng >/dev/null
+        quiet python3 -m pip install -q --disable-pip-version-check --break-system-packages virtme-ng
     fi
     # pyenv shims need a rehash before a new console script is visible.
     if command -v pyenv >/dev/null 2>&1; then

@@ -6,5 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --vm
 cargo build --quiet -p tracer
+cargo build --quiet --release -p tracer
 cargo test --workspace --no-fail-fast
-cargo xtask vm-test --kernel all --bin target/debug/gdrtrace
+cargo xtask vm-test --kernel all --bin target/release/gdrtrace --timeout 1500

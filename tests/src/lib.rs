@@ -21,7 +21,11 @@ pub fn gdrtrace_path() -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let dir = exe.parent().and_then(|d| d.parent()).expect("target directory");
     let bin = dir.join("gdrtrace");
-    assert!(bin.is_file(), "{} is missing: build it first (cargo build -p tracer)", bin.display());
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first (cargo build -p tracer)",
+        bin.display()
+    );
     bin
 }
 

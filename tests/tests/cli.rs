@@ -6,10 +6,17 @@ fn one_line_error(args: &[&str], expect: &str) {
     let o = run(args);
     let err = stderr(&o);
     assert!(!o.status.success(), "{args:?} succeeded: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: expected one line, got:\n{err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{args:?}: expected one line, got:\n{err}"
+    );
     assert!(err.starts_with("gdrtrace: "), "{args:?}: {err}");
     assert!(err.contains(expect), "{args:?}: expected '{expect}' in: {err}");
-    assert!(!err.contains("panicked") && !err.contains("backtrace"), "{args:?}: {err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{args:?}: {err}"
+    );
 }
 
 #[test]
@@ -29,13 +36,19 @@ fn run_without_command() {
 
 #[test]
 fn command_that_does_not_exist() {
-    one_line_error(&["run", "--", "/nonexistent/gdrtrace-no-such-command"], "command not found");
+    one_line_error(
+        &["run", "--", "/nonexistent/gdrtrace-no-such-command"],
+        "command not found",
+    );
     one_line_error(&["run", "--", "gdrtrace-no-such-command-on-path"], "command not found");
 }
 
 #[test]
 fn ring_buffer_size_not_power_of_two() {
-    one_line_error(&["run", "--ringbuf-bytes", "12345", "--", "true"], "must be a power of two");
+    one_line_error(
+        &["run", "--ringbuf-bytes", "12345", "--", "true"],
+        "must be a power of two",
+    );
 }
 
 #[test]

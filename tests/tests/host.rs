@@ -32,7 +32,10 @@ pub extern "C" fn gdrtrace_test_hot(x: u64) -> u64 {
 
 fn session(ringbuf_bytes: u32) -> Session {
     let opts = SessionOptions {
-        load: LoadOptions { ringbuf_bytes, targets_only: true },
+        load: LoadOptions {
+            ringbuf_bytes,
+            targets_only: true,
+        },
         families: None,
         installed_libraries: false,
     };
@@ -44,14 +47,23 @@ fn session(ringbuf_bytes: u32) -> Session {
 fn attach(s: &mut Session, symbol: &str, row_symbol: &str) -> Vec<String> {
     let exe = std::env::current_exe().unwrap();
     let syms = symbols::functions(&exe).unwrap();
-    let (i, _) = uapi::TABLE.iter().enumerate().find(|(_, r)| r.symbol == row_symbol).unwrap();
+    let (i, _) = uapi::TABLE
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.symbol == row_symbol)
+        .unwrap();
     let Session { ebpf, planner } = s;
     let base = symbol.trim_end_matches("_v2");
-    planner.attach_symbol(ebpf, &exe, &syms, base, uapi::op_of(i)).expect("attaching the uprobe pair")
+    planner
+        .attach_symbol(ebpf, &exe, &syms, base, uapi::op_of(i))
+        .expect("attaching the uprobe pair")
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 #[test]
@@ -74,7 +86,11 @@ fn uprobe_cookie_args_out_pointer_and_registry() {
         }))
         .unwrap();
     let report = trace.report(vec![]).unwrap();
-    let op = report.operations.iter().find(|o| o.name == "cuMemAlloc").expect("cuMemAlloc events");
+    let op = report
+        .operations
+        .iter()
+        .find(|o| o.name == "cuMemAlloc")
+        .expect("cuMemAlloc events");
     assert_eq!(op.calls, 3);
     assert_eq!(op.errors, 0);
     assert_eq!(op.bytes, 4096 + (1 << 20) + (3 << 20));
@@ -83,9 +99,18 @@ fn uprobe_cookie_args_out_pointer_and_registry() {
     // "allocations" and classifies addresses inside them as GPU memory.
     let pid = std::process::id();
     let reg = &trace.agg.registry;
-    assert!(matches!(reg.backing(pid, 0x7f00_dead_0000 + 4096 + 100), Backing::Gpu { .. }));
-    assert!(matches!(reg.backing(pid, 0x7f00_dead_0000 + (1 << 20) + (1 << 20) - 1), Backing::Gpu { .. }));
-    assert_eq!(reg.backing(pid, 0x7f00_dead_0000 + (1 << 20) + (1 << 20)), Backing::Unknown);
+    assert!(matches!(
+        reg.backing(pid, 0x7f00_dead_0000 + 4096 + 100),
+        Backing::Gpu { .. }
+    ));
+    assert!(matches!(
+        reg.backing(pid, 0x7f00_dead_0000 + (1 << 20) + (1 << 20) - 1),
+        Backing::Gpu { .. }
+    ));
+    assert_eq!(
+        reg.backing(pid, 0x7f00_dead_0000 + (1 << 20) + (1 << 20)),
+        Backing::Unknown
+    );
     assert!(report.loss.complete, "{:?}", report.loss);
 }
 
@@ -110,10 +135,28 @@ fn tiny_ring_buffer_drops_are_counted_exactly() {
         }))
         .unwrap();
     let report = trace.report(vec![]).unwrap();
-    let delivered = report.operations.iter().filter(|o| o.name == "cuMemFreeHost").map(|o| o.calls).sum::<u64>();
-    let kernel_calls: u64 = report.kernel_histograms.iter().filter(|h| h.name == "cuMemFreeHost").map(|h| h.calls).sum();
-    assert!(report.loss.ringbuf_drops > 0, "a one-page ring buffer should overflow: {:?}", report.loss);
-    assert_eq!(delivered + report.loss.ringbuf_drops, CALLS, "every call is delivered or counted as dropped");
+    let delivered = report
+        .operations
+        .iter()
+        .filter(|o| o.name == "cuMemFreeHost")
+        .map(|o| o.calls)
+        .sum::<u64>();
+    let kernel_calls: u64 = report
+        .kernel_histograms
+        .iter()
+        .filter(|h| h.name == "cuMemFreeHost")
+        .map(|h| h.calls)
+        .sum();
+    assert!(
+        report.loss.ringbuf_drops > 0,
+        "a one-page ring buffer should overflow: {:?}",
+        report.loss
+    );
+    assert_eq!(
+        delivered + report.loss.ringbuf_drops,
+        CALLS,
+        "every call is delivered or counted as dropped"
+    );
     assert_eq!(kernel_calls, CALLS, "in-kernel histogram sees every call");
     assert!(!report.loss.complete);
     assert!(report.operations.iter().all(|o| o.incomplete));
@@ -129,14 +172,28 @@ fn sched_tracepoints_follow_children() {
     let json = dir.join("report.json");
     // A shell (target) forks a child that does the registrations.
     let bin = integration_tests::gdrtrace_path();
-    let script = format!("{} drive pin-churn --iterations 7 --odirect-mib 0 & wait", bin.display());
+    let script = format!(
+        "{} drive pin-churn --iterations 7 --odirect-mib 0 & wait",
+        bin.display()
+    );
     let o = run(&["run", "--json", json.to_str().unwrap(), "--", "sh", "-c", &script]);
     assert!(o.status.success(), "{}", integration_tests::stderr(&o));
     let out = stdout(&o);
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let child_pid: u64 = out.split("pid=").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    let child_pid: u64 = out
+        .split("pid=")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     let procs = r["processes"].as_array().unwrap();
-    let child = procs.iter().find(|p| p["pid"] == child_pid).expect("the forked child is traced");
+    let child = procs
+        .iter()
+        .find(|p| p["pid"] == child_pid)
+        .expect("the forked child is traced");
     assert_eq!(child["calls"]["io_uring_register:register-buffers"], 7);
     assert!(child["parent"].as_u64().is_some(), "fork recorded the parent");
     let _ = kind::FORK;

@@ -39,32 +39,58 @@ fn run_pin_churn_counts_match_the_workload() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    let line = out.lines().find(|l| l.starts_with("pin-churn: pid=")).expect("workload summary line");
-    let (pid, regs, unregs, pages) =
-        (field(line, "pid"), field(line, "registrations"), field(line, "unregistrations"), field(line, "pages_registered"));
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("pin-churn: pid="))
+        .expect("workload summary line");
+    let (pid, regs, unregs, pages) = (
+        field(line, "pid"),
+        field(line, "registrations"),
+        field(line, "unregistrations"),
+        field(line, "pages_registered"),
+    );
     assert_eq!((regs, pages), (150, 150 * 3 * 8));
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(r["schema"], "gdrtrace.report/v1");
-    let p = r["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid).expect("workload process in report");
+    let p = r["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .expect("workload process in report");
     assert_eq!(p["calls"]["io_uring_register:register-buffers"], regs);
     assert_eq!(p["calls"]["io_uring_register:unregister-buffers"], unregs);
-    let op = r["operations"].as_array().unwrap().iter().find(|o| o["name"] == "io_uring_register:register-buffers").unwrap();
+    let op = r["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == "io_uring_register:register-buffers")
+        .unwrap();
     assert_eq!(op["transport"], "host-only");
     assert_eq!(op["latency"]["count"], regs);
     let buckets = op["latency"]["buckets"].as_array().unwrap();
     assert!(!buckets.is_empty());
     assert_eq!(buckets.iter().map(|b| b["count"].as_u64().unwrap()).sum::<u64>(), regs);
     // Text report: bpftrace-style histogram with the unit in the header.
-    assert!(out.contains("@io_uring_register:register-buffers[host-only] latency (ns):"), "{out}");
+    assert!(
+        out.contains("@io_uring_register:register-buffers[host-only] latency (ns):"),
+        "{out}"
+    );
     // Counter-based signal: every registered page was pinned and released.
     let d = &r["pin_counters"]["delta"];
     if d.is_null() {
         println!("skipping nr_foll_pin check: /proc/vmstat lacks nr_foll_pin_*");
     } else {
         let (acq, rel) = (d["acquired"].as_u64().unwrap(), d["released"].as_u64().unwrap());
-        assert!(acq >= pages && rel >= pages, "nr_foll_pin delta {acq}/{rel} < {pages} pages registered");
+        assert!(
+            acq >= pages && rel >= pages,
+            "nr_foll_pin delta {acq}/{rel} < {pages} pages registered"
+        );
         // Other activity on the machine may pin too, but not wildly more.
-        assert!(acq < pages * 4 + 65536, "nr_foll_pin delta {acq} implausibly large for {pages} pages");
+        assert!(
+            acq < pages * 4 + 65536,
+            "nr_foll_pin delta {acq} implausibly large for {pages} pages"
+        );
     }
     // Signals say where each came from.
     let sig = r["signals"].as_array().unwrap();
@@ -82,7 +108,15 @@ fn doctor_reports_what_this_kernel_allows() {
     let o = run(&["doctor", "--json"]);
     assert!(o.status.success(), "doctor failed: {}", stderr(&o));
     let d: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    let kind = |k: &str| d["program_kinds"].as_array().unwrap().iter().find(|x| x["kind"] == k).cloned().unwrap();
+    let kind = |k: &str| {
+        d["program_kinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["kind"] == k)
+            .cloned()
+            .unwrap()
+    };
     for k in ["tracepoint", "raw_tracepoint", "uprobe", "uretprobe"] {
         assert_eq!(kind(k)["available"], true, "{k}: {}", kind(k));
     }
@@ -90,7 +124,10 @@ fn doctor_reports_what_this_kernel_allows() {
     for k in ["fentry", "fexit", "kprobe", "kretprobe"] {
         let v = kind(k);
         if v["available"] == false {
-            assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{k} unavailable without a reason");
+            assert!(
+                v["error"].as_str().is_some_and(|e| !e.is_empty()),
+                "{k} unavailable without a reason"
+            );
         }
     }
     assert!(d["ring_buffer"]["available"] == true);

@@ -6,6 +6,8 @@
 #   VM_OUT    writable output directory (target/vm-results/<release>/)
 #   GDRTRACE  absolute path of the gdrtrace binary under test
 #   CHECK_TIMEOUT  seconds each check may run (default 300)
+#   VM_CHECKS      optional space-separated check names or name prefixes
+#                  (e.g. "00-rxe 1"); only matching checks run
 #
 # Sets up the kernel side (tracefs, soft-RoCE device rxe0 on lo), records the
 # kernel's identity, then runs tests/vm/checks/*.sh in lexical order. Each
@@ -64,7 +66,7 @@ else
 fi
 ls /sys/kernel/btf > "$VM_OUT/btf.txt" 2>/dev/null || echo "unavailable" > "$VM_OUT/btf.txt"
 rdma link show > "$VM_OUT/rdma-link.txt" 2>&1 || true
-echo "guest: kernel $(uname -r), lockdown: $(cat "$VM_OUT/lockdown.txt"), btf: $(wc -l < "$VM_OUT/btf.txt") objects"
+echo "guest: kernel $(uname -r), up $(cut -d' ' -f1 /proc/uptime)s, lockdown: $(cat "$VM_OUT/lockdown.txt"), btf: $(wc -l < "$VM_OUT/btf.txt") objects"
 
 # --- checks --------------------------------------------------------------------
 passed=0
@@ -72,19 +74,27 @@ failed=0
 for check in "$here"/checks/*.sh; do
     [ -e "$check" ] || continue
     name=$(basename "$check" .sh)
+    if [ -n "${VM_CHECKS:-}" ]; then
+        selected=0
+        for pat in $VM_CHECKS; do
+            case "$name" in "$pat"*) selected=1 ;; esac
+        done
+        [ "$selected" -eq 1 ] || continue
+    fi
     log="$VM_OUT/check-$name.log"
     if [ -x "$check" ]; then
         set -- "$check"
     else
         set -- sh "$check"
     fi
+    t0=$(date +%s)
     if timeout "$CHECK_TIMEOUT" "$@" > "$log" 2>&1; then
         passed=$((passed + 1))
-        echo "check $name: ok"
+        echo "check $name: ok ($(($(date +%s) - t0))s)"
     else
         rc=$?
         failed=$((failed + 1))
-        echo "check $name: FAILED (exit $rc; last lines of $log:)"
+        echo "check $name: FAILED (exit $rc after $(($(date +%s) - t0))s; last lines of $log:)"
         tail -n 30 "$log" | sed 's/^/    /'
     fi
 done

@@ -2,10 +2,7 @@
 //! program kinds this kernel actually accepts. They record nothing.
 use aya_ebpf::{
     macros::{fentry, fexit, kprobe, kretprobe, raw_tracepoint, tracepoint, uprobe, uretprobe},
-    programs::{
-        FEntryContext, FExitContext, ProbeContext, RawTracePointContext, RetProbeContext,
-        TracePointContext,
-    },
+    programs::{FEntryContext, FExitContext, ProbeContext, RawTracePointContext, RetProbeContext, TracePointContext},
 };
 
 #[fentry]

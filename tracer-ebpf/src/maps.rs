@@ -5,7 +5,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    Inflight, InflightKey, MAX_INFLIGHT, OpConfig, MAX_OPS, MAX_SLOTS, MAX_TARGETS, RINGBUF_BYTES, counter,
+    Inflight, InflightKey, MAX_INFLIGHT, MAX_OPS, MAX_SLOTS, MAX_TARGETS, OpConfig, RINGBUF_BYTES, counter,
 };
 
 /// `filter::ALL` or `filter::TARGETS`; set by the loader.

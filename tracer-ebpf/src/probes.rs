@@ -1,12 +1,9 @@
 //! The one entry/return body every probe family shares: target filtering,
 //! entry bookkeeping keyed by the full `pid_tgid`, in-kernel latency slots,
 //! and the event record.
-use aya_ebpf::helpers::{
-    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
-};
+use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user};
 use tracer_common::{
-    Event, Inflight, InflightKey, MAX_ARGS, MAX_OPS, MAX_SLOTS, counter, filter, kind, log2_slot,
-    op_flags,
+    Event, Inflight, InflightKey, MAX_ARGS, MAX_OPS, MAX_SLOTS, counter, filter, kind, log2_slot, op_flags,
 };
 
 use crate::maps::{EVENTS, FILTER_MODE, INFLIGHT, LATENCY, OP_CONFIG, TARGETS, count};

@@ -1,10 +1,6 @@
 //! Process lifecycle: keeps the target set in the kernel so children, new
 //! ranks and respawned workers are followed without a user-space race.
-use aya_ebpf::{
-    helpers::bpf_get_current_pid_tgid,
-    macros::tracepoint,
-    programs::TracePointContext,
-};
+use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext};
 use tracer_common::{counter, filter, kind, op};
 
 use crate::{

@@ -24,12 +24,10 @@ pub fn sys_enter_io_uring_register(ctx: TracePointContext) -> u32 {
     // SAFETY: offsets from the tracepoint format above, all 8-byte fields.
     let read = |off| unsafe { ctx.read_at::<u64>(off) };
     match (read(16), read(24), read(32), read(40)) {
-        (Ok(fd), Ok(opcode), Ok(arg), Ok(nr)) => {
-            match on_entry(op::IO_URING_REGISTER, [fd, opcode, arg, nr, 0, 0]) {
-                Ok(v) => v,
-                Err(e) => e.code(),
-            }
-        }
+        (Ok(fd), Ok(opcode), Ok(arg), Ok(nr)) => match on_entry(op::IO_URING_REGISTER, [fd, opcode, arg, nr, 0, 0]) {
+            Ok(v) => v,
+            Err(e) => e.code(),
+        },
         _ => {
             count(tracer_common::counter::READ_ERRORS);
             1

@@ -91,9 +91,7 @@ impl Series {
                 } else {
                     abi.strip_prefix("bpo")?
                 };
-                all_digits(point)
-                    && abi != "deb"
-                    && (rest.is_empty() || rest.strip_prefix('.').is_some_and(all_digits))
+                all_digits(point) && abi != "deb" && (rest.is_empty() || rest.strip_prefix('.').is_some_and(all_digits))
             }
         };
         ok.then(|| format!("{rel}-amd64"))
@@ -168,11 +166,7 @@ pub fn ensure(series: Series, refresh: bool) -> Result<Kernel> {
         let release = rel.trim().to_string();
         let dir = kdir.join(&release);
         if !release.is_empty() && is_complete(&dir) {
-            let k = Kernel {
-                series,
-                release,
-                dir,
-            };
+            let k = Kernel { series, release, dir };
             link_modules(&k)?;
             return Ok(k);
         }
@@ -184,13 +178,8 @@ pub fn ensure(series: Series, refresh: bool) -> Result<Kernel> {
         eprintln!("vm-kernels: {}: fetching {pkg}", series.name());
         fetch(&pkg, &release, &dir)?;
     }
-    fs::write(&pointer, format!("{release}\n"))
-        .with_context(|| format!("cannot write {}", pointer.display()))?;
-    let k = Kernel {
-        series,
-        release,
-        dir,
-    };
+    fs::write(&pointer, format!("{release}\n")).with_context(|| format!("cannot write {}", pointer.display()))?;
+    let k = Kernel { series, release, dir };
     link_modules(&k)?;
     Ok(k)
 }
@@ -226,11 +215,7 @@ fn resolve(series: Series, refresh: bool) -> Result<(String, String)> {
 
 /// Packages of `series` known to apt that have an installable candidate.
 fn search(series: Series) -> Result<Vec<(String, String)>> {
-    let out = run_output(Command::new("apt-cache").args([
-        "search",
-        "--names-only",
-        series.search_pattern(),
-    ]))?;
+    let out = run_output(Command::new("apt-cache").args(["search", "--names-only", series.search_pattern()]))?;
     let names: Vec<(String, String)> = out
         .lines()
         .filter_map(|l| l.split_whitespace().next())
@@ -281,10 +266,11 @@ fn ensure_backports_source() -> Result<bool> {
     let suite = format!("{codename}-backports");
     let mut files = vec![PathBuf::from("/etc/apt/sources.list")];
     if let Ok(rd) = fs::read_dir("/etc/apt/sources.list.d") {
-        files.extend(rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| {
-            p.extension()
-                .is_some_and(|x| x == "list" || x == "sources")
-        }));
+        files.extend(
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "list" || x == "sources")),
+        );
     }
     for f in &files {
         if let Ok(text) = fs::read_to_string(f)
@@ -328,8 +314,7 @@ fn fetch(pkg: &str, release: &str, dir: &Path) -> Result<()> {
     // Not with_extension: releases contain dots.
     let partial = dir.with_file_name(format!("{release}.partial"));
     if let Some(parent) = dir.parent() {
-        fs::create_dir_all(parent)
-            .with_context(|| format!("cannot create {}", parent.display()))?;
+        fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
     }
 
     let vmlinuz = format!("boot/vmlinuz-{release}");
@@ -347,8 +332,7 @@ fn fetch(pkg: &str, release: &str, dir: &Path) -> Result<()> {
         )?;
         let deb = find_deb(&debs, &cand)?;
         if partial.exists() {
-            fs::remove_dir_all(&partial)
-                .with_context(|| format!("cannot remove {}", partial.display()))?;
+            fs::remove_dir_all(&partial).with_context(|| format!("cannot remove {}", partial.display()))?;
         }
         run_status(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&partial))?;
         fs::remove_file(&deb).with_context(|| format!("cannot remove {}", deb.display()))?;
@@ -359,10 +343,7 @@ fn fetch(pkg: &str, release: &str, dir: &Path) -> Result<()> {
         }
     }
     if !ok {
-        bail!(
-            "none of {} contains /{vmlinuz} and /{modules}",
-            tried.join(", ")
-        );
+        bail!("none of {} contains /{vmlinuz} and /{modules}", tried.join(", "));
     }
 
     run_status(
@@ -375,11 +356,9 @@ fn fetch(pkg: &str, release: &str, dir: &Path) -> Result<()> {
     if dir.exists() {
         fs::remove_dir_all(dir).with_context(|| format!("cannot remove {}", dir.display()))?;
     }
-    fs::rename(&partial, dir)
-        .with_context(|| format!("cannot rename {} to {}", partial.display(), dir.display()))?;
+    fs::rename(&partial, dir).with_context(|| format!("cannot rename {} to {}", partial.display(), dir.display()))?;
     let marker = dir.join(COMPLETE_MARKER);
-    fs::write(&marker, format!("{pkg}\n"))
-        .with_context(|| format!("cannot write {}", marker.display()))?;
+    fs::write(&marker, format!("{pkg}\n")).with_context(|| format!("cannot write {}", marker.display()))?;
     Ok(())
 }
 
@@ -433,13 +412,11 @@ fn link_modules(k: &Kernel) -> Result<()> {
         Ok(_) => bail!("{} exists and is not a directory; remove it", sys.display()),
         Err(e) if e.kind() == ErrorKind::NotFound => {
             let parent = Path::new("/lib/modules");
-            fs::create_dir_all(parent)
-                .with_context(|| format!("cannot create {}", parent.display()))?;
+            fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
         }
         Err(e) => return Err(e).with_context(|| format!("cannot stat {}", sys.display())),
     }
-    symlink(&ours, &sys)
-        .with_context(|| format!("cannot link {} -> {}", sys.display(), ours.display()))
+    symlink(&ours, &sys).with_context(|| format!("cannot link {} -> {}", sys.display(), ours.display()))
 }
 
 #[cfg(test)]

@@ -20,6 +20,8 @@ struct Cli {
     cmd: Cmd,
 }
 
+// The variants mirror the command names (vm-kernels, vm-run, vm-test).
+#[allow(clippy::enum_variant_names)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Resolve, download, unpack and cache the Debian test kernels.

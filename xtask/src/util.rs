@@ -24,9 +24,7 @@ pub fn target_dir() -> Result<PathBuf> {
 /// Runs a command to completion, inheriting stdio; fails on a non-zero exit.
 pub fn run_status(cmd: &mut Command) -> Result<()> {
     let what = describe(cmd);
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot start `{what}`"))?;
+    let status = cmd.status().with_context(|| format!("cannot start `{what}`"))?;
     if !status.success() {
         bail!("`{what}` failed ({status})");
     }
@@ -60,9 +58,7 @@ pub fn describe(cmd: &Command) -> String {
 /// Looks a program up on PATH.
 pub fn which(prog: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(prog))
-        .find(|p| p.is_file())
+    std::env::split_paths(&path).map(|d| d.join(prog)).find(|p| p.is_file())
 }
 
 /// Quotes a string for a POSIX shell.
@@ -135,10 +131,7 @@ mod tests {
                 "6.12.117+deb12-amd64"
             ]
         );
-        assert_eq!(
-            version_cmp("6.1.0-57-amd64", "6.1.0-9-amd64"),
-            Ordering::Greater
-        );
+        assert_eq!(version_cmp("6.1.0-57-amd64", "6.1.0-9-amd64"), Ordering::Greater);
     }
 
     #[test]

@@ -63,7 +63,8 @@ pub struct Args {
     /// Kernel to boot (cached by vm-kernels; fetched if missing).
     #[arg(long, value_enum)]
     kernel: Series,
-    /// Output directory: created, writable in the guest, exported there as
+    /// Output directory (relative to the repository root unless absolute):
+    /// created, writable in the guest, exported there as
     /// VM_OUT; the console log is saved to DIR/console.log.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -155,8 +156,7 @@ pub fn run(req: &RunRequest) -> Result<Outcome> {
         .join("run")
         .join(format!("{}-{}", std::process::id(), req.kernel.release));
     if scratch.exists() {
-        fs::remove_dir_all(&scratch)
-            .with_context(|| format!("cannot remove {}", scratch.display()))?;
+        fs::remove_dir_all(&scratch).with_context(|| format!("cannot remove {}", scratch.display()))?;
     }
     fs::create_dir_all(&scratch).with_context(|| format!("cannot create {}", scratch.display()))?;
     let status_file = scratch.join("exit-status");
@@ -276,12 +276,7 @@ fn install_interrupt_handler() {
 
 /// Runs `cmd` in its own process group, copying its output to ours (if
 /// `echo`) and to `log`, and kills the group on timeout or interrupt.
-fn supervise(
-    mut cmd: Command,
-    timeout: Duration,
-    log: Option<File>,
-    echo: bool,
-) -> Result<Supervised> {
+fn supervise(mut cmd: Command, timeout: Duration, log: Option<File>, echo: bool) -> Result<Supervised> {
     install_interrupt_handler();
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -301,9 +296,7 @@ fn supervise_inner(
     log: Option<File>,
     echo: bool,
 ) -> Result<Supervised> {
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("cannot start `{what}`"))?;
+    let mut child = cmd.spawn().with_context(|| format!("cannot start `{what}`"))?;
     let log = log.map(|f| Arc::new(Mutex::new(f)));
     let mut pumps = Vec::new();
     if let Some(out) = child.stdout.take() {
@@ -316,10 +309,7 @@ fn supervise_inner(
     let deadline = Instant::now() + timeout;
     let mut timed_out = false;
     let status = loop {
-        if let Some(st) = child
-            .try_wait()
-            .with_context(|| format!("cannot wait for `{what}`"))?
-        {
+        if let Some(st) = child.try_wait().with_context(|| format!("cannot wait for `{what}`"))? {
             break st;
         }
         if STOP.load(Ordering::SeqCst) {
@@ -330,9 +320,7 @@ fn supervise_inner(
         if Instant::now() >= deadline {
             timed_out = true;
             kill_group(&mut child);
-            break child
-                .wait()
-                .with_context(|| format!("cannot wait for `{what}`"))?;
+            break child.wait().with_context(|| format!("cannot wait for `{what}`"))?;
         }
         thread::sleep(Duration::from_millis(200));
     };
@@ -357,11 +345,7 @@ fn kill_group(child: &mut Child) {
 
 type Sink = Box<dyn Write + Send>;
 
-fn pump(
-    mut src: impl Read + Send + 'static,
-    log: Option<Arc<Mutex<File>>>,
-    mut echo: Option<Sink>,
-) -> JoinHandle<()> {
+fn pump(mut src: impl Read + Send + 'static, log: Option<Arc<Mutex<File>>>, mut echo: Option<Sink>) -> JoinHandle<()> {
     thread::spawn(move || {
         let mut buf = [0u8; 8192];
         while let Ok(n) = src.read(&mut buf) {
@@ -383,12 +367,7 @@ fn pump(
 
 /// `--kvm auto`: is KVM usable on this host? Cached per host kernel release.
 fn kvm_usable(vng: &Path, kernel: &Kernel, opts: &VmOpts) -> Result<bool> {
-    if File::options()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_err()
-    {
+    if File::options().read(true).write(true).open("/dev/kvm").is_err() {
         eprintln!("vm-run: /dev/kvm not usable; using software emulation");
         return Ok(false);
     }
@@ -417,8 +396,7 @@ fn kvm_usable(vng: &Path, kernel: &Kernel, opts: &VmOpts) -> Result<bool> {
     let scratch = target_dir()?.join("vm");
     fs::create_dir_all(&scratch).with_context(|| format!("cannot create {}", scratch.display()))?;
     let log_path = scratch.join("kvm-probe.log");
-    let log = File::create(&log_path)
-        .with_context(|| format!("cannot create {}", log_path.display()))?;
+    let log = File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
     let probe_opts = VmOpts {
         timeout: KVM_PROBE_TIMEOUT.as_secs(),
         ..opts.clone()

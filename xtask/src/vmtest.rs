@@ -24,6 +24,10 @@ pub struct Args {
     /// unless absolute). It is not built by this command.
     #[arg(long, value_name = "PATH", default_value = "target/debug/gdrtrace")]
     bin: PathBuf,
+    /// Run only the checks whose name starts with this (e.g. `00-rxe`);
+    /// repeatable. Default: all of tests/vm/checks/*.sh.
+    #[arg(long = "check", value_name = "NAME")]
+    checks: Vec<String>,
     #[command(flatten)]
     vm: VmOpts,
 }
@@ -58,7 +62,17 @@ pub fn main(args: &Args) -> Result<ExitCode> {
         .map(|s| kernels::ensure(s, false))
         .collect::<Result<_>>()?;
 
-    let env = vec![("GDRTRACE".to_string(), bin.to_string_lossy().into_owned())];
+    let mut env = vec![("GDRTRACE".to_string(), bin.to_string_lossy().into_owned())];
+    if let Some(bad) = args
+        .checks
+        .iter()
+        .find(|c| c.is_empty() || c.contains(|ch: char| ch.is_whitespace() || "/*?[".contains(ch)))
+    {
+        bail!("--check {bad:?}: expected a check name such as 00-rxe");
+    }
+    if !args.checks.is_empty() {
+        env.push(("VM_CHECKS".to_string(), args.checks.join(" ")));
+    }
     let command = vec!["sh".to_string(), GUEST_SCRIPT.to_string()];
     let mut rows = Vec::new();
     for k in &kernels {

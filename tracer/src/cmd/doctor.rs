@@ -184,12 +184,14 @@ fn kinds(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Vec<Kind> {
 
 fn points(btf: Option<&Btf>) -> Vec<Point> {
     let kallsyms = fs::read_to_string("/proc/kallsyms").unwrap_or_default();
-    let in_kallsyms = |f: &str| {
-        kallsyms
-            .lines()
-            .find(|l| l.split_whitespace().nth(2) == Some(f))
-            .map(|l| l.split_whitespace().nth(3).unwrap_or("[vmlinux]").to_string())
-    };
+    let mut index: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    for l in kallsyms.lines() {
+        let mut it = l.split_whitespace();
+        if let (Some(_), Some(_), Some(name)) = (it.next(), it.next(), it.next()) {
+            index.entry(name).or_insert(it.next().unwrap_or("[vmlinux]"));
+        }
+    }
+    let in_kallsyms = |f: &str| index.get(f).map(|m| m.to_string());
     let installed = libs::installed();
     let mut out = Vec::new();
     for p in CATALOG.iter() {

@@ -25,6 +25,15 @@ pub fn drive(d: &Drive) -> Result<i32> {
             for line in r.summary_lines() {
                 println!("{line}");
             }
+            if let Some(path) = &o.summary {
+                let text = serde_json::to_string_pretty(&r).map_err(|e| Error::Workload(e.to_string()))?;
+                std::fs::write(path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+            }
+            if r.writes.as_ref().is_some_and(|w| !w.verified) {
+                return Err(Error::Workload(
+                    "verbs: RDMA WRITE data did not arrive intact (verified=false)".into(),
+                ));
+            }
             Ok(0)
         }
     }

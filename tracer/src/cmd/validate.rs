@@ -7,7 +7,7 @@ use crate::{
     drive::pin_churn::PinChurnSummary,
     error::{Error, Result},
     probes::{Family, Status},
-    report::{Report, text},
+    report::Report,
 };
 
 /// One check: what was compared, and whether it held.
@@ -91,6 +91,202 @@ fn temp_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("gdrtrace-{}-{name}", std::process::id()))
 }
 
+fn print_checks(checks: &[Check]) {
+    for c in checks {
+        println!("  {} {:<48} {}", if c.ok { "ok  " } else { "FAIL" }, c.name, c.detail);
+    }
+}
+
+/// RDMA devices present (`/sys/class/infiniband`).
+pub fn rdma_devices() -> Vec<String> {
+    std::fs::read_dir("/sys/class/infiniband")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn op_calls(r: &Report, pid: u32, names: &[&str]) -> u64 {
+    names.iter().map(|n| calls(r, pid, n)).sum()
+}
+
+fn attached(r: &Report, point: &str) -> bool {
+    r.coverage
+        .iter()
+        .any(|c| c.point == point && c.status == Status::Attached)
+}
+
+/// Checks of the verbs workload against its own report: churn (registrations
+/// and pages, exact) with `--writes 0`, then an RDMA WRITE run.
+pub fn verbs_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
+    let pid = r
+        .processes
+        .iter()
+        .find(|p| {
+            p.calls
+                .keys()
+                .any(|k| k.starts_with("ibv_") || k.starts_with("ib_umem"))
+        })
+        .map_or(0, |p| p.pid);
+    let n = v["registrations"].as_u64().unwrap_or(0);
+    let m = v["pages_per_registration"].as_u64().unwrap_or(0);
+    let page = v["page_size"].as_u64().unwrap_or(4096);
+    let mut out = Vec::new();
+    let reg = op_calls(r, pid, &["ibv_reg_mr"]);
+    let churn = r
+        .processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .and_then(|p| p.churn.clone())
+        .unwrap_or_default();
+    if attached(r, "libibverbs") {
+        out.push(check(
+            "ibv_reg_mr calls (uprobe)",
+            reg == n,
+            format!("tracer {reg}, workload {n}"),
+        ));
+        let dereg = op_calls(r, pid, &["ibv_dereg_mr"]);
+        out.push(check(
+            "ibv_dereg_mr calls (uprobe)",
+            dereg == n,
+            format!("tracer {dereg}, workload {n}"),
+        ));
+        out.push(check(
+            "registry: registrations and deregistrations",
+            churn.registrations == n && churn.deregistrations == n,
+            format!(
+                "registry {}/{}, workload {n}/{n} (nested ibv_reg_mr -> ibv_reg_mr_iova2 counted once)",
+                churn.registrations, churn.deregistrations
+            ),
+        ));
+        let host = r
+            .operations
+            .iter()
+            .filter(|o| o.name == "ibv_reg_mr")
+            .all(|o| o.transport == "host-only");
+        out.push(check(
+            "MR memory classified host-only",
+            host,
+            "ibv_reg_mr verdicts".into(),
+        ));
+    }
+    if attached(r, "ib_umem_get") {
+        let umem = calls(r, pid, "ib_umem_get");
+        out.push(check(
+            "ib_umem_get calls (kernel probe)",
+            umem == n,
+            format!("tracer {umem}, workload {n}"),
+        ));
+        let p = r.processes.iter().find(|p| p.pid == pid);
+        let pinned = p.map_or(0, |p| p.pages_pinned);
+        let unpinned = p.map_or(0, |p| p.pages_unpinned);
+        let by_reg = p.map_or(0, |p| p.pages_pinned_by_registration);
+        out.push(check(
+            "pages pinned inside ib_umem_get = N x M",
+            by_reg == n * m,
+            format!(
+                "tracer {by_reg} (of {pinned} pinned by the process), workload {n} x {m} = {}",
+                n * m
+            ),
+        ));
+        out.push(check(
+            "unpin side balances",
+            unpinned == pinned,
+            format!("pinned {pinned}, unpinned {unpinned}"),
+        ));
+        if let Some(d) = &r.pin_counters.delta {
+            let close = d.acquired.abs_diff(pinned) <= pinned / 20 + 64;
+            out.push(check(
+                "tracer pinned pages agree with nr_foll_pin delta",
+                close,
+                format!("tracer {pinned}, nr_foll_pin_acquired +{}", d.acquired),
+            ));
+        }
+        let h = r.operations.iter().find(|o| o.name == "ib_umem_get");
+        let plausible =
+            h.is_some_and(|h| h.latency.count == n && h.latency.p50 >= 500 && h.latency.p50 < 1_000_000_000);
+        out.push(check(
+            "registration latency histogram (ib_umem_get)",
+            plausible,
+            h.map_or("missing".into(), |h| {
+                format!(
+                    "{} samples, p50 {} ns, bytes {}",
+                    h.latency.count, h.latency.p50, h.bytes
+                )
+            }),
+        ));
+        let bytes = h.map_or(0, |h| h.bytes);
+        out.push(check(
+            "registered bytes = N x M x page",
+            bytes == n * m * page,
+            format!("tracer {bytes}, workload {}", n * m * page),
+        ));
+    } else {
+        out.push(check(
+            "ib_umem_get calls (kernel probe)",
+            true,
+            "skipping: ib_umem_get unavailable on this kernel (see coverage)".into(),
+        ));
+    }
+    out.push(check(
+        "no events lost",
+        r.loss.complete,
+        format!("ring buffer drops {}", r.loss.ringbuf_drops),
+    ));
+    out
+}
+
+fn verbs(trace: &TraceArgs, exe: &std::path::Path) -> Result<Vec<Check>> {
+    let summary = temp_path("verbs.json");
+    let base = vec![exe.display().to_string(), "drive".into(), "verbs".into()];
+    let mut churn = base.clone();
+    churn.extend(["--registrations", "32", "--pages", "16", "--writes", "0", "--summary"].map(String::from));
+    churn.push(summary.display().to_string());
+    let out = super::run::trace_command(trace, &churn)?;
+    let text = std::fs::read_to_string(&summary).map_err(|e| Error::io(format!("reading {}", summary.display()), e));
+    let _ = std::fs::remove_file(&summary);
+    let mut checks = vec![check(
+        "verbs churn exited cleanly",
+        out.exit_code == 0,
+        format!("exit status {}", out.exit_code),
+    )];
+    let mut report = out.report;
+    if let Ok(text) = text {
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::Workload(format!("verbs summary: {e}")))?;
+        checks.extend(verbs_checks(&report, &v));
+        report
+            .workloads
+            .push(serde_json::json!({ "workload": "verbs-churn", "summary": v }));
+    }
+    super::run::emit(
+        &TraceArgs {
+            json: None,
+            ..trace.clone()
+        },
+        &report,
+    )?;
+    let mut write = base;
+    write.extend(["--registrations", "2", "--pages", "16", "--writes", "16"].map(String::from));
+    let w = super::run::trace_command(
+        &TraceArgs {
+            json: None,
+            ..trace.clone()
+        },
+        &write,
+    )?;
+    checks.push(check(
+        "RDMA WRITE between two RC QPs verified",
+        w.exit_code == 0,
+        format!("exit status {}", w.exit_code),
+    ));
+    println!("\nvalidate: verbs");
+    print_checks(&checks);
+    Ok(checks)
+}
+
 pub fn validate(args: &ValidateArgs) -> Result<i32> {
     let exe = std::env::current_exe().map_err(|e| Error::io("locating the gdrtrace binary", e))?;
     let summary = temp_path("pin-churn.json");
@@ -121,12 +317,15 @@ pub fn validate(args: &ValidateArgs) -> Result<i32> {
     )];
     checks.extend(pin_churn_checks(&report, &s));
     super::run::emit(trace, &report)?;
-    if trace.format == crate::cli::Format::Text {
-        let _ = text::render; // rendered by emit
-    }
     println!("\nvalidate: pin-churn ({})", s.line());
-    for c in &checks {
-        println!("  {} {:<48} {}", if c.ok { "ok  " } else { "FAIL" }, c.name, c.detail);
+    print_checks(&checks);
+    if rdma_devices().is_empty() {
+        println!(
+            "validate: verbs: skipping: no RDMA device (/sys/class/infiniband is empty; load rdma_rxe for Soft-RoCE)"
+        );
+    } else {
+        let verbs_checks = verbs(trace, &exe)?;
+        checks.extend(verbs_checks);
     }
     let missing_kernel: Vec<&str> = [Family::Pinning, Family::Verbs, Family::PeerMem, Family::DmaBuf]
         .into_iter()

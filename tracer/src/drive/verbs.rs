@@ -63,6 +63,9 @@ pub struct VerbsOpts {
     /// Memory to register.
     #[arg(long, value_enum, default_value_t = MemoryKind::Host)]
     pub memory: MemoryKind,
+    /// Also write the full report (every MR's addr, length, lkey, rkey) as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Display for MemoryKind {
@@ -84,6 +87,7 @@ impl Default for VerbsOpts {
             write_size: 65536,
             writes: 16,
             memory: MemoryKind::Host,
+            summary: None,
         }
     }
 }

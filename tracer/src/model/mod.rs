@@ -133,6 +133,14 @@ impl Registry {
                 let keys = e.args[5];
                 let backing = self.backing(e.pid, addr);
                 let p = self.procs.entry(e.pid).or_default();
+                // ibv_reg_mr@@IBVERBS_1.1 calls ibv_reg_mr_iova2: the outer
+                // call returns the MR the inner one already recorded.
+                if p.mrs
+                    .get(&(e.ret as u64))
+                    .is_some_and(|m| m.addr == addr && m.len == len && m.since_ns >= e.start_ns)
+                {
+                    return;
+                }
                 p.churn.registrations += 1;
                 let seen = p.seen_ranges.entry((addr, len)).or_insert(0);
                 if *seen > 0 {

@@ -38,6 +38,9 @@ pub struct ProcInfo {
     pub errors: u64,
     pub pages_pinned: u64,
     pub pages_unpinned: u64,
+    /// Pages pinned by pin-family calls nested inside a verbs registration
+    /// (`ib_umem_get`) on the same thread.
+    pub pages_pinned_by_registration: u64,
     pub vm_pin_kib_max: u64,
     pub cpu_seconds: Option<f64>,
 }
@@ -50,6 +53,9 @@ pub struct Aggregator {
     pub events: u64,
     /// Events whose op the tracer could not interpret (an ABI mismatch).
     pub undecoded: u64,
+    /// Pin-family calls per thread not yet attributed to an enclosing call:
+    /// (start, end, pages). Inner calls return (and arrive) first.
+    pending_pins: std::collections::HashMap<u32, Vec<(u64, u64, u64)>>,
 }
 
 impl Default for Aggregator {
@@ -60,6 +66,7 @@ impl Default for Aggregator {
             registry: Registry::default(),
             events: 0,
             undecoded: 0,
+            pending_pins: Default::default(),
         }
     }
 }
@@ -145,8 +152,26 @@ impl Aggregator {
         p.errors += c.failed as u64;
         if c.pages > 0 {
             p.pages_pinned += c.pages as u64;
+            let pending = self.pending_pins.entry(e.tid).or_default();
+            if pending.len() >= 4096 {
+                pending.remove(0);
+            }
+            pending.push((e.start_ns, e.start_ns + e.dur_ns, c.pages as u64));
         } else {
             p.pages_unpinned += (-c.pages) as u64;
+        }
+        if e.op == tracer_common::op::IB_UMEM_GET {
+            let (start, end) = (e.start_ns, e.start_ns + e.dur_ns);
+            let pending = self.pending_pins.entry(e.tid).or_default();
+            let inside: u64 = pending
+                .iter()
+                .filter(|(s, f, _)| *s >= start && *f <= end)
+                .map(|x| x.2)
+                .sum();
+            pending.retain(|(s, f, _)| !(*s >= start && *f <= end));
+            if let Some(p) = self.procs.get_mut(&e.pid) {
+                p.pages_pinned_by_registration += inside;
+            }
         }
     }
 
