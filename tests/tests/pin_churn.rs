@@ -133,3 +133,52 @@ fn doctor_reports_what_this_kernel_allows() {
     assert!(d["ring_buffer"]["available"] == true);
     assert!(d["coverage"].as_array().unwrap().len() >= 40);
 }
+
+#[test]
+fn validate_degrades_cleanly_without_kernel_probes() {
+    if !can_trace("validate_degrades_cleanly_without_kernel_probes") {
+        return;
+    }
+    let json = std::env::temp_dir().join(format!("gdrtrace-validate-{}.json", std::process::id()));
+    let o = run(&[
+        "validate",
+        "--require-kernel-probes",
+        "--iterations",
+        "20",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let out = stdout(&o);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    // The user-space and counter-based signals work either way.
+    assert!(out.contains("validate: 6 checks passed, 0 failed"), "{out}");
+    let pinning_attached = r["coverage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["family"] == "pinning" && c["status"] == "attached");
+    if pinning_attached {
+        assert!(
+            o.status.success(),
+            "kernel probes attached, validate should pass: {}",
+            stderr(&o)
+        );
+    } else {
+        // No fentry, no kprobes (this host): the kernel families are
+        // unavailable with reasons, and the exit status says so.
+        assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("kernel probe families unavailable: pinning"), "{err}");
+        for c in r["coverage"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["family"] == "pinning")
+        {
+            assert_eq!(c["status"], "unavailable");
+            assert!(c["reason"].as_str().is_some_and(|s| !s.is_empty()), "{c}");
+        }
+    }
+}

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::drive::{pin_churn::PinChurnOpts, verbs::VerbsOpts};
+use crate::drive::{cuda_copy::CudaCopyOpts, nccl::NcclOpts, pin_churn::PinChurnOpts, verbs::VerbsOpts};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -11,6 +11,7 @@ Examples:
   gdrtrace validate                    # run the workloads this machine supports, traced
   gdrtrace run -- ib_write_bw -d rxe0  # trace a command and its children
   gdrtrace run --json out.json -- ./train.sh
+  gdrtrace attach --pid 4242,4243 --interval 1s --duration 60s
   gdrtrace drive pin-churn --iterations 500
 ";
 
@@ -31,6 +32,9 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Trace a command and its children, then print the report.
     Run(RunArgs),
+    /// Attach to running processes (and their descendants) and trace them
+    /// until Ctrl-C, --duration, or the last target exits.
+    Attach(AttachArgs),
     /// Run the workloads this machine supports under the tracer and check
     /// that the tracer's counts match the workloads' own.
     Validate(ValidateArgs),
@@ -82,6 +86,30 @@ pub struct RunArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct AttachArgs {
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    /// Process ids to attach to (comma-separated), each with its descendants.
+    #[arg(long, value_delimiter = ',')]
+    pub pid: Vec<u32>,
+    /// A cgroup v2 directory (absolute, or relative to /sys/fs/cgroup), e.g. a pod's.
+    #[arg(long)]
+    pub cgroup: Option<PathBuf>,
+    /// Every running process with this command name.
+    #[arg(long)]
+    pub comm: Option<String>,
+    /// Trace every process on the machine.
+    #[arg(long)]
+    pub all: bool,
+    /// Print a compact per-process summary every interval (e.g. 1s).
+    #[arg(long, value_parser = parse_duration)]
+    pub interval: Option<std::time::Duration>,
+    /// Stream the interval records as JSON lines to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub jsonl: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct ValidateArgs {
     #[command(flatten)]
     pub trace: TraceArgs,
@@ -100,6 +128,12 @@ pub enum Drive {
     PinChurn(PinChurnOpts),
     /// RDMA verbs: MR registration churn and RDMA WRITE between two RC QPs.
     Verbs(VerbsOpts),
+    /// CUDA copies: H2D/D2H from pinned and pageable memory, D2D, and
+    /// GPU->GPU with and without peer access, over a size sweep.
+    CudaCopy(CudaCopyOpts),
+    /// NCCL all-reduce or all-gather across the local GPUs, one process per
+    /// GPU, over a size sweep (or for --duration).
+    Nccl(NcclOpts),
 }
 
 /// Parses `500ms`, `10s`, `2m`, `1h` or plain seconds.

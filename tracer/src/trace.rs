@@ -2,10 +2,12 @@
 //! into the aggregator, sample counters, pick up newly mapped libraries, stop
 //! on the given future, and build the report.
 use std::{
+    collections::BTreeMap,
     future::Future,
     time::{Duration, Instant},
 };
 
+use serde::Serialize;
 use tracer_common::kind;
 
 use crate::{
@@ -19,9 +21,53 @@ use crate::{
 /// How often counters are sampled and target libraries rescanned.
 const TICK: Duration = Duration::from_millis(250);
 
+/// A periodic summary (`attach --interval`).
+pub struct Interval {
+    pub every: Duration,
+    pub sink: Box<dyn FnMut(&IntervalRecord)>,
+    last: Option<Instant>,
+    prev: BTreeMap<u32, (u64, u64, u64)>,
+}
+
+impl Interval {
+    pub fn new(every: Duration, sink: Box<dyn FnMut(&IntervalRecord)>) -> Self {
+        Self {
+            every,
+            sink,
+            last: None,
+            prev: BTreeMap::new(),
+        }
+    }
+}
+
+/// One interval's per-process figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct IntervalRecord {
+    pub elapsed_s: f64,
+    pub interval_s: f64,
+    pub processes: Vec<IntervalProcess>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct IntervalProcess {
+    pub pid: u32,
+    pub comm: String,
+    pub exited: bool,
+    pub calls_per_s: f64,
+    pub transports: BTreeMap<&'static str, u64>,
+    pub staged_bytes_per_s: f64,
+    pub registrations_per_s: f64,
+    pub vm_pin_kib: u64,
+}
+
 pub struct Trace {
     pub session: Session,
     pub agg: Aggregator,
+    /// Periodic summaries, if asked for.
+    pub interval: Option<Interval>,
+    /// Stop once every target process has exited (attach).
+    pub stop_when_targets_exit: bool,
+    finished: bool,
     pins_before: Option<FollPin>,
     started: Instant,
 }
@@ -31,6 +77,9 @@ impl Trace {
         Self {
             session,
             agg: Aggregator::default(),
+            interval: None,
+            stop_when_targets_exit: false,
+            finished: false,
             pins_before: FollPin::read(),
             started: Instant::now(),
         }
@@ -58,6 +107,9 @@ impl Trace {
                 _ = tick.tick() => self.on_tick(),
                 () = &mut stop => break,
             }
+            if self.finished {
+                break;
+            }
         }
         stream.drain_now(&mut batch);
         self.handle(&mut batch);
@@ -77,6 +129,17 @@ impl Trace {
 
     fn on_tick(&mut self) {
         self.agg.sample();
+        if self.stop_when_targets_exit && !self.agg.procs.is_empty() {
+            for (pid, p) in self.agg.procs.iter_mut() {
+                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    p.exited = true;
+                }
+            }
+            if self.agg.procs.values().all(|p| p.exited) {
+                self.finished = true;
+            }
+        }
+        self.interval_tick();
         let live: Vec<u32> = self
             .agg
             .procs
@@ -87,6 +150,47 @@ impl Trace {
         for pid in live {
             self.session.attach_libraries_of(pid);
         }
+    }
+
+    fn interval_tick(&mut self) {
+        let Some(iv) = self.interval.as_mut() else { return };
+        let now = Instant::now();
+        let since = match iv.last {
+            None => {
+                iv.last = Some(now);
+                return;
+            }
+            Some(l) => now.duration_since(l),
+        };
+        if since < iv.every {
+            return;
+        }
+        iv.last = Some(now);
+        let secs = since.as_secs_f64().max(1e-9);
+        let mut processes = Vec::new();
+        for (pid, p) in &self.agg.procs {
+            let calls: u64 = p.calls.values().sum();
+            let (pc, ps, pr) = iv
+                .prev
+                .insert(*pid, (calls, p.staged_bytes, p.registrations))
+                .unwrap_or((0, 0, 0));
+            processes.push(IntervalProcess {
+                pid: *pid,
+                comm: p.comm.clone(),
+                exited: p.exited,
+                calls_per_s: (calls - pc) as f64 / secs,
+                transports: p.transports.clone(),
+                staged_bytes_per_s: (p.staged_bytes - ps) as f64 / secs,
+                registrations_per_s: (p.registrations - pr) as f64 / secs,
+                vm_pin_kib: crate::counters::vm_pin_kib(*pid).unwrap_or(0),
+            });
+        }
+        let rec = IntervalRecord {
+            elapsed_s: self.started.elapsed().as_secs_f64(),
+            interval_s: secs,
+            processes,
+        };
+        (iv.sink)(&rec);
     }
 
     /// Builds the report of what was traced.

@@ -5,6 +5,7 @@
 //! virtme-ng and runs a command in it, `vm-test` runs `tests/vm/guest.sh`.
 
 mod kernels;
+mod matrix;
 mod util;
 mod vm;
 mod vmtest;

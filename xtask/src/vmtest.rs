@@ -121,7 +121,27 @@ pub fn main(args: &Args) -> Result<ExitCode> {
             r.series, r.release, r.verdict, wall, r.counts
         );
     }
-    let failed = rows.iter().filter(|r| r.verdict != "PASS").count();
+    let mut failed = rows.iter().filter(|r| r.verdict != "PASS").count();
+    if rows.len() > 1 {
+        let releases: Vec<String> = rows.iter().map(|r| r.release.clone()).collect();
+        let dir = target_dir()?.join("vm-results");
+        match crate::matrix::build(&dir, &releases) {
+            Ok((md, unexplained)) => {
+                let path = dir.join("matrix.md");
+                fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;
+                println!("{md}");
+                println!("vm-test: probe matrix written to target/vm-results/matrix.md");
+                if unexplained > 0 {
+                    println!("vm-test: {unexplained} matrix differences have no reason");
+                    failed += 1;
+                }
+            }
+            Err(e) => {
+                println!("vm-test: no probe matrix: {e:#}");
+                failed += 1;
+            }
+        }
+    }
     println!("vm-test kernels: {} passed, {failed} failed", rows.len() - failed);
     Ok(if failed == 0 {
         ExitCode::SUCCESS

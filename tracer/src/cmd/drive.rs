@@ -1,7 +1,7 @@
 //! `gdrtrace drive ...`: run a workload without tracing.
 use crate::{
     cli::Drive,
-    drive::{pin_churn, verbs},
+    drive::{cuda_copy, nccl, pin_churn, verbs},
     error::{Error, Result},
 };
 
@@ -33,6 +33,29 @@ pub fn drive(d: &Drive) -> Result<i32> {
                 return Err(Error::Workload(
                     "verbs: RDMA WRITE data did not arrive intact (verified=false)".into(),
                 ));
+            }
+            Ok(0)
+        }
+        Drive::CudaCopy(o) => {
+            let r = cuda_copy::run(o).map_err(|e| Error::Workload(e.to_string()))?;
+            for line in r.summary_lines() {
+                println!("{line}");
+            }
+            if let Some(path) = &o.summary {
+                let text = serde_json::to_string_pretty(&r).map_err(|e| Error::Workload(e.to_string()))?;
+                std::fs::write(path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+            }
+            Ok(0)
+        }
+        Drive::Nccl(o) if o.is_rank() => Ok(nccl::run_rank(o)),
+        Drive::Nccl(o) => {
+            let r = nccl::run(o).map_err(|e| Error::Workload(e.to_string()))?;
+            for line in r.summary_lines() {
+                println!("{line}");
+            }
+            if let Some(path) = &o.summary {
+                let text = serde_json::to_string_pretty(&r).map_err(|e| Error::Workload(e.to_string()))?;
+                std::fs::write(path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
             }
             Ok(0)
         }

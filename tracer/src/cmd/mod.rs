@@ -1,4 +1,5 @@
 //! One module per subcommand.
+pub mod attach;
 pub mod doctor;
 pub mod drive;
 pub mod run;
@@ -9,6 +10,7 @@ use crate::{cli::Command, error::Result};
 /// Runs a subcommand; returns the process exit status.
 pub fn dispatch(cmd: Command) -> Result<i32> {
     match cmd {
+        Command::Attach(a) => attach::attach(&a),
         Command::Doctor(a) => doctor::doctor(&a),
         Command::Run(a) => run::run(&a),
         Command::Validate(a) => validate::validate(&a),

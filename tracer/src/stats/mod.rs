@@ -41,6 +41,14 @@ pub struct ProcInfo {
     /// Pages pinned by pin-family calls nested inside a verbs registration
     /// (`ib_umem_get`) on the same thread.
     pub pages_pinned_by_registration: u64,
+    /// Calls per transport verdict.
+    pub transports: BTreeMap<&'static str, u64>,
+    /// Bytes moved through host staging (host-staged, shm, socket verdicts).
+    pub staged_bytes: u64,
+    /// Registrations of any kind (MRs, io_uring buffers, host registers).
+    pub registrations: u64,
+    /// VmPin at the moment the tracer attached (pre-existing pinned memory).
+    pub vm_pin_kib_at_attach: Option<u64>,
     pub vm_pin_kib_max: u64,
     pub cpu_seconds: Option<f64>,
 }
@@ -147,6 +155,13 @@ impl Aggregator {
         let p = self.procs.entry(e.pid).or_default();
         if p.comm.is_empty() {
             p.comm = comm_of(e);
+        }
+        *p.transports.entry(c.transport.name()).or_default() += 1;
+        if matches!(c.transport, Transport::HostStaged | Transport::Shm | Transport::Socket) {
+            p.staged_bytes += c.bytes;
+        }
+        if c.label.contains("reg_mr") || c.label.ends_with(":register-buffers") || c.label == "cuMemHostRegister" {
+            p.registrations += 1;
         }
         *p.calls.entry(c.label).or_default() += 1;
         p.errors += c.failed as u64;

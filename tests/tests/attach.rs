@@ -1,0 +1,210 @@
+//! `gdrtrace attach`: running processes are traced without being touched;
+//! children forked and images exec'd after attach are followed in the
+//! kernel; SIGINT, SIGTERM and SIGKILL of the tracer leave the target running
+//! and the kernel clean.
+use std::{
+    io::{BufRead as _, BufReader},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use integration_tests::{can_trace, gdrtrace_path, run, stderr};
+
+/// Our programs currently loaded in the kernel (by the names the object
+/// gives them; the kernel keeps the first 15 bytes).
+fn our_programs() -> usize {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| {
+            p.name_as_str().is_some_and(|n| {
+                [
+                    "sched_process_f",
+                    "sys_enter_io_ur",
+                    "sys_exit_io_uri",
+                    "uapi_entry",
+                    "uapi_return",
+                ]
+                .contains(&n)
+            })
+        })
+        .count()
+}
+
+fn wait_programs(n: usize) -> usize {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let c = our_programs();
+        if c == n || Instant::now() > until {
+            return c;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Starts `gdrtrace attach ARGS` and waits until it says its probes are live.
+fn attach(args: &[&str]) -> Child {
+    let mut child = Command::new(gdrtrace_path())
+        .arg("attach")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning gdrtrace attach");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "gdrtrace attach exited before attaching"
+        );
+        if line.contains("attached to") {
+            break;
+        }
+    }
+    // Keep draining stderr so the tracer never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    child
+}
+
+fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks existence.
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+#[test]
+fn attach_by_pid_follows_fork_and_exec() {
+    if !can_trace("attach_by_pid_follows_fork_and_exec") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("gdrtrace-attach-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let go = dir.join("go");
+    let json = dir.join("report.json");
+    let bin = gdrtrace_path();
+    let script = format!(
+        "while [ ! -e {go} ]; do sleep 0.05; done; {bin} drive pin-churn --iterations 40 --odirect-mib 0 >/dev/null; exec {bin} drive pin-churn --iterations 25 --odirect-mib 0 >/dev/null",
+        go = go.display(),
+        bin = bin.display()
+    );
+    let mut target = Command::new("sh").arg("-c").arg(&script).spawn().unwrap();
+    let pid = target.id().to_string();
+    let tracer = attach(&["--pid", &pid, "--json", json.to_str().unwrap(), "--duration", "60s"]);
+    std::fs::write(&go, b"").unwrap();
+    assert!(target.wait().unwrap().success());
+    // The tracer stops by itself once the last target exited.
+    let out = tracer.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let procs = r["processes"].as_array().unwrap();
+    let by_pid = |p: &str| procs.iter().find(|x| x["pid"].to_string() == p).cloned();
+    let shell = by_pid(&pid).expect("the attached process");
+    assert_eq!(
+        shell["calls"]["io_uring_register:register-buffers"], 25,
+        "exec'd image traced under the same pid"
+    );
+    let child = procs
+        .iter()
+        .find(|x| x["parent"].to_string() == pid && x["calls"]["io_uring_register:register-buffers"] == 40)
+        .unwrap_or_else(|| panic!("forked child not followed: {procs:?}"));
+    assert!(child["pid"].to_string() != pid);
+    let attach_meta = &r["workloads"][0]["attach"];
+    assert!(attach_meta["latency_ms"].as_f64().unwrap() > 0.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn attach_by_cgroup() {
+    if !can_trace("attach_by_cgroup") {
+        return;
+    }
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    if !root.join("cgroup.procs").is_file() {
+        println!("skipping: attach_by_cgroup: no cgroup v2 hierarchy at /sys/fs/cgroup");
+        return;
+    }
+    let cg = root.join(format!("gdrtrace-test-{}", std::process::id()));
+    if std::fs::create_dir(&cg).is_err() {
+        println!("skipping: attach_by_cgroup: cannot create a cgroup here");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("gdrtrace-cg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let go = dir.join("go");
+    let json = dir.join("report.json");
+    let bin = gdrtrace_path();
+    let script = format!(
+        "while [ ! -e {go} ]; do sleep 0.05; done; exec {bin} drive pin-churn --iterations 12 --odirect-mib 0 >/dev/null",
+        go = go.display(),
+        bin = bin.display()
+    );
+    let mut target = Command::new("sh").arg("-c").arg(&script).spawn().unwrap();
+    std::fs::write(cg.join("cgroup.procs"), target.id().to_string()).unwrap();
+    let tracer = attach(&[
+        "--cgroup",
+        cg.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--duration",
+        "60s",
+    ]);
+    std::fs::write(&go, b"").unwrap();
+    assert!(target.wait().unwrap().success());
+    let out = tracer.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let p = r["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["pid"] == target.id())
+        .cloned()
+        .expect("cgroup member traced");
+    assert_eq!(p["calls"]["io_uring_register:register-buffers"], 12);
+    let _ = std::fs::remove_dir(&cg);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn signals_leave_target_running_and_kernel_clean() {
+    if !can_trace("signals_leave_target_running_and_kernel_clean") {
+        return;
+    }
+    let mut target = Command::new("sleep").arg("120").spawn().unwrap();
+    let pid = target.id();
+    let before = wait_programs(our_programs());
+    for (sig, name) in [
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGKILL, "SIGKILL"),
+    ] {
+        let mut tracer = attach(&["--pid", &pid.to_string()]);
+        assert!(
+            our_programs() > before,
+            "{name}: programs should be loaded while attached"
+        );
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(tracer.id() as i32, sig) };
+        let status = tracer.wait().unwrap();
+        if sig != libc::SIGKILL {
+            assert!(status.success(), "{name}: tracer should exit cleanly, got {status}");
+        }
+        assert!(alive(pid), "{name}: the target must keep running");
+        assert_eq!(wait_programs(before), before, "{name}: BPF programs left behind");
+        assert!(target.try_wait().unwrap().is_none(), "{name}: target exited");
+    }
+    let _ = target.kill();
+    let _ = target.wait();
+}
+
+#[test]
+fn attach_errors_are_one_line() {
+    let o = run(&["attach", "--pid", "999999999"]);
+    let err = stderr(&o);
+    assert!(!o.status.success());
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("no such process"), "{err}");
+    let o = run(&["attach"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("attach needs --pid"), "{}", stderr(&o));
+}
