@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --vm
 cargo build --quiet -p tracer
 cargo build --quiet --release -p tracer
-cargo test --workspace --no-fail-fast
+cargo test --workspace --exclude tracer-ebpf --no-fail-fast
 cargo xtask vm-test --kernel all --bin target/release/gdrtrace --timeout 1500

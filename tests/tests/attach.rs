@@ -10,6 +10,14 @@ use std::{
 
 use integration_tests::{can_trace, gdrtrace_path, run, stderr};
 
+/// The tests here count this object's programs loaded in the kernel, so they
+/// must not overlap.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Our programs currently loaded in the kernel (by the names the object
 /// gives them; the kernel keeps the first 15 bytes).
 fn our_programs() -> usize {
@@ -74,6 +82,7 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn attach_by_pid_follows_fork_and_exec() {
+    let _serial = serial();
     if !can_trace("attach_by_pid_follows_fork_and_exec") {
         return;
     }
@@ -115,6 +124,7 @@ fn attach_by_pid_follows_fork_and_exec() {
 
 #[test]
 fn attach_by_cgroup() {
+    let _serial = serial();
     if !can_trace("attach_by_cgroup") {
         return;
     }
@@ -167,6 +177,7 @@ fn attach_by_cgroup() {
 
 #[test]
 fn signals_leave_target_running_and_kernel_clean() {
+    let _serial = serial();
     if !can_trace("signals_leave_target_running_and_kernel_clean") {
         return;
     }

@@ -163,7 +163,7 @@ pub struct NcclOpts {
     #[arg(long, value_name = "SIZE,...", value_parser = parse_sizes, default_value = DEFAULT_NCCL_SIZES)]
     pub sizes: SizeList,
     /// One size instead of the sweep.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, conflicts_with = "sizes")]
     pub size: Option<u64>,
     /// Timed calls per size (default: about 1 GiB per size, 10 to 1000).
     #[arg(long, value_name = "N")]
