@@ -610,7 +610,12 @@ fn library_dlopened_after_attach_is_picked_up() {
     trace.agg.add_process(d.pid, None);
     // The driver dlopens only once released, inside the tracing loop.
     let out = trace_driver(&mut trace, &mut d);
-    println!("{}", out.lines().find(|l| l.starts_with("probes ")).unwrap_or("no probe line"));
+    println!(
+        "{}",
+        out.lines()
+            .find(|l| l.starts_with("probes "))
+            .unwrap_or("no probe line")
+    );
     assert!(
         out.lines().any(|l| l.starts_with("probes seen after")),
         "the tracer's rescan did not attach the library dlopened after tracing started:\n{out}"

@@ -38,6 +38,11 @@ pub enum Command {
     /// Run the workloads this machine supports under the tracer and check
     /// that the tracer's counts match the workloads' own.
     Validate(ValidateArgs),
+    /// Print the GPU/NIC topology: GPUs, their interconnect, RDMA NICs.
+    Topo(DoctorArgs),
+    /// Explain a saved report: per-process transport verdicts, evidence and
+    /// the cause of each fallback.
+    Explain(ExplainArgs),
     /// Run a workload (without tracing).
     #[command(subcommand)]
     Drive(Drive),
@@ -70,6 +75,9 @@ pub struct TraceArgs {
     /// Event ring buffer size in bytes (a power of two, at least one page).
     #[arg(long, default_value_t = tracer_common::RINGBUF_BYTES as u64)]
     pub ringbuf_bytes: u64,
+    /// NCCL log (NCCL_DEBUG=INFO output) to corroborate the verdicts with.
+    #[arg(long, value_name = "FILE")]
+    pub nccl_log: Option<PathBuf>,
     /// Do not attach uprobes to installed libcuda/libibverbs/libnccl up front
     /// (libraries mapped by traced processes are still attached).
     #[arg(long)]
@@ -83,6 +91,15 @@ pub struct RunArgs {
     /// The command to trace, after `--`.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// A JSON report from `run`, `attach` or `validate` (--json FILE).
+    pub report: PathBuf,
+    /// NCCL log (NCCL_DEBUG=INFO output) to corroborate the verdicts with.
+    #[arg(long, value_name = "FILE")]
+    pub nccl_log: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

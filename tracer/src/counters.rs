@@ -94,3 +94,16 @@ mod tests {
 pub fn tgid(tid: u32) -> Option<u32> {
     parse_status_kib(&fs::read_to_string(format!("/proc/{tid}/status")).ok()?, "Tgid:").map(|v| v as u32)
 }
+
+/// The communication-library variables (`NCCL_*`, `CUDA_*`, `UCX_*`,
+/// `NVSHMEM_*`) of a process's environment, as it was at exec.
+pub fn comm_env(pid: u32) -> std::collections::BTreeMap<String, String> {
+    let Ok(raw) = fs::read(format!("/proc/{pid}/environ")) else {
+        return Default::default();
+    };
+    raw.split(|b| *b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok()?.split_once('='))
+        .filter(|(k, _)| ["NCCL_", "CUDA_", "UCX_", "NVSHMEM_"].iter().any(|p| k.starts_with(p)))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}

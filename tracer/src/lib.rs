@@ -18,6 +18,7 @@ pub mod report;
 pub mod session;
 pub mod spawn;
 pub mod stats;
+pub mod topo;
 pub mod trace;
 
 /// A function for uprobe self-tests (`doctor`): a stable, non-inlined target

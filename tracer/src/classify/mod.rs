@@ -1,6 +1,8 @@
 //! What one event means: its report label, family, bytes and pages moved or
 //! pinned, whether it failed, and the transport verdict with its evidence.
 //! `unknown` is an honest answer; a wrong verdict is not.
+pub mod comm;
+
 use serde::Serialize;
 use tracer_common::{Event, op};
 

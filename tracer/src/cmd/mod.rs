@@ -2,6 +2,7 @@
 pub mod attach;
 pub mod doctor;
 pub mod drive;
+pub mod explain;
 pub mod run;
 pub mod validate;
 
@@ -12,6 +13,8 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
     match cmd {
         Command::Attach(a) => attach::attach(&a),
         Command::Doctor(a) => doctor::doctor(&a),
+        Command::Topo(a) => explain::topo(&a),
+        Command::Explain(a) => explain::explain(&a),
         Command::Run(a) => run::run(&a),
         Command::Validate(a) => validate::validate(&a),
         Command::Drive(d) => drive::drive(&d),

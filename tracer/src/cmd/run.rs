@@ -108,6 +108,18 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
 
 /// Prints the report (text or JSON) and writes `--json FILE`.
 pub fn emit(t: &TraceArgs, report: &Report) -> Result<()> {
+    let mut judged;
+    let report = if report.verdicts.is_empty() {
+        judged = report.clone();
+        let log = match &t.nccl_log {
+            Some(p) => Some(std::fs::read_to_string(p).map_err(|e| Error::io(format!("reading {}", p.display()), e))?),
+            None => None,
+        };
+        judged.judge(log.as_deref());
+        &judged
+    } else {
+        report
+    };
     let json =
         serde_json::to_string_pretty(report).map_err(|e| Error::Workload(format!("serializing the report: {e}")))?;
     if let Some(path) = &t.json {

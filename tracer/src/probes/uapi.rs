@@ -77,6 +77,7 @@ pub enum Kind {
     Copy,
     DmabufExport,
     IpcImport,
+    IpcExport,
     Map,
     PeerAccess,
     MrRegister,
@@ -300,6 +301,40 @@ pub static TABLE: &[Row] = &[
         "cuMemMap",
         Kind::Map,
         &[Addr, Bytes, Bytes, Handle, Int],
+    ),
+    // CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
+    row(
+        Lib::Cuda,
+        "cuDeviceCanAccessPeer",
+        "cuDeviceCanAccessPeer",
+        Kind::PeerAccess,
+        &[Out, Int, Int],
+    ),
+    // CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle h,
+    //                                       CUmemAllocationHandleType t, unsigned long long flags);
+    row(
+        Lib::Cuda,
+        "cuMemExportToShareableHandle",
+        "cuMemExportToShareableHandle",
+        Kind::IpcExport,
+        &[Out, Handle, Int, Int],
+    ),
+    // CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
+    //                      unsigned long long flags);
+    row(
+        Lib::Cuda,
+        "cuMemCreate",
+        "cuMemCreate",
+        Kind::Map,
+        &[Out, Bytes, Addr, Int],
+    ),
+    // CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr);
+    row(
+        Lib::Cuda,
+        "cuIpcGetMemHandle",
+        "cuIpcGetMemHandle",
+        Kind::IpcExport,
+        &[Addr, Addr],
     ),
     // CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags);
     row(

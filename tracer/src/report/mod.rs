@@ -111,6 +111,7 @@ pub struct Process {
     pub registrations: u64,
     /// VmPin when the tracer attached: memory pinned before tracing began.
     pub vm_pin_kib_at_attach: Option<u64>,
+    pub env: BTreeMap<String, String>,
     pub vm_pin_kib_max: u64,
     pub cpu_seconds: Option<f64>,
     pub churn: Option<Churn>,
@@ -167,8 +168,39 @@ pub struct Report {
     pub pin_counters: PinCounters,
     pub loss: Loss,
     pub coverage: Vec<Coverage>,
+    /// Per-process communication verdicts with evidence and cause.
+    pub verdicts: Vec<crate::classify::comm::Verdict>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub workloads: Vec<serde_json::Value>,
+}
+
+impl Report {
+    /// Evidence of each process, for the verdict rules.
+    pub fn evidence(&self, nvlink: Option<bool>) -> Vec<crate::classify::comm::Evidence> {
+        self.processes
+            .iter()
+            .map(|p| crate::classify::comm::Evidence {
+                pid: p.pid,
+                comm: p.comm.clone(),
+                calls: p.calls.clone(),
+                env: p.env.clone(),
+                nvlink,
+            })
+            .collect()
+    }
+
+    /// Recomputes the verdicts (and corroborates them with an NCCL log).
+    pub fn judge(&mut self, nccl_log: Option<&str>) {
+        let nvlink = crate::topo::discover().nvlink();
+        self.verdicts = self
+            .evidence(nvlink)
+            .iter()
+            .filter_map(crate::classify::comm::verdict)
+            .collect();
+        if let Some(text) = nccl_log {
+            crate::classify::comm::corroborate(&mut self.verdicts, &crate::classify::comm::parse_nccl_log(text));
+        }
+    }
 }
 
 pub fn host() -> Host {
@@ -278,6 +310,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
             staged_bytes: p.staged_bytes,
             registrations: p.registrations,
             vm_pin_kib_at_attach: p.vm_pin_kib_at_attach,
+            env: p.env.clone(),
             vm_pin_kib_max: p.vm_pin_kib_max,
             cpu_seconds: p.cpu_seconds,
             churn: agg.registry.procs.get(pid).map(|r| r.churn.clone()),
@@ -297,6 +330,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         pin_counters: inputs.pins,
         loss: inputs.loss,
         coverage: inputs.coverage,
+        verdicts: Vec::new(),
         workloads: Vec::new(),
     }
 }

@@ -120,6 +120,34 @@ pub fn render(r: &Report) -> String {
         );
     }
 
+    if !r.verdicts.is_empty() {
+        let _ = writeln!(o, "Transport verdicts (per process)");
+        for v in &r.verdicts {
+            let _ = writeln!(
+                o,
+                "  pid {} {}: {}{}",
+                v.pid,
+                v.comm,
+                v.transport.name(),
+                if v.host_staged { " (host-staged)" } else { "" }
+            );
+            for e in &v.evidence {
+                let _ = writeln!(o, "    evidence: {e}");
+            }
+            if let Some(c) = &v.cause {
+                let _ = writeln!(o, "    cause: {c}");
+            }
+            if let Some(l) = &v.nccl_log {
+                let _ = writeln!(
+                    o,
+                    "    NCCL log: via {} ({})",
+                    l.nccl_says,
+                    if l.agrees { "agrees" } else { "DISAGREES" }
+                );
+            }
+        }
+        let _ = writeln!(o);
+    }
     let _ = writeln!(o, "Processes");
     let _ = writeln!(
         o,

@@ -49,6 +49,8 @@ pub struct ProcInfo {
     pub registrations: u64,
     /// VmPin at the moment the tracer attached (pre-existing pinned memory).
     pub vm_pin_kib_at_attach: Option<u64>,
+    /// NCCL_*/CUDA_*/UCX_* variables of the process environment (read while it ran).
+    pub env: BTreeMap<String, String>,
     pub vm_pin_kib_max: u64,
     pub cpu_seconds: Option<f64>,
 }
@@ -86,6 +88,9 @@ impl Aggregator {
         if p.comm.is_empty() {
             p.comm = counters::comm(pid).unwrap_or_default();
         }
+        if p.env.is_empty() {
+            p.env = counters::comm_env(pid);
+        }
         if p.parent.is_none() {
             p.parent = parent;
         }
@@ -118,6 +123,7 @@ impl Aggregator {
             kind::EXEC => {
                 let p = self.procs.entry(e.pid).or_default();
                 p.comm = comm_of(e);
+                p.env = counters::comm_env(e.pid);
             }
             kind::EXIT => {
                 self.sample();
@@ -155,6 +161,9 @@ impl Aggregator {
         let p = self.procs.entry(e.pid).or_default();
         if p.comm.is_empty() {
             p.comm = comm_of(e);
+        }
+        if p.env.is_empty() {
+            p.env = counters::comm_env(e.pid);
         }
         *p.transports.entry(c.transport.name()).or_default() += 1;
         if matches!(c.transport, Transport::HostStaged | Transport::Shm | Transport::Socket) {
