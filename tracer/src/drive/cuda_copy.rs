@@ -437,12 +437,12 @@ pub fn run(opts: &CudaCopyOpts) -> Result<CudaCopyReport, CudaCopyError> {
     let mut results = Vec::new();
     let outcome = (|| -> Result<(), CudaCopyError> {
         for &case in &wanted {
-            if case == CopyCase::G2gPeer {
-                if let Some(p) = &devs.peer {
-                    devs.dev.enable_peer_access(p)?;
-                    p.enable_peer_access(&devs.dev)?;
-                    devs.dev.make_current()?;
-                }
+            if case == CopyCase::G2gPeer
+                && let Some(p) = &devs.peer
+            {
+                devs.dev.enable_peer_access(p)?;
+                p.enable_peer_access(&devs.dev)?;
+                devs.dev.make_current()?;
             }
             for &size in &opts.sizes.0 {
                 let r = run_case(case, size, opts, &devs, &bufs).map_err(|source| CudaCopyError::Copy {
@@ -452,12 +452,12 @@ pub fn run(opts: &CudaCopyOpts) -> Result<CudaCopyReport, CudaCopyError> {
                 })?;
                 results.push(r);
             }
-            if case == CopyCase::G2gPeer {
-                if let Some(p) = &devs.peer {
-                    devs.dev.disable_peer_access(p)?;
-                    p.disable_peer_access(&devs.dev)?;
-                    devs.dev.make_current()?;
-                }
+            if case == CopyCase::G2gPeer
+                && let Some(p) = &devs.peer
+            {
+                devs.dev.disable_peer_access(p)?;
+                p.disable_peer_access(&devs.dev)?;
+                devs.dev.make_current()?;
             }
         }
         Ok(())

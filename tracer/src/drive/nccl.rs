@@ -676,6 +676,10 @@ fn combine(
 /// when that cannot be written does the rank print its error itself.
 pub fn run_rank(opts: &NcclOpts) -> i32 {
     let rank = opts.rank.unwrap_or(0);
+    // A rank blocked in a collective would wait forever for a parent that
+    // died: have the kernel kill it with the parent.
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and no pointers.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
     let res = rank_main(opts);
     let (code, outcome) = match res {
         Ok(report) => (
