@@ -107,6 +107,8 @@ pub mod counter {
     pub const TARGETS_FULL: u32 = 3;
     /// A probe read (argument or tracepoint field) failed.
     pub const READ_ERRORS: u32 = 4;
+    /// The per-communicator aggregation table was full.
+    pub const AGGREGATE_FULL: u32 = 5;
     /// Number of counters.
     pub const COUNT: u32 = 8;
 }
@@ -123,9 +125,53 @@ pub struct OpConfig {
     /// Unless `u32::MAX`: at return, read 8 bytes of user memory at
     /// `ret + ret_read_offset` into `args[5]` (e.g. `struct ibv_mr` keys).
     pub ret_read_offset: u32,
-    pub _pad: u32,
+    /// For aggregate-only ops: argument indices of the element count, the
+    /// NCCL data type and the communicator handle (`NO_ARG` when absent).
+    /// The kernel sums calls and bytes per (process, op, communicator).
+    pub count_arg: u8,
+    pub dtype_arg: u8,
+    pub handle_arg: u8,
+    pub _pad: u8,
 }
 const _: () = assert!(core::mem::size_of::<OpConfig>() == 16);
+
+/// "No such argument" in `OpConfig`'s argument indices.
+pub const NO_ARG: u8 = 0xff;
+/// Maximum number of (process, op, communicator) aggregation rows.
+pub const MAX_AGG_ROWS: u32 = 8192;
+
+/// Key of the in-kernel per-communicator aggregation.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AggKey {
+    pub tgid: u32,
+    pub op: u32,
+    /// Communicator (or other handle) the call was made on; 0 if none.
+    pub handle: u64,
+}
+const _: () = assert!(core::mem::size_of::<AggKey>() == 16);
+
+/// Value of the per-communicator aggregation (per CPU).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AggValue {
+    pub calls: u64,
+    pub bytes: u64,
+}
+const _: () = assert!(core::mem::size_of::<AggValue>() == 16);
+
+/// Size in bytes of an `ncclDataType_t` (nccl.h: int8, uint8, int32,
+/// uint32, int64, uint64, half, float, double, bfloat16, fp8e4m3, fp8e5m2).
+#[inline(always)]
+pub fn nccl_dtype_size(dtype: u64) -> u64 {
+    match dtype {
+        0 | 1 | 10 | 11 => 1,
+        6 | 9 => 2,
+        2 | 3 | 7 => 4,
+        4 | 5 | 8 => 8,
+        _ => 0,
+    }
+}
 
 /// Key of the in-flight table: one call of one op on one thread.
 #[repr(C)]
@@ -214,4 +260,8 @@ mod pod {
     unsafe impl aya::Pod for super::Inflight {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::OpConfig {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::AggKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::AggValue {}
 }

@@ -2,10 +2,11 @@
 use aya_ebpf::{
     Global,
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tracer_common::{
-    Inflight, InflightKey, MAX_INFLIGHT, MAX_OPS, MAX_SLOTS, MAX_TARGETS, OpConfig, RINGBUF_BYTES, counter,
+    AggKey, AggValue, Inflight, InflightKey, MAX_AGG_ROWS, MAX_INFLIGHT, MAX_OPS, MAX_SLOTS, MAX_TARGETS, OpConfig,
+    RINGBUF_BYTES, counter,
 };
 
 /// `filter::ALL` or `filter::TARGETS`; set by the loader.
@@ -43,6 +44,11 @@ pub static OP_CONFIG: Array<OpConfig> = Array::with_max_entries(MAX_OPS, 0);
 /// completed call lands here, evented or not.
 #[map]
 pub static LATENCY: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_OPS * MAX_SLOTS, 0);
+
+/// Key: (tgid, op, communicator). Value: per-CPU calls and bytes of
+/// aggregate-only ops (collectives), so hot calls cost no event.
+#[map]
+pub static AGGREGATE: PerCpuHashMap<AggKey, AggValue> = PerCpuHashMap::with_max_entries(MAX_AGG_ROWS, 0);
 
 /// Bumps a per-CPU counter.
 #[inline(always)]

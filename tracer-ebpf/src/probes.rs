@@ -3,10 +3,11 @@
 //! and the event record.
 use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user};
 use tracer_common::{
-    Event, Inflight, InflightKey, MAX_ARGS, MAX_OPS, MAX_SLOTS, counter, filter, kind, log2_slot, op_flags,
+    AggKey, AggValue, Event, Inflight, InflightKey, MAX_ARGS, MAX_OPS, MAX_SLOTS, OpConfig, counter, filter, kind,
+    log2_slot, nccl_dtype_size, op_flags,
 };
 
-use crate::maps::{EVENTS, FILTER_MODE, INFLIGHT, LATENCY, OP_CONFIG, TARGETS, count};
+use crate::maps::{AGGREGATE, EVENTS, FILTER_MODE, INFLIGHT, LATENCY, OP_CONFIG, TARGETS, count};
 
 /// Why a probe did not record anything. Fits a register (returned as the
 /// program's exit code, which the kernel ignores for tracing programs).
@@ -87,6 +88,7 @@ pub fn on_return(op: u32, ret: i64) -> Result<u32, Skip> {
     }
     let config = OP_CONFIG.get(op).copied().unwrap_or_default();
     if config.flags & op_flags::AGGREGATE_ONLY != 0 {
+        aggregate(op, pid_tgid, &config, &entry.args);
         return Ok(0);
     }
     let mut args = entry.args;
@@ -107,6 +109,30 @@ pub fn on_return(op: u32, ret: i64) -> Result<u32, Skip> {
     }
     emit(kind::CALL, op, pid_tgid, entry.start_ns, dur_ns, args, ret);
     Ok(0)
+}
+
+/// Adds one call (and its bytes) to the per-(process, op, communicator) row.
+#[inline(always)]
+fn aggregate(op: u32, pid_tgid: u64, config: &OpConfig, args: &[u64; MAX_ARGS]) {
+    let arg = |i: u8| if (i as usize) < MAX_ARGS { args[i as usize] } else { 0 };
+    let key = AggKey {
+        tgid: (pid_tgid >> 32) as u32,
+        op,
+        handle: arg(config.handle_arg),
+    };
+    let bytes = arg(config.count_arg).wrapping_mul(nccl_dtype_size(arg(config.dtype_arg)));
+    match AGGREGATE.get_ptr_mut(&key) {
+        // SAFETY: per-CPU value, no concurrent writer on this CPU.
+        Some(v) => unsafe {
+            (*v).calls += 1;
+            (*v).bytes += bytes;
+        },
+        None => {
+            if AGGREGATE.insert(&key, &AggValue { calls: 1, bytes }, 0).is_err() {
+                count(counter::AGGREGATE_FULL);
+            }
+        }
+    }
 }
 
 /// Writes one record to the ring buffer, counting a failed reservation.

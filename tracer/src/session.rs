@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 
 use aya::{
     Ebpf,
-    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
 };
-use tracer_common::{MAX_OPS, MAX_SLOTS, counter};
+use tracer_common::{AggKey, AggValue, MAX_OPS, MAX_SLOTS, counter};
 
 use crate::{
     error::{Error, Result, describe},
@@ -127,7 +127,7 @@ impl Session {
             inflight_full: c[counter::INFLIGHT_FULL as usize],
             return_without_entry: c[counter::RETURN_WITHOUT_ENTRY as usize],
             targets_full: c[counter::TARGETS_FULL as usize],
-            read_errors: c[counter::READ_ERRORS as usize],
+            read_errors: c[counter::READ_ERRORS as usize] + c[counter::AGGREGATE_FULL as usize],
             malformed_records: malformed,
             undecoded_events: undecoded,
             complete: false,
@@ -140,6 +140,28 @@ impl Session {
             + l.undecoded_events
             == 0;
         Ok(l)
+    }
+
+    /// The per-(process, op, communicator) totals of aggregate-only calls,
+    /// summed over CPUs.
+    pub fn aggregates(&self) -> Result<Vec<(AggKey, AggValue)>> {
+        let map = self.ebpf.map("AGGREGATE").ok_or(Error::MissingMap("AGGREGATE"))?;
+        let table: PerCpuHashMap<&MapData, AggKey, AggValue> =
+            PerCpuHashMap::try_from(map).map_err(|source| Error::Map {
+                name: "AGGREGATE".into(),
+                source,
+            })?;
+        Ok(table
+            .iter()
+            .filter_map(|r| r.ok())
+            .map(|(k, per_cpu)| {
+                let v = per_cpu.iter().fold(AggValue::default(), |a, v| AggValue {
+                    calls: a.calls + v.calls,
+                    bytes: a.bytes + v.bytes,
+                });
+                (k, v)
+            })
+            .collect())
     }
 
     /// In-kernel log2 latency slots per op (every completed call).

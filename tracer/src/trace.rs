@@ -57,6 +57,8 @@ pub struct IntervalProcess {
     pub transports: BTreeMap<&'static str, u64>,
     pub staged_bytes_per_s: f64,
     pub registrations_per_s: f64,
+    /// The process's transport verdict so far (None: no GPU communication seen).
+    pub verdict: Option<&'static str>,
     pub vm_pin_kib: u64,
 }
 
@@ -129,6 +131,9 @@ impl Trace {
 
     fn on_tick(&mut self) {
         self.agg.sample();
+        if let Ok(rows) = self.session.aggregates() {
+            self.agg.set_aggregates(&rows);
+        }
         if self.stop_when_targets_exit && !self.agg.procs.is_empty() {
             for (pid, p) in self.agg.procs.iter_mut() {
                 if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
@@ -182,6 +187,14 @@ impl Trace {
                 transports: p.transports.clone(),
                 staged_bytes_per_s: (p.staged_bytes - ps) as f64 / secs,
                 registrations_per_s: (p.registrations - pr) as f64 / secs,
+                verdict: crate::classify::comm::verdict(&crate::classify::comm::Evidence {
+                    pid: *pid,
+                    comm: p.comm.clone(),
+                    calls: p.calls.clone(),
+                    env: p.env.clone(),
+                    nvlink: None,
+                })
+                .map(|v| v.transport.name()),
                 vm_pin_kib: crate::counters::vm_pin_kib(*pid).unwrap_or(0),
             });
         }

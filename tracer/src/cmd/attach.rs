@@ -102,9 +102,10 @@ fn interval_line(rec: &IntervalRecord) -> String {
     for p in &rec.processes {
         let mix: Vec<String> = p.transports.iter().map(|(t, n)| format!("{t}:{n}")).collect();
         s.push_str(&format!(
-            "\n  pid {:>7} {:<15} {:>9.1} calls/s  staged {:>10.0} B/s  reg {:>7.1}/s  VmPin {:>8} kB  transports [{}]{}",
+            "\n  pid {:>7} {:<15} {:<12} {:>9.1} calls/s  staged {:>10.0} B/s  reg {:>7.1}/s  VmPin {:>8} kB  transports [{}]{}",
             p.pid,
             p.comm,
+            p.verdict.unwrap_or("-"),
             p.calls_per_s,
             p.staged_bytes_per_s,
             p.registrations_per_s,

@@ -72,7 +72,13 @@ pub fn pin_churn_checks(r: &Report, s: &PinChurnSummary) -> Vec<Check> {
     match &r.pin_counters.delta {
         Some(d) => out.push(check(
             "nr_foll_pin delta covers the registered pages",
-            d.acquired >= s.pages_registered && d.released >= s.pages_registered,
+            // A system-wide counter: other activity adds to it, and kernels
+            // differ in how they account pages already pinned (6.1 counted
+            // 0.4% fewer for io_uring buffers than were registered), so
+            // "consistent" means within 2% below and bounded above.
+            d.acquired * 100 >= s.pages_registered * 98
+                && d.released * 100 >= s.pages_registered * 98
+                && d.acquired <= 2 * (s.pages_registered + s.odirect_pages) + 4096,
             format!(
                 "acquired +{}, released +{}, workload registered {} pages (+{} O_DIRECT pages)",
                 d.acquired, d.released, s.pages_registered, s.odirect_pages
@@ -287,6 +293,221 @@ fn verbs(trace: &TraceArgs, exe: &std::path::Path) -> Result<Vec<Check>> {
     Ok(checks)
 }
 
+/// Traces a workload that writes `--summary FILE`; returns its judged
+/// report, summary and exit status.
+fn traced_workload(trace: &TraceArgs, argv: Vec<String>, name: &str) -> Result<(Report, serde_json::Value, i32)> {
+    let summary = temp_path(&format!("{name}.json"));
+    let mut argv = argv;
+    argv.push("--summary".into());
+    argv.push(summary.display().to_string());
+    let out = super::run::trace_command(trace, &argv)?;
+    let text = std::fs::read_to_string(&summary).unwrap_or_default();
+    let _ = std::fs::remove_file(&summary);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+    let mut report = out.report;
+    report.judge(None);
+    report
+        .workloads
+        .push(serde_json::json!({ "workload": name, "summary": v }));
+    Ok((report, v, out.exit_code))
+}
+
+fn op_calls_transport(r: &Report, name: &str, transport: &str) -> u64 {
+    r.operations
+        .iter()
+        .filter(|o| o.name == name && o.transport == transport)
+        .map(|o| o.calls)
+        .sum()
+}
+
+/// CUDA copies: the tracer's cuMemcpy* counts equal the workload's, and
+/// pageable copies are host-staged while pinned ones are not.
+pub fn cuda_copy_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
+    let mut out = Vec::new();
+    let by_fn = v["calls_by_function"].as_object().cloned().unwrap_or_default();
+    let mut expected: std::collections::BTreeMap<String, u64> = Default::default();
+    for (f, n) in &by_fn {
+        let base = crate::probes::uapi::TABLE
+            .iter()
+            .find(|row| crate::probes::uapi::is_variant(f, row.symbol))
+            .map_or(f.clone(), |row| row.name.to_string());
+        *expected.entry(base).or_default() += n.as_u64().unwrap_or(0);
+    }
+    for (name, n) in &expected {
+        let got: u64 = r.operations.iter().filter(|o| &o.name == name).map(|o| o.calls).sum();
+        out.push(check(
+            &format!("{name} calls"),
+            got == *n,
+            format!("tracer {got}, workload {n}"),
+        ));
+    }
+    let case_calls = |case: &str| -> u64 {
+        v["results"].as_array().map_or(0, |a| {
+            a.iter()
+                .filter(|x| x["case"] == case)
+                .filter_map(|x| x["calls"].as_u64())
+                .sum()
+        })
+    };
+    for (case, op) in [("h2d-pageable", "cuMemcpyHtoD"), ("d2h-pageable", "cuMemcpyDtoH")] {
+        let want = case_calls(case);
+        let got = op_calls_transport(r, op, "host-staged");
+        out.push(check(
+            &format!("{case} copies are host-staged"),
+            got == want,
+            format!("tracer {got} host-staged, workload {want}"),
+        ));
+    }
+    for (case, op) in [("h2d-pinned", "cuMemcpyHtoD"), ("d2h-pinned", "cuMemcpyDtoH")] {
+        let want = case_calls(case);
+        let got = op_calls_transport(r, op, "host-only");
+        out.push(check(
+            &format!("{case} copies are not staged"),
+            got >= want && want > 0,
+            format!("tracer {got} direct DMA, workload {want}"),
+        ));
+    }
+    out
+}
+
+/// NCCL: every rank's verdict is the mode's transport, calls match, and
+/// host-staged bytes appear exactly where the transport goes through host memory.
+pub fn nccl_checks(r: &Report, v: &serde_json::Value, mode: &str, nvlink: Option<bool>) -> Vec<Check> {
+    let expected = match (mode, nvlink) {
+        ("auto", Some(false)) => "p2p/pcie",
+        ("auto", _) => "p2p/nvlink",
+        ("no-p2p", _) => "shm",
+        _ => "socket",
+    };
+    let ranks = v["ranks"].as_u64().unwrap_or(0);
+    let calls = v["calls"].as_u64().unwrap_or(0);
+    let got: Vec<&str> = r.verdicts.iter().map(|x| x.transport.name()).collect();
+    let mut out = vec![check(
+        &format!("{mode}: every rank's verdict is {expected}"),
+        got.len() as u64 == ranks && got.iter().all(|t| *t == expected),
+        format!("verdicts {got:?} for {ranks} ranks"),
+    )];
+    let per_rank: Vec<u64> = r
+        .verdicts
+        .iter()
+        .map(|x| {
+            r.collectives
+                .iter()
+                .filter(|c| c.pid == x.pid && c.op == "ncclAllReduce")
+                .map(|c| c.calls)
+                .sum()
+        })
+        .collect();
+    out.push(check(
+        &format!("{mode}: ncclAllReduce calls per rank (in-kernel aggregation)"),
+        per_rank.iter().all(|n| *n == calls),
+        format!("tracer {per_rank:?}, workload {calls} per rank"),
+    ));
+    let staged = collective_staged_bytes(r);
+    let should = expected == "shm" || expected == "socket";
+    out.push(check(
+        &format!("{mode}: host-staged bytes {}", if should { "reported" } else { "none" }),
+        if should { staged > 0 } else { staged == 0 },
+        format!("{staged} bytes through host memory"),
+    ));
+    out
+}
+
+/// Bytes of collectives whose transport goes through host memory.
+fn collective_staged_bytes(r: &Report) -> u64 {
+    r.collectives
+        .iter()
+        .filter(|c| matches!(c.transport, "shm" | "socket" | "host-staged"))
+        .map(|c| c.bytes)
+        .sum()
+}
+
+fn gpu(trace: &TraceArgs, exe: &std::path::Path) -> Result<Vec<Check>> {
+    let base = |w: &str| vec![exe.display().to_string(), "drive".to_string(), w.to_string()];
+    let mut checks = Vec::new();
+    let mut cc = base("cuda-copy");
+    cc.extend(["--sizes", "4K,1M,64M"].map(String::from));
+    let (r, v, code) = traced_workload(
+        &TraceArgs {
+            json: None,
+            ..trace.clone()
+        },
+        cc,
+        "cuda-copy",
+    )?;
+    checks.push(check(
+        "cuda-copy exited cleanly",
+        code == 0,
+        format!("exit status {code}"),
+    ));
+    checks.extend(cuda_copy_checks(&r, &v));
+    println!("\nvalidate: cuda-copy (largest size per case)");
+    println!("  {:<14} {:>10} {:>12} {:>14}", "CASE", "GB/s", "CPU ms/GB", "VERDICT");
+    if let Some(results) = v["results"].as_array() {
+        let mut last: std::collections::BTreeMap<String, &serde_json::Value> = Default::default();
+        for x in results {
+            last.insert(x["case"].as_str().unwrap_or("?").to_string(), x);
+        }
+        for (case, x) in last {
+            let verdict = if case.contains("pageable") {
+                "host-staged"
+            } else if case == "g2g-staged" {
+                "host-staged (explicit)"
+            } else {
+                "direct"
+            };
+            println!(
+                "  {case:<14} {:>10.1} {:>12.1} {verdict:>14}",
+                x["gbps"].as_f64().unwrap_or(0.0),
+                x["cpu_s_per_gb"].as_f64().unwrap_or(0.0) * 1e3
+            );
+        }
+    }
+    let nvlink = crate::topo::discover().nvlink();
+    println!("\nvalidate: nccl all-reduce by transport mode");
+    println!(
+        "  {:<14} {:<12} {:>12} {:>12} {:>14} {:>16}",
+        "MODE", "VERDICT", "busbw GB/s", "8K us/call", "CPU us/call", "host-staged B"
+    );
+    for mode in ["auto", "no-p2p", "no-p2p-no-shm"] {
+        let mut argv = base("nccl");
+        argv.extend(["--mode", mode, "--sizes", "8K,64M"].map(String::from));
+        let (r, v, code) = traced_workload(
+            &TraceArgs {
+                json: None,
+                ..trace.clone()
+            },
+            argv,
+            &format!("nccl-{mode}"),
+        )?;
+        checks.push(check(
+            &format!("nccl {mode} exited cleanly"),
+            code == 0,
+            format!("exit status {code}"),
+        ));
+        checks.extend(nccl_checks(&r, &v, mode, nvlink));
+        let sizes = v["sizes"].as_array().cloned().unwrap_or_default();
+        let big = sizes.last().cloned().unwrap_or_default();
+        let small = sizes.first().cloned().unwrap_or_default();
+        println!(
+            "  {mode:<14} {:<12} {:>12.1} {:>12.1} {:>14.1} {:>16}",
+            r.verdicts.first().map_or("unknown", |x| x.transport.name()),
+            big["busbw"].as_f64().unwrap_or(0.0),
+            small["time_us"].as_f64().unwrap_or(0.0),
+            big["cpu_us_per_call"].as_f64().unwrap_or(0.0),
+            collective_staged_bytes(&r)
+        );
+        for x in &r.verdicts {
+            if let Some(c) = &x.cause {
+                println!("  {:<14}   pid {}: {c}", "", x.pid);
+            }
+        }
+    }
+    println!("\nvalidate: GPU checks");
+    print_checks(&checks);
+    Ok(checks)
+}
+
 pub fn validate(args: &ValidateArgs) -> Result<i32> {
     let exe = std::env::current_exe().map_err(|e| Error::io("locating the gdrtrace binary", e))?;
     let summary = temp_path("pin-churn.json");
@@ -319,6 +540,12 @@ pub fn validate(args: &ValidateArgs) -> Result<i32> {
     super::run::emit(trace, &report)?;
     println!("\nvalidate: pin-churn ({})", s.line());
     print_checks(&checks);
+    if crate::topo::discover().gpus.is_empty() {
+        println!("validate: cuda-copy, nccl: skipping: no GPU (/proc/driver/nvidia/gpus is absent)");
+    } else {
+        let gpu_checks = gpu(&args.trace, &exe)?;
+        checks.extend(gpu_checks);
+    }
     if rdma_devices().is_empty() {
         println!(
             "validate: verbs: skipping: no RDMA device (/sys/class/infiniband is empty; load rdma_rxe for Soft-RoCE)"

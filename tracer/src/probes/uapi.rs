@@ -107,6 +107,9 @@ pub struct Row {
     pub ret_read: Option<u32>,
     /// Aggregate in the kernel only (high-rate calls).
     pub aggregate: bool,
+    /// For aggregated rows: argument indices of the element count, the
+    /// NCCL data type and the communicator (summed per communicator).
+    pub coll: Option<(u8, u8, u8)>,
 }
 
 use Arg::*;
@@ -120,7 +123,15 @@ const fn row(lib: Lib, symbol: &'static str, name: &'static str, kind: Kind, arg
         args,
         ret_read: None,
         aggregate: false,
+        coll: None,
     }
+}
+/// A collective: aggregated in the kernel per communicator, with its bytes
+/// (count x the size of the NCCL data type).
+const fn coll(mut r: Row, count: u8, dtype: u8, comm: u8) -> Row {
+    r.aggregate = true;
+    r.coll = Some((count, dtype, comm));
+    r
 }
 const fn hot(mut r: Row) -> Row {
     r.aggregate = true;
@@ -451,57 +462,92 @@ pub static TABLE: &[Row] = &[
     row(Lib::Nccl, "ncclCommAbort", "ncclCommAbort", Kind::CommEnd, &[Handle]),
     // ncclResult_t ncclAllReduce(const void *s, void *r, size_t count, ncclDataType_t dt, ncclRedOp_t op,
     //                            ncclComm_t comm, cudaStream_t stream);
-    hot(row(
-        Lib::Nccl,
-        "ncclAllReduce",
-        "ncclAllReduce",
-        Kind::Collective,
-        &[Addr, Addr, Count, Int, Int, Handle],
-    )),
+    coll(
+        row(
+            Lib::Nccl,
+            "ncclAllReduce",
+            "ncclAllReduce",
+            Kind::Collective,
+            &[Addr, Addr, Count, Int, Int, Handle],
+        ),
+        2,
+        3,
+        5,
+    ),
     // ncclResult_t ncclAllGather(const void *s, void *r, size_t sendcount, ncclDataType_t dt, ncclComm_t comm, cudaStream_t st);
-    hot(row(
-        Lib::Nccl,
-        "ncclAllGather",
-        "ncclAllGather",
-        Kind::Collective,
-        &[Addr, Addr, Count, Int, Handle, Handle],
-    )),
-    hot(row(
-        Lib::Nccl,
-        "ncclReduceScatter",
-        "ncclReduceScatter",
-        Kind::Collective,
-        &[Addr, Addr, Count, Int, Int, Handle],
-    )),
-    hot(row(
-        Lib::Nccl,
-        "ncclBroadcast",
-        "ncclBroadcast",
-        Kind::Collective,
-        &[Addr, Addr, Count, Int, Int, Handle],
-    )),
-    hot(row(
-        Lib::Nccl,
-        "ncclReduce",
-        "ncclReduce",
-        Kind::Collective,
-        &[Addr, Addr, Count, Int, Int, Int],
-    )),
+    coll(
+        row(
+            Lib::Nccl,
+            "ncclAllGather",
+            "ncclAllGather",
+            Kind::Collective,
+            &[Addr, Addr, Count, Int, Handle, Handle],
+        ),
+        2,
+        3,
+        4,
+    ),
+    coll(
+        row(
+            Lib::Nccl,
+            "ncclReduceScatter",
+            "ncclReduceScatter",
+            Kind::Collective,
+            &[Addr, Addr, Count, Int, Int, Handle],
+        ),
+        2,
+        3,
+        5,
+    ),
+    coll(
+        row(
+            Lib::Nccl,
+            "ncclBroadcast",
+            "ncclBroadcast",
+            Kind::Collective,
+            &[Addr, Addr, Count, Int, Int, Handle],
+        ),
+        2,
+        3,
+        5,
+    ),
+    coll(
+        row(
+            Lib::Nccl,
+            "ncclReduce",
+            "ncclReduce",
+            Kind::Collective,
+            &[Addr, Addr, Count, Int, Int, Int],
+        ),
+        2,
+        3,
+        tracer_common::NO_ARG,
+    ),
     // ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t s);
-    hot(row(
-        Lib::Nccl,
-        "ncclSend",
-        "ncclSend",
-        Kind::PointToPoint,
-        &[Addr, Count, Int, Int, Handle, Handle],
-    )),
-    hot(row(
-        Lib::Nccl,
-        "ncclRecv",
-        "ncclRecv",
-        Kind::PointToPoint,
-        &[Addr, Count, Int, Int, Handle, Handle],
-    )),
+    coll(
+        row(
+            Lib::Nccl,
+            "ncclSend",
+            "ncclSend",
+            Kind::PointToPoint,
+            &[Addr, Count, Int, Int, Handle, Handle],
+        ),
+        1,
+        2,
+        4,
+    ),
+    coll(
+        row(
+            Lib::Nccl,
+            "ncclRecv",
+            "ncclRecv",
+            Kind::PointToPoint,
+            &[Addr, Count, Int, Int, Handle, Handle],
+        ),
+        1,
+        2,
+        4,
+    ),
     hot(row(Lib::Nccl, "ncclGroupStart", "ncclGroupStart", Kind::Group, &[])),
     hot(row(Lib::Nccl, "ncclGroupEnd", "ncclGroupEnd", Kind::Group, &[])),
     // ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle);
@@ -547,6 +593,9 @@ pub fn config_of(row: &Row) -> OpConfig {
         flags: if row.aggregate { op_flags::AGGREGATE_ONLY } else { 0 },
         deref_args: deref,
         ret_read_offset: row.ret_read.map_or(u32::MAX, |o| o),
+        count_arg: row.coll.map_or(tracer_common::NO_ARG, |c| c.0),
+        dtype_arg: row.coll.map_or(tracer_common::NO_ARG, |c| c.1),
+        handle_arg: row.coll.map_or(tracer_common::NO_ARG, |c| c.2),
         _pad: 0,
     }
 }

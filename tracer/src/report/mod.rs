@@ -70,6 +70,17 @@ pub fn log2_buckets(values: impl Iterator<Item = (u64, u64)>) -> Vec<Bucket> {
         .collect()
 }
 
+/// One (process, op, communicator) row of in-kernel aggregated calls.
+#[derive(Clone, Debug, Serialize)]
+pub struct Collective {
+    pub pid: u32,
+    pub op: String,
+    pub communicator: String,
+    pub calls: u64,
+    pub bytes: u64,
+    pub transport: &'static str,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Operation {
     pub name: String,
@@ -170,6 +181,9 @@ pub struct Report {
     pub coverage: Vec<Coverage>,
     /// Per-process communication verdicts with evidence and cause.
     pub verdicts: Vec<crate::classify::comm::Verdict>,
+    /// Collectives and point-to-point calls per (process, communicator),
+    /// aggregated in the kernel, with the transport of the process's verdict.
+    pub collectives: Vec<Collective>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub workloads: Vec<serde_json::Value>,
 }
@@ -199,6 +213,18 @@ impl Report {
             .collect();
         if let Some(text) = nccl_log {
             crate::classify::comm::corroborate(&mut self.verdicts, &crate::classify::comm::parse_nccl_log(text));
+        }
+        // Collective bytes take their process's transport; bytes of a
+        // host-staged transport count as staged.
+        for c in &mut self.collectives {
+            if let Some(v) = self.verdicts.iter().find(|v| v.pid == c.pid) {
+                c.transport = v.transport.name();
+                if v.host_staged
+                    && let Some(p) = self.processes.iter_mut().find(|p| p.pid == c.pid)
+                {
+                    p.staged_bytes += c.bytes;
+                }
+            }
         }
     }
 }
@@ -331,6 +357,18 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         loss: inputs.loss,
         coverage: inputs.coverage,
         verdicts: Vec::new(),
+        collectives: agg
+            .collectives
+            .iter()
+            .map(|((pid, op, handle), (calls, bytes))| Collective {
+                pid: *pid,
+                op: op.clone(),
+                communicator: format!("{handle:#x}"),
+                calls: *calls,
+                bytes: *bytes,
+                transport: "unknown",
+            })
+            .collect(),
         workloads: Vec::new(),
     }
 }

@@ -148,6 +148,25 @@ pub fn render(r: &Report) -> String {
         }
         let _ = writeln!(o);
     }
+    if !r.collectives.is_empty() {
+        let _ = writeln!(
+            o,
+            "Collectives (aggregated in the kernel, per process and communicator)"
+        );
+        for c in &r.collectives {
+            let _ = writeln!(
+                o,
+                "  pid {:>7} {:<18} comm {:<16} {:>9} calls {:>12} {}",
+                c.pid,
+                c.op,
+                c.communicator,
+                c.calls,
+                bytes(c.bytes),
+                c.transport
+            );
+        }
+        let _ = writeln!(o);
+    }
     let _ = writeln!(o, "Processes");
     let _ = writeln!(
         o,

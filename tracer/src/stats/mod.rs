@@ -63,6 +63,8 @@ pub struct Aggregator {
     pub events: u64,
     /// Events whose op the tracer could not interpret (an ABI mismatch).
     pub undecoded: u64,
+    /// Aggregate-only calls from the kernel: (pid, op name, handle) -> (calls, bytes).
+    pub collectives: BTreeMap<(u32, String, u64), (u64, u64)>,
     /// Pin-family calls per thread not yet attributed to an enclosing call:
     /// (start, end, pages). Inner calls return (and arrive) first.
     pending_pins: std::collections::HashMap<u32, Vec<(u64, u64, u64)>>,
@@ -77,6 +79,7 @@ impl Default for Aggregator {
             events: 0,
             undecoded: 0,
             pending_pins: Default::default(),
+            collectives: BTreeMap::new(),
         }
     }
 }
@@ -195,6 +198,27 @@ impl Aggregator {
             pending.retain(|(s, f, _)| !(*s >= start && *f <= end));
             if let Some(p) = self.procs.get_mut(&e.pid) {
                 p.pages_pinned_by_registration += inside;
+            }
+        }
+    }
+
+    /// Replaces the kernel-aggregated totals (they are cumulative) and
+    /// reflects them in the per-process call counts.
+    pub fn set_aggregates(&mut self, rows: &[(tracer_common::AggKey, tracer_common::AggValue)]) {
+        self.collectives.clear();
+        for (k, v) in rows {
+            let name = crate::report::op_name(k.op);
+            let e = self.collectives.entry((k.tgid, name, k.handle)).or_default();
+            e.0 += v.calls;
+            e.1 += v.bytes;
+        }
+        let mut per: BTreeMap<(u32, String), u64> = BTreeMap::new();
+        for ((pid, name, _), (calls, _)) in &self.collectives {
+            *per.entry((*pid, name.clone())).or_default() += calls;
+        }
+        for ((pid, name), calls) in per {
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.calls.insert(name, calls);
             }
         }
     }
