@@ -11,7 +11,12 @@ use serde_json::Value;
 fn cell(row: &Value) -> (String, Option<String>) {
     let status = row["status"].as_str().unwrap_or("?");
     if status == "attached" {
-        (row["via"].as_str().unwrap_or("?").to_string(), None)
+        // A fallback strategy: say why the preferred ones were refused.
+        let tried: Vec<String> = row["tried"]
+            .as_array()
+            .map(|a| a.iter().map(|t| format!("{} refused: {}", t["strategy"].as_str().unwrap_or("?"), t["error"].as_str().unwrap_or("?"))).collect())
+            .unwrap_or_default();
+        (row["via"].as_str().unwrap_or("?").to_string(), (!tried.is_empty()).then(|| tried.join("; ")))
     } else {
         let reason = row["reason"].as_str().filter(|r| !r.is_empty()).map(str::to_string);
         ("unavailable".to_string(), reason)
@@ -68,6 +73,9 @@ pub fn build(dir: &Path, releases: &[String]) -> Result<(String, usize)> {
             let mut line = format!("- **{p}**:");
             for ((r, _), (c, reason)) in cols.iter().zip(&cells) {
                 match reason {
+                    Some(why) if c != "unavailable" => {
+                        let _ = write!(line, " {r}: attached via {c} ({why});");
+                    }
                     Some(why) => {
                         let _ = write!(line, " {r}: {c} ({why});");
                     }

@@ -554,14 +554,21 @@ pub fn validate(args: &ValidateArgs) -> Result<i32> {
         let verbs_checks = verbs(trace, &exe)?;
         checks.extend(verbs_checks);
     }
+    // A family is missing when its functions exist in this kernel but none
+    // could be attached; functions absent from the kernel (peer memory
+    // without the nvidia module) are reported, not required.
+    let absent = |c: &crate::probes::Coverage| c.reason.as_deref().is_some_and(|r| r.starts_with("not in /proc/kallsyms"));
     let missing_kernel: Vec<&str> = [Family::Pinning, Family::Verbs, Family::PeerMem, Family::DmaBuf]
         .into_iter()
         .filter(|f| {
-            !report
-                .coverage
-                .iter()
-                .any(|c| c.family == *f && c.status == Status::Attached)
+            let rows: Vec<_> = report.coverage.iter().filter(|c| c.family == *f).collect();
+            !rows.iter().any(|c| c.status == Status::Attached) && !rows.iter().all(|c| absent(c))
         })
+        .map(|f| f.name())
+        .collect();
+    let not_in_kernel: Vec<&str> = [Family::Pinning, Family::Verbs, Family::PeerMem, Family::DmaBuf]
+        .into_iter()
+        .filter(|f| report.coverage.iter().filter(|c| c.family == *f).all(|c| absent(c)))
         .map(|f| f.name())
         .collect();
     let failed = checks.iter().filter(|c| !c.ok).count();
@@ -570,6 +577,12 @@ pub fn validate(args: &ValidateArgs) -> Result<i32> {
         println!(
             "validate: kernel probe families unavailable here: {} (see the coverage table)",
             missing_kernel.join(", ")
+        );
+    }
+    if !not_in_kernel.is_empty() {
+        println!(
+            "validate: kernel probe families whose functions this kernel does not have (module not loaded?): {}",
+            not_in_kernel.join(", ")
         );
     }
     if failed > 0 {
