@@ -14,9 +14,22 @@ fn cell(row: &Value) -> (String, Option<String>) {
         // A fallback strategy: say why the preferred ones were refused.
         let tried: Vec<String> = row["tried"]
             .as_array()
-            .map(|a| a.iter().map(|t| format!("{} refused: {}", t["strategy"].as_str().unwrap_or("?"), t["error"].as_str().unwrap_or("?"))).collect())
+            .map(|a| {
+                a.iter()
+                    .map(|t| {
+                        format!(
+                            "{} refused: {}",
+                            t["strategy"].as_str().unwrap_or("?"),
+                            t["error"].as_str().unwrap_or("?")
+                        )
+                    })
+                    .collect()
+            })
             .unwrap_or_default();
-        (row["via"].as_str().unwrap_or("?").to_string(), (!tried.is_empty()).then(|| tried.join("; ")))
+        (
+            row["via"].as_str().unwrap_or("?").to_string(),
+            (!tried.is_empty()).then(|| tried.join("; ")),
+        )
     } else {
         let reason = row["reason"].as_str().filter(|r| !r.is_empty()).map(str::to_string);
         ("unavailable".to_string(), reason)

@@ -188,7 +188,13 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
             let addr = e.args[1];
             if row.symbol == "ibv_reg_dmabuf_mr" {
                 c.transport = Transport::GdrDmabuf;
-                c.evidence = format!("ibv_reg_dmabuf_mr on dma-buf fd {}", e.args[4] as i32);
+                let fd = e.args[4] as i32;
+                c.evidence = match registry.dmabuf(e.pid, fd) {
+                    Some((addr, len)) => format!(
+                        "ibv_reg_dmabuf_mr on dma-buf fd {fd}, exported by cuMemGetHandleForAddressRange from GPU range {addr:#x}+{len}"
+                    ),
+                    None => format!("ibv_reg_dmabuf_mr on dma-buf fd {fd} (exporter not seen)"),
+                };
             } else {
                 match registry.backing(e.pid, addr) {
                     Backing::Gpu { device } => {

@@ -167,6 +167,33 @@ pub fn verbs_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
                 churn.registrations, churn.deregistrations
             ),
         ));
+        // Every MR the workload reports (address, length, lkey, rkey) is
+        // one the tracer captured.
+        let seen: std::collections::BTreeSet<(u64, u64, u64, u64)> = churn
+            .mr_log
+            .iter()
+            .map(|m| (m.addr, m.length, m.lkey as u64, m.rkey as u64))
+            .collect();
+        let reported: Vec<(u64, u64, u64, u64)> = v["mrs"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|m| {
+                        let f = |k: &str| m[k].as_u64().unwrap_or(0);
+                        (f("addr"), f("length"), f("lkey"), f("rkey"))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let matched = reported.iter().filter(|k| seen.contains(k)).count();
+        out.push(check(
+            "MR addr/length/lkey/rkey match the workload's",
+            matched == reported.len() && !reported.is_empty(),
+            format!(
+                "{matched} of {} reported MRs captured with identical keys",
+                reported.len()
+            ),
+        ));
         let host = r
             .operations
             .iter()
@@ -557,7 +584,11 @@ pub fn validate(args: &ValidateArgs) -> Result<i32> {
     // A family is missing when its functions exist in this kernel but none
     // could be attached; functions absent from the kernel (peer memory
     // without the nvidia module) are reported, not required.
-    let absent = |c: &crate::probes::Coverage| c.reason.as_deref().is_some_and(|r| r.starts_with("not in /proc/kallsyms"));
+    let absent = |c: &crate::probes::Coverage| {
+        c.reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("not in /proc/kallsyms"))
+    };
     let missing_kernel: Vec<&str> = [Family::Pinning, Family::Verbs, Family::PeerMem, Family::DmaBuf]
         .into_iter()
         .filter(|f| {

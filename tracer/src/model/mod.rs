@@ -54,6 +54,21 @@ pub struct Churn {
     /// Lifetimes (ns) of MRs and pinned ranges that ended.
     #[serde(skip)]
     pub lifetimes_ns: Vec<u64>,
+    /// The most recent MR registrations (at most `MR_LOG`): address,
+    /// length, lkey, rkey and backing, to match against what a program reports.
+    pub mr_log: Vec<MrSeen>,
+}
+
+/// Registrations kept per process in `Churn::mr_log`.
+pub const MR_LOG: usize = 4096;
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct MrSeen {
+    pub addr: u64,
+    pub length: u64,
+    pub lkey: u32,
+    pub rkey: u32,
+    pub backing: Backing,
 }
 
 #[derive(Debug, Default)]
@@ -62,6 +77,8 @@ pub struct Process {
     /// MRs by the `struct ibv_mr *` returned at registration.
     pub mrs: HashMap<u64, Mr>,
     pub seen_ranges: HashMap<(u64, u64), u64>,
+    /// dma-buf fds exported from GPU memory: fd -> (address, length).
+    pub dmabufs: HashMap<i32, (u64, u64)>,
     pub churn: Churn,
 }
 
@@ -71,6 +88,11 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// The GPU range a dma-buf fd was exported from, if seen.
+    pub fn dmabuf(&self, pid: u32, fd: i32) -> Option<(u64, u64)> {
+        self.procs.get(&pid)?.dmabufs.get(&fd).copied()
+    }
+
     /// What backs `addr` in process `pid`, from what was seen.
     pub fn backing(&self, pid: u32, addr: u64) -> Backing {
         let Some(p) = self.procs.get(&pid) else {
@@ -127,6 +149,13 @@ impl Registry {
                     p.churn.lifetimes_ns.push(e.start_ns.saturating_sub(r.since_ns));
                 }
             }
+            // The dma-buf fd is the dereferenced out-pointer (an int).
+            Kind::DmabufExport => {
+                p.dmabufs.insert(e.args[0] as u32 as i32, (e.args[1], e.args[2]));
+            }
+            // cuIpcOpenMemHandle maps a peer's allocation at the returned
+            // address (size not in the call: one page recorded).
+            Kind::IpcImport if row.name == "cuIpcOpenMemHandle" => add(p, e.args[0], 4096, Backing::Gpu { device: -1 }),
             Kind::IpcImport => {}
             Kind::MrRegister => {
                 let (addr, len) = (e.args[1], e.args[2]);
@@ -142,6 +171,15 @@ impl Registry {
                     return;
                 }
                 p.churn.registrations += 1;
+                if p.churn.mr_log.len() < MR_LOG {
+                    p.churn.mr_log.push(MrSeen {
+                        addr,
+                        length: len,
+                        lkey: keys as u32,
+                        rkey: (keys >> 32) as u32,
+                        backing,
+                    });
+                }
                 let seen = p.seen_ranges.entry((addr, len)).or_insert(0);
                 if *seen > 0 {
                     p.churn.reregistrations_of_seen_range += 1;
