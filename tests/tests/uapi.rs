@@ -694,3 +694,63 @@ fn library_in_another_mount_namespace_resolves_through_proc_root() {
     assert!(row.detail.contains(&want), "{:?} lacks {want:?}", row.detail);
     check_ibverbs(&trace, &report, d.pid, &out);
 }
+
+/// The tracer is killed with SIGKILL while the target is inside (and
+/// between) probed calls: the target finishes every call, with the right
+/// results, and exits normally.
+#[test]
+fn sigkill_of_the_tracer_mid_call_leaves_the_target_intact() {
+    if !can_trace("sigkill_of_the_tracer_mid_call_leaves_the_target_intact") {
+        return;
+    }
+    const CALLS: usize = 20000;
+    let s = build_standins("sigkill");
+    let mut target = Command::new(&s.driver)
+        .arg(&s.ibverbs)
+        .args([CALLS.to_string(), "0".to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawning the driver");
+    let mut stdin = target.stdin.take().unwrap();
+    let mut out = BufReader::new(target.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("ready pid="), "{line}");
+    let reader = std::thread::spawn(move || {
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        rest
+    });
+    let mut tracer = Command::new(integration_tests::gdrtrace_path())
+        .args(["attach", "--pid", &target.id().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(tracer.stderr.take().unwrap());
+    let mut l = String::new();
+    loop {
+        l.clear();
+        assert!(err.read_line(&mut l).unwrap() > 0, "tracer exited before attaching");
+        if l.contains("attached to") {
+            break;
+        }
+    }
+    stdin.write_all(b"g").unwrap();
+    // uprobe hits cost ~12 us here: 40000 registrations take about a second.
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(tracer.id() as i32, libc::SIGKILL) };
+    let _ = tracer.wait();
+    let status = target.wait().unwrap();
+    let rest = reader.join().unwrap();
+    assert!(status.success(), "target exited with {status}");
+    let mrs = rest.lines().filter(|l| l.starts_with("mr ")).count();
+    assert_eq!(mrs, 2 * CALLS, "every registration returned an MR");
+    assert!(
+        rest.trim_end().ends_with("done"),
+        "target did not finish: {}",
+        &rest[rest.len().saturating_sub(200)..]
+    );
+}
