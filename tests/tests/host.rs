@@ -11,7 +11,6 @@ use gdrtrace::{
     trace::Trace,
 };
 use integration_tests::{can_trace, run, stdout};
-use tracer_common::kind;
 
 /// Stand-in for libcuda's `cuMemAlloc_v2` (same name and signature; no GPU):
 /// `CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)`.
@@ -196,6 +195,5 @@ fn sched_tracepoints_follow_children() {
         .expect("the forked child is traced");
     assert_eq!(child["calls"]["io_uring_register:register-buffers"], 7);
     assert!(child["parent"].as_u64().is_some(), "fork recorded the parent");
-    let _ = kind::FORK;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,7 +9,7 @@ use aya::{
 use tracer_common::{AggKey, AggValue, MAX_OPS, MAX_SLOTS, counter};
 
 use crate::{
-    error::{Error, Result, describe},
+    error::{Error, Result},
     events::EventStream,
     loader::{self, LoadOptions},
     probes::{Family, Planner, Status, libs},
@@ -174,9 +174,4 @@ impl Session {
             .map(|(op, s)| (op as u32, s.to_vec()))
             .collect())
     }
-}
-
-/// Renders any error for the coverage table / doctor.
-pub fn why(e: &Error) -> String {
-    describe(e)
 }

@@ -15,11 +15,10 @@ use std::{
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
-    cli::{AttachArgs, Format},
+    cli::AttachArgs,
     counters,
     error::{Error, Result},
     loader::{self, LoadOptions},
-    report::text,
     session::{Session, SessionOptions},
     trace::{Interval, IntervalRecord, Trace},
 };
@@ -241,8 +240,5 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         }
     }));
     super::run::emit(&args.trace, &report)?;
-    if args.trace.format == Format::Text {
-        let _ = text::render;
-    }
     Ok(0)
 }
