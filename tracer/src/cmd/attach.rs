@@ -12,8 +12,6 @@ use std::{
     time::Instant,
 };
 
-use tokio::signal::unix::{SignalKind, signal};
-
 use crate::{
     cli::AttachArgs,
     counters,
@@ -214,20 +212,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     let rt = super::runtime()?;
     let duration = args.trace.duration;
     rt.block_on(async {
-        let mut sigterm = signal(SignalKind::terminate()).map_err(|e| Error::io("installing SIGTERM handler", e))?;
-        let stop = async move {
-            let sleep = async {
-                match duration {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = sleep => {}
-                _ = tokio::signal::ctrl_c() => {}
-                _ = sigterm.recv() => {}
-            }
-        };
+        let stop = super::stop_signal(duration)?;
         trace.run_until(stop).await
     })?;
     let mut report = trace.report(std::env::args().collect())?;

@@ -5,6 +5,18 @@ use crate::{
     error::{Error, Result},
 };
 
+/// Prints a workload's summary lines and writes its JSON summary if asked.
+fn report(lines: &[String], summary: &impl serde::Serialize, path: Option<&std::path::Path>) -> Result<()> {
+    for line in lines {
+        println!("{line}");
+    }
+    if let Some(path) = path {
+        let text = serde_json::to_string_pretty(summary).map_err(|e| Error::Workload(e.to_string()))?;
+        std::fs::write(path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+    }
+    Ok(())
+}
+
 pub fn drive(d: &Drive) -> Result<i32> {
     match d {
         Drive::PinChurn(o) => {
@@ -22,13 +34,7 @@ pub fn drive(d: &Drive) -> Result<i32> {
         }
         Drive::Verbs(o) => {
             let r = verbs::run(o).map_err(|e| Error::Workload(e.to_string()))?;
-            for line in r.summary_lines() {
-                println!("{line}");
-            }
-            if let Some(path) = &o.summary {
-                let text = serde_json::to_string_pretty(&r).map_err(|e| Error::Workload(e.to_string()))?;
-                std::fs::write(path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
-            }
+            report(&r.summary_lines(), &r, o.summary.as_deref())?;
             if r.writes.as_ref().is_some_and(|w| !w.verified) {
                 return Err(Error::Workload(
                     "verbs: RDMA WRITE data did not arrive intact (verified=false)".into(),
@@ -38,25 +44,13 @@ pub fn drive(d: &Drive) -> Result<i32> {
         }
         Drive::CudaCopy(o) => {
             let r = cuda_copy::run(o).map_err(|e| Error::Workload(e.to_string()))?;
-            for line in r.summary_lines() {
-                println!("{line}");
-            }
-            if let Some(path) = &o.summary {
-                let text = serde_json::to_string_pretty(&r).map_err(|e| Error::Workload(e.to_string()))?;
-                std::fs::write(path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
-            }
+            report(&r.summary_lines(), &r, o.summary.as_deref())?;
             Ok(0)
         }
         Drive::Nccl(o) if o.is_rank() => Ok(nccl::run_rank(o)),
         Drive::Nccl(o) => {
             let r = nccl::run(o).map_err(|e| Error::Workload(e.to_string()))?;
-            for line in r.summary_lines() {
-                println!("{line}");
-            }
-            if let Some(path) = &o.summary {
-                let text = serde_json::to_string_pretty(&r).map_err(|e| Error::Workload(e.to_string()))?;
-                std::fs::write(path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
-            }
+            report(&r.summary_lines(), &r, o.summary.as_deref())?;
             Ok(0)
         }
     }

@@ -73,28 +73,7 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
     if verdicts.is_empty() {
         println!("explain: no process in this report moved GPU data between processes (no NCCL or IPC evidence)");
     }
-    for v in &verdicts {
-        println!(
-            "pid {} {}: {}{}",
-            v.pid,
-            v.comm,
-            v.transport.name(),
-            if v.host_staged { " (host-staged)" } else { "" }
-        );
-        for e in &v.evidence {
-            println!("  evidence: {e}");
-        }
-        if let Some(c) = &v.cause {
-            println!("  cause: {c}");
-        }
-        if let Some(l) = &v.nccl_log {
-            println!(
-                "  NCCL log: via {} ({})",
-                l.nccl_says,
-                if l.agrees { "agrees" } else { "DISAGREES" }
-            );
-        }
-    }
+    print!("{}", crate::report::text::verdicts(&verdicts, ""));
     // Staged ratio, from the operations table.
     let ops = r["operations"].as_array().cloned().unwrap_or_default();
     let total: u64 = ops.iter().filter_map(|o| o["bytes"].as_u64()).sum();

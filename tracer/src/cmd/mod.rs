@@ -29,3 +29,25 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .build()
         .map_err(|e| crate::error::Error::io("starting the tokio runtime", e))
 }
+
+/// Completes on `--duration`, Ctrl-C (SIGINT) or SIGTERM, whichever first.
+pub fn stop_signal(
+    duration: Option<std::time::Duration>,
+) -> crate::error::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut sigterm =
+        signal(SignalKind::terminate()).map_err(|e| crate::error::Error::io("installing SIGTERM handler", e))?;
+    Ok(async move {
+        let sleep = async {
+            match duration {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = sleep => {}
+            _ = tokio::signal::ctrl_c() => {}
+            _ = sigterm.recv() => {}
+        }
+    })
+}

@@ -1,8 +1,6 @@
 //! `gdrtrace run -- CMD...`: trace a command and its children.
 use std::{cell::Cell, path::Path, rc::Rc};
 
-use tokio::signal::unix::{SignalKind, signal};
-
 use crate::{
     cli::{Format, RunArgs, TraceArgs},
     error::{Error, Result},
@@ -79,19 +77,11 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
         let mut waiter = tokio::task::spawn_blocking(move || spawn::wait(pid));
         let code2 = code.clone();
         let duration = t.duration;
-        let mut sigterm = signal(SignalKind::terminate()).map_err(|e| Error::io("installing SIGTERM handler", e))?;
+        let signals = super::stop_signal(duration)?;
         let stop = async move {
-            let sleep = async {
-                match duration {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 r = &mut waiter => code2.set(Some(r.unwrap_or(1))),
-                () = sleep => {}
-                _ = tokio::signal::ctrl_c() => {}
-                _ = sigterm.recv() => {}
+                () = signals => {}
             }
         };
         trace.run_until(stop).await?;

@@ -52,6 +52,27 @@ fn bytes(v: u64) -> String {
     }
 }
 
+/// Verdicts with their evidence, cause and NCCL-log agreement (shared by
+/// the report and `explain`).
+pub fn verdicts(vs: &[crate::classify::comm::Verdict], indent: &str) -> String {
+    let mut o = String::new();
+    for v in vs {
+        let staged = if v.host_staged { " (host-staged)" } else { "" };
+        let _ = writeln!(o, "{indent}pid {} {}: {}{staged}", v.pid, v.comm, v.transport.name());
+        for e in &v.evidence {
+            let _ = writeln!(o, "{indent}  evidence: {e}");
+        }
+        if let Some(c) = &v.cause {
+            let _ = writeln!(o, "{indent}  cause: {c}");
+        }
+        if let Some(l) = &v.nccl_log {
+            let agree = if l.agrees { "agrees" } else { "DISAGREES" };
+            let _ = writeln!(o, "{indent}  NCCL log: via {} ({agree})", l.nccl_says);
+        }
+    }
+    o
+}
+
 pub fn render(r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(
@@ -122,30 +143,7 @@ pub fn render(r: &Report) -> String {
 
     if !r.verdicts.is_empty() {
         let _ = writeln!(o, "Transport verdicts (per process)");
-        for v in &r.verdicts {
-            let _ = writeln!(
-                o,
-                "  pid {} {}: {}{}",
-                v.pid,
-                v.comm,
-                v.transport.name(),
-                if v.host_staged { " (host-staged)" } else { "" }
-            );
-            for e in &v.evidence {
-                let _ = writeln!(o, "    evidence: {e}");
-            }
-            if let Some(c) = &v.cause {
-                let _ = writeln!(o, "    cause: {c}");
-            }
-            if let Some(l) = &v.nccl_log {
-                let _ = writeln!(
-                    o,
-                    "    NCCL log: via {} ({})",
-                    l.nccl_says,
-                    if l.agrees { "agrees" } else { "DISAGREES" }
-                );
-            }
-        }
+        o.push_str(&verdicts(&r.verdicts, "  "));
         let _ = writeln!(o);
     }
     if !r.collectives.is_empty() {
