@@ -60,6 +60,19 @@ fn run_pin_churn_counts_match_the_workload() {
         .expect("workload process in report");
     assert_eq!(p["calls"]["io_uring_register:register-buffers"], regs);
     assert_eq!(p["calls"]["io_uring_register:unregister-buffers"], unregs);
+    // Library coverage per process: each table library attached or unavailable with a reason.
+    let libs = p["libraries"].as_array().expect("per-process library coverage");
+    assert_eq!(libs.len(), 3, "{libs:?}");
+    for l in libs {
+        assert!(
+            l["status"] == "attached" || l["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{l}"
+        );
+    }
+    let cuda = libs.iter().find(|l| l["lib"] == "cuda").unwrap();
+    if cuda["status"] == "unavailable" {
+        assert!(cuda["detail"].as_str().unwrap().contains("not mapped"), "{cuda}");
+    }
     let op = r["operations"]
         .as_array()
         .unwrap()

@@ -87,6 +87,11 @@ impl Session {
     /// attached. Returns how many files were newly attached.
     pub fn attach_libraries_of(&mut self, pid: u32) -> usize {
         let Ok(files) = libs::mapped(pid) else { return 0 };
+        self.planner
+            .proc_libs
+            .entry(pid)
+            .or_default()
+            .extend(files.iter().map(|f| f.id));
         files
             .iter()
             .filter(|f| self.planner.attach_library(&mut self.ebpf, f))

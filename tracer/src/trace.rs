@@ -227,6 +227,12 @@ impl Trace {
                     after,
                     delta,
                 },
+                process_libraries: self
+                    .agg
+                    .procs
+                    .keys()
+                    .map(|pid| (*pid, self.session.planner.process_libraries(*pid)))
+                    .collect(),
             },
         ))
     }

@@ -78,6 +78,15 @@ pub struct LibAttachment {
     pub errors: Vec<String>,
 }
 
+/// One library of the table, as seen in one process.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcessLibrary {
+    pub lib: Lib,
+    pub path: Option<String>,
+    pub status: Status,
+    pub detail: String,
+}
+
 /// Attaches catalog points and library files; holds the coverage record.
 pub struct Planner {
     btf: Option<Btf>,
@@ -87,6 +96,8 @@ pub struct Planner {
     pub coverage: Vec<Coverage>,
     /// Library files attached, by (device, inode).
     pub libs: BTreeMap<(u64, u64), LibAttachment>,
+    /// Which library files (by identity) each traced process maps.
+    pub proc_libs: BTreeMap<u32, std::collections::BTreeSet<(u64, u64)>>,
     uapi_loaded: Option<Result<(), String>>,
 }
 
@@ -109,6 +120,7 @@ impl Planner {
             kprobes: kprobe_support(),
             coverage: Vec::new(),
             libs: BTreeMap::new(),
+            proc_libs: BTreeMap::new(),
             uapi_loaded: None,
         }
     }
@@ -349,6 +361,54 @@ impl Planner {
                 let mut c = row(p, result, Vec::new());
                 c.detail = detail;
                 c
+            })
+            .collect()
+    }
+
+    /// Per library of the table, what this process has: the file it maps
+    /// and how much of the table attached there, or why nothing did.
+    pub fn process_libraries(&self, pid: u32) -> Vec<ProcessLibrary> {
+        let ids = self.proc_libs.get(&pid).cloned().unwrap_or_default();
+        Lib::ALL
+            .iter()
+            .map(|lib| {
+                let files: Vec<&LibAttachment> = ids
+                    .iter()
+                    .filter_map(|id| self.libs.get(id))
+                    .filter(|a| a.lib == *lib)
+                    .collect();
+                match files.first() {
+                    None => ProcessLibrary {
+                        lib: *lib,
+                        path: None,
+                        status: Status::Unavailable,
+                        detail: format!("{} is not mapped by this process", lib.name()),
+                    },
+                    Some(a) if a.symbols.is_empty() => ProcessLibrary {
+                        lib: *lib,
+                        path: Some(a.path.clone()),
+                        status: Status::Unavailable,
+                        detail: if a.errors.is_empty() {
+                            "none of the table's symbols is exported".into()
+                        } else {
+                            a.errors.join("; ")
+                        },
+                    },
+                    Some(a) => ProcessLibrary {
+                        lib: *lib,
+                        path: Some(a.path.clone()),
+                        status: Status::Attached,
+                        detail: if a.missing.is_empty() {
+                            format!("{} symbols attached", a.symbols.len())
+                        } else {
+                            format!(
+                                "{} symbols attached; not exported: {}",
+                                a.symbols.len(),
+                                a.missing.join(", ")
+                            )
+                        },
+                    },
+                }
             })
             .collect()
     }

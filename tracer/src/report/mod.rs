@@ -126,6 +126,8 @@ pub struct Process {
     pub vm_pin_kib_max: u64,
     pub cpu_seconds: Option<f64>,
     pub churn: Option<Churn>,
+    /// libcuda/libibverbs/libnccl in this process: attached, or why not.
+    pub libraries: Vec<crate::probes::planner::ProcessLibrary>,
 }
 
 /// Where one signal came from.
@@ -275,6 +277,8 @@ pub struct Inputs {
     pub loss: Loss,
     pub kernel_slots: BTreeMap<u32, Vec<u64>>,
     pub pins: PinCounters,
+    /// Per-process library coverage, from the planner.
+    pub process_libraries: BTreeMap<u32, Vec<crate::probes::planner::ProcessLibrary>>,
 }
 
 pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
@@ -340,6 +344,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
             vm_pin_kib_max: p.vm_pin_kib_max,
             cpu_seconds: p.cpu_seconds,
             churn: agg.registry.procs.get(pid).map(|r| r.churn.clone()),
+            libraries: inputs.process_libraries.get(pid).cloned().unwrap_or_default(),
         })
         .collect();
     let signals = signals(&inputs.coverage, inputs.pins.delta.is_some());
