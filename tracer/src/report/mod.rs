@@ -12,7 +12,7 @@ use crate::{
     counters::FollPin,
     model::Churn,
     probes::{Coverage, Family, catalog::point_of_op, uapi},
-    stats::Aggregator,
+    stats::{Aggregator, ProcInfo},
 };
 
 pub const SCHEMA: &str = "gdrtrace.report/v1";
@@ -109,25 +109,25 @@ pub struct KernelHistogram {
 #[derive(Clone, Debug, Serialize)]
 pub struct Process {
     pub pid: u32,
-    pub comm: String,
-    pub parent: Option<u32>,
-    pub exited: bool,
-    pub calls: BTreeMap<String, u64>,
-    pub errors: u64,
-    pub pages_pinned: u64,
-    pub pages_unpinned: u64,
-    pub pages_pinned_by_registration: u64,
-    pub transports: BTreeMap<&'static str, u64>,
-    pub staged_bytes: u64,
-    pub registrations: u64,
-    /// VmPin when the tracer attached: memory pinned before tracing began.
-    pub vm_pin_kib_at_attach: Option<u64>,
-    pub env: BTreeMap<String, String>,
-    pub vm_pin_kib_max: u64,
-    pub cpu_seconds: Option<f64>,
+    /// What the aggregator knows of the process (serialized inline).
+    #[serde(flatten)]
+    pub info: ProcInfo,
     pub churn: Option<Churn>,
     /// libcuda/libibverbs/libnccl in this process: attached, or why not.
     pub libraries: Vec<crate::probes::planner::ProcessLibrary>,
+}
+
+impl std::ops::Deref for Process {
+    type Target = ProcInfo;
+    fn deref(&self) -> &ProcInfo {
+        &self.info
+    }
+}
+
+impl std::ops::DerefMut for Process {
+    fn deref_mut(&mut self) -> &mut ProcInfo {
+        &mut self.info
+    }
 }
 
 /// Where one signal came from.
@@ -328,21 +328,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         .iter()
         .map(|(pid, p)| Process {
             pid: *pid,
-            comm: p.comm.clone(),
-            parent: p.parent,
-            exited: p.exited,
-            calls: p.calls.clone(),
-            errors: p.errors,
-            pages_pinned: p.pages_pinned,
-            pages_unpinned: p.pages_unpinned,
-            pages_pinned_by_registration: p.pages_pinned_by_registration,
-            transports: p.transports.clone(),
-            staged_bytes: p.staged_bytes,
-            registrations: p.registrations,
-            vm_pin_kib_at_attach: p.vm_pin_kib_at_attach,
-            env: p.env.clone(),
-            vm_pin_kib_max: p.vm_pin_kib_max,
-            cpu_seconds: p.cpu_seconds,
+            info: p.clone(),
             churn: agg.registry.procs.get(pid).map(|r| r.churn.clone()),
             libraries: inputs.process_libraries.get(pid).cloned().unwrap_or_default(),
         })

@@ -29,7 +29,8 @@ pub struct OpStats {
     pub evidence: String,
 }
 
-#[derive(Clone, Debug, Default)]
+/// Per-process figures; serialized inline in the report's `processes[]`.
+#[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct ProcInfo {
     pub comm: String,
     pub parent: Option<u32>,
