@@ -175,6 +175,13 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         attached.push((*pid, libs));
     }
     let latency = started.elapsed();
+    // Signal handlers go in before the user (or a script) is told the probes
+    // are live: a Ctrl-C right after that must end the trace cleanly.
+    let rt = super::runtime()?;
+    let stop = {
+        let _guard = rt.enter();
+        super::stop_signal(args.trace.duration)?
+    };
     eprintln!(
         "gdrtrace: attached to {} process(es) in {:.1} ms (all probes live); events before that moment are not seen: state that existed then is reported as pre-existing (VmPin at attach)",
         attached.len(),
@@ -209,12 +216,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
             }),
         ));
     }
-    let rt = super::runtime()?;
-    let duration = args.trace.duration;
-    rt.block_on(async {
-        let stop = super::stop_signal(duration)?;
-        trace.run_until(stop).await
-    })?;
+    rt.block_on(async { trace.run_until(stop).await })?;
     let mut report = trace.report(std::env::args().collect())?;
     report.workloads.push(serde_json::json!({
         "attach": {

@@ -31,12 +31,18 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 /// Completes on `--duration`, Ctrl-C (SIGINT) or SIGTERM, whichever first.
+/// Both handlers are installed when this is called (it must be inside the
+/// runtime), not when the future is first polled, so a signal that arrives
+/// right after the caller announces readiness is not fatal.
 pub fn stop_signal(
     duration: Option<std::time::Duration>,
 ) -> crate::error::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut sigterm =
-        signal(SignalKind::terminate()).map_err(|e| crate::error::Error::io("installing SIGTERM handler", e))?;
+    let install = |kind, name: &str| {
+        signal(kind).map_err(|e| crate::error::Error::io(format!("installing the {name} handler"), e))
+    };
+    let mut sigterm = install(SignalKind::terminate(), "SIGTERM")?;
+    let mut sigint = install(SignalKind::interrupt(), "SIGINT")?;
     Ok(async move {
         let sleep = async {
             match duration {
@@ -46,7 +52,7 @@ pub fn stop_signal(
         };
         tokio::select! {
             () = sleep => {}
-            _ = tokio::signal::ctrl_c() => {}
+            _ = sigint.recv() => {}
             _ = sigterm.recv() => {}
         }
     })

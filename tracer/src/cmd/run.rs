@@ -65,6 +65,8 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
     let rt = super::runtime()?;
     let code = Rc::new(Cell::new(None::<i32>));
     let pid = rt.block_on(async {
+        // Handlers first: a signal while the command starts must end the trace cleanly.
+        let signals = super::stop_signal(t.duration)?;
         let gated = spawn::spawn_gated(argv)?;
         let gpid = gated.pid;
         if let Err(e) = trace.add_target(gpid, None) {
@@ -76,8 +78,6 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
         let pid = gated.release()?;
         let mut waiter = tokio::task::spawn_blocking(move || spawn::wait(pid));
         let code2 = code.clone();
-        let duration = t.duration;
-        let signals = super::stop_signal(duration)?;
         let stop = async move {
             tokio::select! {
                 r = &mut waiter => code2.set(Some(r.unwrap_or(1))),
