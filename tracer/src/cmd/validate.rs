@@ -224,10 +224,17 @@ pub fn verbs_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
                 n * m
             ),
         ));
+        // Every page pinned by a registration must come back through the
+        // unpin probes. Pins outside registration (made by libraries while
+        // the process runs) may be released during exit, after the process
+        // left the target set, so they are shown but not balanced.
         out.push(check(
-            "unpin side balances",
-            unpinned == pinned,
-            format!("pinned {pinned}, unpinned {unpinned}"),
+            "unpin side covers registered pages",
+            unpinned >= by_reg && unpinned <= pinned,
+            format!(
+                "unpinned {unpinned} >= {by_reg} pinned by registration (process pinned {pinned} in all, {} still held at exit)",
+                pinned.saturating_sub(unpinned)
+            ),
         ));
         if let Some(d) = &r.pin_counters.delta {
             let close = d.acquired.abs_diff(pinned) <= pinned / 20 + 64;
