@@ -1,25 +1,12 @@
-//! `gdrtrace explain REPORT` and `gdrtrace topo`.
+//! `gdrtrace explain REPORT`.
 use std::collections::BTreeMap;
 
 use crate::{
     classify::comm::{self, Evidence},
-    cli::{DoctorArgs, ExplainArgs},
+    cli::ExplainArgs,
     error::{Error, Result},
     topo,
 };
-
-pub fn topo(args: &DoctorArgs) -> Result<i32> {
-    let t = topo::discover();
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&t).map_err(|e| Error::Workload(e.to_string()))?
-        );
-    } else {
-        print!("{}", topo::render(&t));
-    }
-    Ok(0)
-}
 
 fn map(v: &serde_json::Value) -> BTreeMap<String, u64> {
     v.as_object()

@@ -4,6 +4,7 @@ pub mod doctor;
 pub mod drive;
 pub mod explain;
 pub mod run;
+pub mod topo;
 pub mod validate;
 
 use crate::{cli::Command, error::Result};
@@ -13,7 +14,7 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
     match cmd {
         Command::Attach(a) => attach::attach(&a),
         Command::Doctor(a) => doctor::doctor(&a),
-        Command::Topo(a) => explain::topo(&a),
+        Command::Topo(a) => topo::topo(&a),
         Command::Explain(a) => explain::explain(&a),
         Command::Run(a) => run::run(&a),
         Command::Validate(a) => validate::validate(&a),

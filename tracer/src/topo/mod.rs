@@ -1,0 +1,585 @@
+//! GPU/NIC topology: which devices there are, how far apart they sit, and
+//! the host settings (ACS, IOMMU, link training) that decide whether
+//! peer-to-peer DMA between them can work.
+//!
+//! Sources (see `docs/topo.md`): GPUs from `/proc/driver/nvidia/gpus` and
+//! NVML; PCI paths, NUMA, link state, IOMMU groups and ACS from sysfs; NVLink
+//! from NVML, else `nvidia-smi topo -m`; RDMA NICs and counters from
+//! `/sys/class/infiniband`. Every reader takes a root directory so tests run
+//! on a fake sysfs tree; [`discover`] reads the real one.
+pub mod nvml;
+pub mod pci;
+pub mod rdma;
+mod render;
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+pub use nvml::{Bar1, GpuTraffic, gpu_traffic};
+pub use pci::{AcsCtl, Bridge, PathClass, PciDevice, PcieLink};
+pub use rdma::{Nic, Port, counter_delta, rdma_counters};
+pub use render::render;
+use serde::Serialize;
+
+/// The path class of a software RDMA device (rxe, siw): no PCI function.
+pub const SOFTWARE_PATH: &str = "none (software device)";
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Gpu {
+    pub index: usize,
+    /// PCI address, `0000:00:06.0`.
+    pub bus: String,
+    pub model: String,
+    pub uuid: Option<String>,
+    pub pci: Option<PciDevice>,
+    /// BAR1 use (NVML); None without NVML.
+    pub bar1: Option<Bar1>,
+    /// Active NVLinks by peer (NVML); empty without NVML or NVLink.
+    pub nvlink: Vec<NvlinkPeer>,
+    /// PCIe replay (link-level retry) counter since driver load (NVML).
+    pub pcie_replays: Option<u32>,
+    /// The nearest RDMA NIC: best path class, then same NUMA node, then name.
+    pub preferred_nic: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct NvlinkPeer {
+    /// `GPU1` when the far end is a local GPU, else its PCI address (an
+    /// NVSwitch, or a device this host does not list).
+    pub peer: String,
+    pub bus: String,
+    pub links: u32,
+}
+
+/// What a trace saw on a pair (see [`Topo::annotate`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Observed {
+    pub bytes: u64,
+    pub registrations: u64,
+}
+
+/// One GPU–GPU or GPU–NIC pair.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Link {
+    pub a: String,
+    pub b: String,
+    /// `nvidia-smi topo -m` code: NV18, PIX, PXB, PHB, NODE, SYS, or
+    /// [`SOFTWARE_PATH`] / `unknown`.
+    pub kind: String,
+    pub nvlink: bool,
+    /// NVLink count between the pair, when NVLink joins them.
+    pub nvlinks: Option<u32>,
+    /// The PCIe path class from sysfs (even when NVLink also joins them).
+    pub path: String,
+    /// Where `kind` came from: `nvml`, `nvidia-smi`, `sysfs`.
+    pub source: String,
+    /// PCI bridges the PCIe path crosses.
+    pub bridges: Vec<String>,
+    /// Traffic and registrations a trace saw on this pair; None when nothing
+    /// was observed (or nothing was annotated).
+    pub observed: Option<Observed>,
+}
+
+/// IOMMU state of the host.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Iommu {
+    /// IOMMU units registered (`/sys/class/iommu/*`).
+    pub units: Vec<String>,
+    /// Number of IOMMU groups (`/sys/kernel/iommu_groups`).
+    pub groups: usize,
+    /// IOMMU parameters on the kernel command line (`iommu=`, `intel_iommu=`,
+    /// `amd_iommu=`, `iommu.passthrough=`, `iommu.strict=`).
+    pub cmdline: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Topo {
+    pub gpus: Vec<Gpu>,
+    pub nics: Vec<Nic>,
+    pub links: Vec<Link>,
+    /// Bridges on the GPU/NIC paths, with their ACS control.
+    pub bridges: Vec<Bridge>,
+    pub iommu: Iommu,
+    pub notes: Vec<String>,
+}
+
+impl Topo {
+    /// Whether any NVLink joins two GPUs (None when unknown).
+    pub fn nvlink(&self) -> Option<bool> {
+        let gpu_links: Vec<&Link> = self
+            .links
+            .iter()
+            .filter(|l| self.is_gpu(&l.a) && self.is_gpu(&l.b))
+            .collect();
+        if self.gpus.len() < 2 || gpu_links.is_empty() {
+            return None;
+        }
+        Some(gpu_links.iter().any(|l| l.nvlink))
+    }
+
+    fn is_gpu(&self, id: &str) -> bool {
+        self.gpus.iter().any(|g| g.bus == id || format!("GPU{}", g.index) == id)
+    }
+
+    /// The canonical id of a GPU or NIC given as `GPU0`, a PCI address or a
+    /// NIC name.
+    fn id_of(&self, x: &str) -> Option<String> {
+        let norm = pci::normalize_bdf(x);
+        if let Some(g) = self
+            .gpus
+            .iter()
+            .find(|g| format!("GPU{}", g.index) == x || g.bus == norm)
+        {
+            return Some(format!("GPU{}", g.index));
+        }
+        self.nics
+            .iter()
+            .find(|n| n.name == x || n.pci.as_ref().is_some_and(|p| p.bdf == norm))
+            .map(|n| n.name.clone())
+    }
+
+    /// Annotates pairs with what a trace observed: `(a, b, bytes,
+    /// registrations)`, each end a GPU (`GPU0` or its PCI address) or NIC
+    /// (name or PCI address), in either order. Repeated pairs add up. An
+    /// observation on a pair the topology does not have is kept as a note,
+    /// not dropped.
+    pub fn annotate(&mut self, observed: &[(String, String, u64, u64)]) {
+        for (a, b, bytes, regs) in observed {
+            let (ia, ib) = (self.id_of(a), self.id_of(b));
+            let link = match (&ia, &ib) {
+                (Some(x), Some(y)) => self
+                    .links
+                    .iter_mut()
+                    .find(|l| (l.a == *x && l.b == *y) || (l.a == *y && l.b == *x)),
+                _ => None,
+            };
+            match link {
+                Some(l) => {
+                    let o = l.observed.get_or_insert_with(Observed::default);
+                    o.bytes = o.bytes.saturating_add(*bytes);
+                    o.registrations = o.registrations.saturating_add(*regs);
+                }
+                None => self.notes.push(format!(
+                    "observed {bytes} bytes and {regs} registrations between {a} and {b}, a pair this topology does not list"
+                )),
+            }
+        }
+    }
+}
+
+/// Parses the GPU-to-GPU part of `nvidia-smi topo -m`.
+pub fn parse_topo_matrix(text: &str) -> Vec<Link> {
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let Some(header) = lines.next() else { return Vec::new() };
+    let cols: Vec<&str> = header.split_whitespace().collect();
+    let mut out = Vec::new();
+    for line in lines {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        let Some(row) = cells.first() else { continue };
+        if !row.starts_with("GPU") {
+            continue;
+        }
+        for (i, col) in cols.iter().enumerate() {
+            if !col.starts_with("GPU") || *col <= *row {
+                continue;
+            }
+            if let Some(kind) = cells.get(i + 1) {
+                out.push(Link {
+                    a: row.to_string(),
+                    b: col.to_string(),
+                    kind: kind.to_string(),
+                    nvlink: kind.starts_with("NV"),
+                    nvlinks: kind.strip_prefix("NV").and_then(|n| n.parse().ok()),
+                    source: "nvidia-smi".into(),
+                    ..Link::default()
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The topology of this host.
+pub fn discover() -> Topo {
+    discover_at(Path::new("/"), true)
+}
+
+fn read_trim(p: &Path) -> Option<String> {
+    fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// The topology as seen under `root` (`/` on a real host). `driver`: ask
+/// NVML and `nvidia-smi` too (false for a fake tree).
+pub fn discover_at(root: &Path, driver: bool) -> Topo {
+    let mut t = Topo::default();
+    gpus(root, driver, &mut t);
+    match rdma::nics(root) {
+        Ok(n) => t.nics = n,
+        Err(e) => t.notes.push(format!("no RDMA NIC: {e}")),
+    }
+    if t.nics.is_empty() && !t.notes.iter().any(|n| n.starts_with("no RDMA NIC")) {
+        t.notes.push("no RDMA NIC: /sys/class/infiniband is empty".into());
+    }
+    gpu_gpu_links(driver, &mut t);
+    gpu_nic_links(&mut t);
+    preferred_nics(&mut t);
+    bridges(root, &mut t);
+    t.iommu = iommu(root);
+    notes(&mut t);
+    t
+}
+
+fn gpus(root: &Path, driver: bool, t: &mut Topo) {
+    let proc_dir = root.join("proc/driver/nvidia/gpus");
+    let Ok(dir) = fs::read_dir(&proc_dir) else {
+        let unbound = pci::nvidia_functions(root);
+        let also = if unbound.is_empty() {
+            String::new()
+        } else {
+            format!("; NVIDIA PCI functions without a loaded driver: {}", unbound.join(", "))
+        };
+        t.notes.push(format!(
+            "no GPU: /proc/driver/nvidia/gpus does not exist (no NVIDIA driver loaded on this machine){also}"
+        ));
+        return;
+    };
+    let mut buses: Vec<String> = dir
+        .flatten()
+        .map(|e| pci::normalize_bdf(&e.file_name().to_string_lossy()))
+        .collect();
+    buses.sort();
+    for (index, bus) in buses.into_iter().enumerate() {
+        let info = fs::read_to_string(proc_dir.join(&bus).join("information")).unwrap_or_default();
+        let model = info
+            .lines()
+            .find_map(|l| l.strip_prefix("Model:"))
+            .map(|m| m.trim().to_string())
+            .unwrap_or_default();
+        let pci = pci::device(root, &bus);
+        t.gpus.push(Gpu {
+            index,
+            bus,
+            model,
+            pci,
+            ..Gpu::default()
+        });
+    }
+    if t.gpus.is_empty() {
+        t.notes
+            .push("no GPU: the NVIDIA driver is loaded but lists no GPU in /proc/driver/nvidia/gpus".into());
+        return;
+    }
+    if !driver {
+        return;
+    }
+    match nvml::gpus() {
+        Ok(list) => {
+            let buses: Vec<(String, usize)> = t.gpus.iter().map(|g| (g.bus.clone(), g.index)).collect();
+            for n in list {
+                let Some(g) = t.gpus.iter_mut().find(|g| g.bus == n.bus) else {
+                    t.notes.push(format!(
+                        "NVML lists GPU {} that /proc/driver/nvidia/gpus does not",
+                        n.bus
+                    ));
+                    continue;
+                };
+                if let Some(name) = n.name
+                    && g.model.is_empty()
+                {
+                    g.model = name;
+                }
+                g.uuid = n.uuid;
+                g.bar1 = n.bar1;
+                g.pcie_replays = n.pcie_replays;
+                g.nvlink = n
+                    .nvlink
+                    .into_iter()
+                    .map(|(bus, links)| NvlinkPeer {
+                        peer: buses
+                            .iter()
+                            .find(|(b, _)| *b == bus)
+                            .map(|(_, i)| format!("GPU{i}"))
+                            .unwrap_or_else(|| bus.clone()),
+                        bus,
+                        links,
+                    })
+                    .collect();
+            }
+        }
+        Err(e) => t.notes.push(format!(
+            "{e}: no BAR1 use or NVLink peers (NVLink from nvidia-smi topo -m if it runs)"
+        )),
+    }
+}
+
+fn pcie_path(a: Option<&PciDevice>, b: Option<&PciDevice>) -> (String, Option<PathClass>, Vec<String>) {
+    match (a, b) {
+        (Some(a), Some(b)) => match (&a.location, &b.location) {
+            (Some(la), Some(lb)) => {
+                let (c, br) = pci::classify(la, a.numa_node, lb, b.numa_node);
+                (c.as_str().to_string(), Some(c), br)
+            }
+            _ => ("unknown".into(), None, Vec::new()),
+        },
+        _ => ("unknown".into(), None, Vec::new()),
+    }
+}
+
+fn gpu_gpu_links(driver: bool, t: &mut Topo) {
+    let n = t.gpus.len();
+    if n < 2 {
+        return;
+    }
+    let smi = if driver {
+        match Command::new("nvidia-smi").args(["topo", "-m"]).output() {
+            Ok(o) if o.status.success() => Some(parse_topo_matrix(&String::from_utf8_lossy(&o.stdout))),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    let nvml_known = t.gpus.iter().any(|g| g.bar1.is_some() || !g.nvlink.is_empty());
+    for i in 0..n {
+        for j in i + 1..n {
+            let (ga, gb) = (&t.gpus[i], &t.gpus[j]);
+            let (path, _, bridges) = pcie_path(ga.pci.as_ref(), gb.pci.as_ref());
+            let (a, b) = (format!("GPU{}", ga.index), format!("GPU{}", gb.index));
+            let direct = ga.nvlink.iter().find(|p| p.bus == gb.bus).map(|p| p.links);
+            // Links to something that is not a local GPU: an NVSwitch when
+            // both GPUs have them.
+            let switched = |g: &Gpu| -> u32 {
+                g.nvlink
+                    .iter()
+                    .filter(|p| !p.peer.starts_with("GPU"))
+                    .map(|p| p.links)
+                    .sum()
+            };
+            let via_switch = Some(switched(ga).min(switched(gb))).filter(|n| *n > 0);
+            let smi_link = smi
+                .as_ref()
+                .and_then(|m| m.iter().find(|l| (l.a == a && l.b == b) || (l.a == b && l.b == a)));
+            let mut link = Link {
+                a,
+                b,
+                path: path.clone(),
+                bridges,
+                ..Link::default()
+            };
+            if let Some(n) = direct.or(via_switch) {
+                link.kind = format!("NV{n}");
+                link.nvlink = true;
+                link.nvlinks = Some(n);
+                link.source = "nvml".into();
+            } else if let Some(s) = smi_link
+                && (s.nvlink || !nvml_known)
+            {
+                link.kind = s.kind.clone();
+                link.nvlink = s.nvlink;
+                link.nvlinks = s.nvlinks;
+                link.source = "nvidia-smi".into();
+            } else {
+                link.kind = path;
+                link.source = "sysfs".into();
+            }
+            if let Some(s) = smi_link
+                && s.kind != link.kind
+            {
+                t.notes.push(format!(
+                    "{} <-> {}: {} says {}, nvidia-smi topo -m says {}",
+                    link.a, link.b, link.source, link.kind, s.kind
+                ));
+            }
+            t.links.push(link);
+        }
+    }
+}
+
+fn gpu_nic_links(t: &mut Topo) {
+    let mut out = Vec::new();
+    for g in &t.gpus {
+        for n in &t.nics {
+            let (path, bridges) = if n.software {
+                (SOFTWARE_PATH.to_string(), Vec::new())
+            } else {
+                let (p, _, br) = pcie_path(g.pci.as_ref(), n.pci.as_ref());
+                (p, br)
+            };
+            out.push(Link {
+                a: format!("GPU{}", g.index),
+                b: n.name.clone(),
+                kind: path.clone(),
+                path,
+                source: "sysfs".into(),
+                bridges,
+                ..Link::default()
+            });
+        }
+    }
+    t.links.extend(out);
+}
+
+/// Rank of a path for NIC choice: PIX first, software devices last.
+fn rank(path: &str) -> u8 {
+    match path {
+        "PIX" => 0,
+        "PXB" => 1,
+        "PHB" => 2,
+        "NODE" => 3,
+        "SYS" => 4,
+        "unknown" => 5,
+        _ => 6,
+    }
+}
+
+fn preferred_nics(t: &mut Topo) {
+    for gi in 0..t.gpus.len() {
+        let g = &t.gpus[gi];
+        let gid = format!("GPU{}", g.index);
+        let gnuma = g.pci.as_ref().and_then(|p| p.numa_node);
+        let best = t
+            .links
+            .iter()
+            .filter(|l| l.a == gid && t.nics.iter().any(|n| n.name == l.b))
+            .min_by_key(|l| {
+                let numa = t
+                    .nics
+                    .iter()
+                    .find(|n| n.name == l.b)
+                    .and_then(|n| n.pci.as_ref())
+                    .map(|p| p.numa_node);
+                (rank(&l.path), numa != Some(gnuma), l.b.clone())
+            })
+            .map(|l| l.b.clone());
+        t.gpus[gi].preferred_nic = best;
+    }
+}
+
+fn bridges(root: &Path, t: &mut Topo) {
+    let mut all: Vec<String> = t.links.iter().flat_map(|l| l.bridges.iter().cloned()).collect();
+    all.sort();
+    all.dedup();
+    t.bridges = all.iter().map(|b| pci::bridge(root, b)).collect();
+}
+
+/// IOMMU units, group count and kernel parameters under `root`.
+pub fn iommu(root: &Path) -> Iommu {
+    let count = |p: PathBuf| -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(p)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let cmdline = read_trim(&root.join("proc/cmdline")).unwrap_or_default();
+    Iommu {
+        units: count(root.join("sys/class/iommu")),
+        groups: count(root.join("sys/kernel/iommu_groups")).len(),
+        cmdline: cmdline
+            .split_whitespace()
+            // Arguments after `--` go to init, not the kernel.
+            .take_while(|w| *w != "--")
+            .filter(|w| {
+                [
+                    "iommu=",
+                    "intel_iommu=",
+                    "amd_iommu=",
+                    "iommu.passthrough=",
+                    "iommu.strict=",
+                ]
+                .iter()
+                .any(|p| w.starts_with(p))
+            })
+            .map(str::to_string)
+            .collect(),
+    }
+}
+
+fn notes(t: &mut Topo) {
+    let mut notes = Vec::new();
+    for g in &t.gpus {
+        if let Some(d) = g
+            .pci
+            .as_ref()
+            .and_then(|p| p.link.as_ref())
+            .and_then(|l| l.downtrained.as_ref())
+        {
+            notes.push(format!(
+                "GPU{} {}: PCIe link below its maximum ({d}; GPUs lower the link speed when idle: check under load)",
+                g.index, g.bus
+            ));
+        }
+    }
+    for n in &t.nics {
+        if let Some(d) = n
+            .pci
+            .as_ref()
+            .and_then(|p| p.link.as_ref())
+            .and_then(|l| l.downtrained.as_ref())
+        {
+            notes.push(format!("{}: PCIe link below its maximum ({d})", n.name));
+        }
+        if n.software {
+            notes.push(format!(
+                "{}: software RDMA device on {}: no PCI function, so no GPUDirect RDMA through it",
+                n.name,
+                if n.netdevs.is_empty() {
+                    "an unknown netdev".to_string()
+                } else {
+                    n.netdevs.join(", ")
+                }
+            ));
+        }
+    }
+    for b in &t.bridges {
+        if let Some(a) = &b.acs
+            && a.redirects_p2p
+        {
+            notes.push(format!(
+                "bridge {}: ACS redirects peer-to-peer traffic to the root complex (ACSCtl: {})",
+                b.bdf,
+                a.lspci()
+            ));
+        }
+        if let Some(d) = b.link.as_ref().and_then(|l| l.downtrained.as_ref()) {
+            notes.push(format!("bridge {}: PCIe link below its maximum ({d})", b.bdf));
+        }
+    }
+    let translated: Vec<String> = t
+        .gpus
+        .iter()
+        .filter_map(|g| g.pci.as_ref().map(|p| (format!("GPU{}", g.index), p)))
+        .chain(
+            t.nics
+                .iter()
+                .filter_map(|n| n.pci.as_ref().map(|p| (n.name.clone(), p))),
+        )
+        .filter(|(_, p)| p.iommu_type.as_deref().is_some_and(|ty| ty.starts_with("DMA")))
+        .map(|(id, p)| {
+            format!(
+                "{id} (group {} {})",
+                p.iommu_group.as_deref().unwrap_or("?"),
+                p.iommu_type.as_deref().unwrap_or("")
+            )
+        })
+        .collect();
+    if !translated.is_empty() {
+        notes.push(format!(
+            "IOMMU translates DMA for {}: peer-to-peer DMA goes through the IOMMU (identity/passthrough avoids that)",
+            translated.join(", ")
+        ));
+    }
+    t.notes.extend(notes);
+}
+
+#[cfg(test)]
+mod tests;
