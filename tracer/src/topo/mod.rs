@@ -237,25 +237,43 @@ pub fn discover_at(root: &Path, driver: bool) -> Topo {
 
 fn gpus(root: &Path, driver: bool, t: &mut Topo) {
     let proc_dir = root.join("proc/driver/nvidia/gpus");
-    let Ok(dir) = fs::read_dir(&proc_dir) else {
-        let unbound = pci::nvidia_functions(root);
-        let also = if unbound.is_empty() {
+    let from_nvml = if driver { Some(nvml::gpus()) } else { None };
+    let mut entries: Vec<(String, String)> = match fs::read_dir(&proc_dir) {
+        Ok(dir) => dir
+            .flatten()
+            .map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                (pci::normalize_bdf(&name), name)
+            })
+            .collect(),
+        Err(_) => match &from_nvml {
+            // Some containers hide /proc/driver/nvidia but expose NVML.
+            Some(Ok(list)) if !list.is_empty() => {
+                t.notes
+                    .push("/proc/driver/nvidia/gpus does not exist: GPUs listed from NVML".into());
+                list.iter().map(|g| (g.bus.clone(), String::new())).collect()
+            }
+            _ => {
+                let unbound = pci::nvidia_functions(root);
+                let also = if unbound.is_empty() {
+                    String::new()
+                } else {
+                    format!("; NVIDIA PCI functions without a loaded driver: {}", unbound.join(", "))
+                };
+                t.notes.push(format!(
+                    "no GPU: /proc/driver/nvidia/gpus does not exist (no NVIDIA driver loaded on this machine){also}"
+                ));
+                return;
+            }
+        },
+    };
+    entries.sort();
+    for (index, (bus, name)) in entries.into_iter().enumerate() {
+        let info = if name.is_empty() {
             String::new()
         } else {
-            format!("; NVIDIA PCI functions without a loaded driver: {}", unbound.join(", "))
+            fs::read_to_string(proc_dir.join(&name).join("information")).unwrap_or_default()
         };
-        t.notes.push(format!(
-            "no GPU: /proc/driver/nvidia/gpus does not exist (no NVIDIA driver loaded on this machine){also}"
-        ));
-        return;
-    };
-    let mut buses: Vec<String> = dir
-        .flatten()
-        .map(|e| pci::normalize_bdf(&e.file_name().to_string_lossy()))
-        .collect();
-    buses.sort();
-    for (index, bus) in buses.into_iter().enumerate() {
-        let info = fs::read_to_string(proc_dir.join(&bus).join("information")).unwrap_or_default();
         let model = info
             .lines()
             .find_map(|l| l.strip_prefix("Model:"))
@@ -275,10 +293,8 @@ fn gpus(root: &Path, driver: bool, t: &mut Topo) {
             .push("no GPU: the NVIDIA driver is loaded but lists no GPU in /proc/driver/nvidia/gpus".into());
         return;
     }
-    if !driver {
-        return;
-    }
-    match nvml::gpus() {
+    let Some(from_nvml) = from_nvml else { return };
+    match from_nvml {
         Ok(list) => {
             let buses: Vec<(String, usize)> = t.gpus.iter().map(|g| (g.bus.clone(), g.index)).collect();
             for n in list {
