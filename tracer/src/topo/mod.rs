@@ -170,8 +170,28 @@ impl Topo {
     }
 }
 
+/// Removes ANSI escape sequences (`ESC [ ... letter`): nvidia-smi underlines
+/// the matrix header even when its output is a pipe.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Parses the GPU-to-GPU part of `nvidia-smi topo -m`.
 pub fn parse_topo_matrix(text: &str) -> Vec<Link> {
+    let text = strip_ansi(text);
     let mut lines = text.lines().filter(|l| !l.trim().is_empty());
     let Some(header) = lines.next() else { return Vec::new() };
     let cols: Vec<&str> = header.split_whitespace().collect();

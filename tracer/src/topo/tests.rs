@@ -447,6 +447,31 @@ fn h200_pair() {
         ),
         ("GPU0", "GPU1", "NV18", true, Some(18))
     );
+    // As it prints into a pipe there: the header underlined with escapes.
+    let piped = "\t\u{1b}[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\u{1b}[0m\nGPU0\t X \tNV18\t0-31\t0\t\tN/A\nGPU1\tNV18\t X \t0-31\t0\t\tN/A\n\nLegend:\n\n  X    = Self\n  NV#  = Connection traversing a bonded set of # NVLinks\n";
+    let l = parse_topo_matrix(piped);
+    assert_eq!(l.len(), 1);
+    assert_eq!(
+        (l[0].a.as_str(), l[0].b.as_str(), l[0].kind.as_str()),
+        ("GPU0", "GPU1", "NV18")
+    );
+    // Four GPUs in PCIe switches, plus a NIC column and row.
+    let four = "\tGPU0\tGPU1\tGPU2\tGPU3\tNIC0\tCPU Affinity\nGPU0\t X \tPIX\tSYS\tSYS\tPIX\t0-15\nGPU1\tPIX\t X \tSYS\tSYS\tPIX\t0-15\nGPU2\tSYS\tSYS\t X \tPXB\tSYS\t16-31\nGPU3\tSYS\tSYS\tPXB\t X \tSYS\t16-31\nNIC0\tPIX\tPIX\tSYS\tSYS\t X \n\nNIC Legend:\n\n  NIC0: mlx5_0\n";
+    let kinds: Vec<String> = parse_topo_matrix(four)
+        .iter()
+        .map(|l| format!("{}-{}:{}", l.a, l.b, l.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "GPU0-GPU1:PIX",
+            "GPU0-GPU2:SYS",
+            "GPU0-GPU3:SYS",
+            "GPU1-GPU2:SYS",
+            "GPU1-GPU3:SYS",
+            "GPU2-GPU3:PXB"
+        ]
+    );
     let pcie = "\tGPU0\tGPU1\nGPU0\t X \tPHB\nGPU1\tPHB\t X \n";
     assert!(!parse_topo_matrix(pcie)[0].nvlink);
 }
