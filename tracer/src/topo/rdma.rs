@@ -76,12 +76,17 @@ pub fn nics(root: &Path) -> Result<Vec<Nic>, String> {
 
 fn nic(root: &Path, name: &str, all: &BTreeMap<String, u64>) -> Nic {
     let dir = class_dir(root).join(name);
+    // A software device (rxe, siw) lives under /sys/devices/virtual, and rxe
+    // has a `parent` attribute (its netdev); some kernels point its `device`
+    // at the netdev's own PCI function, which is not the RDMA device's.
+    let software = dir.join("parent").exists()
+        || fs::canonicalize(&dir).is_ok_and(|p| p.components().any(|c| c.as_os_str() == "virtual"));
     // A hardware device's `device` link resolves into /sys/devices/pci*/.
     let bdf = fs::canonicalize(dir.join("device")).ok().and_then(|p| {
         let l = pci::location_of(&p)?;
         l.chain.last().cloned()
     });
-    let pci = bdf.as_deref().and_then(|b| pci::device(root, b));
+    let pci = bdf.as_deref().filter(|_| !software).and_then(|b| pci::device(root, b));
     let mut netdevs = names(&dir.join("device/net"));
     let ports: Vec<Port> = names(&dir.join("ports"))
         .into_iter()
@@ -112,7 +117,7 @@ fn nic(root: &Path, name: &str, all: &BTreeMap<String, u64>) -> Nic {
     let prefix = format!("{name}/");
     Nic {
         name: name.to_string(),
-        software: pci.is_none(),
+        software: software || pci.is_none(),
         pci,
         hca_type: read_trim(&dir.join("hca_type")),
         fw_ver: read_trim(&dir.join("fw_ver")),

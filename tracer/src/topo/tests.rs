@@ -336,7 +336,15 @@ fn soft_roce_has_no_pci_path() {
     let f = Fake::new("rxe");
     f.pci("pci0000:00", &["0000:00:01.0", "0000:01:00.0"], 0);
     f.gpu("0000:01:00.0");
-    let rxe = "sys/class/infiniband/rxe0";
+    // The class entry links to a virtual device, as the kernel lays it out;
+    // a `device` link to the netdev's PCI function must not make it PCI.
+    let eth = f.pci("pci0000:00", &["0000:00:03.0"], 0);
+    f.link("sys/class/infiniband/rxe0", "../../devices/virtual/infiniband/rxe0");
+    f.link(
+        "sys/devices/virtual/infiniband/rxe0/device",
+        &format!("../../../../{eth}"),
+    );
+    let rxe = "sys/devices/virtual/infiniband/rxe0";
     f.write(&format!("{rxe}/parent"), "eth0\n");
     f.write(&format!("{rxe}/node_type"), "1: CA\n");
     f.write(&format!("{rxe}/ports/1/state"), "4: ACTIVE\n");
