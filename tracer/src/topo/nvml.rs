@@ -41,6 +41,11 @@ static NVML: OnceLock<Result<Nvml, String>> = OnceLock::new();
 /// installs), else `libnvidia-ml.so` (the development link).
 pub fn handle() -> Result<&'static Nvml, String> {
     NVML.get_or_init(|| {
+        // NVML talks to the driver through this node; without it, say so at
+        // once instead of searching the library path for libnvidia-ml.
+        if !std::path::Path::new("/dev/nvidiactl").exists() {
+            return Err("NVML unavailable: /dev/nvidiactl does not exist (no NVIDIA driver)".into());
+        }
         let mut last = String::new();
         for lib in ["libnvidia-ml.so.1", "libnvidia-ml.so"] {
             match Nvml::builder().lib_path(OsStr::new(lib)).init() {

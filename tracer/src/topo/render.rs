@@ -91,7 +91,14 @@ pub fn render(t: &Topo) -> String {
         }
         let _ = writeln!(o, "  {}", d.join(", "));
     }
-    for l in &t.links {
+    // GPU pairs in words; GPU-NIC pairs are in the matrix, and in words only
+    // when a trace observed traffic on them.
+    let gpu = |id: &str| t.gpus.iter().any(|g| format!("GPU{}", g.index) == id);
+    for l in t
+        .links
+        .iter()
+        .filter(|l| (gpu(&l.a) && gpu(&l.b)) || l.observed.is_some())
+    {
         o.push_str(&pair_line(l));
     }
     matrix(t, &mut o);
@@ -116,16 +123,11 @@ pub fn render(t: &Topo) -> String {
             let _ = writeln!(o, "  {}", link(l));
         }
         for p in &n.ports {
-            let f = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
-            let _ = writeln!(
-                o,
-                "  port {}: {}, {}, {}, {}",
-                p.port,
-                f(&p.state),
-                f(&p.phys_state),
-                f(&p.rate),
-                f(&p.link_layer)
-            );
+            let parts: Vec<&str> = [&p.state, &p.phys_state, &p.rate, &p.link_layer]
+                .into_iter()
+                .filter_map(|v| v.as_deref())
+                .collect();
+            let _ = writeln!(o, "  port {}: {}", p.port, parts.join(", "));
         }
         let errs: Vec<String> = n
             .counters
@@ -137,14 +139,31 @@ pub fn render(t: &Topo) -> String {
             let _ = writeln!(o, "  error/retry counters: {}", errs.join(" "));
         }
     }
+    // Bridges whose ACS could not be read share one line per reason (as
+    // non-root, every bridge fails the same way).
+    let mut unread: Vec<(&str, Vec<&str>)> = Vec::new();
     for b in &t.bridges {
         let acs = match (&b.acs, &b.acs_error) {
             (Some(a), _) => format!("ACSCtl: {}", a.lspci()),
-            (None, Some(e)) => format!("ACS unknown: {e}"),
+            (None, Some(e)) => {
+                match unread.iter_mut().find(|(r, _)| r == e) {
+                    Some((_, v)) => v.push(&b.bdf),
+                    None => unread.push((e, vec![&b.bdf])),
+                }
+                continue;
+            }
             (None, None) => "no ACS capability".into(),
         };
         let l = b.link.as_ref().map(|l| format!(", {}", link(l))).unwrap_or_default();
         let _ = writeln!(o, "bridge {} {acs}{l}", b.bdf);
+    }
+    for (why, v) in unread {
+        let _ = writeln!(
+            o,
+            "bridge{} {}: ACS unknown: {why}",
+            if v.len() > 1 { "s" } else { "" },
+            v.join(", ")
+        );
     }
     let i = &t.iommu;
     let _ = writeln!(

@@ -168,7 +168,17 @@ fn path_classes() {
     // The PIX path crosses the switch's upstream port and two downstream ports.
     let pix = t.links.iter().find(|l| l.a == "GPU0" && l.b == "mlx5_0").expect("pair");
     assert_eq!(pix.bridges, ["0000:01:00.0", "0000:02:08.0", "0000:02:10.0"]);
-    assert!(render(&t).contains("GPU0 <-> mlx5_0: PIX (PCIe)"));
+    let text = render(&t);
+    let row = text.lines().find(|l| l.starts_with("GPU0  ")).unwrap_or_default();
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        ["GPU0", "X", "PXB", "PHB", "SYS", "PIX", "NODE"],
+        "{text}"
+    );
+    assert!(text.contains("GPU0 <-> GPU1: PXB (PCIe)\n"), "{text}");
+    assert!(!text.contains("GPU0 <-> mlx5_0"), "{text}");
+    assert!(text.contains("NIC mlx5_0 0000:04:00.0 numa 0 MT4129 fw 28.39.1002 net ibmlx5_0\n  port 1: 4: ACTIVE, 400 Gb/sec (4X NDR)\n"), "{text}");
+    assert!(text.contains("bridges 0000:00:01.0, 0000:00:02.0, "), "{text}");
 }
 
 #[test]
@@ -369,7 +379,12 @@ fn soft_roce_has_no_pci_path() {
         text.contains("NIC rxe0 software device (no PCI function) net eth0"),
         "{text}"
     );
-    assert!(text.contains("GPU0 <-> rxe0: none (software device)"), "{text}");
+    let row = text.lines().find(|l| l.starts_with("GPU0  ")).unwrap_or_default();
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        ["GPU0", "X", "SW"],
+        "{text}"
+    );
     assert!(
         text.contains("error/retry counters: 1/hw_counters/retry_exceeded_err=2"),
         "{text}"
@@ -433,6 +448,7 @@ fn annotate_pairs() {
     );
     assert_eq!(t.links.iter().filter(|l| l.observed.is_some()).count(), 1);
     assert!(t.notes.iter().any(|n| n.contains("between GPU0 and nosuch0")));
+    assert!(render(&t).contains("GPU0 <-> mlx5_0: PIX (PCIe); observed 5.0 KiB in 3 registrations\n"));
     let json = serde_json::to_value(&t).expect("serializes");
     let pairs = json["links"].as_array().expect("links");
     assert!(pairs.iter().any(|p| p["observed"]["bytes"] == 5120));
