@@ -38,7 +38,8 @@ pub enum Command {
     /// Run the workloads this machine supports under the tracer and check
     /// that the tracer's counts match the workloads' own.
     Validate(ValidateArgs),
-    /// Print the GPU/NIC topology: GPUs, their interconnect, RDMA NICs.
+    /// Print the GPU/NIC topology: GPUs and RDMA NICs, the NVLink or PCIe
+    /// path of each pair, ACS, IOMMU, link state, BAR1 use, NIC counters.
     Topo(DoctorArgs),
     /// Explain a saved report: per-process transport verdicts, evidence and
     /// the cause of each fallback.
