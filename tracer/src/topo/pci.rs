@@ -163,14 +163,20 @@ fn u32_at(b: &[u8], off: usize) -> Option<u32> {
 }
 
 /// Finds the ACS capability in a PCI configuration space image (the sysfs
-/// `config` file). `Ok(None)`: no ACS capability; `Err`: the extended space
-/// (from 0x100) is not there, as when a non-root reader gets 64 bytes.
+/// `config` file). `Ok(None)`: no ACS capability (also a conventional
+/// 256-byte space, which has no extended capabilities); `Err`: only the
+/// header was readable, as for a reader without CAP_SYS_ADMIN, who gets the
+/// first 64 bytes (128 for CardBus): `pci_read_config` in
+/// `drivers/pci/pci-sysfs.c`.
 pub fn acs_from_config(config: &[u8]) -> Result<Option<AcsCtl>, String> {
-    if config.len() < EXT_CAP_START + 4 {
+    if config.len() <= 128 {
         return Err(format!(
-            "extended configuration space not readable ({} bytes; needs root)",
+            "only {} bytes of configuration space readable (needs root)",
             config.len()
         ));
+    }
+    if config.len() < EXT_CAP_START + 4 {
+        return Ok(None);
     }
     let mut off = EXT_CAP_START;
     // Each header is ID [15:0], version [19:16], next offset [31:20]; the
