@@ -330,6 +330,11 @@ fn gpus(root: &Path, driver: bool, t: &mut Topo) {
                 {
                     g.model = name;
                 }
+                if let Some(p) = g.pci.as_mut()
+                    && p.link.is_none()
+                {
+                    p.link = n.link;
+                }
                 g.uuid = n.uuid;
                 g.bar1 = n.bar1;
                 g.pcie_replays = n.pcie_replays;
@@ -387,16 +392,15 @@ fn gpu_gpu_links(driver: bool, t: &mut Topo) {
             let (path, _, bridges) = pcie_path(ga.pci.as_ref(), gb.pci.as_ref());
             let (a, b) = (format!("GPU{}", ga.index), format!("GPU{}", gb.index));
             let direct = ga.nvlink.iter().find(|p| p.bus == gb.bus).map(|p| p.links);
-            // Links to something that is not a local GPU: an NVSwitch when
-            // both GPUs have them.
-            let switched = |g: &Gpu| -> u32 {
-                g.nvlink
-                    .iter()
-                    .filter(|p| !p.peer.starts_with("GPU"))
-                    .map(|p| p.links)
-                    .sum()
-            };
-            let via_switch = Some(switched(ga).min(switched(gb))).filter(|n| *n > 0);
+            // Links from both GPUs to the same device that is not a local GPU
+            // (an NVSwitch): NVLink between them through it.
+            let shared: u32 = ga
+                .nvlink
+                .iter()
+                .filter(|p| !p.peer.starts_with("GPU"))
+                .filter_map(|p| gb.nvlink.iter().find(|q| q.bus == p.bus).map(|q| p.links.min(q.links)))
+                .sum();
+            let via_switch = Some(shared).filter(|n| *n > 0);
             let smi_link = smi
                 .as_ref()
                 .and_then(|m| m.iter().find(|l| (l.a == a && l.b == b) || (l.a == b && l.b == a)));

@@ -12,7 +12,7 @@ use nvml_wrapper::{
 use nvml_wrapper_sys::bindings::{NVML_NVLINK_MAX_LINKS, nvmlFieldValue_t};
 use serde::Serialize;
 
-use super::pci::normalize_bdf;
+use super::pci::{PcieLink, normalize_bdf};
 
 /// BAR1 (the GPU memory window the host and peers map) in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -33,6 +33,49 @@ pub struct NvmlGpu {
     /// Active NVLinks by remote PCI address (a GPU, or an NVSwitch).
     pub nvlink: Vec<(String, u32)>,
     pub pcie_replays: Option<u32>,
+    /// Link generation and width as NVML reports them (used where sysfs
+    /// has no link attributes).
+    pub link: Option<PcieLink>,
+}
+
+/// GT/s per lane of a PCIe generation.
+fn gen_speed(generation: u32) -> Option<String> {
+    let gts = match generation {
+        1 => 2.5,
+        2 => 5.0,
+        3 => 8.0,
+        4 => 16.0,
+        5 => 32.0,
+        6 => 64.0,
+        _ => return None,
+    };
+    Some(format!("{gts:.1} GT/s PCIe"))
+}
+
+fn nvml_link(d: &Device<'_>) -> Option<PcieLink> {
+    let (cg, mg) = (d.current_pcie_link_gen().ok(), d.max_pcie_link_gen().ok());
+    let (cw, mw) = (d.current_pcie_link_width().ok(), d.max_pcie_link_width().ok());
+    if cg.is_none() && cw.is_none() {
+        return None;
+    }
+    let mut why = Vec::new();
+    if let (Some(c), Some(m)) = (cw, mw)
+        && c < m
+    {
+        why.push(format!("width x{c} of x{m}"));
+    }
+    if let (Some(c), Some(m)) = (cg, mg)
+        && c < m
+    {
+        why.push(format!("generation {c} of {m}"));
+    }
+    Some(PcieLink {
+        current_speed: cg.and_then(gen_speed),
+        max_speed: mg.and_then(gen_speed),
+        current_width: cw.filter(|w| *w > 0),
+        max_width: mw.filter(|w| *w > 0),
+        downtrained: (!why.is_empty()).then(|| why.join(", ")),
+    })
 }
 
 static NVML: OnceLock<Result<Nvml, String>> = OnceLock::new();
@@ -103,6 +146,7 @@ pub fn gpus() -> Result<Vec<NvmlGpu>, String> {
             }),
             nvlink,
             pcie_replays: d.pcie_replay_counter().ok(),
+            link: nvml_link(&d),
         });
     }
     Ok(out)
