@@ -549,3 +549,58 @@ fn host_config_spaces() {
     }
     println!("{n} PCI functions read");
 }
+
+/// Pairs from NVML's per-GPU link lists (filled in as `nvml::gpus` would),
+/// on the flat PCI tree of the GPU VM.
+#[test]
+fn nvlink_pairs() {
+    let f = Fake::new("nvlink");
+    let buses = ["0000:00:06.0", "0000:00:07.0", "0000:00:08.0"];
+    for g in buses {
+        f.pci("pci0000:00", &[g], -1);
+        f.gpu(g);
+    }
+    let mut t = discover_at(f.root(), false);
+    let peer = |peer: &str, bus: &str, links| NvlinkPeer {
+        peer: peer.into(),
+        bus: bus.into(),
+        links,
+    };
+    // GPU0 and GPU1 directly (NV18, as on the 2x H200 machine); GPU1 and
+    // GPU2 both to one switch; GPU0 and GPU2 each to a different device
+    // this host does not list.
+    t.gpus[0].nvlink = vec![peer("GPU1", buses[1], 18), peer("0000:9a:00.0", "0000:9a:00.0", 4)];
+    t.gpus[1].nvlink = vec![peer("GPU0", buses[0], 18), peer("0000:c5:00.0", "0000:c5:00.0", 6)];
+    t.gpus[2].nvlink = vec![
+        peer("0000:c5:00.0", "0000:c5:00.0", 4),
+        peer("0000:9b:00.0", "0000:9b:00.0", 2),
+    ];
+    t.gpus[0].bar1 = Some(Bar1 {
+        total: 128 << 30,
+        used: 3 << 20,
+        free: (128 << 30) - (3 << 20),
+    });
+    t.links.clear();
+    gpu_gpu_links(false, &mut t);
+    let got: Vec<(String, String, Option<u32>, String)> = t
+        .links
+        .iter()
+        .map(|l| (format!("{}-{}", l.a, l.b), l.kind.clone(), l.nvlinks, l.path.clone()))
+        .collect();
+    let want = [
+        ("GPU0-GPU1", "NV18", Some(18), "PHB"),
+        ("GPU0-GPU2", "PHB", None, "PHB"),
+        ("GPU1-GPU2", "NV4", Some(4), "PHB"),
+    ];
+    assert_eq!(
+        got,
+        want.map(|(p, k, n, path)| (p.to_string(), k.to_string(), n, path.to_string()))
+    );
+    assert_eq!(t.nvlink(), Some(true));
+    let text = render(&t);
+    assert!(text.contains("GPU0 <-> GPU1: NV18 (NVLink; PCIe path PHB)\n"), "{text}");
+    assert!(
+        text.contains("BAR1 3.0 MiB used of 128.0 GiB, NVLink to GPU1 x18, 0000:9a:00.0 x4"),
+        "{text}"
+    );
+}
