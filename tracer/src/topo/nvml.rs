@@ -155,7 +155,8 @@ pub fn gpus() -> Result<Vec<NvmlGpu>, String> {
 /// One sample of a GPU's interconnect traffic.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct GpuTraffic {
-    pub index: u32,
+    /// NVML index (PCI bus order, as `Gpu::index`).
+    pub index: usize,
     pub bus: String,
     /// Cumulative NVLink data bytes sent, summed over the links
     /// (`NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX`, KiB × 1024; payload only,
@@ -183,7 +184,7 @@ pub fn gpu_traffic() -> Option<Vec<GpuTraffic>> {
         let bus = d.pci_info().map(|p| normalize_bdf(&p.bus_id)).unwrap_or_default();
         let (tx, rx) = nvlink_data(nvml, &d);
         out.push(GpuTraffic {
-            index,
+            index: index as usize,
             bus,
             nvlink_tx_bytes: tx,
             nvlink_rx_bytes: rx,
