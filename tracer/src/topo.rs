@@ -156,3 +156,15 @@ mod tests {
         assert!(!parse_topo_matrix(pcie)[0].nvlink);
     }
 }
+
+/// Cumulative interconnect traffic of one GPU.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GpuTraffic {
+    pub index: usize,
+    pub nvlink_tx_bytes: u64,
+}
+
+/// Per-GPU interconnect counters (None without an NVIDIA driver).
+pub fn gpu_traffic() -> Option<Vec<GpuTraffic>> {
+    None
+}

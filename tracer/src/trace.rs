@@ -11,6 +11,7 @@ use serde::Serialize;
 use tracer_common::kind;
 
 use crate::{
+    classify::steady::{self, GpuLinks},
     counters::FollPin,
     error::{Error, Result},
     report::{self, Inputs, PinCounters, Report},
@@ -72,6 +73,49 @@ pub struct Trace {
     finished: bool,
     pins_before: Option<FollPin>,
     started: Instant,
+    /// GPU link counters when tracing started (None: no GPU or no NVML).
+    links_base: Option<LinksBase>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct LiveVerdict {
+    transport: &'static str,
+    host_staged: bool,
+    collective_bytes: u64,
+}
+
+/// What the GPU link counters looked like when tracing started.
+#[derive(Clone, Copy, Debug)]
+struct LinksBase {
+    nvlink_bytes: u64,
+    nvlink_between_gpus: bool,
+    rdma_nics: usize,
+}
+
+impl LinksBase {
+    fn sample() -> Option<Self> {
+        let nvlink_bytes = nvlink_bytes_now()?;
+        let topo = crate::topo::discover();
+        Some(Self {
+            nvlink_bytes,
+            nvlink_between_gpus: topo.nvlink().unwrap_or(false),
+            rdma_nics: topo.nics.len(),
+        })
+    }
+
+    /// Traffic since the base sample.
+    fn since(&self) -> Option<GpuLinks> {
+        Some(GpuLinks {
+            nvlink_between_gpus: self.nvlink_between_gpus,
+            nvlink_bytes: nvlink_bytes_now()?.saturating_sub(self.nvlink_bytes),
+            rdma_nics: self.rdma_nics,
+        })
+    }
+}
+
+/// NVLink data bytes sent by all GPUs so far (NVML counters).
+fn nvlink_bytes_now() -> Option<u64> {
+    crate::topo::gpu_traffic().map(|gpus| gpus.iter().map(|g| g.nvlink_tx_bytes).sum())
 }
 
 impl Trace {
@@ -84,6 +128,7 @@ impl Trace {
             finished: false,
             pins_before: FollPin::read(),
             started: Instant::now(),
+            links_base: LinksBase::sample(),
         }
     }
 
@@ -158,52 +203,71 @@ impl Trace {
     }
 
     fn interval_tick(&mut self) {
-        let Some(iv) = self.interval.as_mut() else { return };
+        let Some(mut iv) = self.interval.take() else { return };
         let now = Instant::now();
-        let since = match iv.last {
-            None => {
+        match iv.last {
+            None => iv.last = Some(now),
+            Some(l) if now.duration_since(l) >= iv.every => {
                 iv.last = Some(now);
-                return;
+                let rec = self.interval_record(&mut iv.prev, now.duration_since(l));
+                (iv.sink)(&rec);
             }
-            Some(l) => now.duration_since(l),
-        };
-        if since < iv.every {
-            return;
+            Some(_) => {}
         }
-        iv.last = Some(now);
+        self.interval = Some(iv);
+    }
+
+    fn interval_record(&self, prev: &mut BTreeMap<u32, (u64, u64, u64)>, since: Duration) -> IntervalRecord {
         let secs = since.as_secs_f64().max(1e-9);
+        let links = self.links_base.and_then(|b| b.since());
         let mut processes = Vec::new();
         for (pid, p) in &self.agg.procs {
             let calls: u64 = p.calls.values().sum();
-            let (pc, ps, pr) = iv
-                .prev
-                .insert(*pid, (calls, p.staged_bytes, p.registrations))
-                .unwrap_or((0, 0, 0));
+            let verdict = self.live_verdict(*pid, links);
+            // Collective bytes of a process on a host-staged transport
+            // crossed host memory.
+            let staged = p.staged_bytes + verdict.filter(|v| v.host_staged).map_or(0, |v| v.collective_bytes);
+            let (pc, ps, pr) = prev.insert(*pid, (calls, staged, p.registrations)).unwrap_or((0, 0, 0));
             processes.push(IntervalProcess {
                 pid: *pid,
                 comm: p.comm.clone(),
                 exited: p.exited,
-                calls_per_s: (calls - pc) as f64 / secs,
+                calls_per_s: calls.saturating_sub(pc) as f64 / secs,
                 transports: p.transports.clone(),
-                staged_bytes_per_s: (p.staged_bytes - ps) as f64 / secs,
-                registrations_per_s: (p.registrations - pr) as f64 / secs,
-                verdict: crate::classify::comm::verdict(&crate::classify::comm::Evidence {
-                    pid: *pid,
-                    comm: p.comm.clone(),
-                    calls: p.calls.clone(),
-                    env: p.env.clone(),
-                    nvlink: None,
-                })
-                .map(|v| v.transport.name()),
+                staged_bytes_per_s: staged.saturating_sub(ps) as f64 / secs,
+                registrations_per_s: p.registrations.saturating_sub(pr) as f64 / secs,
+                verdict: verdict.map(|v| v.transport),
                 vm_pin_kib: crate::counters::vm_pin_kib(*pid).unwrap_or(0),
             });
         }
-        let rec = IntervalRecord {
+        IntervalRecord {
             elapsed_s: self.started.elapsed().as_secs_f64(),
             interval_s: secs,
             processes,
+        }
+    }
+
+    /// A process's transport verdict so far: from its set-up calls, or from
+    /// its steady state when the set-up happened before the probes were live.
+    fn live_verdict(&self, pid: u32, links: Option<GpuLinks>) -> Option<LiveVerdict> {
+        let p = self.agg.procs.get(&pid)?;
+        let steady = steady::from_aggregator(&self.agg, pid, links)?;
+        let setup = crate::classify::comm::verdict(&crate::classify::comm::Evidence {
+            pid,
+            comm: p.comm.clone(),
+            calls: p.calls.clone(),
+            env: p.env.clone(),
+            nvlink: self.links_base.map(|b| b.nvlink_between_gpus),
+        });
+        let v = match setup {
+            Some(v) if v.transport != crate::classify::Transport::Unknown => v,
+            _ => steady::verdict(&steady)?,
         };
-        (iv.sink)(&rec);
+        Some(LiveVerdict {
+            transport: v.transport.name(),
+            host_staged: v.host_staged,
+            collective_bytes: steady.collective_bytes,
+        })
     }
 
     /// Builds the report of what was traced.
@@ -218,6 +282,7 @@ impl Trace {
             &self.agg,
             Inputs {
                 command,
+                gpu_links: self.links_base.and_then(|b| b.since()),
                 duration_s: self.started.elapsed().as_secs_f64(),
                 coverage: self.session.planner.table(),
                 loss,
