@@ -115,7 +115,9 @@ impl LinksBase {
 
 /// NVLink data bytes sent by all GPUs so far (NVML counters).
 fn nvlink_bytes_now() -> Option<u64> {
-    crate::topo::gpu_traffic().map(|gpus| gpus.iter().map(|g| g.nvlink_tx_bytes).sum())
+    let gpus = crate::topo::gpu_traffic()?;
+    let tx: Vec<u64> = gpus.iter().filter_map(|g| g.nvlink_tx_bytes).collect();
+    (!tx.is_empty()).then(|| tx.iter().sum())
 }
 
 impl Trace {

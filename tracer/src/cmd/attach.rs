@@ -252,11 +252,10 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
             every,
             Box::new(move |rec| {
                 println!("{}", interval_line(rec));
-                if let Some(f) = &jsonl {
-                    if let Ok(line) = serde_json::to_string(rec) {
+                if let Some(f) = &jsonl
+                    && let Ok(line) = serde_json::to_string(rec) {
                         let _ = writeln!(f.borrow_mut(), "{line}");
                     }
-                }
             }),
         ));
     }

@@ -168,7 +168,7 @@ impl Planner {
                 error: e.clone(),
             });
         }
-        row(point, result.map(|()| Strategy::Tracepoint).map_err(|e| e), tried)
+        row(point, result.map(|()| Strategy::Tracepoint), tried)
     }
 
     fn kernel_fn(&mut self, ebpf: &mut Ebpf, point: &ProbePoint, func: &str) -> Coverage {
