@@ -161,7 +161,7 @@ mod tests {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct GpuTraffic {
     pub index: usize,
-    pub nvlink_tx_bytes: u64,
+    pub nvlink_tx_bytes: Option<u64>,
 }
 
 /// Per-GPU interconnect counters (None without an NVIDIA driver).
