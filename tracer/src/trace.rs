@@ -28,6 +28,8 @@ pub struct Interval {
     pub sink: Box<dyn FnMut(&IntervalRecord)>,
     last: Option<Instant>,
     prev: BTreeMap<u32, (u64, u64, u64)>,
+    /// Kernel latency slots per op at the previous interval.
+    prev_slots: BTreeMap<u32, Vec<u64>>,
 }
 
 impl Interval {
@@ -37,6 +39,7 @@ impl Interval {
             sink,
             last: None,
             prev: BTreeMap::new(),
+            prev_slots: BTreeMap::new(),
         }
     }
 }
@@ -47,6 +50,81 @@ pub struct IntervalRecord {
     pub elapsed_s: f64,
     pub interval_s: f64,
     pub processes: Vec<IntervalProcess>,
+    /// The busiest operations of the interval (all targets), with the p99
+    /// latency from the in-kernel log2 slots (every completed call, including
+    /// the aggregate-only hot ones): the upper bound of the p99 slot.
+    pub hot_ops: Vec<HotOp>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct HotOp {
+    pub op: String,
+    pub calls_per_s: f64,
+    pub p99_ns_at_most: u64,
+}
+
+/// The hot operations between two snapshots of the kernel latency slots.
+pub fn hot_ops(prev: &BTreeMap<u32, Vec<u64>>, now: &BTreeMap<u32, Vec<u64>>, secs: f64, top: usize) -> Vec<HotOp> {
+    let mut out: Vec<HotOp> = now
+        .iter()
+        .filter_map(|(op, slots)| {
+            let before = prev.get(op);
+            let delta: Vec<u64> = slots
+                .iter()
+                .enumerate()
+                .map(|(i, c)| c.saturating_sub(before.and_then(|b| b.get(i)).copied().unwrap_or(0)))
+                .collect();
+            let calls: u64 = delta.iter().sum();
+            if calls == 0 {
+                return None;
+            }
+            let target = (calls * 99).div_ceil(100);
+            let mut seen = 0;
+            let slot = delta
+                .iter()
+                .position(|c| {
+                    seen += c;
+                    seen >= target.max(1)
+                })
+                .unwrap_or(delta.len() - 1);
+            Some(HotOp {
+                op: report::op_name(*op),
+                calls_per_s: calls as f64 / secs,
+                // Slot i holds durations in [2^i, 2^(i+1)).
+                p99_ns_at_most: 1u64 << (slot + 1).min(63),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| b.calls_per_s.total_cmp(&a.calls_per_s));
+    out.truncate(top);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hot_ops_p99_from_slot_deltas() {
+        let op = tracer_common::op::SENDTO;
+        let mut before = vec![0u64; 40];
+        before[10] = 1000; // earlier calls must not count
+        let mut now = before.clone();
+        now[12] += 990; // 4-8 us
+        now[20] += 10; // 1-2 ms: the slowest 1%
+        let prev = BTreeMap::from([(op, before)]);
+        let cur = BTreeMap::from([(op, now)]);
+        let h = hot_ops(&prev, &cur, 2.0, 4);
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[0].op, "sendto");
+        assert_eq!(h[0].calls_per_s, 500.0);
+        assert_eq!(h[0].p99_ns_at_most, 1 << 13, "99% of calls are at most 8 us");
+        let mut slow = cur[&op].clone();
+        slow[20] += 20;
+        let h = hot_ops(&prev, &BTreeMap::from([(op, slow)]), 1.0, 4);
+        assert_eq!(h[0].p99_ns_at_most, 1 << 21, "3% above 1 ms moves p99 there");
+        assert!(hot_ops(&cur, &cur, 1.0, 4).is_empty(), "no calls, no hot op");
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -211,7 +289,12 @@ impl Trace {
             None => iv.last = Some(now),
             Some(l) if now.duration_since(l) >= iv.every => {
                 iv.last = Some(now);
-                let rec = self.interval_record(&mut iv.prev, now.duration_since(l));
+                let since = now.duration_since(l);
+                let mut rec = self.interval_record(&mut iv.prev, since);
+                if let Ok(slots) = self.session.kernel_slots() {
+                    rec.hot_ops = hot_ops(&iv.prev_slots, &slots, since.as_secs_f64().max(1e-9), 4);
+                    iv.prev_slots = slots;
+                }
                 (iv.sink)(&rec);
             }
             Some(_) => {}
@@ -246,6 +329,7 @@ impl Trace {
             elapsed_s: self.started.elapsed().as_secs_f64(),
             interval_s: secs,
             processes,
+            hot_ops: Vec::new(),
         }
     }
 

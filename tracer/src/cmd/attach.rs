@@ -134,8 +134,26 @@ impl PreExisting {
     }
 }
 
+/// A duration in ns, short (`8us`, `1.0ms`).
+fn dur(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns}ns"),
+        1_000..1_000_000 => format!("{}us", ns / 1_000),
+        1_000_000..1_000_000_000 => format!("{:.1}ms", ns as f64 / 1e6),
+        _ => format!("{:.1}s", ns as f64 / 1e9),
+    }
+}
+
 fn interval_line(rec: &IntervalRecord) -> String {
     let mut s = format!("[{:>7.1}s]", rec.elapsed_s);
+    if !rec.hot_ops.is_empty() {
+        let hot: Vec<String> = rec
+            .hot_ops
+            .iter()
+            .map(|h| format!("{} {:.0}/s p99<={}", h.op, h.calls_per_s, dur(h.p99_ns_at_most)))
+            .collect();
+        s.push_str(&format!("  hot: {}", hot.join(", ")));
+    }
     for p in &rec.processes {
         let mix: Vec<String> = p.transports.iter().map(|(t, n)| format!("{t}:{n}")).collect();
         s.push_str(&format!(
@@ -253,9 +271,10 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
             Box::new(move |rec| {
                 println!("{}", interval_line(rec));
                 if let Some(f) = &jsonl
-                    && let Ok(line) = serde_json::to_string(rec) {
-                        let _ = writeln!(f.borrow_mut(), "{line}");
-                    }
+                    && let Ok(line) = serde_json::to_string(rec)
+                {
+                    let _ = writeln!(f.borrow_mut(), "{line}");
+                }
             }),
         ));
     }
