@@ -46,3 +46,26 @@ pub fn stdout(o: &Output) -> String {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+fn compiler() -> String {
+    std::env::var("CC")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "cc".into())
+}
+
+/// Runs the host's C compiler (`$CC`, else `cc`) with `args`; panics with its
+/// output if it fails.
+pub fn compile(args: &[&str]) {
+    let cc = compiler();
+    let out = Command::new(&cc)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running the C compiler `{cc}` (set $CC to override): {e}"));
+    assert!(
+        out.status.success(),
+        "{cc} {} failed:\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

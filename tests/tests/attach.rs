@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{can_trace, gdrtrace_path, run, stderr};
+use integration_tests::{can_trace, compile, gdrtrace_path, run, stderr};
 
 /// The tests here count this object's programs loaded in the kernel, so they
 /// must not overlap.
@@ -29,6 +29,8 @@ fn our_programs() -> usize {
                     "sched_process_f",
                     "sys_enter_io_ur",
                     "sys_exit_io_uri",
+                    "sys_enter_sendt",
+                    "sys_exit_recvms",
                     "uapi_entry",
                     "uapi_return",
                 ]
@@ -119,6 +121,56 @@ fn attach_by_pid_follows_fork_and_exec() {
     assert!(child["pid"].to_string() != pid);
     let attach_meta = &r["workloads"][0]["attach"];
     assert!(attach_meta["latency_ms"].as_f64().unwrap() > 0.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A child started after attach in its own mount namespace, moving data
+/// through TCP sockets: it is followed, and its socket bytes are exact.
+#[test]
+fn attach_follows_child_in_other_mount_namespace_with_socket_traffic() {
+    let _serial = serial();
+    if !can_trace("attach_follows_child_in_other_mount_namespace_with_socket_traffic") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("gdrtrace-attach-ns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock_pair = dir.join("sock_pair");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/standin/sock_pair.c");
+    compile(&["-O2", "-pthread", "-o", sock_pair.to_str().unwrap(), src]);
+    let go = dir.join("go");
+    let ns = dir.join("ns");
+    let json = dir.join("report.json");
+    const MIB: u64 = 24;
+    let script = format!(
+        "while [ ! -e {go} ]; do sleep 0.05; done; unshare --mount --propagation private sh -c 'readlink /proc/self/ns/mnt > {ns}; exec {bin} {go} {MIB}'",
+        go = go.display(),
+        ns = ns.display(),
+        bin = sock_pair.display()
+    );
+    let mut target = Command::new("sh").arg("-c").arg(&script).spawn().unwrap();
+    let pid = target.id().to_string();
+    let tracer = attach(&["--pid", &pid, "--json", json.to_str().unwrap(), "--duration", "60s"]);
+    std::fs::write(&go, b"").unwrap();
+    assert!(target.wait().unwrap().success(), "the socket workload failed");
+    let out = tracer.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ours = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+    let theirs = std::fs::read_to_string(&ns).unwrap();
+    assert_ne!(
+        theirs.trim(),
+        ours.to_str().unwrap(),
+        "the child must run in another mount namespace"
+    );
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let procs = r["processes"].as_array().unwrap();
+    let worker = procs
+        .iter()
+        .find(|p| p["comm"] == "sock_pair")
+        .unwrap_or_else(|| panic!("the namespaced child was not followed: {procs:?}"));
+    assert_eq!(worker["parent"].to_string(), pid, "followed as the target's child");
+    assert_eq!(worker["socket"]["bytes_sent"], MIB << 20, "send(2) bytes");
+    assert_eq!(worker["socket"]["bytes_received"], MIB << 20, "recv(2) bytes");
+    assert_eq!(worker["socket"]["sockets"], 2, "one sending and one receiving socket");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

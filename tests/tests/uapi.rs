@@ -48,7 +48,7 @@ use gdrtrace::{
     session::{Session, SessionOptions},
     trace::Trace,
 };
-use integration_tests::can_trace;
+use integration_tests::{can_trace, compile};
 
 /// Registrations per symbol version, and deregistrations of the first D.
 const K: usize = 4;
@@ -82,27 +82,6 @@ impl Drop for StandIns {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn compiler() -> String {
-    std::env::var("CC")
-        .ok()
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| "cc".into())
-}
-
-fn compile(args: &[&str]) {
-    let cc = compiler();
-    let out = Command::new(&cc)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running the C compiler `{cc}` (set $CC to override): {e}"));
-    assert!(
-        out.status.success(),
-        "{cc} {} failed:\n{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn build_standins(test: &str) -> StandIns {

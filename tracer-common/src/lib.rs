@@ -47,6 +47,9 @@ pub mod kind {
 pub mod op_flags {
     /// Aggregate in the kernel only (count + log2 latency slots), no event.
     pub const AGGREGATE_ONLY: u32 = 1;
+    /// Aggregate-only ops: bytes are the (non-negative) return value rather
+    /// than count x data-type size.
+    pub const BYTES_FROM_RET: u32 = 2;
 }
 
 /// Op codes. Kernel-side ops are fixed here; library ops (uprobes) use the
@@ -55,6 +58,12 @@ pub mod op {
     pub const NONE: u32 = 0;
     /// `io_uring_register(2)`, from the syscall tracepoints.
     pub const IO_URING_REGISTER: u32 = 1;
+    /// Socket data syscalls, aggregated per (process, socket fd) in the
+    /// kernel. Bytes are the return values (what the kernel actually moved).
+    pub const SENDTO: u32 = 2;
+    pub const SENDMSG: u32 = 3;
+    pub const RECVFROM: u32 = 4;
+    pub const RECVMSG: u32 = 5;
     /// Kernel pinning family (fentry/fexit or kprobe/kretprobe).
     pub const PIN_USER_PAGES: u32 = 16;
     pub const PIN_USER_PAGES_FAST: u32 = 17;

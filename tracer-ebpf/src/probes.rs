@@ -88,7 +88,7 @@ pub fn on_return(op: u32, ret: i64) -> Result<u32, Skip> {
     }
     let config = OP_CONFIG.get(op).copied().unwrap_or_default();
     if config.flags & op_flags::AGGREGATE_ONLY != 0 {
-        aggregate(op, pid_tgid, &config, &entry.args);
+        aggregate(op, pid_tgid, &config, &entry.args, ret);
         return Ok(0);
     }
     let mut args = entry.args;
@@ -113,14 +113,18 @@ pub fn on_return(op: u32, ret: i64) -> Result<u32, Skip> {
 
 /// Adds one call (and its bytes) to the per-(process, op, communicator) row.
 #[inline(always)]
-fn aggregate(op: u32, pid_tgid: u64, config: &OpConfig, args: &[u64; MAX_ARGS]) {
+fn aggregate(op: u32, pid_tgid: u64, config: &OpConfig, args: &[u64; MAX_ARGS], ret: i64) {
     let arg = |i: u8| if (i as usize) < MAX_ARGS { args[i as usize] } else { 0 };
     let key = AggKey {
         tgid: (pid_tgid >> 32) as u32,
         op,
         handle: arg(config.handle_arg),
     };
-    let bytes = arg(config.count_arg).wrapping_mul(nccl_dtype_size(arg(config.dtype_arg)));
+    let bytes = if config.flags & op_flags::BYTES_FROM_RET != 0 {
+        if ret > 0 { ret as u64 } else { 0 }
+    } else {
+        arg(config.count_arg).wrapping_mul(nccl_dtype_size(arg(config.dtype_arg)))
+    };
     match AGGREGATE.get_ptr_mut(&key) {
         // SAFETY: per-CPU value, no concurrent writer on this CPU.
         Some(v) => unsafe {

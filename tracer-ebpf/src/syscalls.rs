@@ -1,5 +1,6 @@
 //! Syscall tracepoints: the pinning entry points that exist on every kernel,
-//! kprobes or not.
+//! kprobes or not, and the socket data syscalls that carry NCCL's socket
+//! transport (and any other host-staged socket traffic).
 //!
 //! `io_uring_register(2)` with IORING_REGISTER_BUFFERS pins the buffers'
 //! pages with `pin_user_pages` (io_uring/rsrc.c, `io_sqe_buffer_register`),
@@ -44,3 +45,42 @@ pub fn sys_exit_io_uring_register(ctx: TracePointContext) -> u32 {
         Err(e) => e.code(),
     }
 }
+
+/// Socket data syscalls. Every one of them has the socket fd at offset 16
+/// of its `sys_enter_*` record (`sendto`/`recvfrom`: fd, buff, len, flags,
+/// addr, addr_len; `sendmsg`/`recvmsg`: fd, msg, flags) and `long ret` at
+/// offset 16 of its `sys_exit_*` record. The ops are aggregate-only: the
+/// kernel sums calls and returned bytes per (process, op, fd).
+macro_rules! socket_pair {
+    ($enter:ident, $exit:ident, $op:expr) => {
+        #[tracepoint]
+        pub fn $enter(ctx: TracePointContext) -> u32 {
+            // SAFETY: `fd` at offset 16, as above.
+            match unsafe { ctx.read_at::<u64>(16) } {
+                Ok(fd) => match on_entry($op, [fd, 0, 0, 0, 0, 0]) {
+                    Ok(v) => v,
+                    Err(e) => e.code(),
+                },
+                Err(_) => {
+                    count(tracer_common::counter::READ_ERRORS);
+                    1
+                }
+            }
+        }
+
+        #[tracepoint]
+        pub fn $exit(ctx: TracePointContext) -> u32 {
+            // SAFETY: `long ret` at offset 16.
+            let ret = unsafe { ctx.read_at::<i64>(16) }.unwrap_or(i64::MIN);
+            match on_return($op, ret) {
+                Ok(v) => v,
+                Err(e) => e.code(),
+            }
+        }
+    };
+}
+
+socket_pair!(sys_enter_sendto, sys_exit_sendto, op::SENDTO);
+socket_pair!(sys_enter_sendmsg, sys_exit_sendmsg, op::SENDMSG);
+socket_pair!(sys_enter_recvfrom, sys_exit_recvfrom, op::RECVFROM);
+socket_pair!(sys_enter_recvmsg, sys_exit_recvmsg, op::RECVMSG);

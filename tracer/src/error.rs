@@ -51,10 +51,10 @@ impl Error {
 pub fn errno_of(err: &(dyn std::error::Error + 'static)) -> Option<i32> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = cur {
-        if let Some(io) = e.downcast_ref::<io::Error>() {
-            if let Some(code) = io.raw_os_error() {
-                return Some(code);
-            }
+        if let Some(io) = e.downcast_ref::<io::Error>()
+            && let Some(code) = io.raw_os_error()
+        {
+            return Some(code);
         }
         cur = e.source();
     }

@@ -85,7 +85,7 @@ pub fn tracepoint_field_offset(category: &str, name: &str, field: &str) -> Resul
     })
 }
 
-/// Parses `field:pid_t child_pid;	offset:20;	size:4;` lines.
+/// Parses `field:pid_t child_pid; offset:20; size:4;` lines (tab-separated).
 pub fn parse_field_offset(format: &str, field: &str) -> Option<u32> {
     format.lines().find_map(|line| {
         let decl = line.trim().strip_prefix("field:")?;

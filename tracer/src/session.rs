@@ -169,6 +169,12 @@ impl Session {
             .collect())
     }
 
+    /// Detaches the uprobes in parallel (see `Planner::detach_uprobes`);
+    /// kernel programs go when the session drops.
+    pub fn detach_uprobes(&mut self) -> usize {
+        self.planner.detach_uprobes(&mut self.ebpf)
+    }
+
     /// In-kernel log2 latency slots per op (every completed call).
     pub fn kernel_slots(&self) -> Result<BTreeMap<u32, Vec<u64>>> {
         let all = self.per_cpu_sums("LATENCY", MAX_OPS * MAX_SLOTS)?;

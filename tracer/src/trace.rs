@@ -11,6 +11,7 @@ use serde::Serialize;
 use tracer_common::kind;
 
 use crate::{
+    classify::steady::{self, GpuLinks},
     counters::FollPin,
     error::{Error, Result},
     report::{self, Inputs, PinCounters, Report},
@@ -27,6 +28,8 @@ pub struct Interval {
     pub sink: Box<dyn FnMut(&IntervalRecord)>,
     last: Option<Instant>,
     prev: BTreeMap<u32, (u64, u64, u64)>,
+    /// Kernel latency slots per op at the previous interval.
+    prev_slots: BTreeMap<u32, Vec<u64>>,
 }
 
 impl Interval {
@@ -36,6 +39,7 @@ impl Interval {
             sink,
             last: None,
             prev: BTreeMap::new(),
+            prev_slots: BTreeMap::new(),
         }
     }
 }
@@ -46,6 +50,81 @@ pub struct IntervalRecord {
     pub elapsed_s: f64,
     pub interval_s: f64,
     pub processes: Vec<IntervalProcess>,
+    /// The busiest operations of the interval (all targets), with the p99
+    /// latency from the in-kernel log2 slots (every completed call, including
+    /// the aggregate-only hot ones): the upper bound of the p99 slot.
+    pub hot_ops: Vec<HotOp>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct HotOp {
+    pub op: String,
+    pub calls_per_s: f64,
+    pub p99_ns_at_most: u64,
+}
+
+/// The hot operations between two snapshots of the kernel latency slots.
+pub fn hot_ops(prev: &BTreeMap<u32, Vec<u64>>, now: &BTreeMap<u32, Vec<u64>>, secs: f64, top: usize) -> Vec<HotOp> {
+    let mut out: Vec<HotOp> = now
+        .iter()
+        .filter_map(|(op, slots)| {
+            let before = prev.get(op);
+            let delta: Vec<u64> = slots
+                .iter()
+                .enumerate()
+                .map(|(i, c)| c.saturating_sub(before.and_then(|b| b.get(i)).copied().unwrap_or(0)))
+                .collect();
+            let calls: u64 = delta.iter().sum();
+            if calls == 0 {
+                return None;
+            }
+            let target = (calls * 99).div_ceil(100);
+            let mut seen = 0;
+            let slot = delta
+                .iter()
+                .position(|c| {
+                    seen += c;
+                    seen >= target.max(1)
+                })
+                .unwrap_or(delta.len() - 1);
+            Some(HotOp {
+                op: report::op_name(*op),
+                calls_per_s: calls as f64 / secs,
+                // Slot i holds durations in [2^i, 2^(i+1)).
+                p99_ns_at_most: 1u64 << (slot + 1).min(63),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| b.calls_per_s.total_cmp(&a.calls_per_s));
+    out.truncate(top);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hot_ops_p99_from_slot_deltas() {
+        let op = tracer_common::op::SENDTO;
+        let mut before = vec![0u64; 40];
+        before[10] = 1000; // earlier calls must not count
+        let mut now = before.clone();
+        now[12] += 990; // 4-8 us
+        now[20] += 10; // 1-2 ms: the slowest 1%
+        let prev = BTreeMap::from([(op, before)]);
+        let cur = BTreeMap::from([(op, now)]);
+        let h = hot_ops(&prev, &cur, 2.0, 4);
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[0].op, "sendto");
+        assert_eq!(h[0].calls_per_s, 500.0);
+        assert_eq!(h[0].p99_ns_at_most, 1 << 13, "99% of calls are at most 8 us");
+        let mut slow = cur[&op].clone();
+        slow[20] += 20;
+        let h = hot_ops(&prev, &BTreeMap::from([(op, slow)]), 1.0, 4);
+        assert_eq!(h[0].p99_ns_at_most, 1 << 21, "3% above 1 ms moves p99 there");
+        assert!(hot_ops(&cur, &cur, 1.0, 4).is_empty(), "no calls, no hot op");
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -72,6 +151,51 @@ pub struct Trace {
     finished: bool,
     pins_before: Option<FollPin>,
     started: Instant,
+    /// GPU link counters when tracing started (None: no GPU or no NVML).
+    links_base: Option<LinksBase>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct LiveVerdict {
+    transport: &'static str,
+    host_staged: bool,
+    collective_bytes: u64,
+}
+
+/// What the GPU link counters looked like when tracing started.
+#[derive(Clone, Copy, Debug)]
+struct LinksBase {
+    nvlink_bytes: u64,
+    nvlink_between_gpus: bool,
+    rdma_nics: usize,
+}
+
+impl LinksBase {
+    fn sample() -> Option<Self> {
+        let nvlink_bytes = nvlink_bytes_now()?;
+        let topo = crate::topo::discover();
+        Some(Self {
+            nvlink_bytes,
+            nvlink_between_gpus: topo.nvlink().unwrap_or(false),
+            rdma_nics: topo.nics.len(),
+        })
+    }
+
+    /// Traffic since the base sample.
+    fn since(&self) -> Option<GpuLinks> {
+        Some(GpuLinks {
+            nvlink_between_gpus: self.nvlink_between_gpus,
+            nvlink_bytes: nvlink_bytes_now()?.saturating_sub(self.nvlink_bytes),
+            rdma_nics: self.rdma_nics,
+        })
+    }
+}
+
+/// NVLink data bytes sent by all GPUs so far (NVML counters).
+fn nvlink_bytes_now() -> Option<u64> {
+    let gpus = crate::topo::gpu_traffic()?;
+    let tx: Vec<u64> = gpus.iter().filter_map(|g| g.nvlink_tx_bytes).collect();
+    (!tx.is_empty()).then(|| tx.iter().sum())
 }
 
 impl Trace {
@@ -84,6 +208,7 @@ impl Trace {
             finished: false,
             pins_before: FollPin::read(),
             started: Instant::now(),
+            links_base: LinksBase::sample(),
         }
     }
 
@@ -158,52 +283,77 @@ impl Trace {
     }
 
     fn interval_tick(&mut self) {
-        let Some(iv) = self.interval.as_mut() else { return };
+        let Some(mut iv) = self.interval.take() else { return };
         let now = Instant::now();
-        let since = match iv.last {
-            None => {
+        match iv.last {
+            None => iv.last = Some(now),
+            Some(l) if now.duration_since(l) >= iv.every => {
                 iv.last = Some(now);
-                return;
+                let since = now.duration_since(l);
+                let mut rec = self.interval_record(&mut iv.prev, since);
+                if let Ok(slots) = self.session.kernel_slots() {
+                    rec.hot_ops = hot_ops(&iv.prev_slots, &slots, since.as_secs_f64().max(1e-9), 4);
+                    iv.prev_slots = slots;
+                }
+                (iv.sink)(&rec);
             }
-            Some(l) => now.duration_since(l),
-        };
-        if since < iv.every {
-            return;
+            Some(_) => {}
         }
-        iv.last = Some(now);
+        self.interval = Some(iv);
+    }
+
+    fn interval_record(&self, prev: &mut BTreeMap<u32, (u64, u64, u64)>, since: Duration) -> IntervalRecord {
         let secs = since.as_secs_f64().max(1e-9);
+        let links = self.links_base.and_then(|b| b.since());
         let mut processes = Vec::new();
         for (pid, p) in &self.agg.procs {
             let calls: u64 = p.calls.values().sum();
-            let (pc, ps, pr) = iv
-                .prev
-                .insert(*pid, (calls, p.staged_bytes, p.registrations))
-                .unwrap_or((0, 0, 0));
+            let verdict = self.live_verdict(*pid, links);
+            // Collective bytes of a process on a host-staged transport
+            // crossed host memory.
+            let staged = p.staged_bytes + verdict.filter(|v| v.host_staged).map_or(0, |v| v.collective_bytes);
+            let (pc, ps, pr) = prev.insert(*pid, (calls, staged, p.registrations)).unwrap_or((0, 0, 0));
             processes.push(IntervalProcess {
                 pid: *pid,
                 comm: p.comm.clone(),
                 exited: p.exited,
-                calls_per_s: (calls - pc) as f64 / secs,
+                calls_per_s: calls.saturating_sub(pc) as f64 / secs,
                 transports: p.transports.clone(),
-                staged_bytes_per_s: (p.staged_bytes - ps) as f64 / secs,
-                registrations_per_s: (p.registrations - pr) as f64 / secs,
-                verdict: crate::classify::comm::verdict(&crate::classify::comm::Evidence {
-                    pid: *pid,
-                    comm: p.comm.clone(),
-                    calls: p.calls.clone(),
-                    env: p.env.clone(),
-                    nvlink: None,
-                })
-                .map(|v| v.transport.name()),
+                staged_bytes_per_s: staged.saturating_sub(ps) as f64 / secs,
+                registrations_per_s: p.registrations.saturating_sub(pr) as f64 / secs,
+                verdict: verdict.map(|v| v.transport),
                 vm_pin_kib: crate::counters::vm_pin_kib(*pid).unwrap_or(0),
             });
         }
-        let rec = IntervalRecord {
+        IntervalRecord {
             elapsed_s: self.started.elapsed().as_secs_f64(),
             interval_s: secs,
             processes,
+            hot_ops: Vec::new(),
+        }
+    }
+
+    /// A process's transport verdict so far: from its set-up calls, or from
+    /// its steady state when the set-up happened before the probes were live.
+    fn live_verdict(&self, pid: u32, links: Option<GpuLinks>) -> Option<LiveVerdict> {
+        let p = self.agg.procs.get(&pid)?;
+        let steady = steady::from_aggregator(&self.agg, pid, links)?;
+        let setup = crate::classify::comm::verdict(&crate::classify::comm::Evidence {
+            pid,
+            comm: p.comm.clone(),
+            calls: p.calls.clone(),
+            env: p.env.clone(),
+            nvlink: self.links_base.map(|b| b.nvlink_between_gpus),
+        });
+        let v = match setup {
+            Some(v) if v.transport != crate::classify::Transport::Unknown => v,
+            _ => steady::verdict(&steady)?,
         };
-        (iv.sink)(&rec);
+        Some(LiveVerdict {
+            transport: v.transport.name(),
+            host_staged: v.host_staged,
+            collective_bytes: steady.collective_bytes,
+        })
     }
 
     /// Builds the report of what was traced.
@@ -218,6 +368,7 @@ impl Trace {
             &self.agg,
             Inputs {
                 command,
+                gpu_links: self.links_base.and_then(|b| b.since()),
                 duration_s: self.started.elapsed().as_secs_f64(),
                 coverage: self.session.planner.table(),
                 loss,

@@ -54,8 +54,25 @@ fn n(e: &Evidence, op: &str) -> u64 {
     e.calls.get(op).copied().unwrap_or(0)
 }
 
-fn env_set(e: &Evidence, k: &str) -> bool {
-    e.env.get(k).is_some_and(|v| v != "0" && !v.is_empty())
+fn env_set(env: &BTreeMap<String, String>, k: &str) -> bool {
+    env.get(k).is_some_and(|v| v != "0" && !v.is_empty())
+}
+
+/// Why a process ended on a host-staged transport, from its environment.
+pub fn cause(env: &BTreeMap<String, String>, transport: Transport) -> Option<String> {
+    match transport {
+        Transport::Shm if env_set(env, "NCCL_P2P_DISABLE") => {
+            Some("NCCL_P2P_DISABLE=1 in the process environment disabled P2P: NCCL fell back to shared memory through the host".into())
+        }
+        Transport::Socket if env_set(env, "NCCL_SHM_DISABLE") && env_set(env, "NCCL_P2P_DISABLE") => Some(
+            "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1 in the process environment: NCCL fell back to the socket transport through host memory".into(),
+        ),
+        Transport::Socket if env_set(env, "NCCL_SHM_DISABLE") => {
+            Some("NCCL_SHM_DISABLE=1 in the process environment, and P2P was not possible".into())
+        }
+        Transport::Shm | Transport::Socket => Some("no NCCL_*_DISABLE variable set: P2P was not possible between these GPUs (check topology, ACS/IOMMU, driver)".into()),
+        _ => None,
+    }
 }
 
 /// The verdict for one process, or None when it shows no GPU communication.
@@ -95,19 +112,7 @@ pub fn verdict(e: &Evidence) -> Option<Verdict> {
         evidence.push("NCCL calls seen, but no buffer set-up evidence (attached after set-up?)".into());
         (Transport::Unknown, false)
     };
-    let cause = match transport {
-        Transport::Shm if env_set(e, "NCCL_P2P_DISABLE") => {
-            Some("NCCL_P2P_DISABLE=1 in the process environment disabled P2P: NCCL fell back to shared memory through the host".into())
-        }
-        Transport::Socket if env_set(e, "NCCL_SHM_DISABLE") && env_set(e, "NCCL_P2P_DISABLE") => Some(
-            "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1 in the process environment: NCCL fell back to the socket transport through host memory".into(),
-        ),
-        Transport::Socket if env_set(e, "NCCL_SHM_DISABLE") => {
-            Some("NCCL_SHM_DISABLE=1 in the process environment, and P2P was not possible".into())
-        }
-        Transport::Shm | Transport::Socket => Some("no NCCL_*_DISABLE variable set: P2P was not possible between these GPUs (check topology, ACS/IOMMU, driver)".into()),
-        _ => None,
-    };
+    let cause = cause(&e.env, transport);
     Some(Verdict {
         pid: e.pid,
         comm: e.comm.clone(),

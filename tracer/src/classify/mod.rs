@@ -2,6 +2,7 @@
 //! pinned, whether it failed, and the transport verdict with its evidence.
 //! `unknown` is an honest answer; a wrong verdict is not.
 pub mod comm;
+pub mod steady;
 
 use serde::Serialize;
 use tracer_common::{Event, op};

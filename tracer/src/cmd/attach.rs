@@ -94,8 +94,66 @@ pub fn by_comm(comm: &str) -> Vec<u32> {
         .collect()
 }
 
+/// What a process had before the probes were live, reconstructed from
+/// /proc: pinned memory (VmPin) and NVIDIA driver mappings (pinned host
+/// buffers and device memory mapped into the process, `/dev/nvidia*`).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+struct PreExisting {
+    pid: u32,
+    vm_pin_kib: Option<u64>,
+    nvidia_mappings: u64,
+    nvidia_mapped_bytes: u64,
+    /// Whether libnccl was already mapped (a job past its set-up).
+    nccl_mapped: bool,
+}
+
+impl PreExisting {
+    fn read(pid: u32) -> Self {
+        let mut p = PreExisting {
+            pid,
+            vm_pin_kib: counters::vm_pin_kib(pid),
+            ..Default::default()
+        };
+        let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        for line in maps.lines() {
+            let mut f = line.split_whitespace();
+            let range = f.next().unwrap_or("");
+            let path = f.nth(4).unwrap_or("");
+            if path.starts_with("/dev/nvidia") {
+                if let Some((a, b)) = range.split_once('-')
+                    && let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16))
+                {
+                    p.nvidia_mappings += 1;
+                    p.nvidia_mapped_bytes += b.saturating_sub(a);
+                }
+            } else if path.contains("libnccl") {
+                p.nccl_mapped = true;
+            }
+        }
+        p
+    }
+}
+
+/// A duration in ns, short (`8us`, `1.0ms`).
+fn dur(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns}ns"),
+        1_000..1_000_000 => format!("{}us", ns / 1_000),
+        1_000_000..1_000_000_000 => format!("{:.1}ms", ns as f64 / 1e6),
+        _ => format!("{:.1}s", ns as f64 / 1e9),
+    }
+}
+
 fn interval_line(rec: &IntervalRecord) -> String {
     let mut s = format!("[{:>7.1}s]", rec.elapsed_s);
+    if !rec.hot_ops.is_empty() {
+        let hot: Vec<String> = rec
+            .hot_ops
+            .iter()
+            .map(|h| format!("{} {:.0}/s p99<={}", h.op, h.calls_per_s, dur(h.p99_ns_at_most)))
+            .collect();
+        s.push_str(&format!("  hot: {}", hot.join(", ")));
+    }
     for p in &rec.processes {
         let mix: Vec<String> = p.transports.iter().map(|(t, n)| format!("{t}:{n}")).collect();
         s.push_str(&format!(
@@ -158,9 +216,13 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
     let mut attached = Vec::new();
+    let mut pre_existing = Vec::new();
     for pid in &targets {
-        // Record what existed before attach: pinned memory and libraries.
-        let vm_pin = counters::vm_pin_kib(*pid);
+        // Record what existed before attach: pinned memory, driver mappings
+        // and libraries.
+        let before = PreExisting::read(*pid);
+        let vm_pin = before.vm_pin_kib;
+        pre_existing.push(before);
         if trace.add_target(*pid, None).is_err() {
             notes.push(format!("pid {pid}: could not be added to the target set"));
             continue;
@@ -208,22 +270,32 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
             every,
             Box::new(move |rec| {
                 println!("{}", interval_line(rec));
-                if let Some(f) = &jsonl {
-                    if let Ok(line) = serde_json::to_string(rec) {
-                        let _ = writeln!(f.borrow_mut(), "{line}");
-                    }
+                if let Some(f) = &jsonl
+                    && let Ok(line) = serde_json::to_string(rec)
+                {
+                    let _ = writeln!(f.borrow_mut(), "{line}");
                 }
             }),
         ));
     }
     rt.block_on(async { trace.run_until(stop).await })?;
+    // Leave the targets first: their probes go before the report is built.
+    let detach_started = Instant::now();
+    let detached = trace.session.detach_uprobes();
+    let detach_ms = detach_started.elapsed().as_secs_f64() * 1e3;
+    if detached > 0 {
+        eprintln!("gdrtrace: detached {detached} uprobes in {detach_ms:.0} ms");
+    }
     let mut report = trace.report(std::env::args().collect())?;
     report.workloads.push(serde_json::json!({
         "attach": {
             "latency_ms": latency.as_secs_f64() * 1e3,
+            "detach_ms": detach_ms,
+            "uprobes_detached": detached,
             "targets": attached.iter().map(|(p, _)| p).collect::<Vec<_>>(),
             "notes": notes,
-            "missing_before_attach": "calls made before the probes were live; pre-existing pinned memory is in processes[].vm_pin_kib_at_attach",
+            "missing_before_attach": "calls made before the probes were live (NCCL set-up, MRs registered earlier); pre_existing lists what /proc showed at attach, and a job past its set-up gets a steady-state verdict (socket syscalls, NVLink counters)",
+            "pre_existing": pre_existing,
         }
     }));
     super::run::emit(&args.trace, &report)?;

@@ -12,6 +12,8 @@ pub enum Family {
     Sched,
     /// Syscall tracepoints on registration paths.
     Syscall,
+    /// Socket data syscalls (send/recv), aggregated in the kernel.
+    Socket,
     /// Kernel page pinning (`pin_user_pages*`, `unpin_*`).
     Pinning,
     /// Kernel side of verbs memory registration.
@@ -35,6 +37,7 @@ impl Family {
         match self {
             Family::Sched => "sched",
             Family::Syscall => "syscall",
+            Family::Socket => "socket",
             Family::Pinning => "pinning",
             Family::Verbs => "verbs",
             Family::PeerMem => "peer-mem",
@@ -202,6 +205,66 @@ const LIFECYCLE: [ProbePoint; 4] = [
     ),
 ];
 
+/// Socket data syscalls: optional (a kernel without them still traces),
+/// aggregate-only (see [`kernel_config`]).
+const SOCKETS: [ProbePoint; 4] = {
+    const fn sock(name: &'static str, tp_name: &'static str, op: u32, programs: &'static [&'static str]) -> ProbePoint {
+        let mut p = tp(name, Family::Socket, "syscalls", tp_name, op, programs);
+        p.required = false;
+        p
+    }
+    [
+        sock(
+            "sendto",
+            "sys_enter_sendto",
+            op::SENDTO,
+            &["sys_enter_sendto", "sys_exit_sendto"],
+        ),
+        sock(
+            "sendmsg",
+            "sys_enter_sendmsg",
+            op::SENDMSG,
+            &["sys_enter_sendmsg", "sys_exit_sendmsg"],
+        ),
+        sock(
+            "recvfrom",
+            "sys_enter_recvfrom",
+            op::RECVFROM,
+            &["sys_enter_recvfrom", "sys_exit_recvfrom"],
+        ),
+        sock(
+            "recvmsg",
+            "sys_enter_recvmsg",
+            op::RECVMSG,
+            &["sys_enter_recvmsg", "sys_exit_recvmsg"],
+        ),
+    ]
+};
+
+/// The eBPF-side configuration of kernel-side ops that need one (the
+/// uprobe table configures library ops itself).
+pub fn kernel_config(op_code: u32) -> Option<tracer_common::OpConfig> {
+    matches!(op_code, op::SENDTO | op::SENDMSG | op::RECVFROM | op::RECVMSG).then_some(tracer_common::OpConfig {
+        flags: tracer_common::op_flags::AGGREGATE_ONLY | tracer_common::op_flags::BYTES_FROM_RET,
+        deref_args: 0,
+        ret_read_offset: u32::MAX,
+        count_arg: tracer_common::NO_ARG,
+        dtype_arg: tracer_common::NO_ARG,
+        // Rows per socket: the fd is argument 0.
+        handle_arg: 0,
+        _pad: 0,
+    })
+}
+
+/// Whether an op counts socket bytes sent (`Some(true)`) or received.
+pub fn socket_direction(op_code: u32) -> Option<bool> {
+    match op_code {
+        op::SENDTO | op::SENDMSG => Some(true),
+        op::RECVFROM | op::RECVMSG => Some(false),
+        _ => None,
+    }
+}
+
 const PINNING: [ProbePoint; 14] = kernel_rows!(Family::Pinning,
     pin_user_pages => op::PIN_USER_PAGES,
     pin_user_pages_fast => op::PIN_USER_PAGES_FAST,
@@ -256,8 +319,8 @@ const LIBRARIES: [ProbePoint; 3] = [
     library("libnccl", Family::Nccl, super::uapi::Lib::Nccl),
 ];
 
-const fn concat_catalog() -> [ProbePoint; 40] {
-    let mut out = [LIFECYCLE[0]; 40];
+const fn concat_catalog() -> [ProbePoint; 44] {
+    let mut out = [LIFECYCLE[0]; 44];
     let mut i = 0;
     macro_rules! push {
         ($arr:expr) => {{
@@ -270,18 +333,19 @@ const fn concat_catalog() -> [ProbePoint; 40] {
         }};
     }
     push!(LIFECYCLE);
+    push!(SOCKETS);
     push!(PINNING);
     push!(VERBS);
     push!(PEERMEM);
     push!(DMABUF);
     push!(COUNTERS);
     push!(LIBRARIES);
-    assert!(i == 40);
+    assert!(i == 44);
     out
 }
 
 /// Every probe point gdrtrace knows, in report order.
-pub static CATALOG: [ProbePoint; 40] = concat_catalog();
+pub static CATALOG: [ProbePoint; 44] = concat_catalog();
 
 /// The catalog row of a kernel-side op.
 pub fn point_of_op(op: u32) -> Option<&'static ProbePoint> {

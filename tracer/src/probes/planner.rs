@@ -99,6 +99,8 @@ pub struct Planner {
     /// Which library files (by identity) each traced process maps.
     pub proc_libs: BTreeMap<u32, std::collections::BTreeSet<(u64, u64)>>,
     uapi_loaded: Option<Result<(), String>>,
+    /// Every uprobe link, by program, for the parallel detach.
+    uprobe_links: Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>,
 }
 
 impl Default for Planner {
@@ -122,6 +124,7 @@ impl Planner {
             libs: BTreeMap::new(),
             proc_libs: BTreeMap::new(),
             uapi_loaded: None,
+            uprobe_links: Vec::new(),
         }
     }
 
@@ -154,13 +157,18 @@ impl Planner {
                 break;
             }
         }
+        if result.is_ok()
+            && let Some(cfg) = super::catalog::kernel_config(point.op)
+        {
+            result = set_op_config(ebpf, point.op, cfg);
+        }
         if let Err(e) = &result {
             tried.push(Attempt {
                 strategy: Strategy::Tracepoint.name(),
                 error: e.clone(),
             });
         }
-        row(point, result.map(|()| Strategy::Tracepoint).map_err(|e| e), tried)
+        row(point, result.map(|()| Strategy::Tracepoint), tried)
     }
 
     fn kernel_fn(&mut self, ebpf: &mut Ebpf, point: &ProbePoint, func: &str) -> Coverage {
@@ -250,12 +258,8 @@ impl Planner {
                 let p: &mut UProbe = program(ebpf, name)?;
                 p.load().map_err(|e| describe(&e))?;
             }
-            let map = ebpf.map_mut("OP_CONFIG").ok_or("map OP_CONFIG missing")?;
-            let mut configs: Array<_, OpConfig> = Array::try_from(map).map_err(|e| describe(&e))?;
             for (i, row) in uapi::TABLE.iter().enumerate() {
-                configs
-                    .set(uapi::op_of(i), uapi::config_of(row), 0)
-                    .map_err(|e| describe(&e))?;
+                set_op_config(ebpf, uapi::op_of(i), uapi::config_of(row))?;
             }
             Ok(())
         })();
@@ -286,12 +290,40 @@ impl Planner {
                     location: UProbeAttachLocation::AbsoluteOffset(sym.file_offset),
                     cookie: Some(op as u64),
                 };
-                p.attach(point, path, UProbeScope::AllProcesses)
+                let id = p
+                    .attach(point, path, UProbeScope::AllProcesses)
                     .map_err(|e| format!("{} in {}: {}", sym.display(), path.display(), describe(&e)))?;
+                self.uprobe_links.push((name, id));
             }
             done.push(sym.display());
         }
         Ok(done)
+    }
+
+    /// Detaches every uprobe now, many at a time. The kernel waits for
+    /// in-flight probe hits (an RCU-tasks grace period) on each unregister;
+    /// one after another, ~180 uprobes on a hot process took ~30 s (2×H200
+    /// run, docs/validation/), during which the target still takes the traps.
+    /// Returns how many were detached.
+    pub fn detach_uprobes(&mut self, ebpf: &mut Ebpf) -> usize {
+        let mut links = Vec::new();
+        for (name, id) in std::mem::take(&mut self.uprobe_links) {
+            if let Ok(p) = program::<UProbe>(ebpf, name)
+                && let Ok(link) = p.take_link(id)
+            {
+                links.push(link);
+            }
+        }
+        let n = links.len();
+        let per = n.div_ceil(32).max(1);
+        std::thread::scope(|s| {
+            let mut rest = links;
+            while !rest.is_empty() {
+                let chunk: Vec<_> = rest.drain(..per.min(rest.len())).collect();
+                s.spawn(move || drop(chunk));
+            }
+        });
+        n
     }
 
     /// Attaches every table row of a library file once per (device, inode).
@@ -484,6 +516,13 @@ macro_rules! impl_unload {
     })*};
 }
 impl_unload!(FEntry, FExit, KProbe);
+
+/// Writes one op's eBPF-side configuration into `OP_CONFIG`.
+fn set_op_config(ebpf: &mut Ebpf, op: u32, cfg: OpConfig) -> Result<(), String> {
+    let map = ebpf.map_mut("OP_CONFIG").ok_or("map OP_CONFIG missing")?;
+    let mut configs: Array<_, OpConfig> = Array::try_from(map).map_err(|e| describe(&e))?;
+    configs.set(op, cfg, 0).map_err(|e| describe(&e))
+}
 
 fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, category: &str, name: &str) -> Result<(), String> {
     crate::loader::tracefs().map_err(|e| e.to_string())?;

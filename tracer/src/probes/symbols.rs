@@ -87,7 +87,7 @@ pub fn functions(path: &Path) -> Result<Vec<Symbol>> {
         push(&sym, false);
     }
     // The same function often appears in both tables: keep one per address.
-    out.sort_by(|a, b| (a.address, a.version.is_none()).cmp(&(b.address, b.version.is_none())));
+    out.sort_by_key(|a| (a.address, a.version.is_none()));
     out.dedup_by(|a, b| a.address == b.address && a.name == b.name);
     Ok(out)
 }

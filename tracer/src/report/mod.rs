@@ -188,6 +188,10 @@ pub struct Report {
     pub collectives: Vec<Collective>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub workloads: Vec<serde_json::Value>,
+    /// GPU interconnect traffic over the traced window (NVML counters),
+    /// when readable: steady-state evidence for jobs attached after set-up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_links: Option<crate::classify::steady::GpuLinks>,
 }
 
 impl Report {
@@ -213,6 +217,20 @@ impl Report {
             .iter()
             .filter_map(crate::classify::comm::verdict)
             .collect();
+        // Processes whose set-up the probes did not see (attached later):
+        // infer from what they do while running.
+        for p in &self.processes {
+            let setup = self.verdicts.iter().position(|v| v.pid == p.pid);
+            if setup.is_some_and(|i| self.verdicts[i].transport != crate::classify::Transport::Unknown) {
+                continue;
+            }
+            if let Some(v) = crate::classify::steady::verdict(&crate::classify::steady::from_report(self, p)) {
+                match setup {
+                    Some(i) => self.verdicts[i] = v,
+                    None => self.verdicts.push(v),
+                }
+            }
+        }
         if let Some(text) = nccl_log {
             crate::classify::comm::corroborate(&mut self.verdicts, &crate::classify::comm::parse_nccl_log(text));
         }
@@ -272,6 +290,7 @@ pub fn op_name(op_code: u32) -> String {
 /// Inputs of a report besides the aggregator.
 pub struct Inputs {
     pub command: Vec<String>,
+    pub gpu_links: Option<crate::classify::steady::GpuLinks>,
     pub duration_s: f64,
     pub coverage: Vec<Coverage>,
     pub loss: Loss,
@@ -361,6 +380,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
             })
             .collect(),
         workloads: Vec::new(),
+        gpu_links: inputs.gpu_links,
     }
 }
 

@@ -168,14 +168,14 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(o, "Processes");
     let _ = writeln!(
         o,
-        "  {:>8} {:<16} {:>8} {:>8} {:>12} {:>12} {:>10} {:>8}",
-        "PID", "COMM", "PARENT", "CALLS", "PAGES-PIN", "PAGES-UNPIN", "VmPin-max", "CPU-s"
+        "  {:>8} {:<16} {:>8} {:>8} {:>12} {:>12} {:>10} {:>8} {:>12} {:>12}",
+        "PID", "COMM", "PARENT", "CALLS", "PAGES-PIN", "PAGES-UNPIN", "VmPin-max", "CPU-s", "SOCK-SENT", "SOCK-RECV"
     );
     for p in &r.processes {
         let calls: u64 = p.calls.values().sum();
         let _ = writeln!(
             o,
-            "  {:>8} {:<16} {:>8} {:>8} {:>12} {:>12} {:>8}kB {:>8}",
+            "  {:>8} {:<16} {:>8} {:>8} {:>12} {:>12} {:>8}kB {:>8} {:>12} {:>12}",
             p.pid,
             p.comm,
             p.parent.map_or("-".into(), |v| v.to_string()),
@@ -183,7 +183,9 @@ pub fn render(r: &Report) -> String {
             p.pages_pinned,
             p.pages_unpinned,
             p.vm_pin_kib_max,
-            p.cpu_seconds.map_or("-".into(), |c| format!("{c:.2}"))
+            p.cpu_seconds.map_or("-".into(), |c| format!("{c:.2}")),
+            p.socket.bytes_sent,
+            p.socket.bytes_received
         );
     }
     let _ = writeln!(o);

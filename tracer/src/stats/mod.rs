@@ -54,6 +54,18 @@ pub struct ProcInfo {
     pub env: BTreeMap<String, String>,
     pub vm_pin_kib_max: u64,
     pub cpu_seconds: Option<f64>,
+    /// Socket data syscalls (in-kernel aggregation): bytes the kernel moved.
+    pub socket: SocketTotals,
+}
+
+/// A process's socket traffic, summed over its sockets.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SocketTotals {
+    pub calls: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Sockets (fds) that moved data.
+    pub sockets: u64,
 }
 
 #[derive(Debug)]
@@ -207,8 +219,25 @@ impl Aggregator {
     /// reflects them in the per-process call counts.
     pub fn set_aggregates(&mut self, rows: &[(tracer_common::AggKey, tracer_common::AggValue)]) {
         self.collectives.clear();
+        let mut sockets: BTreeMap<u32, SocketTotals> = BTreeMap::new();
+        let mut sock_calls: BTreeMap<(u32, String), u64> = BTreeMap::new();
+        let mut fds = std::collections::BTreeSet::new();
         for (k, v) in rows {
             let name = crate::report::op_name(k.op);
+            if let Some(sent) = crate::probes::catalog::socket_direction(k.op) {
+                let t = sockets.entry(k.tgid).or_default();
+                t.calls += v.calls;
+                if sent {
+                    t.bytes_sent += v.bytes;
+                } else {
+                    t.bytes_received += v.bytes;
+                }
+                if v.bytes > 0 {
+                    fds.insert((k.tgid, k.handle));
+                }
+                *sock_calls.entry((k.tgid, name)).or_default() += v.calls;
+                continue;
+            }
             let e = self.collectives.entry((k.tgid, name, k.handle)).or_default();
             e.0 += v.calls;
             e.1 += v.bytes;
@@ -217,10 +246,14 @@ impl Aggregator {
         for ((pid, name, _), (calls, _)) in &self.collectives {
             *per.entry((*pid, name.clone())).or_default() += calls;
         }
-        for ((pid, name), calls) in per {
+        for ((pid, name), calls) in per.into_iter().chain(sock_calls) {
             if let Some(p) = self.procs.get_mut(&pid) {
                 p.calls.insert(name, calls);
             }
+        }
+        for (pid, p) in self.procs.iter_mut() {
+            p.socket = sockets.remove(pid).unwrap_or_default();
+            p.socket.sockets = fds.iter().filter(|(t, _)| t == pid).count() as u64;
         }
     }
 

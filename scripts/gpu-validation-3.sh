@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Third GPU-machine run (2x H200), in two parts that each fit one device call:
+#   part 1: topo, `gdrtrace validate` (the main job), and traced, recorded
+#           runs of the NCCL modes and cuda-copy (NCCL_DEBUG=INFO logs kept)
+#           whose recordings become replay fixtures;
+#   part 2: attach to an NCCL job past its set-up, per transport mode
+#           (transport within the first interval), and the attach overhead
+#           with the tracer on and off interleaved on one job.
+# Usage: scripts/gpu-validation-3.sh 1|2. Results in $OUT/results-N.tgz.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+B=$PWD/dist/gdrtrace
+part=${1:?part 1 or 2}
+R=/tmp/gdr-results3-$part
+rm -rf "$R"; mkdir -p "$R"
+mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
+modes="auto no-p2p no-p2p-no-shm"
+
+if [ "$part" = 1 ]; then
+  { nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv; uname -r; } > "$R/env.txt" 2>&1
+  "$B" topo > "$R/topo.txt" 2>&1; echo "rc=$?" >> "$R/topo.txt"
+  "$B" topo --json > "$R/topo.json" 2> "$R/topo-json.err"
+  "$B" validate --json "$R/validate.json" --record "$R/validate.rec.jsonl" > "$R/validate.txt" 2>&1
+  echo "rc=$?" >> "$R/validate.txt"
+  for m in $modes; do
+    NCCL_DEBUG=INFO "$B" run --record "$R/nccl-$m.rec.jsonl" --json "$R/nccl-$m.json" -- \
+      "$B" drive nccl --mode $m --sizes 1M,64M --iters 20 > "$R/nccl-$m.txt" 2> "$R/nccl-$m.log"
+    echo "rc=$?" >> "$R/nccl-$m.txt"
+    "$B" explain "$R/nccl-$m.json" --nccl-log "$R/nccl-$m.log" > "$R/explain-$m.txt" 2>&1
+  done
+  "$B" run --record "$R/cuda-copy.rec.jsonl" --json "$R/cuda-copy.json" -- \
+    "$B" drive cuda-copy --sizes 64K,16M --iters 8 > "$R/cuda-copy.txt" 2>&1
+  echo "rc=$?" >> "$R/cuda-copy.txt"
+  gzip -9 "$R"/*.rec.jsonl
+  grep -E "^validate|^  (ok|FAIL)" "$R/validate.txt" | head -70
+  for m in $modes; do echo "== $m"; head -n 12 "$R/explain-$m.txt"; done
+  head -n 30 "$R/topo.txt"
+fi
+
+if [ "$part" = 2 ]; then
+  # Attach per mode to a job that finished its set-up before the tracer came.
+  for m in $modes; do
+    setsid "$B" drive nccl --mode $m --size 256M --duration 40s > "$R/job-$m.txt" 2>&1 &
+    sleep 14
+    P=$(pgrep -o -f "drive nccl --mode $m --size 256M")
+    "$B" attach --pid "$P" --interval 1s --duration 6s --jsonl "$R/attach-$m.jsonl" --json "$R/attach-$m.json" \
+      > "$R/attach-$m.txt" 2>&1
+    echo "rc=$?" >> "$R/attach-$m.txt"
+    wait
+  done
+  # Overhead: tracer on and off interleaved on one job; job lines timestamped.
+  setsid bash -c "'$B' drive nccl --mode auto --size 256M --duration 100s 2>&1 | python3 -u -c 'import sys,time
+for l in sys.stdin: sys.stdout.write(\"%.3f %s\" % (time.time(), l))' > '$R/job-overhead.txt'" &
+  sleep 15
+  P=$(pgrep -o -f "drive nccl --mode auto --size 256M --duration 100s")
+  for k in 1 2 3; do
+    echo "on $(date +%s.%N)" >> "$R/windows.txt"
+    "$B" attach --pid "$P" --duration 12s --interval 3s --json "$R/overhead-$k.json" > "$R/overhead-$k.txt" 2>&1
+    echo "off $(date +%s.%N)" >> "$R/windows.txt"
+    sleep 12
+  done
+  wait
+  python3 - "$R" > "$R/summary.txt" <<'PY'
+import json, sys, statistics as st
+R = sys.argv[1]
+expect = {"auto": "p2p/nvlink", "no-p2p": "shm", "no-p2p-no-shm": "socket"}
+for m, want in expect.items():
+    try:
+        first = json.loads(open(f"{R}/attach-{m}.jsonl").readline())
+        rep = json.load(open(f"{R}/attach-{m}.json"))
+    except Exception as e:
+        print(f"{m}: no attach output ({e})"); continue
+    ranks = [p for p in first["processes"] if p.get("verdict")]
+    got = sorted({p["verdict"] for p in ranks})
+    att = rep["workloads"][0]["attach"]
+    final = sorted({v["transport"] for v in rep.get("verdicts", [])})
+    print(f"{m}: first interval at {first['elapsed_s']:.1f}s: {len(ranks)} ranks with verdicts {got} "
+          f"(want {want}: {'ok' if len(ranks) == 2 and got == [want] else 'FAIL'}); final {final}; "
+          f"attach {att['latency_ms']:.0f} ms, detach {att.get('detach_ms', -1):.0f} ms of {att.get('uprobes_detached')} uprobes")
+w = [l.split() for l in open(f"{R}/windows.txt")]
+on = [(float(w[i][1]), float(w[i + 1][1])) for i in range(0, len(w), 2)]
+lat = [json.load(open(f"{R}/overhead-{k}.json"))["workloads"][0]["attach"]["latency_ms"] / 1e3 for k in (1, 2, 3)]
+rows = [(float(l.split()[0]), float(l.split("time_us=")[1].split()[0])) for l in open(f"{R}/job-overhead.txt") if "time_us=" in l]
+t0 = rows[0][0]
+def state(t):
+    for (a, b), L in zip(on, lat):
+        if a + L + 0.5 <= t <= b - 0.2: return "on"
+        if a - 0.5 <= t <= b + 2.0: return "edge"
+    return "off" if t > t0 + 10 else "warm"
+on_t = [x for t, x in rows if state(t) == "on"]; off_t = [x for t, x in rows if state(t) == "off"]
+print(f"overhead: on {len(on_t)} iters mean {st.mean(on_t):.2f} us median {st.median(on_t):.2f}; "
+      f"off {len(off_t)} iters mean {st.mean(off_t):.2f} us median {st.median(off_t):.2f}; "
+      f"on/off mean {st.mean(on_t)/st.mean(off_t):.4f} median {st.median(on_t)/st.median(off_t):.4f}; "
+      f"windows on {[round(b - a, 1) for a, b in on]} s")
+PY
+  cat "$R/summary.txt"
+  for m in $modes; do echo "== $m"; head -n 8 "$R/attach-$m.txt"; done
+fi
+tar czf "$OUT/results-$part.tgz" -C "$R" .
