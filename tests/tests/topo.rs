@@ -90,7 +90,12 @@ fn gpu_traffic_sampler() {
             assert!(q >= p, "NVLink TX went back: {p} -> {q}");
         }
     }
-    println!("{a:?}\n{b:?}");
+    let c = topo::nvlink_traffic().expect("NVLink-only sample");
+    assert!(
+        c.iter().all(|g| g.pcie_tx_kbps.is_none() && g.pcie_rx_kbps.is_none()),
+        "{c:?}"
+    );
+    println!("{a:?}\n{b:?}\n{c:?}");
 }
 
 #[test]

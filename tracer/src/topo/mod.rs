@@ -18,7 +18,7 @@ use std::{
     process::Command,
 };
 
-pub use nvml::{Bar1, GpuTraffic, gpu_traffic};
+pub use nvml::{Bar1, GpuTraffic, gpu_traffic, nvlink_traffic};
 pub use pci::{AcsCtl, Bridge, PathClass, PciDevice, PcieLink};
 pub use rdma::{Nic, Port, counter_delta, rdma_counters};
 pub use render::render;

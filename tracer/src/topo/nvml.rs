@@ -174,8 +174,18 @@ pub struct GpuTraffic {
 
 /// Samples every GPU's NVLink byte counters and PCIe throughput; None at once
 /// when there is no NVIDIA driver (or no GPU). Each call takes about 40 ms
-/// per GPU (the two PCIe rate samples).
+/// per GPU (the two PCIe rate samples); [`nvlink_traffic`] skips those.
 pub fn gpu_traffic() -> Option<Vec<GpuTraffic>> {
+    sample(true)
+}
+
+/// [`gpu_traffic`] without the PCIe rates (`pcie_*` are None): only the
+/// cumulative NVLink counters, one NVML call per GPU, for frequent sampling.
+pub fn nvlink_traffic() -> Option<Vec<GpuTraffic>> {
+    sample(false)
+}
+
+fn sample(pcie: bool) -> Option<Vec<GpuTraffic>> {
     let nvml = handle().ok()?;
     let count = nvml.device_count().ok().filter(|c| *c > 0)?;
     let mut out = Vec::new();
@@ -188,8 +198,8 @@ pub fn gpu_traffic() -> Option<Vec<GpuTraffic>> {
             bus,
             nvlink_tx_bytes: tx,
             nvlink_rx_bytes: rx,
-            pcie_tx_kbps: d.pcie_throughput(PcieUtilCounter::Send).ok(),
-            pcie_rx_kbps: d.pcie_throughput(PcieUtilCounter::Receive).ok(),
+            pcie_tx_kbps: pcie.then(|| d.pcie_throughput(PcieUtilCounter::Send).ok()).flatten(),
+            pcie_rx_kbps: pcie.then(|| d.pcie_throughput(PcieUtilCounter::Receive).ok()).flatten(),
         });
     }
     Some(out)
