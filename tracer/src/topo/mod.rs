@@ -203,8 +203,11 @@ pub fn parse_topo_matrix(text: &str) -> Vec<Link> {
             continue;
         }
         for (i, col) in cols.iter().enumerate() {
-            if !col.starts_with("GPU") || *col <= *row {
-                continue;
+            // Each pair once, upper triangle by GPU number (GPU10 after GPU9).
+            let num = |s: &str| s.strip_prefix("GPU").and_then(|n| n.parse::<u32>().ok());
+            match (num(col), num(row)) {
+                (Some(c), Some(r)) if c > r => {}
+                _ => continue,
             }
             if let Some(kind) = cells.get(i + 1) {
                 out.push(Link {

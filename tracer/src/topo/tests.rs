@@ -498,6 +498,22 @@ fn h200_pair() {
             "GPU2-GPU3:PXB"
         ]
     );
+    // Eleven GPUs: GPU10 comes after GPU9, not after GPU1.
+    let mut eleven = String::new();
+    for c in 0..11 {
+        eleven.push_str(&format!("\tGPU{c}"));
+    }
+    eleven.push('\n');
+    for r in 0..11 {
+        eleven.push_str(&format!("GPU{r}"));
+        for c in 0..11 {
+            eleven.push_str(if r == c { "\t X " } else { "\tNV18" });
+        }
+        eleven.push('\n');
+    }
+    let l = parse_topo_matrix(&eleven);
+    assert_eq!(l.len(), 55);
+    assert!(l.iter().any(|l| l.a == "GPU2" && l.b == "GPU10"));
     let pcie = "\tGPU0\tGPU1\nGPU0\t X \tPHB\nGPU1\tPHB\t X \n";
     assert!(!parse_topo_matrix(pcie)[0].nvlink);
 }
