@@ -111,3 +111,22 @@ fn rdma_counter_sampler() {
     assert!(d.keys().all(|k| k.split('/').count() >= 3), "{d:?}");
     println!("{} counters, delta {d:?}", before.len());
 }
+
+/// With `GDRTRACE_EXPECT_NVLINK_TRAFFIC=1` (set by `scripts/gpu-topo-check.sh`
+/// while an NCCL job runs on NVLink-joined GPUs) the NVLink data counters must
+/// grow within two seconds.
+#[test]
+fn nvlink_counters_grow_under_load() {
+    if std::env::var_os("GDRTRACE_EXPECT_NVLINK_TRAFFIC").is_none() {
+        println!(
+            "skipping: nvlink_counters_grow_under_load: no NVLink load announced (GDRTRACE_EXPECT_NVLINK_TRAFFIC)"
+        );
+        return;
+    }
+    let sum = |v: &[topo::GpuTraffic]| -> u64 { v.iter().filter_map(|g| g.nvlink_tx_bytes).sum() };
+    let a = topo::nvlink_traffic().expect("NVML sample");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let b = topo::nvlink_traffic().expect("NVML sample");
+    assert!(sum(&b) > sum(&a), "NVLink TX did not grow under load: {a:?} -> {b:?}");
+    println!("NVLink TX over 2 s: {} bytes", sum(&b) - sum(&a));
+}
