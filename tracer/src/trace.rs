@@ -193,7 +193,7 @@ impl LinksBase {
 
 /// NVLink data bytes sent by all GPUs so far (NVML counters).
 fn nvlink_bytes_now() -> Option<u64> {
-    let gpus = crate::topo::gpu_traffic()?;
+    let gpus = crate::topo::nvlink_traffic()?;
     let tx: Vec<u64> = gpus.iter().filter_map(|g| g.nvlink_tx_bytes).collect();
     (!tx.is_empty()).then(|| tx.iter().sum())
 }
