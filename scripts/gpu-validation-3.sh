@@ -18,8 +18,9 @@ modes="auto no-p2p no-p2p-no-shm"
 
 if [ "$part" = 1 ]; then
   { nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv; uname -r; } > "$R/env.txt" 2>&1
-  "$B" topo > "$R/topo.txt" 2>&1; echo "rc=$?" >> "$R/topo.txt"
-  "$B" topo --json > "$R/topo.json" 2> "$R/topo-json.err"
+  # topo (both GPUs, NVLink from NVML, BAR1, no NIC) and the NVLink counter
+  # test under an NCCL job: scripts/gpu-topo-check.sh writes to $R/topo-check.
+  OUT=$R GDRTRACE=$B TOPO_TEST=$PWD/dist/topo-test bash scripts/gpu-topo-check.sh > "$R/topo-check.txt" 2>&1
   "$B" validate --json "$R/validate.json" --record "$R/validate.rec.jsonl" > "$R/validate.txt" 2>&1
   echo "rc=$?" >> "$R/validate.txt"
   for m in $modes; do
@@ -34,7 +35,7 @@ if [ "$part" = 1 ]; then
   gzip -9 "$R"/*.rec.jsonl
   grep -E "^validate|^  (ok|FAIL)" "$R/validate.txt" | head -70
   for m in $modes; do echo "== $m"; head -n 12 "$R/explain-$m.txt"; done
-  head -n 30 "$R/topo.txt"
+  cat "$R/topo-check.txt" | tail -n 40
 fi
 
 if [ "$part" = 2 ]; then
