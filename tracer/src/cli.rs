@@ -12,6 +12,7 @@ Examples:
   gdrtrace run -- ib_write_bw -d rxe0  # trace a command and its children
   gdrtrace run --json out.json -- ./train.sh
   gdrtrace attach --pid 4242,4243 --interval 1s --duration 60s
+  gdrtrace run --record job.rec -- ./train.sh && gdrtrace replay job.rec
   gdrtrace drive pin-churn --iterations 500
 ";
 
@@ -43,6 +44,9 @@ pub enum Command {
     /// Explain a saved report: per-process transport verdicts, evidence and
     /// the cause of each fallback.
     Explain(ExplainArgs),
+    /// Rebuild the report (and explanation) from a recording made with
+    /// --record, through the same aggregation and classification code.
+    Replay(ReplayArgs),
     /// Run a workload (without tracing).
     #[command(subcommand)]
     Drive(Drive),
@@ -78,6 +82,10 @@ pub struct TraceArgs {
     /// NCCL log (NCCL_DEBUG=INFO output) to corroborate the verdicts with.
     #[arg(long, value_name = "FILE")]
     pub nccl_log: Option<PathBuf>,
+    /// Record the event stream (and the process facts read while tracing)
+    /// to FILE as JSON lines (`gdrtrace.recording/v1`), for `gdrtrace replay`.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
     /// Do not attach uprobes to installed libcuda/libibverbs/libnccl up front
     /// (libraries mapped by traced processes are still attached).
     #[arg(long)]
@@ -97,6 +105,21 @@ pub struct RunArgs {
 pub struct ExplainArgs {
     /// A JSON report from `run`, `attach` or `validate` (--json FILE).
     pub report: PathBuf,
+    /// NCCL log (NCCL_DEBUG=INFO output) to corroborate the verdicts with.
+    #[arg(long, value_name = "FILE")]
+    pub nccl_log: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// A recording (`--record FILE` of run, attach or validate).
+    pub recording: PathBuf,
+    /// Write the JSON report to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Format of the report printed on stdout.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
     /// NCCL log (NCCL_DEBUG=INFO output) to corroborate the verdicts with.
     #[arg(long, value_name = "FILE")]
     pub nccl_log: Option<PathBuf>,

@@ -13,6 +13,7 @@ use tracer_common::kind;
 use crate::{
     counters::FollPin,
     error::{Error, Result},
+    events::recording,
     report::{self, Inputs, PinCounters, Report},
     session::Session,
     stats::Aggregator,
@@ -134,15 +135,8 @@ impl Trace {
         if let Ok(rows) = self.session.aggregates() {
             self.agg.set_aggregates(&rows);
         }
-        if self.stop_when_targets_exit && !self.agg.procs.is_empty() {
-            for (pid, p) in self.agg.procs.iter_mut() {
-                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                    p.exited = true;
-                }
-            }
-            if self.agg.procs.values().all(|p| p.exited) {
-                self.finished = true;
-            }
+        if self.stop_when_targets_exit && !self.agg.procs.is_empty() && self.agg.check_exited() {
+            self.finished = true;
         }
         self.interval_tick();
         let live: Vec<u32> = self
@@ -206,34 +200,43 @@ impl Trace {
         (iv.sink)(&rec);
     }
 
-    /// Builds the report of what was traced.
-    pub fn report(&self, command: Vec<String>) -> Result<Report> {
+    /// Records the aggregator's inputs to `path` (`--record`), from now on.
+    pub fn record(&mut self, path: &std::path::Path) -> Result<()> {
+        self.agg.recorder = Some(recording::Recorder::create(path, &recording::Header::now())?);
+        Ok(())
+    }
+
+    /// Builds the report of what was traced (and finishes the recording).
+    pub fn report(&mut self, command: Vec<String>) -> Result<Report> {
         let after = FollPin::read();
         let delta = match (self.pins_before, after) {
             (Some(b), Some(a)) => Some(b.delta(&a)),
             _ => None,
         };
         let loss = self.session.loss(0, self.agg.undecoded)?;
-        Ok(report::build(
-            &self.agg,
-            Inputs {
-                command,
-                duration_s: self.started.elapsed().as_secs_f64(),
-                coverage: self.session.planner.table(),
-                loss,
-                kernel_slots: self.session.kernel_slots()?,
-                pins: PinCounters {
-                    before: self.pins_before,
-                    after,
-                    delta,
-                },
-                process_libraries: self
-                    .agg
-                    .procs
-                    .keys()
-                    .map(|pid| (*pid, self.session.planner.process_libraries(*pid)))
-                    .collect(),
+        let inputs = Inputs {
+            command,
+            host: report::host(),
+            duration_s: (self.started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+            coverage: self.session.planner.table(),
+            loss,
+            kernel_slots: self.session.kernel_slots()?,
+            pins: PinCounters {
+                before: self.pins_before,
+                after,
+                delta,
             },
-        ))
+            process_libraries: self
+                .agg
+                .procs
+                .keys()
+                .map(|pid| (*pid, self.session.planner.process_libraries(*pid)))
+                .collect(),
+        };
+        if let Some(rec) = self.agg.recorder.take() {
+            let events = rec.events;
+            rec.finish(&recording::footer(&inputs, &self.agg, events))?;
+        }
+        Ok(report::build(&self.agg, inputs))
     }
 }

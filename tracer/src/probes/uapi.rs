@@ -6,7 +6,7 @@ use serde::Serialize;
 use tracer_common::{OpConfig, op, op_flags};
 
 /// Libraries the table covers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "kebab-case")]
 pub enum Lib {
     Cuda,

@@ -5,7 +5,7 @@ pub mod text;
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tracer_common::{MAX_SLOTS, op};
 
 use crate::{
@@ -141,7 +141,8 @@ pub struct Signal {
 }
 
 /// Everything that could have been lost, with exact counts.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Loss {
     pub ringbuf_drops: u64,
     pub inflight_full: u64,
@@ -154,13 +155,13 @@ pub struct Loss {
     pub complete: bool,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Host {
     pub kernel: String,
     pub lockdown: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct PinCounters {
     pub before: Option<FollPin>,
     pub after: Option<FollPin>,
@@ -207,7 +208,11 @@ impl Report {
 
     /// Recomputes the verdicts (and corroborates them with an NCCL log).
     pub fn judge(&mut self, nccl_log: Option<&str>) {
-        let nvlink = crate::topo::discover().nvlink();
+        self.judge_with(nccl_log, crate::topo::discover().nvlink());
+    }
+
+    /// As `judge`, with the NVLink fact given (a recording's, on replay).
+    pub fn judge_with(&mut self, nccl_log: Option<&str>, nvlink: Option<bool>) {
         self.verdicts = self
             .evidence(nvlink)
             .iter()
@@ -272,6 +277,7 @@ pub fn op_name(op_code: u32) -> String {
 /// Inputs of a report besides the aggregator.
 pub struct Inputs {
     pub command: Vec<String>,
+    pub host: Host,
     pub duration_s: f64,
     pub coverage: Vec<Coverage>,
     pub loss: Loss,
@@ -337,7 +343,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
     Report {
         schema: SCHEMA,
         tool_version: env!("CARGO_PKG_VERSION"),
-        host: host(),
+        host: inputs.host,
         command: inputs.command,
         duration_s: inputs.duration_s,
         signals,
