@@ -86,6 +86,10 @@ pub struct TraceArgs {
     /// to FILE as JSON lines (`gdrtrace.recording/v1`), for `gdrtrace replay`.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Write one JSON line per transfer (copy, registration, pinned batch,
+    /// communicator) with its verdict and evidence to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub transfers: Option<PathBuf>,
     /// Do not attach uprobes to installed libcuda/libibverbs/libnccl up front
     /// (libraries mapped by traced processes are still attached).
     #[arg(long)]
@@ -123,6 +127,9 @@ pub struct ReplayArgs {
     /// NCCL log (NCCL_DEBUG=INFO output) to corroborate the verdicts with.
     #[arg(long, value_name = "FILE")]
     pub nccl_log: Option<PathBuf>,
+    /// Write one JSON line per transfer to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub transfers: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

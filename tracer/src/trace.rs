@@ -73,6 +73,8 @@ pub struct Trace {
     finished: bool,
     pins_before: Option<FollPin>,
     started: Instant,
+    /// Host facts (read once: at `record`, else when the report is built).
+    facts: Option<recording::HostFacts>,
 }
 
 impl Trace {
@@ -85,6 +87,7 @@ impl Trace {
             finished: false,
             pins_before: FollPin::read(),
             started: Instant::now(),
+            facts: None,
         }
     }
 
@@ -200,9 +203,24 @@ impl Trace {
         (iv.sink)(&rec);
     }
 
+    /// Opens the `--record` and `--transfers` files of a command.
+    pub fn outputs(&mut self, t: &crate::cli::TraceArgs) -> Result<()> {
+        if let Some(path) = &t.record {
+            self.record(path)?;
+        }
+        if let Some(path) = &t.transfers {
+            self.agg.transfers.sink = Some(std::io::BufWriter::new(
+                std::fs::File::create(path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?,
+            ));
+        }
+        Ok(())
+    }
+
     /// Records the aggregator's inputs to `path` (`--record`), from now on.
     pub fn record(&mut self, path: &std::path::Path) -> Result<()> {
-        self.agg.recorder = Some(recording::Recorder::create(path, &recording::Header::now())?);
+        let header = recording::Header::now();
+        self.facts = Some(header.facts.clone());
+        self.agg.recorder = Some(recording::Recorder::create(path, &header)?);
         Ok(())
     }
 
@@ -217,6 +235,7 @@ impl Trace {
         let inputs = Inputs {
             command,
             host: report::host(),
+            facts: self.facts.take().unwrap_or_else(recording::HostFacts::read),
             duration_s: (self.started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
             coverage: self.session.planner.table(),
             loss,
@@ -237,6 +256,10 @@ impl Trace {
             let events = rec.events;
             rec.finish(&recording::footer(&inputs, &self.agg, events))?;
         }
-        Ok(report::build(&self.agg, inputs))
+        let nvlink = inputs.facts.nvlink;
+        let r = report::build(&self.agg, inputs);
+        report::accounting::finish_transfers(&mut self.agg, &r, nvlink)
+            .map_err(|e| Error::io("writing the transfer records", e))?;
+        Ok(r)
     }
 }

@@ -157,9 +157,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     };
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
-    if let Some(path) = &args.trace.record {
-        trace.record(path)?;
-    }
+    trace.outputs(&args.trace)?;
     let mut attached = Vec::new();
     for pid in &targets {
         // Record what existed before attach: pinned memory and libraries.

@@ -13,11 +13,13 @@ use crate::{
 
 /// Feeds a recording's inputs to a fresh aggregator, in order, each with
 /// the facts the live source answered while handling it.
-pub fn aggregate(rec: &Recording) -> Aggregator {
+pub fn aggregate(rec: &Recording, transfers: Option<std::io::BufWriter<std::fs::File>>) -> Aggregator {
     let pending = Rc::new(RefCell::new(Vec::new()));
     let mut agg = Aggregator::with_source(Box::new(Recorded {
         pending: pending.clone(),
+        nvlink: rec.header.facts.nvlink,
     }));
+    agg.transfers.sink = transfers;
     for (input, facts) in &rec.inputs {
         *pending.borrow_mut() = facts.clone();
         match input {
@@ -40,9 +42,26 @@ pub fn aggregate(rec: &Recording) -> Aggregator {
 
 /// The judged report of a recording (and the aggregator behind it).
 pub fn rebuild(rec: &Recording, nccl_log: Option<&str>) -> std::result::Result<(Report, Aggregator), String> {
-    let agg = aggregate(rec);
+    rebuild_with(rec, nccl_log, None)
+}
+
+/// As `rebuild`, writing transfer records to `transfers`.
+pub fn rebuild_with(
+    rec: &Recording,
+    nccl_log: Option<&str>,
+    transfers: Option<&Path>,
+) -> std::result::Result<(Report, Aggregator), String> {
+    let sink = match transfers {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).map_err(|e| format!("cannot create {}: {e}", p.display()))?,
+        )),
+        None => None,
+    };
+    let mut agg = aggregate(rec, sink);
     let inputs = recording::inputs_of(&rec.header, &rec.footer)?;
     let mut r = report::build(&agg, inputs);
+    report::accounting::finish_transfers(&mut agg, &r, rec.header.facts.nvlink)
+        .map_err(|e| format!("writing the transfer records: {e}"))?;
     r.workloads = rec.workloads.clone();
     r.judge_with(nccl_log, rec.header.facts.nvlink);
     Ok((r, agg))
@@ -67,7 +86,8 @@ pub fn replay(args: &ReplayArgs) -> Result<i32> {
         },
         None => None,
     };
-    let rebuilt = load(&args.recording).and_then(|rec| Ok((rebuild(&rec, log.as_deref())?, rec)));
+    let rebuilt =
+        load(&args.recording).and_then(|rec| Ok((rebuild_with(&rec, log.as_deref(), args.transfers.as_deref())?, rec)));
     let ((report, _agg), rec) = match rebuilt {
         Ok(x) => x,
         Err(e) => {

@@ -62,9 +62,7 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
     let opts = session_options(t)?;
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
-    if let Some(path) = &t.record {
-        trace.record(path)?;
-    }
+    trace.outputs(t)?;
     let rt = super::runtime()?;
     let code = Rc::new(Cell::new(None::<i32>));
     let pid = rt.block_on(async {
@@ -118,7 +116,7 @@ pub fn emit_with(
     report: &Report,
 ) -> Result<()> {
     let mut judged;
-    let report = if report.verdicts.is_empty() {
+    let report = if !report.judged {
         judged = report.clone();
         let log = match nccl_log {
             Some(p) => Some(std::fs::read_to_string(p).map_err(|e| Error::io(format!("reading {}", p.display()), e))?),

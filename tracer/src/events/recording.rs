@@ -263,6 +263,7 @@ pub fn inputs_of(header: &Header, footer: &Footer) -> std::result::Result<Inputs
     Ok(Inputs {
         command: footer.command.clone(),
         host: header.host.clone(),
+        facts: header.facts.clone(),
         duration_s: footer.duration_s,
         coverage: footer
             .coverage

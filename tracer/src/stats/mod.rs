@@ -12,7 +12,10 @@ use tracer_common::{Event, kind};
 
 use self::source::{Fact, LiveProc, Look, ProcSource};
 use crate::{
-    classify::{self, Transport},
+    classify::{
+        self, Transport,
+        transfer::{self, PairDetector, Transfer},
+    },
     events::recording::{Recorder, monotonic_ns},
     model::Registry,
     probes::Family,
@@ -60,6 +63,13 @@ pub struct ProcInfo {
     pub env: BTreeMap<String, String>,
     pub vm_pin_kib_max: u64,
     pub cpu_seconds: Option<f64>,
+    /// Bytes of data-moving calls (copies, registrations' ranges are not counted).
+    pub moved_bytes: u64,
+    /// Copies that went through host memory (pageable copies, peer copies
+    /// without peer access, D2H+H2D pairs through one host buffer).
+    pub staging_copies: u64,
+    /// D2H followed by H2D through the same host buffer (one staged transfer each).
+    pub staged_pairs: u64,
     /// Whether `env` was read since the last exec (an empty environment is an answer too).
     #[serde(skip)]
     pub env_read: bool,
@@ -82,6 +92,61 @@ pub struct Aggregator {
     pub source: Box<dyn ProcSource>,
     /// Writes every input and fact (`--record`).
     pub recorder: Option<Recorder>,
+    /// Transfer records: counts and a sample per (op, verdict), and the
+    /// `--transfers` file.
+    pub transfers: Transfers,
+    pairs: PairDetector,
+    /// Registration latency per backing (`host`, `gpu/peer-mem`, `gpu/dma-buf`, `io_uring`).
+    pub reg_latency: BTreeMap<&'static str, Histogram<u64>>,
+}
+
+/// Transfer records per (op, verdict).
+#[derive(Debug, Default)]
+pub struct Transfers {
+    pub groups: BTreeMap<(String, Transport), TransferGroup>,
+    pub sink: Option<std::io::BufWriter<std::fs::File>>,
+    pub sink_error: Option<std::io::Error>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct TransferGroup {
+    pub count: u64,
+    pub bytes: u64,
+    pub sample: Vec<Transfer>,
+}
+
+impl Transfers {
+    pub fn add(&mut self, t: Transfer) {
+        if let Some(out) = &mut self.sink
+            && self.sink_error.is_none()
+        {
+            use std::io::Write as _;
+            let r = serde_json::to_writer(&mut *out, &t)
+                .map_err(std::io::Error::from)
+                .and_then(|()| out.write_all(b"\n"));
+            if let Err(e) = r {
+                self.sink_error = Some(e);
+            }
+        }
+        let g = self.groups.entry((t.op.clone(), t.transport)).or_default();
+        g.count += t.calls.unwrap_or(1);
+        g.bytes += t.bytes;
+        if g.sample.len() < transfer::SAMPLE_PER_GROUP {
+            g.sample.push(t);
+        }
+    }
+
+    /// Flushes and closes the `--transfers` file.
+    pub fn finish(&mut self) -> std::io::Result<()> {
+        if let Some(e) = self.sink_error.take() {
+            self.sink = None;
+            return Err(e);
+        }
+        match self.sink.take() {
+            Some(mut out) => std::io::Write::flush(&mut out),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Default for Aggregator {
@@ -102,6 +167,9 @@ impl Aggregator {
             collectives: BTreeMap::new(),
             source,
             recorder: None,
+            transfers: Transfers::default(),
+            pairs: PairDetector::default(),
+            reg_latency: BTreeMap::new(),
         }
     }
 
@@ -252,11 +320,54 @@ impl Aggregator {
     }
 
     fn call(&mut self, e: &Event) {
+        if self.registry.nvlink.is_none()
+            && crate::probes::uapi::row_of(e.op).is_some_and(|(_, r)| r.name.starts_with("cuMemcpyPeer"))
+        {
+            self.registry.nvlink = Some(self.source.nvlink());
+        }
+        let regs_before = self.registry.procs.get(&e.pid).map_or(0, |p| p.churn.registrations);
         self.registry.observe(e);
+        let registered = self.registry.procs.get(&e.pid).map_or(0, |p| p.churn.registrations) > regs_before;
         let Some(c) = classify::call(e, &self.registry) else {
             self.undecoded += 1;
             return;
         };
+        if registered || (c.label == "cuMemHostRegister" && !c.failed) {
+            let backing = match c.transport {
+                Transport::GdrDmabuf => "gpu/dma-buf",
+                Transport::GdrPeerMem => "gpu/peer-mem",
+                _ if e.op == tracer_common::op::IO_URING_REGISTER => "io_uring",
+                _ => "host",
+            };
+            let _ = self
+                .reg_latency
+                .entry(backing)
+                .or_insert_with(new_histogram)
+                .record(e.dur_ns.max(1));
+        }
+        if transfer::is_transfer(e, &c) {
+            let comm = self.procs.get(&e.pid).map_or_else(|| comm_of(e), |p| p.comm.clone());
+            let comm = if comm.is_empty() { comm_of(e) } else { comm };
+            self.transfers.add(transfer::of_call(e, &c, &comm));
+            let copy =
+                crate::probes::uapi::row_of(e.op).is_some_and(|(_, r)| r.kind == crate::probes::uapi::Kind::Copy);
+            if copy && !c.failed {
+                let pair = self.pairs.copy(e, &c, &self.registry, &comm);
+                let p = self.procs.entry(e.pid).or_default();
+                p.moved_bytes += c.bytes;
+                if c.transport == Transport::HostStaged {
+                    p.staging_copies += 1;
+                }
+                if let Some(pair) = pair {
+                    p.staged_pairs += 1;
+                    if c.transport != Transport::HostStaged {
+                        p.staging_copies += 1;
+                        p.staged_bytes += pair.bytes;
+                    }
+                    self.transfers.add(pair);
+                }
+            }
+        }
         let s = self
             .ops
             .entry((c.label.clone(), c.transport))

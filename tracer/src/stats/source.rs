@@ -69,6 +69,8 @@ pub trait ProcSource: std::fmt::Debug {
     fn sample(&mut self, pid: u32) -> (Option<u64>, Option<f64>);
     /// Whether the process still exists.
     fn alive(&mut self, pid: u32) -> bool;
+    /// NVLink between the GPUs (host fact; None when unknown).
+    fn nvlink(&mut self) -> Option<bool>;
 }
 
 /// The live source: `/proc`.
@@ -101,6 +103,10 @@ impl ProcSource for LiveProc {
     fn alive(&mut self, pid: u32) -> bool {
         std::path::Path::new(&format!("/proc/{pid}")).exists()
     }
+
+    fn nvlink(&mut self) -> Option<bool> {
+        crate::topo::discover().nvlink()
+    }
 }
 
 /// The replay source: answers from the fact lines that followed the input
@@ -109,6 +115,8 @@ impl ProcSource for LiveProc {
 pub struct Recorded {
     /// Shared with the replay loop, which sets it before each input.
     pub pending: Rc<RefCell<Vec<Fact>>>,
+    /// The recording's host fact.
+    pub nvlink: Option<bool>,
 }
 
 impl Recorded {
@@ -154,5 +162,9 @@ impl ProcSource for Recorded {
 
     fn alive(&mut self, pid: u32) -> bool {
         self.take(pid, |f| matches!(f, Fact::Gone { .. })).is_none()
+    }
+
+    fn nvlink(&mut self) -> Option<bool> {
+        self.nvlink
     }
 }
