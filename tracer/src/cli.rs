@@ -41,8 +41,8 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Print the GPU/NIC topology: GPUs, their interconnect, RDMA NICs.
     Topo(DoctorArgs),
-    /// Explain a saved report: per-process transport verdicts, evidence and
-    /// the cause of each fallback.
+    /// Explain a saved report or a recording: transport verdicts, staged or
+    /// unexpected paths and their root causes (one rule table).
     Explain(ExplainArgs),
     /// Rebuild the report (and explanation) from a recording made with
     /// --record, through the same aggregation and classification code.
@@ -107,8 +107,10 @@ pub struct RunArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
-    /// A JSON report from `run`, `attach` or `validate` (--json FILE).
-    pub report: PathBuf,
+    /// A JSON report from `run`, `attach`, `validate` or `replay` (--json
+    /// FILE), or a recording (--record FILE); the report is read from stdin
+    /// when omitted.
+    pub report: Option<PathBuf>,
     /// NCCL log (NCCL_DEBUG=INFO output) to corroborate the verdicts with.
     #[arg(long, value_name = "FILE")]
     pub nccl_log: Option<PathBuf>,

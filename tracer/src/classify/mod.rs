@@ -2,6 +2,7 @@
 //! pinned, whether it failed, and the transport verdict with its evidence.
 //! `unknown` is an honest answer; a wrong verdict is not.
 pub mod comm;
+pub mod explain;
 pub mod transfer;
 
 use serde::Serialize;
@@ -106,6 +107,21 @@ fn kernel_err(ret: i64) -> bool {
 
 /// Interprets a completed call. The registry is consulted for addresses.
 pub fn call(e: &Event, registry: &Registry) -> Option<Call> {
+    let mut c = interpret(e, registry)?;
+    // A failed call moved nothing: its verdict is unknown, its evidence stays.
+    if c.failed && c.transport != Transport::Unknown {
+        c.evidence = format!(
+            "failed ({} would have been {}): {}",
+            c.label,
+            c.transport.name(),
+            c.evidence
+        );
+        c.transport = Transport::Unknown;
+    }
+    Some(c)
+}
+
+fn interpret(e: &Event, registry: &Registry) -> Option<Call> {
     const PAGE: u64 = 4096;
     if e.op >= op::USER_BASE {
         return library_call(e, registry);

@@ -84,8 +84,9 @@ pub struct Churn {
     /// Registrations and deregistrations per backing (`host`,
     /// `gpu/peer-mem`, `gpu/dma-buf`, `io_uring`).
     pub by_backing: BTreeMap<&'static str, RegCount>,
-    /// The range registered most often (address, length, times), when one was registered more than once.
-    pub most_registered_range: Option<(u64, u64, u64)>,
+    /// The range registered most often (address, length, times, io_uring
+    /// set), when one was registered more than once.
+    pub most_registered_range: Option<(u64, u64, u64, bool)>,
 }
 
 /// Registrations kept per process in `Churn::mr_log`.
@@ -373,8 +374,8 @@ impl Process {
         }
         *seen += 1;
         let n = *seen;
-        if n > 1 && self.churn.most_registered_range.is_none_or(|(_, _, m)| n > m) {
-            self.churn.most_registered_range = Some((key.0, key.1, n));
+        if n > 1 && self.churn.most_registered_range.is_none_or(|(_, _, m, _)| n > m) {
+            self.churn.most_registered_range = Some((key.0, key.1, n, uring));
         }
     }
 

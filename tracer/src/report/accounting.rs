@@ -174,8 +174,10 @@ pub struct BackingRate {
 pub struct Range {
     pub addr: u64,
     pub length: u64,
-    /// Registrations of this range (an io_uring set: iovec array and count).
+    /// Registrations of this range.
     pub times: u64,
+    /// An io_uring buffer set: `addr` is the iovec array, `length` the count.
+    pub io_uring: bool,
 }
 
 /// Registration churn of one process.
@@ -261,9 +263,12 @@ pub fn registration(agg: &Aggregator, duration_s: f64) -> Registration {
                 )
                 .collect(),
             reregistrations_of_seen_range: c.reregistrations_of_seen_range,
-            most_registered_range: c
-                .most_registered_range
-                .map(|(addr, length, times)| Range { addr, length, times }),
+            most_registered_range: c.most_registered_range.map(|(addr, length, times, io_uring)| Range {
+                addr,
+                length,
+                times,
+                io_uring,
+            }),
             lifetime,
             pages_pinned_per_s: per_s(info.pages_pinned, duration_s),
             pages_unpinned_per_s: per_s(info.pages_unpinned, duration_s),

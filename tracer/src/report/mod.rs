@@ -203,6 +203,8 @@ pub struct Report {
     /// NCCL's own log, per communicator, against the tracer's verdicts (`--nccl-log`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl_log: Option<crate::classify::comm::NcclLog>,
+    /// Root causes of staged or unexpected paths (`explain`'s rules).
+    pub explain: crate::classify::explain::Explain,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub workloads: Vec<serde_json::Value>,
     /// Whether `judge` ran (verdicts, staging and collective transfers are final).
@@ -279,6 +281,9 @@ impl Report {
         self.transfers.total = self.transfers.groups.iter().map(|g| g.count).sum();
         self.staging = accounting::staging(self);
         self.nccl_log = nccl_log.map(|text| crate::classify::comm::nccl_log_agreement(text, self));
+        if let Ok(v) = serde_json::to_value(&*self) {
+            self.explain = crate::classify::explain::explain(&v);
+        }
     }
 
     fn judge_verdicts(&mut self, nccl_log: Option<&str>, nvlink: Option<bool>) {
@@ -455,6 +460,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
             })
             .collect(),
         nccl_log: None,
+        explain: Default::default(),
         workloads: Vec::new(),
         judged: false,
     }
