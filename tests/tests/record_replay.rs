@@ -15,6 +15,7 @@ fn replay_of_a_recorded_pin_churn_run_gives_the_same_report() {
     let dir = std::env::temp_dir().join(format!("gdrtrace-rr-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (live, rec, replayed) = (dir.join("live.json"), dir.join("run.rec"), dir.join("replay.json"));
+    let (tr_live, tr_replay) = (dir.join("live.transfers"), dir.join("replay.transfers"));
     let bin = integration_tests::gdrtrace_path();
     let o = run(&[
         "run",
@@ -22,6 +23,8 @@ fn replay_of_a_recorded_pin_churn_run_gives_the_same_report() {
         live.to_str().unwrap(),
         "--record",
         rec.to_str().unwrap(),
+        "--transfers",
+        tr_live.to_str().unwrap(),
         "--",
         bin.to_str().unwrap(),
         "drive",
@@ -47,10 +50,40 @@ fn replay_of_a_recorded_pin_churn_run_gives_the_same_report() {
     assert_eq!(regs, 80, "one event line per registration");
     assert!(text.lines().last().unwrap().contains("\"type\":\"footer\""));
 
-    let r = run(&["replay", rec.to_str().unwrap(), "--json", replayed.to_str().unwrap()]);
+    let r = run(&[
+        "replay",
+        rec.to_str().unwrap(),
+        "--json",
+        replayed.to_str().unwrap(),
+        "--transfers",
+        tr_replay.to_str().unwrap(),
+    ]);
     assert!(r.status.success(), "{}", stderr(&r));
     let (a, b) = (read_json(&live), read_json(&replayed));
     assert_eq!(a, b, "live and replayed reports differ");
+    // Transfer records: one per registration, the same live and replayed.
+    let t = std::fs::read_to_string(&tr_live).unwrap();
+    assert_eq!(t, std::fs::read_to_string(&tr_replay).unwrap());
+    assert_eq!(
+        t.lines()
+            .filter(|l| l.contains("\"op\":\"io_uring_register:register-buffers\""))
+            .count(),
+        80
+    );
+    // Churn accounting and the explain rule that reads it.
+    let reg = &b["registration"]["processes"][0];
+    assert_eq!(reg["by_backing"]["io_uring"]["registrations"], 80);
+    assert_eq!(reg["most_registered_range"]["times"], 80);
+    assert!(
+        b["explain"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["rule"] == "registration-churn"),
+        "{}",
+        b["explain"]
+    );
+    assert!(stdout(&r).contains("[registration-churn]"));
     let pid = a["processes"][0]["pid"].clone();
     assert_eq!(
         b["processes"][0]["calls"]["io_uring_register:register-buffers"], 80,

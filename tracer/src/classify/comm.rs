@@ -231,6 +231,17 @@ fn word_after<'a>(text: &'a str, key: &str) -> Option<&'a str> {
 /// Parses channel, communicator and GPUDirect lines and compares each
 /// communicator with what the tracer concluded.
 pub fn nccl_log_agreement(text: &str, r: &crate::report::Report) -> NcclLog {
+    nccl_log_against(text, &|pid, comm| {
+        r.collectives
+            .iter()
+            .find(|x| x.pid == pid && x.communicator == comm)
+            .map(|x| x.transport)
+            .or_else(|| r.verdicts.iter().find(|v| v.pid == pid).map(|v| v.transport.name()))
+    })
+}
+
+/// As `nccl_log_agreement`, with the tracer's view of a (pid, communicator) given.
+pub fn nccl_log_against(text: &str, tracer: &dyn Fn(u32, &str) -> Option<&'static str>) -> NcclLog {
     let mut comms: Vec<LogCommunicator> = Vec::new();
     let mut current: BTreeMap<(u32, u32), usize> = BTreeMap::new();
     let mut last_of_pid: BTreeMap<u32, usize> = BTreeMap::new();
@@ -291,10 +302,10 @@ pub fn nccl_log_agreement(text: &str, r: &crate::report::Report) -> NcclLog {
                 ..Default::default()
             });
             p.gdr_lines.push(msg.trim().to_string());
-        } else if let Some(g) = word_after(msg, "GDR").filter(|_| msg.contains("use ring")) {
-            if let Some(i) = at {
-                comms[i].gdr = Some(g == "1");
-            }
+        } else if let Some(g) = word_after(msg, "GDR").filter(|_| msg.contains("use ring"))
+            && let Some(i) = at
+        {
+            comms[i].gdr = Some(g == "1");
         }
     }
     for c in &mut comms {
@@ -303,12 +314,7 @@ pub fn nccl_log_agreement(text: &str, r: &crate::report::Report) -> NcclLog {
         says.sort();
         says.dedup();
         c.nccl_says = says;
-        c.tracer_says = r
-            .collectives
-            .iter()
-            .find(|x| x.pid == c.pid && x.communicator == c.communicator)
-            .map(|x| x.transport)
-            .or_else(|| r.verdicts.iter().find(|v| v.pid == c.pid).map(|v| v.transport.name()));
+        c.tracer_says = tracer(c.pid, &c.communicator);
         c.agrees = c.tracer_says.filter(|_| !c.vias.is_empty()).map(|t| {
             c.vias.iter().all(|via| {
                 let n = transport_of_via(via);

@@ -9,6 +9,9 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use serde_json::Value;
 
+/// What a rule's check returns: (pid, evidence lines) per affected process.
+pub type Hits = Vec<(u32, Vec<String>)>;
+
 /// One rule of the table.
 pub struct Rule {
     pub id: &'static str,
@@ -17,7 +20,7 @@ pub struct Rule {
     /// The cause the rule stands for (what is wrong, and what to do).
     pub cause: &'static str,
     /// Findings: (pid, evidence lines) per affected process (pid 0: the host).
-    pub check: fn(&Value) -> Vec<(u32, Vec<String>)>,
+    pub check: fn(&Value) -> Hits,
 }
 
 /// A rule that fired for one process (or the host).
@@ -119,7 +122,7 @@ fn peer_client_evidence(r: &Value) -> Vec<String> {
     ev
 }
 
-fn no_peer_memory(r: &Value) -> Vec<(u32, Vec<String>)> {
+fn no_peer_memory(r: &Value) -> Hits {
     if peer_client(r) {
         return Vec::new();
     }
@@ -162,7 +165,7 @@ fn no_peer_memory(r: &Value) -> Vec<(u32, Vec<String>)> {
     out
 }
 
-fn dmabuf_unsupported(r: &Value) -> Vec<(u32, Vec<String>)> {
+fn dmabuf_unsupported(r: &Value) -> Hits {
     let mut out = Vec::new();
     for reg in registration(r) {
         let mut ev = Vec::new();
@@ -220,7 +223,7 @@ fn forcing(var: &str, value: &str) -> Option<&'static str> {
     }
 }
 
-fn nccl_env(r: &Value) -> Vec<(u32, Vec<String>)> {
+fn nccl_env(r: &Value) -> Hits {
     let mut out = Vec::new();
     for p in arr(&r["processes"]) {
         if !uses_nccl(p) {
@@ -284,7 +287,7 @@ fn staged_for_network(r: &Value, pid: u32) -> Option<String> {
     None
 }
 
-fn gpu_nic_far(r: &Value) -> Vec<(u32, Vec<String>)> {
+fn gpu_nic_far(r: &Value) -> Hits {
     let far = far_paths(r);
     if far.is_empty() {
         return Vec::new();
@@ -308,7 +311,7 @@ fn gpu_nic_far(r: &Value) -> Vec<(u32, Vec<String>)> {
     out
 }
 
-fn acs_iommu(r: &Value) -> Vec<(u32, Vec<String>)> {
+fn acs_iommu(r: &Value) -> Hits {
     let bridges: Vec<&str> = arr(&r["facts"]["acs_redirect"]).iter().map(s).collect();
     if bridges.is_empty() {
         return Vec::new();
@@ -351,7 +354,7 @@ fn acs_iommu(r: &Value) -> Vec<(u32, Vec<String>)> {
     out
 }
 
-fn host_memory_registered(r: &Value) -> Vec<(u32, Vec<String>)> {
+fn host_memory_registered(r: &Value) -> Hits {
     let mut out = Vec::new();
     for reg in registration(r) {
         let pid = pid_of(reg);
@@ -378,7 +381,7 @@ fn host_memory_registered(r: &Value) -> Vec<(u32, Vec<String>)> {
     out
 }
 
-fn churn(r: &Value) -> Vec<(u32, Vec<String>)> {
+fn churn(r: &Value) -> Hits {
     const TIMES: u64 = 4;
     let mut out = Vec::new();
     for reg in registration(r) {
@@ -417,9 +420,26 @@ fn churn(r: &Value) -> Vec<(u32, Vec<String>)> {
     out
 }
 
-fn peer_access(r: &Value) -> Vec<(u32, Vec<String>)> {
+/// Transfer groups, or for reports written before transfer records
+/// existed, the operations table (samples without a process: pid 0).
+fn groups(r: &Value) -> Vec<Value> {
+    if r["transfers"].is_object() {
+        return arr(&r["transfers"]["groups"]).to_vec();
+    }
+    arr(&r["operations"])
+        .iter()
+        .map(|o| {
+            serde_json::json!({
+                "op": o["name"], "transport": o["transport"], "count": o["calls"], "bytes": o["bytes"],
+                "sample": [{"pid": 0, "evidence": o["evidence"], "transport": o["transport"]}],
+            })
+        })
+        .collect()
+}
+
+fn peer_access(r: &Value) -> Hits {
     let mut out: Vec<(u32, Vec<String>)> = Vec::new();
-    for g in arr(&r["transfers"]["groups"]) {
+    for g in &groups(r) {
         if !s(&g["op"]).starts_with("cuMemcpyPeer") || s(&g["transport"]) != "host-staged" {
             continue;
         }
@@ -441,9 +461,9 @@ fn peer_access(r: &Value) -> Vec<(u32, Vec<String>)> {
     out
 }
 
-fn pageable_copies(r: &Value) -> Vec<(u32, Vec<String>)> {
+fn pageable_copies(r: &Value) -> Hits {
     let mut out: Vec<(u32, Vec<String>)> = Vec::new();
-    for g in arr(&r["transfers"]["groups"]) {
+    for g in &groups(r) {
         let op = s(&g["op"]);
         if !op.starts_with("cuMemcpy") || op.starts_with("cuMemcpyPeer") || s(&g["transport"]) != "host-staged" {
             continue;
@@ -468,7 +488,7 @@ fn pageable_copies(r: &Value) -> Vec<(u32, Vec<String>)> {
     out
 }
 
-fn app_staged(r: &Value) -> Vec<(u32, Vec<String>)> {
+fn app_staged(r: &Value) -> Hits {
     let mut out = Vec::new();
     for g in arr(&r["transfers"]["groups"]) {
         if s(&g["op"]) != "cuMemcpyDtoH+cuMemcpyHtoD" {
@@ -607,7 +627,7 @@ pub fn paths(r: &Value, findings: &[Finding]) -> Vec<Path> {
             ));
         }
     }
-    for g in arr(&r["transfers"]["groups"]) {
+    for g in &groups(r) {
         let t = s(&g["transport"]);
         if matches!(t, "host-staged" | "shm" | "socket") && g["sample"][0]["calls"].is_null() {
             let mut pids: Vec<u32> = arr(&g["sample"]).iter().map(pid_of).collect();
@@ -644,7 +664,7 @@ pub fn paths(r: &Value, findings: &[Finding]) -> Vec<Path> {
             explained_by: {
                 let mut ids: Vec<&'static str> = findings
                     .iter()
-                    .filter(|f| f.pid == Some(pid) && rules.contains(&f.rule))
+                    .filter(|f| f.pid.unwrap_or(0) == pid && rules.contains(&f.rule))
                     .map(|f| f.rule)
                     .collect();
                 ids.dedup();
@@ -676,7 +696,12 @@ pub fn render(r: &Value, e: &Explain) -> String {
         } else {
             format!("cause: {}", p.explained_by.join(", "))
         };
-        let _ = writeln!(o, "  pid {} {}: {} ({by})", p.pid, p.comm, p.what);
+        let who = if p.pid == 0 {
+            "all processes".to_string()
+        } else {
+            format!("pid {} {}", p.pid, p.comm)
+        };
+        let _ = writeln!(o, "  {who}: {} ({by})", p.what);
     }
     if !e.findings.is_empty() {
         let _ = writeln!(o, "\nRoot causes");

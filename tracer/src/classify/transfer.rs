@@ -115,7 +115,7 @@ impl PairDetector {
             );
             return None;
         }
-        if !(gpu(dst) && !gpu(src)) {
+        if !gpu(dst) || gpu(src) {
             return None;
         }
         let d = *self.last.get(&key)?;

@@ -59,7 +59,7 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
         };
         serde_json::to_value(&report).map_err(|e| Error::Workload(format!("serializing the report: {e}")))?
     } else {
-        let r: serde_json::Value = serde_json::from_str(&text)
+        let mut r: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Error::Usage(format!("{name} is not a JSON report or a recording: {e}")))?;
         if r["schema"] != crate::report::SCHEMA {
             return Err(Error::Usage(format!(
@@ -67,6 +67,9 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
                 r["schema"],
                 crate::report::SCHEMA
             )));
+        }
+        if let Some(log) = &log {
+            corroborate(&mut r, log);
         }
         r
     };
@@ -96,4 +99,70 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
     }
     print!("{}", explain::render(&r, &e));
     Ok(0)
+}
+
+/// Recomputes a saved report's verdicts from its processes and compares
+/// them, and each communicator, with an NCCL log.
+fn corroborate(r: &mut serde_json::Value, log: &str) {
+    use crate::classify::{
+        Transport,
+        comm::{self, Evidence},
+    };
+    let nvlink = r["facts"]["nvlink"].as_bool().or_else(|| topo::discover().nvlink());
+    let map = |v: &serde_json::Value| -> std::collections::BTreeMap<String, u64> {
+        v.as_object()
+            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_u64()?))).collect())
+            .unwrap_or_default()
+    };
+    let strings = |v: &serde_json::Value| -> std::collections::BTreeMap<String, String> {
+        v.as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let evidence: Vec<Evidence> = r["processes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| Evidence {
+                    pid: p["pid"].as_u64().unwrap_or(0) as u32,
+                    comm: p["comm"].as_str().unwrap_or("").to_string(),
+                    calls: map(&p["calls"]),
+                    env: strings(&p["env"]),
+                    nvlink,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut verdicts: Vec<_> = evidence.iter().filter_map(comm::verdict).collect();
+    comm::corroborate(&mut verdicts, &comm::parse_nccl_log(log));
+    let coll: Vec<(u32, String, &'static str)> = r["collectives"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| {
+                    (
+                        c["pid"].as_u64().unwrap_or(0) as u32,
+                        c["communicator"].as_str().unwrap_or("").to_string(),
+                        Transport::from_name(c["transport"].as_str().unwrap_or("")).name(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let per = comm::nccl_log_against(log, &|pid, handle| {
+        coll.iter()
+            .find(|(p, h, _)| *p == pid && h == handle)
+            .map(|x| x.2)
+            .or_else(|| verdicts.iter().find(|v| v.pid == pid).map(|v| v.transport.name()))
+    });
+    if let Ok(v) = serde_json::to_value(&verdicts) {
+        r["verdicts"] = v;
+    }
+    if let Ok(v) = serde_json::to_value(&per) {
+        r["nccl_log"] = v;
+    }
 }

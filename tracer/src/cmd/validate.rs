@@ -599,7 +599,7 @@ pub fn validate(args: &ValidateArgs) -> Result<i32> {
         .collect();
     let not_in_kernel: Vec<&str> = [Family::Pinning, Family::Verbs, Family::PeerMem, Family::DmaBuf]
         .into_iter()
-        .filter(|f| report.coverage.iter().filter(|c| c.family == *f).all(|c| absent(c)))
+        .filter(|f| report.coverage.iter().filter(|c| c.family == *f).all(absent))
         .map(|f| f.name())
         .collect();
     let failed = checks.iter().filter(|c| !c.ok).count();
