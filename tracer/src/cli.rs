@@ -13,6 +13,7 @@ Examples:
   gdrtrace run --json out.json -- ./train.sh
   gdrtrace attach --pid 4242,4243 --interval 1s --duration 60s
   gdrtrace run --record job.rec -- ./train.sh && gdrtrace replay job.rec
+  gdrtrace explain out.json --nccl-log nccl.log  # root causes of staged paths
   gdrtrace drive pin-churn --iterations 500
 ";
 

@@ -30,6 +30,12 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
             std::fs::read_to_string(p).map_err(|e| Error::io(format!("reading {}", p.display()), e))?,
         ),
         None => {
+            // SAFETY: isatty has no preconditions.
+            if unsafe { libc::isatty(0) } == 1 {
+                return Err(Error::Usage(
+                    "explain needs a report (--json FILE of run, attach, validate or replay), a recording, or a report on stdin".into(),
+                ));
+            }
             let mut t = String::new();
             std::io::stdin()
                 .read_to_string(&mut t)
