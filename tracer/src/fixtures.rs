@@ -181,12 +181,29 @@ mod tests {
         assert!(s.staged_ratio > 0.0 && s.staged_ratio < 1.0, "{}", s.staged_ratio);
         assert!(s.cpu_s_per_gb.is_some());
 
-        let (r, _) = replay_fixture("standin-peer-copy-no-access");
+        // Devices come from the context current at allocation time.
+        let o = op(&r, "cuMemcpyDtoD", "p2p/nvlink").expect("peer DtoD");
+        assert!(
+            o.evidence
+                .contains("from device 0 to device 1 after cuCtxEnablePeerAccess"),
+            "{}",
+            o.evidence
+        );
+
+        let (r, e) = replay_fixture("standin-peer-copy-no-access");
         let o = op(&r, "cuMemcpyPeer", "host-staged").expect("staged peer copies");
         assert!(o.evidence.contains("without cuCtxEnablePeerAccess"), "{}", o.evidence);
+        let o = op(&r, "cuMemcpyDtoD", "host-staged").expect("staged cross-device DtoD");
+        assert!(
+            o.evidence.contains("from device 0 to device 1 without"),
+            "{}",
+            o.evidence
+        );
         let s = &r.staging.processes[0];
-        assert_eq!((s.staging_copies, s.staged_ratio), (5, 1.0));
-        assert!((s.staging_copies_per_s - 2.5).abs() < 1e-9, "5 copies in 2 s");
+        assert_eq!((s.staging_copies, s.staged_ratio), (8, 1.0));
+        assert!((s.staging_copies_per_s - 4.0).abs() < 1e-9, "8 copies in 2 s");
+        let f = e.findings.iter().find(|f| f.rule == "peer-access-not-enabled").unwrap();
+        assert_eq!(f.evidence.len(), 2, "cuMemcpyPeer and cuMemcpyDtoD: {f:?}");
 
         // Real: pageable copies through the libcuda stand-in are host-staged.
         let (r, _) = replay_fixture("standin-uapi");

@@ -440,10 +440,13 @@ fn groups(r: &Value) -> Vec<Value> {
 fn peer_access(r: &Value) -> Hits {
     let mut out: Vec<(u32, Vec<String>)> = Vec::new();
     for g in &groups(r) {
-        if !s(&g["op"]).starts_with("cuMemcpyPeer") || s(&g["transport"]) != "host-staged" {
+        if !s(&g["op"]).starts_with("cuMemcpy") || s(&g["transport"]) != "host-staged" {
             continue;
         }
-        for t in arr(&g["sample"]) {
+        for t in arr(&g["sample"])
+            .iter()
+            .filter(|t| s(&t["evidence"]).contains("without cuCtxEnablePeerAccess"))
+        {
             let line = format!(
                 "{} x{} ({} bytes): {}",
                 s(&g["op"]),
@@ -556,7 +559,7 @@ pub static RULES: &[Rule] = &[
     },
     Rule {
         id: "peer-access-not-enabled",
-        looks_at: "transfers of cuMemcpyPeer* with a host-staged verdict",
+        looks_at: "transfers of cuMemcpyPeer* and cross-device cuMemcpyDtoD/cuMemcpy with a host-staged verdict (no peer access for the pair)",
         cause: "GPU-to-GPU copies without peer access: cuCtxEnablePeerAccess (cudaDeviceEnablePeerAccess) was not called for the pair, so the driver stages every copy through host memory. Enable peer access once per GPU pair.",
         check: peer_access,
     },

@@ -219,7 +219,16 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
         Kind::Copy if row.args.len() >= 3 && row.args[2] == Arg::Bytes => {
             let dst = registry.backing(e.pid, e.args[0]);
             let src = registry.backing(e.pid, e.args[1]);
-            (c.transport, c.evidence) = crate::model::copy_verdict(row.name, src, dst);
+            (c.transport, c.evidence) = match (src, dst) {
+                (Backing::Gpu { device: a }, Backing::Gpu { device: b }) if a >= 0 && b >= 0 && a != b => {
+                    cross_device_verdict(e, row.name, a, b, registry)
+                }
+                (Backing::Gpu { device: a }, Backing::Gpu { device: b }) if a >= 0 && a == b => (
+                    Transport::Unknown,
+                    format!("{}: device to device on device {a}: a copy within one GPU", row.name),
+                ),
+                _ => crate::model::copy_verdict(row.name, src, dst),
+            };
         }
         // cuMemcpyPeer(dst, dstCtx, src, srcCtx, n): between two contexts.
         Kind::Copy if row.args.len() >= 5 && row.args[1] == Arg::Handle && row.args[3] == Arg::Handle => {
@@ -288,6 +297,35 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
     Some(c)
 }
 
+/// A device-to-device copy between allocations of two devices (devices
+/// known from the contexts current when they were allocated).
+fn cross_device_verdict(e: &Event, name: &str, src: i32, dst: i32, registry: &Registry) -> (Transport, String) {
+    if registry.peer_devices_enabled(e.pid, src, dst) {
+        let (t, link) = peer_link(registry);
+        (
+            t,
+            format!(
+                "{name} from device {src} to device {dst} after cuCtxEnablePeerAccess succeeded for that pair: direct peer DMA over {link}"
+            ),
+        )
+    } else {
+        (
+            Transport::HostStaged,
+            format!(
+                "{name} from device {src} to device {dst} without cuCtxEnablePeerAccess for that pair earlier in the process: the driver stages the copy through host memory"
+            ),
+        )
+    }
+}
+
+fn peer_link(registry: &Registry) -> (Transport, &'static str) {
+    match registry.nvlink {
+        Some(Some(false)) => (Transport::P2pPcie, "PCIe (no NVLink between the GPUs)"),
+        Some(Some(true)) => (Transport::P2pNvlink, "NVLink"),
+        _ => (Transport::P2pNvlink, "NVLink assumed (topology unknown)"),
+    }
+}
+
 /// `cuMemcpyPeer*`: peer-to-peer when `cuCtxEnablePeerAccess` succeeded
 /// earlier in the process for either context (over NVLink or PCIe as the
 /// topology says); otherwise the driver stages the copy through host memory.
@@ -300,11 +338,7 @@ fn peer_copy_verdict(e: &Event, name: &str, registry: &Registry) -> (Transport, 
         );
     }
     if registry.peer_enabled(e.pid, dctx, sctx) {
-        let (t, link) = match registry.nvlink {
-            Some(Some(false)) => (Transport::P2pPcie, "PCIe (no NVLink between the GPUs)"),
-            Some(Some(true)) => (Transport::P2pNvlink, "NVLink"),
-            _ => (Transport::P2pNvlink, "NVLink assumed (topology unknown)"),
-        };
+        let (t, link) = peer_link(registry);
         (
             t,
             format!(

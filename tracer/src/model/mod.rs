@@ -112,6 +112,12 @@ pub struct Process {
     pub churn: Churn,
     /// Peer contexts `cuCtxEnablePeerAccess` succeeded for.
     pub peer_enabled: HashSet<u64>,
+    /// Device pairs (current context's device, peer's device) peer access was enabled for.
+    pub peer_devices: HashSet<(i32, i32)>,
+    /// Device of each context (`cuDevicePrimaryCtxRetain`).
+    pub ctx_device: HashMap<u64, i32>,
+    /// Current context per thread (`cuCtxSetCurrent`, `cuCtxPushCurrent`).
+    pub current: HashMap<u32, u64>,
     /// GPU memory was allocated at some point (allocation calls seen).
     pub gpu_allocations: u64,
     /// Allocations seen per source (`cuMemAlloc`, `cuMemAllocManaged`, `cuMemHostAlloc`, ...).
@@ -160,6 +166,19 @@ impl Registry {
         self.procs
             .get(&pid)
             .is_some_and(|p| p.peer_enabled.contains(&a) || p.peer_enabled.contains(&b))
+    }
+
+    /// Whether peer access was enabled in `pid` between two devices (either direction).
+    pub fn peer_devices_enabled(&self, pid: u32, a: i32, b: i32) -> bool {
+        self.procs
+            .get(&pid)
+            .is_some_and(|p| p.peer_devices.contains(&(a, b)) || p.peer_devices.contains(&(b, a)))
+    }
+
+    /// The device of the thread's current context, if known.
+    fn device_of_thread(&self, pid: u32, tid: u32) -> Option<i32> {
+        let p = self.procs.get(&pid)?;
+        p.ctx_device.get(p.current.get(&tid)?).copied()
     }
 
     /// Kernel-side registration events: io_uring buffer sets (churn by ring
@@ -229,9 +248,13 @@ impl Registry {
             }
             // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: enabled before.
             if row.name == "cuCtxEnablePeerAccess" && e.ret == 704 {
-                self.procs.entry(e.pid).or_default().peer_enabled.insert(e.args[0]);
+                self.enable_peer(e);
             }
             return;
+        }
+        let device = self.device_of_thread(e.pid, e.tid).unwrap_or(-1);
+        if row.name == "cuCtxEnablePeerAccess" {
+            self.enable_peer(e);
         }
         let p = self.procs.entry(e.pid).or_default();
         let add = |p: &mut Process, start: u64, len: u64, backing: Backing| {
@@ -257,10 +280,14 @@ impl Registry {
         match row.kind {
             Kind::GpuAlloc => {
                 p.gpu_allocations += 1;
-                add(p, e.args[0], e.args[1], Backing::Gpu { device: -1 })
+                add(p, e.args[0], e.args[1], Backing::Gpu { device })
             }
-            Kind::PeerAccess if row.name == "cuCtxEnablePeerAccess" => {
-                p.peer_enabled.insert(e.args[0]);
+            // The context is the dereferenced out-pointer.
+            Kind::Setup if row.name == "cuDevicePrimaryCtxRetain" => {
+                p.ctx_device.insert(e.args[0], e.args[1] as i32);
+            }
+            Kind::Setup if row.name == "cuCtxSetCurrent" || row.name == "cuCtxPushCurrent" => {
+                p.current.insert(e.tid, e.args[0]);
             }
             Kind::HostAlloc => {
                 add(p, e.args[0], e.args[1], Backing::HostPinned);
@@ -350,6 +377,16 @@ impl Registry {
 }
 
 impl Registry {
+    /// `cuCtxEnablePeerAccess(peer, flags)` on the thread's current context.
+    fn enable_peer(&mut self, e: &Event) {
+        let p = self.procs.entry(e.pid).or_default();
+        p.peer_enabled.insert(e.args[0]);
+        let mine = p.current.get(&e.tid).and_then(|c| p.ctx_device.get(c)).copied();
+        if let (Some(a), Some(b)) = (mine, p.ctx_device.get(&e.args[0]).copied()) {
+            p.peer_devices.insert((a, b));
+        }
+    }
+
     /// The address range an MR registration covers: `ibv_reg_dmabuf_mr`
     /// takes an offset into a dma-buf, resolved through the exporting call.
     fn mr_range(&self, e: &Event, symbol: &str) -> (u64, u64) {

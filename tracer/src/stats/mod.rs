@@ -321,7 +321,7 @@ impl Aggregator {
 
     fn call(&mut self, e: &Event) {
         if self.registry.nvlink.is_none()
-            && crate::probes::uapi::row_of(e.op).is_some_and(|(_, r)| r.name.starts_with("cuMemcpyPeer"))
+            && crate::probes::uapi::row_of(e.op).is_some_and(|(_, r)| r.kind == crate::probes::uapi::Kind::Copy)
         {
             self.registry.nvlink = Some(self.source.nvlink());
         }
