@@ -157,9 +157,6 @@ impl HostFacts {
 /// PCI bridges whose ACS control has request or completion redirect set,
 /// from the extended capabilities in sysfs config space (readable by root).
 fn acs_redirect_bridges() -> Vec<String> {
-    const ACS_CAP: u16 = 0x000d;
-    const REQ_REDIR: u16 = 1 << 2;
-    const CMPLT_REDIR: u16 = 1 << 3;
     let Ok(dir) = std::fs::read_dir("/sys/bus/pci/devices") else {
         return Vec::new();
     };
@@ -172,29 +169,41 @@ fn acs_redirect_bridges() -> Vec<String> {
         let Ok(cfg) = std::fs::read(dev.path().join("config")) else {
             continue;
         };
-        let word = |o: usize| cfg.get(o..o + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-        let mut off = 0x100usize;
-        for _ in 0..64 {
-            let Some(h) = word(off) else { break };
-            if h == 0 || h == u32::MAX {
-                break;
-            }
-            if (h & 0xffff) as u16 == ACS_CAP {
-                if let Some(ctl) = cfg.get(off + 6..off + 8).map(|b| u16::from_le_bytes([b[0], b[1]]))
-                    && ctl & (REQ_REDIR | CMPLT_REDIR) != 0
-                {
-                    out.push(dev.file_name().to_string_lossy().into_owned());
-                }
-                break;
-            }
-            off = (h >> 20) as usize;
-            if off < 0x100 {
-                break;
-            }
+        if acs_redirects(&cfg) {
+            out.push(dev.file_name().to_string_lossy().into_owned());
         }
     }
     out.sort();
     out
+}
+
+/// Whether a PCIe config space (4096 bytes, as root reads it from sysfs)
+/// has an ACS extended capability with request or completion redirect set.
+/// Extended capabilities start at 0x100: a header (id: 16 bits, version: 4,
+/// next: 12) per capability; ACS control is at +6 (PCIe base spec 7.7.8).
+pub fn acs_redirects(cfg: &[u8]) -> bool {
+    const ACS_CAP: u32 = 0x000d;
+    const REQ_REDIR: u16 = 1 << 2;
+    const CMPLT_REDIR: u16 = 1 << 3;
+    let word = |o: usize| cfg.get(o..o + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let mut off = 0x100usize;
+    for _ in 0..64 {
+        let Some(h) = word(off) else { return false };
+        if h == 0 || h == u32::MAX {
+            return false;
+        }
+        if h & 0xffff == ACS_CAP {
+            return cfg
+                .get(off + 6..off + 8)
+                .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                .is_some_and(|ctl| ctl & (REQ_REDIR | CMPLT_REDIR) != 0);
+        }
+        off = (h >> 20) as usize;
+        if off < 0x100 {
+            return false;
+        }
+    }
+    false
 }
 
 /// The first line.
@@ -391,7 +400,7 @@ pub fn event_of(v: &Value) -> std::result::Result<Event, String> {
     if let Some(name) = v["op"].as_str() {
         e.op = op_code(name)
             .or_else(|| v["op_code"].as_u64().map(|c| c as u32))
-            .ok_or_else(|| format!("unknown op {name}"))?;
+            .ok_or_else(|| format!("unknown op {name} (recorded by a newer gdrtrace?)"))?;
     }
     let u = |k: &str| num(&v[k]).ok_or_else(|| format!("event field {k} missing or not a number"));
     e.pid = u("pid")? as u32;
@@ -797,6 +806,21 @@ mod tests {
         assert_eq!(num(&Value::from("-14")), Some((-14i64) as u64));
         assert_eq!(signed(-14), Value::from(-14));
         assert!(event_of(&serde_json::json!({"kind": "call", "op": "no_such_op", "pid": 1, "start_ns": 1})).is_err());
+    }
+
+    #[test]
+    fn acs_control_in_extended_config_space() {
+        // AER at 0x100 (next 0x148), ACS at 0x148 with control at 0x14e.
+        let mut cfg = vec![0u8; 4096];
+        cfg[0x100..0x104].copy_from_slice(&(0x0001u32 | 1 << 16 | 0x148 << 20).to_le_bytes());
+        cfg[0x148..0x14c].copy_from_slice(&(0x000du32 | 1 << 16).to_le_bytes());
+        // SrcValid | ReqRedir | CmpltRedir | UpstreamFwd, as `lspci -vvv` shows on a blocking bridge.
+        cfg[0x14e..0x150].copy_from_slice(&0x001du16.to_le_bytes());
+        assert!(acs_redirects(&cfg));
+        cfg[0x14e..0x150].copy_from_slice(&0x0011u16.to_le_bytes());
+        assert!(!acs_redirects(&cfg), "SrcValid and UpstreamFwd alone do not redirect");
+        // Non-root readers get 256 bytes: no extended space, no answer.
+        assert!(!acs_redirects(&cfg[..256]));
     }
 
     #[test]
