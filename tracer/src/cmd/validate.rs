@@ -94,16 +94,18 @@ pub fn pin_churn_checks(r: &Report, s: &PinChurnSummary) -> Vec<Check> {
 }
 
 /// The trace arguments of a secondary workload: no `--json` (the first
-/// workload's report is the command's), and its own recording
-/// (`FILE.<workload>`) when `--record FILE` was given.
+/// workload's report is the command's), and its own recording and transfer
+/// records (`FILE.<workload>`) when `--record FILE` / `--transfers FILE` were given.
 fn sub(trace: &TraceArgs, name: &str) -> TraceArgs {
+    let suffixed = |p: &PathBuf| {
+        let mut s = p.clone().into_os_string();
+        s.push(format!(".{name}"));
+        PathBuf::from(s)
+    };
     TraceArgs {
         json: None,
-        record: trace.record.as_ref().map(|p| {
-            let mut s = p.clone().into_os_string();
-            s.push(format!(".{name}"));
-            PathBuf::from(s)
-        }),
+        record: trace.record.as_ref().map(suffixed),
+        transfers: trace.transfers.as_ref().map(suffixed),
         ..trace.clone()
     }
 }
