@@ -199,9 +199,15 @@ pub fn render(r: &Report) -> String {
         }
         let _ = writeln!(o);
     }
-    if !r.registration.processes.is_empty() {
+    let registering: Vec<_> = r
+        .registration
+        .processes
+        .iter()
+        .filter(|p| !p.by_backing.is_empty() || !p.failed_registrations.is_empty() || !p.kernel_failures.is_empty())
+        .collect();
+    if !registering.is_empty() {
         let _ = writeln!(o, "Registrations");
-        for p in &r.registration.processes {
+        for p in registering {
             let per: Vec<String> = p
                 .by_backing
                 .iter()
