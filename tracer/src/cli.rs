@@ -12,6 +12,8 @@ Examples:
   gdrtrace run -- ib_write_bw -d rxe0  # trace a command and its children
   gdrtrace run --json out.json -- ./train.sh
   gdrtrace attach --pid 4242,4243 --interval 1s --duration 60s
+  gdrtrace run --record job.rec -- ./train.sh && gdrtrace replay job.rec
+  gdrtrace explain out.json --nccl-log nccl.log  # root causes of staged paths
   gdrtrace drive pin-churn --iterations 500
 ";
 
@@ -41,9 +43,12 @@ pub enum Command {
     /// Print the GPU/NIC topology: GPUs and RDMA NICs, the NVLink or PCIe
     /// path of each pair, ACS, IOMMU, link state, BAR1 use, NIC counters.
     Topo(DoctorArgs),
-    /// Explain a saved report: per-process transport verdicts, evidence and
-    /// the cause of each fallback.
+    /// Explain a saved report or a recording: transport verdicts, staged or
+    /// unexpected paths and their root causes (one rule table).
     Explain(ExplainArgs),
+    /// Rebuild the report (and explanation) from a recording made with
+    /// --record, through the same aggregation and classification code.
+    Replay(ReplayArgs),
     /// Run a workload (without tracing).
     #[command(subcommand)]
     Drive(Drive),
@@ -79,6 +84,14 @@ pub struct TraceArgs {
     /// NCCL log (NCCL_DEBUG=INFO output) to corroborate the verdicts with.
     #[arg(long, value_name = "FILE")]
     pub nccl_log: Option<PathBuf>,
+    /// Record the event stream (and the process facts read while tracing)
+    /// to FILE as JSON lines (`gdrtrace.recording/v1`), for `gdrtrace replay`.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Write one JSON line per transfer (copy, registration, pinned batch,
+    /// communicator) with its verdict and evidence to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub transfers: Option<PathBuf>,
     /// Do not attach uprobes to installed libcuda/libibverbs/libnccl up front
     /// (libraries mapped by traced processes are still attached).
     #[arg(long)]
@@ -96,11 +109,31 @@ pub struct RunArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
-    /// A JSON report from `run`, `attach` or `validate` (--json FILE).
-    pub report: PathBuf,
+    /// A JSON report from `run`, `attach`, `validate` or `replay` (--json
+    /// FILE), or a recording (--record FILE); the report is read from stdin
+    /// when omitted.
+    pub report: Option<PathBuf>,
     /// NCCL log (NCCL_DEBUG=INFO output) to corroborate the verdicts with.
     #[arg(long, value_name = "FILE")]
     pub nccl_log: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// A recording (`--record FILE` of run, attach or validate).
+    pub recording: PathBuf,
+    /// Write the JSON report to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Format of the report printed on stdout.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// NCCL log (NCCL_DEBUG=INFO output) to corroborate the verdicts with.
+    #[arg(long, value_name = "FILE")]
+    pub nccl_log: Option<PathBuf>,
+    /// Write one JSON line per transfer to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub transfers: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

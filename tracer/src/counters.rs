@@ -7,7 +7,7 @@ use std::fs;
 use serde::Serialize;
 
 /// A snapshot of the system-wide pin counters (pages).
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct FollPin {
     pub acquired: u64,
     pub released: u64,

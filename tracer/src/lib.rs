@@ -11,6 +11,8 @@ pub mod counters;
 pub mod drive;
 pub mod error;
 pub mod events;
+#[cfg(test)]
+pub mod fixtures;
 pub mod loader;
 pub mod model;
 pub mod probes;

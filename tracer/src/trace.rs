@@ -14,6 +14,7 @@ use crate::{
     classify::steady::{self, GpuLinks},
     counters::FollPin,
     error::{Error, Result},
+    events::recording,
     report::{self, Inputs, PinCounters, Report},
     session::Session,
     stats::Aggregator,
@@ -153,6 +154,8 @@ pub struct Trace {
     started: Instant,
     /// GPU link counters when tracing started (None: no GPU or no NVML).
     links_base: Option<LinksBase>,
+    /// Host facts (read once: at `record`, else when the report is built).
+    facts: Option<recording::HostFacts>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -209,6 +212,7 @@ impl Trace {
             pins_before: FollPin::read(),
             started: Instant::now(),
             links_base: LinksBase::sample(),
+            facts: None,
         }
     }
 
@@ -259,15 +263,8 @@ impl Trace {
         if let Ok(rows) = self.session.aggregates() {
             self.agg.set_aggregates(&rows);
         }
-        if self.stop_when_targets_exit && !self.agg.procs.is_empty() {
-            for (pid, p) in self.agg.procs.iter_mut() {
-                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                    p.exited = true;
-                }
-            }
-            if self.agg.procs.values().all(|p| p.exited) {
-                self.finished = true;
-            }
+        if self.stop_when_targets_exit && !self.agg.procs.is_empty() && self.agg.check_exited() {
+            self.finished = true;
         }
         self.interval_tick();
         let live: Vec<u32> = self
@@ -356,35 +353,64 @@ impl Trace {
         })
     }
 
-    /// Builds the report of what was traced.
-    pub fn report(&self, command: Vec<String>) -> Result<Report> {
+    /// Opens the `--record` and `--transfers` files of a command.
+    pub fn outputs(&mut self, t: &crate::cli::TraceArgs) -> Result<()> {
+        if let Some(path) = &t.record {
+            self.record(path)?;
+        }
+        if let Some(path) = &t.transfers {
+            self.agg.transfers.sink = Some(std::io::BufWriter::new(
+                std::fs::File::create(path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Records the aggregator's inputs to `path` (`--record`), from now on.
+    pub fn record(&mut self, path: &std::path::Path) -> Result<()> {
+        let header = recording::Header::now();
+        self.facts = Some(header.facts.clone());
+        self.agg.recorder = Some(recording::Recorder::create(path, &header)?);
+        Ok(())
+    }
+
+    /// Builds the report of what was traced (and finishes the recording).
+    pub fn report(&mut self, command: Vec<String>) -> Result<Report> {
         let after = FollPin::read();
         let delta = match (self.pins_before, after) {
             (Some(b), Some(a)) => Some(b.delta(&a)),
             _ => None,
         };
         let loss = self.session.loss(0, self.agg.undecoded)?;
-        Ok(report::build(
-            &self.agg,
-            Inputs {
-                command,
-                gpu_links: self.links_base.and_then(|b| b.since()),
-                duration_s: self.started.elapsed().as_secs_f64(),
-                coverage: self.session.planner.table(),
-                loss,
-                kernel_slots: self.session.kernel_slots()?,
-                pins: PinCounters {
-                    before: self.pins_before,
-                    after,
-                    delta,
-                },
-                process_libraries: self
-                    .agg
-                    .procs
-                    .keys()
-                    .map(|pid| (*pid, self.session.planner.process_libraries(*pid)))
-                    .collect(),
+        let inputs = Inputs {
+            command,
+            gpu_links: self.links_base.and_then(|b| b.since()),
+            host: report::host(),
+            facts: self.facts.take().unwrap_or_else(recording::HostFacts::read),
+            duration_s: (self.started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+            coverage: self.session.planner.table(),
+            loss,
+            kernel_slots: self.session.kernel_slots()?,
+            pins: PinCounters {
+                before: self.pins_before,
+                after,
+                delta,
             },
-        ))
+            process_libraries: self
+                .agg
+                .procs
+                .keys()
+                .map(|pid| (*pid, self.session.planner.process_libraries(*pid)))
+                .collect(),
+        };
+        if let Some(rec) = self.agg.recorder.take() {
+            let events = rec.events;
+            rec.finish(&recording::footer(&inputs, &self.agg, events))?;
+        }
+        let nvlink = inputs.facts.nvlink;
+        let r = report::build(&self.agg, inputs);
+        report::accounting::finish_transfers(&mut self.agg, &r, nvlink)
+            .map_err(|e| Error::io("writing the transfer records", e))?;
+        Ok(r)
     }
 }

@@ -181,6 +181,158 @@ pub fn corroborate(verdicts: &mut [Verdict], log: &BTreeMap<u32, Vec<String>>) {
     }
 }
 
+/// NCCL's log, per communicator, against the tracer's verdicts.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct NcclLog {
+    pub communicators: Vec<LogCommunicator>,
+    pub processes: Vec<LogProcess>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LogCommunicator {
+    pub pid: u32,
+    /// `comm 0x...` of `ncclCommInitRank` (the handle the probes aggregate by).
+    pub communicator: String,
+    pub rank: Option<u32>,
+    pub nranks: Option<u32>,
+    /// Distinct `via` strings of its channels.
+    pub vias: Vec<String>,
+    /// `use ring PXN p GDR g`: NCCL's GPUDirect RDMA decision for the communicator.
+    pub gdr: Option<bool>,
+    pub nccl_says: Vec<&'static str>,
+    /// The tracer's verdict for this communicator (its collectives' transport, else the process's).
+    pub tracer_says: Option<&'static str>,
+    pub agrees: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct LogProcess {
+    pub pid: u32,
+    /// GPU Direct RDMA decision lines (`Disabled for HCA`, `(DMABUF) enabled`, distance).
+    pub gdr_lines: Vec<String>,
+    /// `NCCL WARN` lines (at most 16).
+    pub warnings: Vec<String>,
+}
+
+/// `host:PID:TID [dev] NCCL INFO message` -> (pid, tid, message).
+fn log_line(line: &str) -> Option<(u32, u32, &str)> {
+    let (head, rest) = line.split_once(" NCCL ")?;
+    let mut parts = head.split_whitespace().next()?.rsplitn(3, ':');
+    let tid = parts.next()?.parse().ok()?;
+    let pid = parts.next()?.parse().ok()?;
+    Some((pid, tid, rest))
+}
+
+fn word_after<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let mut it = text.split_whitespace();
+    while let Some(w) = it.next() {
+        if w == key {
+            return it.next();
+        }
+    }
+    None
+}
+
+/// Parses channel, communicator and GPUDirect lines and compares each
+/// communicator with what the tracer concluded.
+pub fn nccl_log_agreement(text: &str, r: &crate::report::Report) -> NcclLog {
+    nccl_log_against(text, &|pid, comm| {
+        r.collectives
+            .iter()
+            .find(|x| x.pid == pid && x.communicator == comm)
+            .map(|x| x.transport)
+            .or_else(|| r.verdicts.iter().find(|v| v.pid == pid).map(|v| v.transport.name()))
+    })
+}
+
+/// As `nccl_log_agreement`, with the tracer's view of a (pid, communicator) given.
+pub fn nccl_log_against(text: &str, tracer: &dyn Fn(u32, &str) -> Option<&'static str>) -> NcclLog {
+    let mut comms: Vec<LogCommunicator> = Vec::new();
+    let mut current: BTreeMap<(u32, u32), usize> = BTreeMap::new();
+    let mut last_of_pid: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut procs: BTreeMap<u32, LogProcess> = BTreeMap::new();
+    for line in text.lines() {
+        let Some((pid, tid, msg)) = log_line(line) else {
+            continue;
+        };
+        if let Some(w) = msg.strip_prefix("WARN ") {
+            let p = procs.entry(pid).or_insert_with(|| LogProcess {
+                pid,
+                ..Default::default()
+            });
+            if p.warnings.len() < 16 {
+                p.warnings.push(w.trim().to_string());
+            }
+            continue;
+        }
+        let Some(msg) = msg.strip_prefix("INFO ") else { continue };
+        if msg.contains("ncclCommInitRank comm ") || msg.starts_with("ncclCommInitRankConfig comm ") {
+            let handle = word_after(msg, "comm").unwrap_or("").to_string();
+            let i = match comms.iter().position(|c| c.pid == pid && c.communicator == handle) {
+                Some(i) => i,
+                None => {
+                    comms.push(LogCommunicator {
+                        pid,
+                        communicator: handle,
+                        rank: word_after(msg, "rank").and_then(|v| v.parse().ok()),
+                        nranks: word_after(msg, "nranks").and_then(|v| v.parse().ok()),
+                        vias: Vec::new(),
+                        gdr: None,
+                        nccl_says: Vec::new(),
+                        tracer_says: None,
+                        agrees: None,
+                    });
+                    comms.len() - 1
+                }
+            };
+            if msg.ends_with("Init COMPLETE") {
+                current.remove(&(pid, tid));
+            } else {
+                current.insert((pid, tid), i);
+            }
+            last_of_pid.insert(pid, i);
+            continue;
+        }
+        let at = current.get(&(pid, tid)).or_else(|| last_of_pid.get(&pid)).copied();
+        if let Some((_, via)) = msg.split_once(" via ") {
+            let via = via.split_whitespace().next().unwrap_or("").to_string();
+            if let Some(i) = at
+                && !comms[i].vias.contains(&via)
+            {
+                comms[i].vias.push(via);
+            }
+        } else if msg.contains("GPU Direct RDMA") {
+            let p = procs.entry(pid).or_insert_with(|| LogProcess {
+                pid,
+                ..Default::default()
+            });
+            p.gdr_lines.push(msg.trim().to_string());
+        } else if let Some(g) = word_after(msg, "GDR").filter(|_| msg.contains("use ring"))
+            && let Some(i) = at
+        {
+            comms[i].gdr = Some(g == "1");
+        }
+    }
+    for c in &mut comms {
+        let mut says: Vec<&'static str> = c.vias.iter().map(|v| transport_of_via(v).name()).collect();
+        says.dedup();
+        says.sort();
+        says.dedup();
+        c.nccl_says = says;
+        c.tracer_says = tracer(c.pid, &c.communicator);
+        c.agrees = c.tracer_says.filter(|_| !c.vias.is_empty()).map(|t| {
+            c.vias.iter().all(|via| {
+                let n = transport_of_via(via);
+                n.name() == t || (n == Transport::P2pNvlink && t == Transport::P2pPcie.name())
+            })
+        });
+    }
+    NcclLog {
+        communicators: comms,
+        processes: procs.into_values().collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,5 +409,65 @@ mod tests {
         }];
         corroborate(&mut v, &m);
         assert_eq!(v[0].nccl_log.as_ref().unwrap().agrees, false);
+    }
+
+    #[test]
+    fn log_per_communicator_and_gdr_lines() {
+        // Lines as NCCL 2.28 prints them (NVIDIA/nccl issues #778, #1537; 2xH200 runs).
+        let log = "vm:639:639 [0] NCCL INFO ncclCommInitRank comm 0x55d9dbb07aa0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 60 commId 0x76 - Init START\n\
+                   vm:639:639 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n\
+                   vm:639:639 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/IPC\n\
+                   vm:639:639 [0] NCCL INFO Connected all rings, use ring PXN 0 GDR 1\n\
+                   vm:639:639 [0] NCCL INFO ncclCommInitRank comm 0x55d9dbb07aa0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 60 commId 0x76 - Init COMPLETE\n\
+                   vm:700:700 [0] NCCL INFO ncclCommInitRank comm 0x1000 rank 0 nranks 2 cudaDev 0 - Init START\n\
+                   vm:700:700 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'\n\
+                   vm:700:700 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0\n\
+                   vm:700:700 [0] NCCL INFO Channel 00/0 : 1[1] -> 0[0] [receive] via NET/Socket/0\n\
+                   vm:700:700 [0] NCCL INFO Connected all rings, use ring PXN 0 GDR 0\n\
+                   vm:701:701 [1] NCCL INFO NET/IB : GPU Direct RDMA (DMABUF) enabled for HCA 0 'mlx5_0'\n\
+                   vm:701:701 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] [send] via NET/IB/0/GDRDMA\n\
+                   vm:701:701 [1] misc/ibvwrap.cc:288 NCCL WARN Call to ibv_reg_dmabuf_mr failed with error Operation not supported\n\
+                   vm:702:702 [0] NCCL INFO Channel 03 : 0[0] -> 1[1] via SHM/direct/direct\n";
+        let mut r = crate::report::tests_support::empty_report();
+        r.collectives.push(crate::report::Collective {
+            pid: 639,
+            op: "ncclAllReduce".into(),
+            communicator: "0x55d9dbb07aa0".into(),
+            calls: 3,
+            bytes: 300,
+            transport: "p2p/nvlink",
+        });
+        r.verdicts.push(Verdict {
+            pid: 700,
+            comm: String::new(),
+            transport: Transport::Socket,
+            host_staged: true,
+            evidence: vec![],
+            cause: None,
+            nccl_log: None,
+        });
+        let l = nccl_log_agreement(log, &r);
+        let c0 = &l.communicators[0];
+        assert_eq!(
+            (c0.pid, c0.communicator.as_str(), c0.rank, c0.nranks),
+            (639, "0x55d9dbb07aa0", Some(0), Some(2))
+        );
+        assert_eq!(c0.vias, vec!["P2P/CUMEM", "P2P/IPC"]);
+        assert_eq!((c0.gdr, c0.agrees), (Some(true), Some(true)));
+        let c1 = &l.communicators[1];
+        assert_eq!(c1.gdr, Some(false));
+        assert_eq!(c1.nccl_says, vec!["host-staged", "socket"]);
+        assert_eq!(
+            c1.agrees,
+            Some(false),
+            "NET/IB without GDRDMA is host-staged, not socket"
+        );
+        let p700 = l.processes.iter().find(|p| p.pid == 700).unwrap();
+        assert!(p700.gdr_lines[0].contains("GPU Direct RDMA Disabled for HCA 0"));
+        let p701 = l.processes.iter().find(|p| p.pid == 701).unwrap();
+        assert!(p701.gdr_lines[0].contains("(DMABUF) enabled"));
+        assert!(p701.warnings[0].contains("ibv_reg_dmabuf_mr failed"));
+        assert_eq!(transport_of_via("NET/IB/0/GDRDMA"), Transport::GdrPeerMem);
+        assert_eq!(transport_of_via("SHM/direct/direct"), Transport::Shm);
     }
 }

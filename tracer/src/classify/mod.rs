@@ -2,7 +2,9 @@
 //! pinned, whether it failed, and the transport verdict with its evidence.
 //! `unknown` is an honest answer; a wrong verdict is not.
 pub mod comm;
+pub mod explain;
 pub mod steady;
+pub mod transfer;
 
 use serde::Serialize;
 use tracer_common::{Event, op};
@@ -40,6 +42,26 @@ pub enum Transport {
 }
 
 impl Transport {
+    pub const ALL: [Transport; 9] = [
+        Transport::GdrPeerMem,
+        Transport::GdrDmabuf,
+        Transport::HostStaged,
+        Transport::P2pNvlink,
+        Transport::P2pPcie,
+        Transport::Shm,
+        Transport::Socket,
+        Transport::HostOnly,
+        Transport::Unknown,
+    ];
+
+    /// The verdict a report name stands for (`unknown` for anything else).
+    pub fn from_name(name: &str) -> Transport {
+        Transport::ALL
+            .into_iter()
+            .find(|t| t.name() == name)
+            .unwrap_or(Transport::Unknown)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Transport::GdrPeerMem => "gpudirect-rdma/peer-mem",
@@ -86,6 +108,21 @@ fn kernel_err(ret: i64) -> bool {
 
 /// Interprets a completed call. The registry is consulted for addresses.
 pub fn call(e: &Event, registry: &Registry) -> Option<Call> {
+    let mut c = interpret(e, registry)?;
+    // A failed call moved nothing: its verdict is unknown, its evidence stays.
+    if c.failed && c.transport != Transport::Unknown {
+        c.evidence = format!(
+            "failed ({} would have been {}): {}",
+            c.label,
+            c.transport.name(),
+            c.evidence
+        );
+        c.transport = Transport::Unknown;
+    }
+    Some(c)
+}
+
+fn interpret(e: &Event, registry: &Registry) -> Option<Call> {
     const PAGE: u64 = 4096;
     if e.op >= op::USER_BASE {
         return library_call(e, registry);
@@ -183,39 +220,138 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
         Kind::Copy if row.args.len() >= 3 && row.args[2] == Arg::Bytes => {
             let dst = registry.backing(e.pid, e.args[0]);
             let src = registry.backing(e.pid, e.args[1]);
-            (c.transport, c.evidence) = crate::model::copy_verdict(row.name, src, dst);
+            (c.transport, c.evidence) = match (src, dst) {
+                (Backing::Gpu { device: a }, Backing::Gpu { device: b }) if a >= 0 && b >= 0 && a != b => {
+                    cross_device_verdict(e, row.name, a, b, registry)
+                }
+                (Backing::Gpu { device: a }, Backing::Gpu { device: b }) if a >= 0 && a == b => (
+                    Transport::Unknown,
+                    format!("{}: device to device on device {a}: a copy within one GPU", row.name),
+                ),
+                _ => crate::model::copy_verdict(row.name, src, dst),
+            };
+        }
+        // cuMemcpyPeer(dst, dstCtx, src, srcCtx, n): between two contexts.
+        Kind::Copy if row.args.len() >= 5 && row.args[1] == Arg::Handle && row.args[3] == Arg::Handle => {
+            (c.transport, c.evidence) = peer_copy_verdict(e, row.name, registry);
         }
         Kind::MrRegister => {
-            let addr = e.args[1];
+            let keys = if e.ret != 0 && !c.failed {
+                format!("MR lkey {:#x} ", e.args[5] as u32)
+            } else {
+                "MR ".to_string()
+            };
             if row.symbol == "ibv_reg_dmabuf_mr" {
                 c.transport = Transport::GdrDmabuf;
                 let fd = e.args[4] as i32;
                 c.evidence = match registry.dmabuf(e.pid, fd) {
-                    Some((addr, len)) => format!(
-                        "ibv_reg_dmabuf_mr on dma-buf fd {fd}, exported by cuMemGetHandleForAddressRange from GPU range {addr:#x}+{len}"
-                    ),
-                    None => format!("ibv_reg_dmabuf_mr on dma-buf fd {fd} (exporter not seen)"),
+                    Some((addr, len)) => {
+                        let alloc = registry.region(e.pid, addr).map_or("allocation not seen", |r| r.source);
+                        format!(
+                            "{keys}covers GPU range {addr:#x}+{len} ({alloc}) registered through dma-buf fd {fd} exported by cuMemGetHandleForAddressRange"
+                        )
+                    }
+                    None => format!("{keys}registered through dma-buf fd {fd} (exporter not seen)"),
                 };
+                if c.failed {
+                    c.evidence = format!("ibv_reg_dmabuf_mr failed: {}", c.evidence);
+                }
             } else {
+                let addr = e.args[1];
+                let region = registry.region(e.pid, addr);
+                let source = region.map_or("", |r| r.source);
                 match registry.backing(e.pid, addr) {
+                    Backing::Gpu { .. } if source == "cuMemAllocManaged" => {
+                        c.transport = Transport::HostStaged;
+                        c.evidence = format!(
+                            "{keys}covers managed memory {addr:#x} (cuMemAllocManaged): the NIC reaches the pages wherever they reside, usually host memory"
+                        );
+                    }
                     Backing::Gpu { device } => {
                         c.transport = Transport::GdrPeerMem;
+                        let dev = if device >= 0 {
+                            format!(", device {device}")
+                        } else {
+                            String::new()
+                        };
                         c.evidence = format!(
-                            "MR {addr:#x} covers GPU allocation on device {device}: registered through peer memory"
+                            "{keys}covers GPU allocation {:#x} ({source}{dev}) registered through peer memory",
+                            region.map_or(addr, |r| r.start)
                         );
                     }
                     Backing::HostPinned | Backing::Host => {
                         c.transport = Transport::HostOnly;
-                        c.evidence = format!("MR {addr:#x} covers host memory");
+                        c.evidence = format!("{keys}covers host memory {addr:#x} ({source})");
                     }
                     Backing::Unknown => {
                         c.transport = Transport::HostOnly;
-                        c.evidence = format!("MR {addr:#x} is not in any GPU allocation seen: host memory");
+                        c.evidence = format!("{keys}{addr:#x} is not in any GPU allocation seen: host memory");
                     }
+                }
+                if c.failed {
+                    c.evidence = format!("{} failed: {}", row.name, c.evidence);
                 }
             }
         }
         _ => {}
     }
     Some(c)
+}
+
+/// A device-to-device copy between allocations of two devices (devices
+/// known from the contexts current when they were allocated).
+fn cross_device_verdict(e: &Event, name: &str, src: i32, dst: i32, registry: &Registry) -> (Transport, String) {
+    if registry.peer_devices_enabled(e.pid, src, dst) {
+        let (t, link) = peer_link(registry);
+        (
+            t,
+            format!(
+                "{name} from device {src} to device {dst} after cuCtxEnablePeerAccess succeeded for that pair: direct peer DMA over {link}"
+            ),
+        )
+    } else {
+        (
+            Transport::HostStaged,
+            format!(
+                "{name} from device {src} to device {dst} without cuCtxEnablePeerAccess for that pair earlier in the process: the driver stages the copy through host memory"
+            ),
+        )
+    }
+}
+
+fn peer_link(registry: &Registry) -> (Transport, &'static str) {
+    match registry.nvlink {
+        Some(Some(false)) => (Transport::P2pPcie, "PCIe (no NVLink between the GPUs)"),
+        Some(Some(true)) => (Transport::P2pNvlink, "NVLink"),
+        _ => (Transport::P2pNvlink, "NVLink assumed (topology unknown)"),
+    }
+}
+
+/// `cuMemcpyPeer*`: peer-to-peer when `cuCtxEnablePeerAccess` succeeded
+/// earlier in the process for either context (over NVLink or PCIe as the
+/// topology says); otherwise the driver stages the copy through host memory.
+fn peer_copy_verdict(e: &Event, name: &str, registry: &Registry) -> (Transport, String) {
+    let (dctx, sctx) = (e.args[1], e.args[3]);
+    if dctx == sctx {
+        return (
+            Transport::Unknown,
+            format!("{name}: source and destination in the same context {dctx:#x}: a device-local copy"),
+        );
+    }
+    if registry.peer_enabled(e.pid, dctx, sctx) {
+        let (t, link) = peer_link(registry);
+        (
+            t,
+            format!(
+                "{name} from context {sctx:#x} to {dctx:#x} after cuCtxEnablePeerAccess succeeded for that pair: direct peer DMA over {link}"
+            ),
+        )
+    } else {
+        (
+            Transport::HostStaged,
+            format!(
+                "{name} from context {sctx:#x} to {dctx:#x} without cuCtxEnablePeerAccess for that pair earlier in the process: the driver stages the copy through host memory"
+            ),
+        )
+    }
 }

@@ -27,7 +27,7 @@ const CARRIED: f64 = 0.10;
 const IDLE: f64 = 0.01;
 
 /// GPU interconnect traffic over the traced window (machine-wide).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GpuLinks {
     /// Whether NVLink joins the local GPUs (topology).
     pub nvlink_between_gpus: bool,

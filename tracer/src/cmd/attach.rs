@@ -215,6 +215,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     };
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
+    trace.outputs(&args.trace)?;
     let mut attached = Vec::new();
     let mut pre_existing = Vec::new();
     for pid in &targets {

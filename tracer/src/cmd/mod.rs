@@ -3,6 +3,7 @@ pub mod attach;
 pub mod doctor;
 pub mod drive;
 pub mod explain;
+pub mod replay;
 pub mod run;
 pub mod topo;
 pub mod validate;
@@ -18,6 +19,7 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
         Command::Explain(a) => explain::explain(&a),
         Command::Run(a) => run::run(&a),
         Command::Validate(a) => validate::validate(&a),
+        Command::Replay(a) => replay::replay(&a),
         Command::Drive(d) => drive::drive(&d),
     }
 }

@@ -62,6 +62,7 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
     let opts = session_options(t)?;
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
+    trace.outputs(t)?;
     let rt = super::runtime()?;
     let code = Rc::new(Cell::new(None::<i32>));
     let pid = rt.block_on(async {
@@ -87,8 +88,7 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
         trace.run_until(stop).await?;
         Ok::<u32, Error>(pid)
     })?;
-    let mut report = trace.report(argv.to_vec())?;
-    report.duration_s = (report.duration_s * 1000.0).round() / 1000.0;
+    let report = trace.report(argv.to_vec())?;
     Ok(Outcome {
         report,
         pid,
@@ -96,28 +96,50 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
     })
 }
 
-/// Prints the report (text or JSON) and writes `--json FILE`.
+/// Prints the report (text or JSON) and writes `--json FILE`; appends the
+/// workloads' summaries to `--record FILE`.
 pub fn emit(t: &TraceArgs, report: &Report) -> Result<()> {
+    if let Some(path) = &t.record {
+        crate::events::recording::append_workloads(path, &report.workloads)?;
+    }
+    let nvlink = crate::topo::discover().nvlink();
+    emit_with(t.json.as_deref(), t.format, t.nccl_log.as_deref(), nvlink, report)
+}
+
+/// Judges the report (unless judged already) with the given NVLink fact,
+/// prints it and writes `json`.
+pub fn emit_with(
+    json_path: Option<&Path>,
+    format: Format,
+    nccl_log: Option<&Path>,
+    nvlink: Option<bool>,
+    report: &Report,
+) -> Result<()> {
     let mut judged;
-    let report = if report.verdicts.is_empty() {
+    let report = if !report.judged {
         judged = report.clone();
-        let log = match &t.nccl_log {
+        let log = match nccl_log {
             Some(p) => Some(std::fs::read_to_string(p).map_err(|e| Error::io(format!("reading {}", p.display()), e))?),
             None => None,
         };
-        judged.judge(log.as_deref());
+        judged.judge_with(log.as_deref(), nvlink);
         &judged
     } else {
         report
     };
     let json =
         serde_json::to_string_pretty(report).map_err(|e| Error::Workload(format!("serializing the report: {e}")))?;
-    if let Some(path) = &t.json {
+    if let Some(path) = json_path {
         std::fs::write(path, &json).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
     }
-    match t.format {
+    match format {
         Format::Json => println!("{json}"),
-        Format::Text => print!("{}", text::render(report)),
+        Format::Text => {
+            print!("{}", text::render(report));
+            if let Ok(v) = serde_json::to_value(report) {
+                print!("\n{}", crate::classify::explain::render(&v, &report.explain));
+            }
+        }
     }
     Ok(())
 }

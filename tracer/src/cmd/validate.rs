@@ -93,6 +93,23 @@ pub fn pin_churn_checks(r: &Report, s: &PinChurnSummary) -> Vec<Check> {
     out
 }
 
+/// The trace arguments of a secondary workload: no `--json` (the first
+/// workload's report is the command's), and its own recording and transfer
+/// records (`FILE.<workload>`) when `--record FILE` / `--transfers FILE` were given.
+fn sub(trace: &TraceArgs, name: &str) -> TraceArgs {
+    let suffixed = |p: &PathBuf| {
+        let mut s = p.clone().into_os_string();
+        s.push(format!(".{name}"));
+        PathBuf::from(s)
+    };
+    TraceArgs {
+        json: None,
+        record: trace.record.as_ref().map(suffixed),
+        transfers: trace.transfers.as_ref().map(suffixed),
+        ..trace.clone()
+    }
+}
+
 fn temp_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("gdrtrace-{}-{name}", std::process::id()))
 }
@@ -284,7 +301,7 @@ fn verbs(trace: &TraceArgs, exe: &std::path::Path) -> Result<Vec<Check>> {
     let mut churn = base.clone();
     churn.extend(["--registrations", "32", "--pages", "16", "--writes", "0", "--summary"].map(String::from));
     churn.push(summary.display().to_string());
-    let out = super::run::trace_command(trace, &churn)?;
+    let out = super::run::trace_command(&sub(trace, "verbs-churn"), &churn)?;
     let text = std::fs::read_to_string(&summary).map_err(|e| Error::io(format!("reading {}", summary.display()), e));
     let _ = std::fs::remove_file(&summary);
     let mut checks = vec![check(
@@ -301,22 +318,10 @@ fn verbs(trace: &TraceArgs, exe: &std::path::Path) -> Result<Vec<Check>> {
             .workloads
             .push(serde_json::json!({ "workload": "verbs-churn", "summary": v }));
     }
-    super::run::emit(
-        &TraceArgs {
-            json: None,
-            ..trace.clone()
-        },
-        &report,
-    )?;
+    super::run::emit(&sub(trace, "verbs-churn"), &report)?;
     let mut write = base;
     write.extend(["--registrations", "2", "--pages", "16", "--writes", "16"].map(String::from));
-    let w = super::run::trace_command(
-        &TraceArgs {
-            json: None,
-            ..trace.clone()
-        },
-        &write,
-    )?;
+    let w = super::run::trace_command(&sub(trace, "verbs-write"), &write)?;
     checks.push(check(
         "RDMA WRITE between two RC QPs verified",
         w.exit_code == 0,
@@ -334,7 +339,8 @@ fn traced_workload(trace: &TraceArgs, argv: Vec<String>, name: &str) -> Result<(
     let mut argv = argv;
     argv.push("--summary".into());
     argv.push(summary.display().to_string());
-    let out = super::run::trace_command(trace, &argv)?;
+    let trace = sub(trace, name);
+    let out = super::run::trace_command(&trace, &argv)?;
     let text = std::fs::read_to_string(&summary).unwrap_or_default();
     let _ = std::fs::remove_file(&summary);
     let v: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
@@ -343,6 +349,9 @@ fn traced_workload(trace: &TraceArgs, argv: Vec<String>, name: &str) -> Result<(
     report
         .workloads
         .push(serde_json::json!({ "workload": name, "summary": v }));
+    if let Some(path) = &trace.record {
+        crate::events::recording::append_workloads(path, &report.workloads)?;
+    }
     Ok((report, v, out.exit_code))
 }
 
@@ -461,14 +470,7 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path) -> Result<Vec<Check>> {
     let mut checks = Vec::new();
     let mut cc = base("cuda-copy");
     cc.extend(["--sizes", "4K,1M,64M"].map(String::from));
-    let (r, v, code) = traced_workload(
-        &TraceArgs {
-            json: None,
-            ..trace.clone()
-        },
-        cc,
-        "cuda-copy",
-    )?;
+    let (r, v, code) = traced_workload(trace, cc, "cuda-copy")?;
     checks.push(check(
         "cuda-copy exited cleanly",
         code == 0,
@@ -506,14 +508,7 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path) -> Result<Vec<Check>> {
     for mode in ["auto", "no-p2p", "no-p2p-no-shm"] {
         let mut argv = base("nccl");
         argv.extend(["--mode", mode, "--sizes", "8K,64M"].map(String::from));
-        let (r, v, code) = traced_workload(
-            &TraceArgs {
-                json: None,
-                ..trace.clone()
-            },
-            argv,
-            &format!("nccl-{mode}"),
-        )?;
+        let (r, v, code) = traced_workload(trace, argv, &format!("nccl-{mode}"))?;
         checks.push(check(
             &format!("nccl {mode} exited cleanly"),
             code == 0,
@@ -606,7 +601,7 @@ pub fn validate(args: &ValidateArgs) -> Result<i32> {
         .collect();
     let not_in_kernel: Vec<&str> = [Family::Pinning, Family::Verbs, Family::PeerMem, Family::DmaBuf]
         .into_iter()
-        .filter(|f| report.coverage.iter().filter(|c| c.family == *f).all(&absent))
+        .filter(|f| report.coverage.iter().filter(|c| c.family == *f).all(absent))
         .map(|f| f.name())
         .collect();
     let failed = checks.iter().filter(|c| !c.ok).count();

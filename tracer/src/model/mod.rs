@@ -3,10 +3,10 @@
 //! memory is this address" for later events, and it is where registration
 //! churn is measured (lifetimes, re-registration of a range seen before,
 //! pinned-bytes high-water).
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
-use tracer_common::Event;
+use tracer_common::{Event, op};
 
 use crate::{
     classify::Transport,
@@ -41,6 +41,30 @@ pub struct Mr {
     pub backing: Backing,
     pub since_ns: u64,
     pub handle: u64,
+    /// Registration backing: `host`, `gpu/peer-mem`, `gpu/dma-buf`.
+    pub kind: &'static str,
+}
+
+/// Registration backings, as churn and latency are broken down.
+pub const BACKINGS: [&str; 4] = ["host", "gpu/peer-mem", "gpu/dma-buf", "io_uring"];
+
+/// Registrations and deregistrations of one backing.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct RegCount {
+    pub registrations: u64,
+    pub deregistrations: u64,
+}
+
+/// A registration that failed, with what the registry knew of its memory.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct FailedRegistration {
+    pub op: String,
+    pub addr: u64,
+    pub length: u64,
+    pub backing: Backing,
+    /// The allocation that holds `addr`, if seen (`cuMemAlloc`, `cuMemAllocManaged`, ...).
+    pub source: Option<&'static str>,
+    pub ret: i64,
 }
 
 /// Churn figures per process.
@@ -57,6 +81,12 @@ pub struct Churn {
     /// The most recent MR registrations (at most `MR_LOG`): address,
     /// length, lkey, rkey and backing, to match against what a program reports.
     pub mr_log: Vec<MrSeen>,
+    /// Registrations and deregistrations per backing (`host`,
+    /// `gpu/peer-mem`, `gpu/dma-buf`, `io_uring`).
+    pub by_backing: BTreeMap<&'static str, RegCount>,
+    /// The range registered most often (address, length, times, io_uring
+    /// set), when one was registered more than once.
+    pub most_registered_range: Option<(u64, u64, u64, bool)>,
 }
 
 /// Registrations kept per process in `Churn::mr_log`.
@@ -80,11 +110,35 @@ pub struct Process {
     /// dma-buf fds exported from GPU memory: fd -> (address, length).
     pub dmabufs: HashMap<i32, (u64, u64)>,
     pub churn: Churn,
+    /// Peer contexts `cuCtxEnablePeerAccess` succeeded for.
+    pub peer_enabled: HashSet<u64>,
+    /// Device pairs (current context's device, peer's device) peer access was enabled for.
+    pub peer_devices: HashSet<(i32, i32)>,
+    /// Device of each context (`cuDevicePrimaryCtxRetain`).
+    pub ctx_device: HashMap<u64, i32>,
+    /// Current context per thread (`cuCtxSetCurrent`, `cuCtxPushCurrent`).
+    pub current: HashMap<u32, u64>,
+    /// GPU memory was allocated at some point (allocation calls seen).
+    pub gpu_allocations: u64,
+    /// Allocations seen per source (`cuMemAlloc`, `cuMemAllocManaged`, `cuMemHostAlloc`, ...).
+    pub allocations: BTreeMap<&'static str, u64>,
+    /// io_uring fixed-buffer sets registered per ring fd: (since, iovec array, count).
+    pub uring: HashMap<u64, (u64, u64, u64)>,
+    /// Failed registrations (at most `FAILED_LOG`).
+    pub failed: Vec<FailedRegistration>,
+    /// Kernel registration paths that failed, by `op: errno` (e.g. `ib_umem_get: EFAULT`).
+    pub kernel_failures: BTreeMap<String, u64>,
 }
+
+/// Failed registrations kept per process.
+pub const FAILED_LOG: usize = 64;
 
 #[derive(Debug, Default)]
 pub struct Registry {
     pub procs: HashMap<u32, Process>,
+    /// NVLink between the GPUs (`topo`, or the recording's facts), once
+    /// asked for: None until a peer copy needed it.
+    pub nvlink: Option<Option<bool>>,
 }
 
 impl Registry {
@@ -95,17 +149,80 @@ impl Registry {
 
     /// What backs `addr` in process `pid`, from what was seen.
     pub fn backing(&self, pid: u32, addr: u64) -> Backing {
-        let Some(p) = self.procs.get(&pid) else {
-            return Backing::Unknown;
-        };
+        self.region(pid, addr).map_or(Backing::Unknown, |r| r.backing)
+    }
+
+    /// The region that holds `addr` in process `pid`, if seen.
+    pub fn region(&self, pid: u32, addr: u64) -> Option<&Region> {
+        let p = self.procs.get(&pid)?;
         match p.regions.range(..=addr).next_back() {
-            Some((_, r)) if addr < r.start + r.len => r.backing,
-            _ => Backing::Unknown,
+            Some((_, r)) if addr < r.start + r.len.max(1) => Some(r),
+            _ => None,
         }
     }
 
-    /// Feeds one library call into the registry.
+    /// Whether `cuCtxEnablePeerAccess` succeeded in `pid` for either context.
+    pub fn peer_enabled(&self, pid: u32, a: u64, b: u64) -> bool {
+        self.procs
+            .get(&pid)
+            .is_some_and(|p| p.peer_enabled.contains(&a) || p.peer_enabled.contains(&b))
+    }
+
+    /// Whether peer access was enabled in `pid` between two devices (either direction).
+    pub fn peer_devices_enabled(&self, pid: u32, a: i32, b: i32) -> bool {
+        self.procs
+            .get(&pid)
+            .is_some_and(|p| p.peer_devices.contains(&(a, b)) || p.peer_devices.contains(&(b, a)))
+    }
+
+    /// The device of the thread's current context, if known.
+    fn device_of_thread(&self, pid: u32, tid: u32) -> Option<i32> {
+        let p = self.procs.get(&pid)?;
+        p.ctx_device.get(p.current.get(&tid)?).copied()
+    }
+
+    /// Kernel-side registration events: io_uring buffer sets (churn by ring
+    /// and iovec array) and failures of the verbs registration paths.
+    fn observe_kernel(&mut self, e: &Event) {
+        match e.op {
+            op::IO_URING_REGISTER if e.ret >= 0 => {
+                let p = self.procs.entry(e.pid).or_default();
+                match e.args[1] {
+                    // IORING_REGISTER_BUFFERS (and BUFFERS2): fd, iovec array, count.
+                    0 | 15 => {
+                        p.churn.registrations += 1;
+                        p.churn.by_backing.entry("io_uring").or_default().registrations += 1;
+                        let key = (e.args[2], e.args[3]);
+                        p.seen(key, true);
+                        p.uring.insert(e.args[0], (e.start_ns, e.args[2], e.args[3]));
+                    }
+                    // IORING_UNREGISTER_BUFFERS.
+                    1 => {
+                        p.churn.deregistrations += 1;
+                        p.churn.by_backing.entry("io_uring").or_default().deregistrations += 1;
+                        if let Some((since, _, _)) = p.uring.remove(&e.args[0]) {
+                            p.churn.lifetimes_ns.push(e.start_ns.saturating_sub(since));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            op::IB_UMEM_GET | op::IB_UMEM_DMABUF_GET | op::IB_UMEM_DMABUF_GET_PINNED if (-4095..0).contains(&e.ret) => {
+                let name = crate::probes::catalog::point_of_op(e.op).map_or("?", |p| p.name);
+                let errno = crate::error::errno_name((-e.ret) as i32);
+                let p = self.procs.entry(e.pid).or_default();
+                *p.kernel_failures.entry(format!("{name}: {errno}")).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+
+    /// Feeds one call into the registry.
     pub fn observe(&mut self, e: &Event) {
+        if e.op < op::USER_BASE {
+            self.observe_kernel(e);
+            return;
+        }
         let Some((_, row)) = uapi::row_of(e.op) else { return };
         let ok = match row.lib {
             Lib::Ibverbs => {
@@ -114,7 +231,30 @@ impl Registry {
             _ => e.ret == 0,
         };
         if !ok {
+            if row.kind == Kind::MrRegister && row.lib == Lib::Ibverbs {
+                let (addr, len) = self.mr_range(e, row.symbol);
+                let region = self.region(e.pid, addr).map(|r| (r.backing, r.source));
+                let p = self.procs.entry(e.pid).or_default();
+                if p.failed.len() < FAILED_LOG {
+                    p.failed.push(FailedRegistration {
+                        op: row.name.to_string(),
+                        addr,
+                        length: len,
+                        backing: region.map_or(Backing::Unknown, |r| r.0),
+                        source: region.map(|r| r.1),
+                        ret: e.ret,
+                    });
+                }
+            }
+            // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: enabled before.
+            if row.name == "cuCtxEnablePeerAccess" && e.ret == 704 {
+                self.enable_peer(e);
+            }
             return;
+        }
+        let device = self.device_of_thread(e.pid, e.tid).unwrap_or(-1);
+        if row.name == "cuCtxEnablePeerAccess" {
+            self.enable_peer(e);
         }
         let p = self.procs.entry(e.pid).or_default();
         let add = |p: &mut Process, start: u64, len: u64, backing: Backing| {
@@ -132,7 +272,23 @@ impl Registry {
             }
         };
         match row.kind {
-            Kind::GpuAlloc => add(p, e.args[0], e.args[1], Backing::Gpu { device: -1 }),
+            Kind::GpuAlloc | Kind::HostAlloc | Kind::HostRegister => {
+                *p.allocations.entry(row.name).or_default() += 1;
+            }
+            _ => {}
+        }
+        match row.kind {
+            Kind::GpuAlloc => {
+                p.gpu_allocations += 1;
+                add(p, e.args[0], e.args[1], Backing::Gpu { device })
+            }
+            // The context is the dereferenced out-pointer.
+            Kind::Setup if row.name == "cuDevicePrimaryCtxRetain" => {
+                p.ctx_device.insert(e.args[0], e.args[1] as i32);
+            }
+            Kind::Setup if row.name == "cuCtxSetCurrent" || row.name == "cuCtxPushCurrent" => {
+                p.current.insert(e.tid, e.args[0]);
+            }
             Kind::HostAlloc => {
                 add(p, e.args[0], e.args[1], Backing::HostPinned);
                 p.pin(e.args[1]);
@@ -158,9 +314,18 @@ impl Registry {
             Kind::IpcImport if row.name == "cuIpcOpenMemHandle" => add(p, e.args[0], 4096, Backing::Gpu { device: -1 }),
             Kind::IpcImport => {}
             Kind::MrRegister => {
-                let (addr, len) = (e.args[1], e.args[2]);
+                let (addr, len) = self.mr_range(e, row.symbol);
                 let keys = e.args[5];
-                let backing = self.backing(e.pid, addr);
+                let dmabuf = row.symbol == "ibv_reg_dmabuf_mr";
+                let backing = match self.backing(e.pid, addr) {
+                    Backing::Unknown if dmabuf => Backing::Gpu { device: -1 },
+                    b => b,
+                };
+                let kind = match backing {
+                    Backing::Gpu { .. } if dmabuf => "gpu/dma-buf",
+                    Backing::Gpu { .. } => "gpu/peer-mem",
+                    _ => "host",
+                };
                 let p = self.procs.entry(e.pid).or_default();
                 // ibv_reg_mr@@IBVERBS_1.1 calls ibv_reg_mr_iova2: the outer
                 // call returns the MR the inner one already recorded.
@@ -171,6 +336,7 @@ impl Registry {
                     return;
                 }
                 p.churn.registrations += 1;
+                p.churn.by_backing.entry(kind).or_default().registrations += 1;
                 if p.churn.mr_log.len() < MR_LOG {
                     p.churn.mr_log.push(MrSeen {
                         addr,
@@ -180,11 +346,7 @@ impl Registry {
                         backing,
                     });
                 }
-                let seen = p.seen_ranges.entry((addr, len)).or_insert(0);
-                if *seen > 0 {
-                    p.churn.reregistrations_of_seen_range += 1;
-                }
-                *seen += 1;
+                p.seen((addr, len), false);
                 p.mrs.insert(
                     e.ret as u64,
                     Mr {
@@ -195,12 +357,15 @@ impl Registry {
                         backing,
                         since_ns: e.start_ns,
                         handle: e.ret as u64,
+                        kind,
                     },
                 );
                 p.pin(len);
             }
             Kind::MrDeregister => {
                 p.churn.deregistrations += 1;
+                let kind = p.mrs.get(&e.args[0]).map_or("host", |m| m.kind);
+                p.churn.by_backing.entry(kind).or_default().deregistrations += 1;
                 if let Some(mr) = p.mrs.remove(&e.args[0]) {
                     p.churn.lifetimes_ns.push(e.start_ns.saturating_sub(mr.since_ns));
                     p.unpin(mr.len);
@@ -211,7 +376,46 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// `cuCtxEnablePeerAccess(peer, flags)` on the thread's current context.
+    fn enable_peer(&mut self, e: &Event) {
+        let p = self.procs.entry(e.pid).or_default();
+        p.peer_enabled.insert(e.args[0]);
+        let mine = p.current.get(&e.tid).and_then(|c| p.ctx_device.get(c)).copied();
+        if let (Some(a), Some(b)) = (mine, p.ctx_device.get(&e.args[0]).copied()) {
+            p.peer_devices.insert((a, b));
+        }
+    }
+
+    /// The address range an MR registration covers: `ibv_reg_dmabuf_mr`
+    /// takes an offset into a dma-buf, resolved through the exporting call.
+    fn mr_range(&self, e: &Event, symbol: &str) -> (u64, u64) {
+        if symbol == "ibv_reg_dmabuf_mr" {
+            let base = self.dmabuf(e.pid, e.args[4] as i32).map_or(0, |(a, _)| a);
+            (base + e.args[1], e.args[2])
+        } else {
+            (e.args[1], e.args[2])
+        }
+    }
+}
+
 impl Process {
+    /// Counts a registration of `key`; a repeat is a re-registration.
+    fn seen(&mut self, key: (u64, u64), uring: bool) {
+        // io_uring sets are keyed by (iovec array, count), MRs by (address,
+        // length): one namespace, told apart by the top bit of the count.
+        let k = if uring { (key.0, key.1 | 1 << 63) } else { key };
+        let seen = self.seen_ranges.entry(k).or_insert(0);
+        if *seen > 0 {
+            self.churn.reregistrations_of_seen_range += 1;
+        }
+        *seen += 1;
+        let n = *seen;
+        if n > 1 && self.churn.most_registered_range.is_none_or(|(_, _, m, _)| n > m) {
+            self.churn.most_registered_range = Some((key.0, key.1, n, uring));
+        }
+    }
+
     fn pin(&mut self, bytes: u64) {
         self.churn.pinned_bytes += bytes;
         self.churn.pinned_bytes_high_water = self.churn.pinned_bytes_high_water.max(self.churn.pinned_bytes);

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use tracer_common::op;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "kebab-case")]
 pub enum Family {
     /// Process lifecycle (target-set maintenance).

@@ -6,7 +6,7 @@ use serde::Serialize;
 use tracer_common::{OpConfig, op, op_flags};
 
 /// Libraries the table covers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "kebab-case")]
 pub enum Lib {
     Cuda,
@@ -568,6 +568,25 @@ pub static TABLE: &[Row] = &[
     // ncclResult_t ncclMemAlloc(void **ptr, size_t size);  ncclMemFree(void *ptr);
     row(Lib::Nccl, "ncclMemAlloc", "ncclMemAlloc", Kind::GpuAlloc, &[Out, Bytes]),
     row(Lib::Nccl, "ncclMemFree", "ncclMemFree", Kind::GpuFree, &[Addr]),
+    // Contexts, so allocations get their device and peer access its device
+    // pair (appended: earlier rows keep their op codes).
+    // CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
+    row(
+        Lib::Cuda,
+        "cuDevicePrimaryCtxRetain",
+        "cuDevicePrimaryCtxRetain",
+        Kind::Setup,
+        &[Out, Int],
+    ),
+    // CUresult cuCtxSetCurrent(CUcontext ctx);  cuCtxPushCurrent_v2(CUcontext ctx);
+    row(Lib::Cuda, "cuCtxSetCurrent", "cuCtxSetCurrent", Kind::Setup, &[Handle]),
+    row(
+        Lib::Cuda,
+        "cuCtxPushCurrent",
+        "cuCtxPushCurrent",
+        Kind::Setup,
+        &[Handle],
+    ),
 ];
 
 /// Op code of a table row.

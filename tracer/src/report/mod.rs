@@ -1,15 +1,17 @@
 //! Reports: the JSON document (schema `gdrtrace.report/v1`, documented in
 //! docs/report-schema.md) and its text rendering.
+pub mod accounting;
 pub mod text;
 
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tracer_common::{MAX_SLOTS, op};
 
 use crate::{
     counters::FollPin,
+    events::recording::HostFacts,
     model::Churn,
     probes::{Coverage, Family, catalog::point_of_op, uapi},
     stats::{Aggregator, ProcInfo},
@@ -141,7 +143,8 @@ pub struct Signal {
 }
 
 /// Everything that could have been lost, with exact counts.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Loss {
     pub ringbuf_drops: u64,
     pub inflight_full: u64,
@@ -154,13 +157,13 @@ pub struct Loss {
     pub complete: bool,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Host {
     pub kernel: String,
     pub lockdown: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct PinCounters {
     pub before: Option<FollPin>,
     pub after: Option<FollPin>,
@@ -186,12 +189,47 @@ pub struct Report {
     /// Collectives and point-to-point calls per (process, communicator),
     /// aggregated in the kernel, with the transport of the process's verdict.
     pub collectives: Vec<Collective>,
+    /// Transfer records per (op, verdict), with a sample of each.
+    pub transfers: accounting::Transfers,
+    /// Host staging per process and communicator.
+    pub staging: accounting::Staging,
+    /// Registration churn and latency.
+    pub registration: accounting::Registration,
+    /// Host facts the explain rules use (read when tracing started).
+    pub facts: HostFacts,
+    /// NCCL_*/UCX_* variables in effect per process (NCCL_VERSION and the
+    /// logging variables aside).
+    pub overrides: Vec<Override>,
+    /// NCCL's own log, per communicator, against the tracer's verdicts (`--nccl-log`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_log: Option<crate::classify::comm::NcclLog>,
+    /// Root causes of staged or unexpected paths (`explain`'s rules).
+    pub explain: crate::classify::explain::Explain,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub workloads: Vec<serde_json::Value>,
     /// GPU interconnect traffic over the traced window (NVML counters),
     /// when readable: steady-state evidence for jobs attached after set-up.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_links: Option<crate::classify::steady::GpuLinks>,
+    /// Whether `judge` ran (verdicts, staging and collective transfers are final).
+    #[serde(skip)]
+    pub judged: bool,
+}
+
+/// One NCCL_*/UCX_* variable of a process's environment.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Override {
+    pub pid: u32,
+    pub var: String,
+    pub value: String,
+}
+
+/// Variables that describe rather than change communication.
+fn informational(var: &str) -> bool {
+    matches!(
+        var,
+        "NCCL_VERSION" | "NCCL_DEBUG" | "NCCL_DEBUG_FILE" | "NCCL_DEBUG_SUBSYS" | "UCX_LOG_LEVEL"
+    )
 }
 
 impl Report {
@@ -211,7 +249,48 @@ impl Report {
 
     /// Recomputes the verdicts (and corroborates them with an NCCL log).
     pub fn judge(&mut self, nccl_log: Option<&str>) {
-        let nvlink = crate::topo::discover().nvlink();
+        self.judge_with(nccl_log, crate::topo::discover().nvlink());
+    }
+
+    /// As `judge`, with the NVLink fact given (a recording's, on replay).
+    pub fn judge_with(&mut self, nccl_log: Option<&str>, nvlink: Option<bool>) {
+        if self.judged {
+            return;
+        }
+        self.judged = true;
+        self.judge_verdicts(nccl_log, nvlink);
+        // Collective transfers take their process's verdict.
+        let comms: BTreeMap<u32, String> = self.processes.iter().map(|p| (p.pid, p.comm.clone())).collect();
+        self.transfers
+            .groups
+            .retain(|g| g.sample.iter().all(|t| t.calls.is_none()));
+        let mut groups: BTreeMap<(String, &'static str), accounting::TransferGroup> = BTreeMap::new();
+        for t in accounting::collective_transfers(&self.collectives, &comms) {
+            let g = groups
+                .entry((t.op.clone(), t.transport.name()))
+                .or_insert_with(|| accounting::TransferGroup {
+                    op: t.op.clone(),
+                    transport: t.transport.name(),
+                    count: 0,
+                    bytes: 0,
+                    sample: Vec::new(),
+                });
+            g.count += t.calls.unwrap_or(0);
+            g.bytes += t.bytes;
+            if g.sample.len() < crate::classify::transfer::SAMPLE_PER_GROUP {
+                g.sample.push(t);
+            }
+        }
+        self.transfers.groups.extend(groups.into_values());
+        self.transfers.total = self.transfers.groups.iter().map(|g| g.count).sum();
+        self.staging = accounting::staging(self);
+        self.nccl_log = nccl_log.map(|text| crate::classify::comm::nccl_log_agreement(text, self));
+        if let Ok(v) = serde_json::to_value(&*self) {
+            self.explain = crate::classify::explain::explain(&v);
+        }
+    }
+
+    fn judge_verdicts(&mut self, nccl_log: Option<&str>, nvlink: Option<bool>) {
         self.verdicts = self
             .evidence(nvlink)
             .iter()
@@ -291,6 +370,8 @@ pub fn op_name(op_code: u32) -> String {
 pub struct Inputs {
     pub command: Vec<String>,
     pub gpu_links: Option<crate::classify::steady::GpuLinks>,
+    pub host: Host,
+    pub facts: HostFacts,
     pub duration_s: f64,
     pub coverage: Vec<Coverage>,
     pub loss: Loss,
@@ -356,7 +437,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
     Report {
         schema: SCHEMA,
         tool_version: env!("CARGO_PKG_VERSION"),
-        host: host(),
+        host: inputs.host,
         command: inputs.command,
         duration_s: inputs.duration_s,
         signals,
@@ -379,8 +460,29 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
                 transport: "unknown",
             })
             .collect(),
+        transfers: accounting::transfers(agg),
+        staging: accounting::Staging::default(),
+        registration: accounting::registration(agg, inputs.duration_s),
+        facts: inputs.facts,
+        overrides: agg
+            .procs
+            .iter()
+            .flat_map(|(pid, p)| {
+                p.env
+                    .iter()
+                    .filter(|(k, _)| (k.starts_with("NCCL_") || k.starts_with("UCX_")) && !informational(k))
+                    .map(|(k, v)| Override {
+                        pid: *pid,
+                        var: k.clone(),
+                        value: v.clone(),
+                    })
+            })
+            .collect(),
+        nccl_log: None,
+        explain: Default::default(),
         workloads: Vec::new(),
         gpu_links: inputs.gpu_links,
+        judged: false,
     }
 }
 
@@ -444,4 +546,28 @@ fn signals(coverage: &[Coverage], vmstat: bool) -> Vec<Signal> {
         available: true,
     });
     out
+}
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    /// A report of nothing, for tests that fill in what they need.
+    pub fn empty_report() -> Report {
+        build(
+            &Aggregator::default(),
+            Inputs {
+                command: Vec::new(),
+                gpu_links: None,
+                host: Host::default(),
+                facts: HostFacts::default(),
+                duration_s: 1.0,
+                coverage: Vec::new(),
+                loss: Loss::default(),
+                kernel_slots: BTreeMap::new(),
+                pins: PinCounters::default(),
+                process_libraries: BTreeMap::new(),
+            },
+        )
+    }
 }

@@ -8,7 +8,7 @@ use crate::probes::Status;
 pub fn human(v: u64) -> String {
     const UNITS: [(u64, &str); 4] = [(1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
     for (size, unit) in UNITS {
-        if v >= size && v % size == 0 {
+        if v >= size && v.is_multiple_of(size) {
             return format!("{}{unit}", v / size);
         }
     }
@@ -161,6 +161,102 @@ pub fn render(r: &Report) -> String {
                 c.calls,
                 bytes(c.bytes),
                 c.transport
+            );
+        }
+        let _ = writeln!(o);
+    }
+    if !r.staging.processes.is_empty() {
+        let _ = writeln!(o, "Host staging");
+        let _ = writeln!(
+            o,
+            "  {:>8} {:<16} {:>10} {:>10} {:>7} {:>9} {:>10} {:>9}",
+            "PID", "COMM", "MOVED", "STAGED", "RATIO", "COPIES", "COPIES/s", "CPU-s/GB"
+        );
+        for p in &r.staging.processes {
+            let _ = writeln!(
+                o,
+                "  {:>8} {:<16} {:>10} {:>10} {:>6.1}% {:>9} {:>10.1} {:>9}",
+                p.pid,
+                p.comm,
+                bytes(p.moved_bytes),
+                bytes(p.staged_bytes),
+                p.staged_ratio * 100.0,
+                p.staging_copies,
+                p.staging_copies_per_s,
+                p.cpu_s_per_gb.map_or("-".into(), |c| format!("{c:.3}"))
+            );
+        }
+        for c in r.staging.communicators.iter().filter(|c| c.staged_bytes > 0) {
+            let _ = writeln!(
+                o,
+                "  pid {} communicator {}: {} of {} staged ({})",
+                c.pid,
+                c.communicator,
+                bytes(c.staged_bytes),
+                bytes(c.bytes),
+                c.transport
+            );
+        }
+        let _ = writeln!(o);
+    }
+    let registering: Vec<_> = r
+        .registration
+        .processes
+        .iter()
+        .filter(|p| !p.by_backing.is_empty() || !p.failed_registrations.is_empty() || !p.kernel_failures.is_empty())
+        .collect();
+    if !registering.is_empty() {
+        let _ = writeln!(o, "Registrations");
+        for p in registering {
+            let per: Vec<String> = p
+                .by_backing
+                .iter()
+                .map(|(k, b)| {
+                    format!(
+                        "{k} {}/{} ({:.1}/s)",
+                        b.registrations, b.deregistrations, b.registrations_per_s
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                o,
+                "  pid {} {}: reg/dereg {}; re-registered ranges {}; pinned high-water {}{}",
+                p.pid,
+                p.comm,
+                if per.is_empty() { "-".into() } else { per.join(", ") },
+                p.reregistrations_of_seen_range,
+                bytes(p.pinned_bytes_high_water),
+                p.lifetime
+                    .as_ref()
+                    .map_or(String::new(), |l| format!("; lifetime p50 {}", ns(l.p50)))
+            );
+            for f in &p.failed_registrations {
+                let backing = match f.backing {
+                    crate::model::Backing::Gpu { .. } => "GPU memory",
+                    crate::model::Backing::HostPinned => "pinned host memory",
+                    crate::model::Backing::Host => "host memory",
+                    crate::model::Backing::Unknown => "memory not seen allocated",
+                };
+                let _ = writeln!(
+                    o,
+                    "    failed: {} {:#x}+{} ({backing}{})",
+                    f.op,
+                    f.addr,
+                    f.length,
+                    f.source.map_or(String::new(), |s| format!(", {s}"))
+                );
+            }
+            for (k, n) in &p.kernel_failures {
+                let _ = writeln!(o, "    kernel: {k} x{n}");
+            }
+        }
+        for (k, l) in &r.registration.latency_by_backing {
+            let _ = writeln!(
+                o,
+                "  latency {k}: p50 {} p99 {} ({} calls)",
+                ns(l.p50),
+                ns(l.p99),
+                l.count
             );
         }
         let _ = writeln!(o);

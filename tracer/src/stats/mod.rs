@@ -1,13 +1,22 @@
 //! Aggregation: an HdrHistogram per (operation, transport), per-process
-//! tables, and the registry, fed event by event.
+//! tables, and the registry, fed event by event. Facts about processes that
+//! events do not carry come from a [`source::ProcSource`] (`/proc` live, the
+//! recording on replay); with a recorder attached, every input and every
+//! answer is written down, so a replay repeats the same steps.
+pub mod source;
+
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 use tracer_common::{Event, kind};
 
+use self::source::{Fact, LiveProc, Look, ProcSource};
 use crate::{
-    classify::{self, Transport},
-    counters,
+    classify::{
+        self, Transport,
+        transfer::{self, PairDetector, Transfer},
+    },
+    events::recording::{Recorder, monotonic_ns},
     model::Registry,
     probes::Family,
 };
@@ -56,10 +65,20 @@ pub struct ProcInfo {
     pub cpu_seconds: Option<f64>,
     /// Socket data syscalls (in-kernel aggregation): bytes the kernel moved.
     pub socket: SocketTotals,
+    /// Bytes of data-moving calls (copies, registrations' ranges are not counted).
+    pub moved_bytes: u64,
+    /// Copies that went through host memory (pageable copies, peer copies
+    /// without peer access, D2H+H2D pairs through one host buffer).
+    pub staging_copies: u64,
+    /// D2H followed by H2D through the same host buffer (one staged transfer each).
+    pub staged_pairs: u64,
+    /// Whether `env` was read since the last exec (an empty environment is an answer too).
+    #[serde(skip)]
+    pub env_read: bool,
 }
 
 /// A process's socket traffic, summed over its sockets.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SocketTotals {
     pub calls: u64,
     pub bytes_sent: u64,
@@ -81,10 +100,75 @@ pub struct Aggregator {
     /// Pin-family calls per thread not yet attributed to an enclosing call:
     /// (start, end, pages). Inner calls return (and arrive) first.
     pending_pins: std::collections::HashMap<u32, Vec<(u64, u64, u64)>>,
+    /// Where process facts come from.
+    pub source: Box<dyn ProcSource>,
+    /// Writes every input and fact (`--record`).
+    pub recorder: Option<Recorder>,
+    /// Transfer records: counts and a sample per (op, verdict), and the
+    /// `--transfers` file.
+    pub transfers: Transfers,
+    pairs: PairDetector,
+    /// Registration latency per backing (`host`, `gpu/peer-mem`, `gpu/dma-buf`, `io_uring`).
+    pub reg_latency: BTreeMap<&'static str, Histogram<u64>>,
+}
+
+/// Transfer records per (op, verdict).
+#[derive(Debug, Default)]
+pub struct Transfers {
+    pub groups: BTreeMap<(String, Transport), TransferGroup>,
+    pub sink: Option<std::io::BufWriter<std::fs::File>>,
+    pub sink_error: Option<std::io::Error>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct TransferGroup {
+    pub count: u64,
+    pub bytes: u64,
+    pub sample: Vec<Transfer>,
+}
+
+impl Transfers {
+    pub fn add(&mut self, t: Transfer) {
+        if let Some(out) = &mut self.sink
+            && self.sink_error.is_none()
+        {
+            use std::io::Write as _;
+            let r = serde_json::to_writer(&mut *out, &t)
+                .map_err(std::io::Error::from)
+                .and_then(|()| out.write_all(b"\n"));
+            if let Err(e) = r {
+                self.sink_error = Some(e);
+            }
+        }
+        let g = self.groups.entry((t.op.clone(), t.transport)).or_default();
+        g.count += t.calls.unwrap_or(1);
+        g.bytes += t.bytes;
+        if g.sample.len() < transfer::SAMPLE_PER_GROUP {
+            g.sample.push(t);
+        }
+    }
+
+    /// Flushes and closes the `--transfers` file.
+    pub fn finish(&mut self) -> std::io::Result<()> {
+        if let Some(e) = self.sink_error.take() {
+            self.sink = None;
+            return Err(e);
+        }
+        match self.sink.take() {
+            Some(mut out) => std::io::Write::flush(&mut out),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Default for Aggregator {
     fn default() -> Self {
+        Self::with_source(Box::new(LiveProc))
+    }
+}
+
+impl Aggregator {
+    pub fn with_source(source: Box<dyn ProcSource>) -> Self {
         Self {
             ops: BTreeMap::new(),
             procs: BTreeMap::new(),
@@ -93,56 +177,152 @@ impl Default for Aggregator {
             undecoded: 0,
             pending_pins: Default::default(),
             collectives: BTreeMap::new(),
+            source,
+            recorder: None,
+            transfers: Transfers::default(),
+            pairs: PairDetector::default(),
+            reg_latency: BTreeMap::new(),
         }
     }
-}
 
-impl Aggregator {
+    fn note(&mut self, f: Fact) {
+        if let Some(r) = &mut self.recorder {
+            r.fact(&f);
+        }
+    }
+
     /// Registers a process the tracer started or attached to.
     pub fn add_process(&mut self, pid: u32, parent: Option<u32>) {
-        let p = self.procs.entry(pid).or_default();
-        if p.comm.is_empty() {
-            p.comm = counters::comm(pid).unwrap_or_default();
+        if let Some(r) = &mut self.recorder {
+            r.input(serde_json::json!({"type": "target", "pid": pid, "parent": parent}));
         }
-        if p.env.is_empty() {
-            p.env = counters::comm_env(pid);
+        self.add_looked(pid, parent, None);
+    }
+
+    fn add_looked(&mut self, pid: u32, parent: Option<u32>, look: Option<Look>) {
+        let needs = self.procs.get(&pid).is_none_or(|p| p.comm.is_empty() || !p.env_read);
+        let look = match look {
+            Some(l) => Some(l),
+            None if needs => {
+                let l = self.source.look(pid);
+                self.note(Fact::Process {
+                    pid,
+                    parent,
+                    comm: l.comm.clone(),
+                    env: l.env.clone(),
+                });
+                Some(l)
+            }
+            None => None,
+        };
+        let p = self.procs.entry(pid).or_default();
+        if let Some(l) = look {
+            if p.comm.is_empty() {
+                p.comm = l.comm.unwrap_or_default();
+            }
+            if !p.env_read {
+                p.env = l.env;
+                p.env_read = true;
+            }
         }
         if p.parent.is_none() {
             p.parent = parent;
         }
     }
 
-    /// Samples the per-process counters of live processes.
+    /// Reads the environment of `pid` if not read since its last exec.
+    fn read_env(&mut self, pid: u32) {
+        if self.procs.get(&pid).is_some_and(|p| p.env_read) {
+            return;
+        }
+        let env = self.source.env(pid);
+        self.note(Fact::Env { pid, env: env.clone() });
+        let p = self.procs.entry(pid).or_default();
+        p.env = env;
+        p.env_read = true;
+    }
+
+    /// Samples the per-process counters of live processes (every tick).
     pub fn sample(&mut self) {
-        for (pid, p) in self.procs.iter_mut().filter(|(_, p)| !p.exited) {
-            if let Some(kib) = counters::vm_pin_kib(*pid) {
+        if let Some(r) = &mut self.recorder {
+            r.lazy_input(serde_json::json!({"type": "tick", "t_ns": monotonic_ns()}));
+        }
+        self.sample_live();
+    }
+
+    fn sample_live(&mut self) {
+        let live: Vec<u32> = self
+            .procs
+            .iter()
+            .filter(|(_, p)| !p.exited)
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in live {
+            let (kib, cpu) = self.source.sample(pid);
+            self.note(Fact::Sample {
+                pid,
+                vm_pin_kib: kib,
+                cpu_seconds: cpu,
+            });
+            let Some(p) = self.procs.get_mut(&pid) else { continue };
+            if let Some(kib) = kib {
                 p.vm_pin_kib_max = p.vm_pin_kib_max.max(kib);
             }
-            if let Some(cpu) = counters::cpu_seconds(*pid) {
+            if let Some(cpu) = cpu {
                 p.cpu_seconds = Some(cpu);
             }
         }
     }
 
+    /// Marks processes that no longer exist as exited; true when none is left.
+    pub fn check_exited(&mut self) -> bool {
+        if let Some(r) = &mut self.recorder {
+            r.lazy_input(serde_json::json!({"type": "alive-check", "t_ns": monotonic_ns()}));
+        }
+        let live: Vec<u32> = self
+            .procs
+            .iter()
+            .filter(|(_, p)| !p.exited)
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in live {
+            if !self.source.alive(pid) {
+                self.note(Fact::Gone { pid });
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.exited = true;
+                }
+            }
+        }
+        self.procs.values().all(|p| p.exited)
+    }
+
     pub fn push(&mut self, e: &Event) {
+        if let Some(r) = &mut self.recorder {
+            r.event(e);
+        }
         self.events += 1;
         match e.kind {
             kind::FORK => {
                 let child = e.args[0] as u32;
                 // Threads share the tgid; only new processes get a row.
-                if std::path::Path::new(&format!("/proc/{child}/task/{child}")).exists()
-                    && counters::tgid(child).is_none_or(|t| t == child)
-                {
-                    self.add_process(child, Some(e.pid));
+                if let Some(l) = self.source.look_child(child) {
+                    self.note(Fact::Process {
+                        pid: child,
+                        parent: Some(e.pid),
+                        comm: l.comm.clone(),
+                        env: l.env.clone(),
+                    });
+                    self.add_looked(child, Some(e.pid), Some(l));
                 }
             }
             kind::EXEC => {
                 let p = self.procs.entry(e.pid).or_default();
                 p.comm = comm_of(e);
-                p.env = counters::comm_env(e.pid);
+                p.env_read = false;
+                self.read_env(e.pid);
             }
             kind::EXIT => {
-                self.sample();
+                self.sample_live();
                 let p = self.procs.entry(e.pid).or_default();
                 p.exited = true;
             }
@@ -152,11 +332,54 @@ impl Aggregator {
     }
 
     fn call(&mut self, e: &Event) {
+        if self.registry.nvlink.is_none()
+            && crate::probes::uapi::row_of(e.op).is_some_and(|(_, r)| r.kind == crate::probes::uapi::Kind::Copy)
+        {
+            self.registry.nvlink = Some(self.source.nvlink());
+        }
+        let regs_before = self.registry.procs.get(&e.pid).map_or(0, |p| p.churn.registrations);
         self.registry.observe(e);
+        let registered = self.registry.procs.get(&e.pid).map_or(0, |p| p.churn.registrations) > regs_before;
         let Some(c) = classify::call(e, &self.registry) else {
             self.undecoded += 1;
             return;
         };
+        if registered || (c.label == "cuMemHostRegister" && !c.failed) {
+            let backing = match c.transport {
+                Transport::GdrDmabuf => "gpu/dma-buf",
+                Transport::GdrPeerMem => "gpu/peer-mem",
+                _ if e.op == tracer_common::op::IO_URING_REGISTER => "io_uring",
+                _ => "host",
+            };
+            let _ = self
+                .reg_latency
+                .entry(backing)
+                .or_insert_with(new_histogram)
+                .record(e.dur_ns.max(1));
+        }
+        if transfer::is_transfer(e, &c) {
+            let comm = self.procs.get(&e.pid).map_or_else(|| comm_of(e), |p| p.comm.clone());
+            let comm = if comm.is_empty() { comm_of(e) } else { comm };
+            self.transfers.add(transfer::of_call(e, &c, &comm));
+            let copy =
+                crate::probes::uapi::row_of(e.op).is_some_and(|(_, r)| r.kind == crate::probes::uapi::Kind::Copy);
+            if copy && !c.failed {
+                let pair = self.pairs.copy(e, &c, &self.registry, &comm);
+                let p = self.procs.entry(e.pid).or_default();
+                p.moved_bytes += c.bytes;
+                if c.transport == Transport::HostStaged {
+                    p.staging_copies += 1;
+                }
+                if let Some(pair) = pair {
+                    p.staged_pairs += 1;
+                    if c.transport != Transport::HostStaged {
+                        p.staging_copies += 1;
+                        p.staged_bytes += pair.bytes;
+                    }
+                    self.transfers.add(pair);
+                }
+            }
+        }
         let s = self
             .ops
             .entry((c.label.clone(), c.transport))
@@ -174,12 +397,10 @@ impl Aggregator {
         s.bytes += c.bytes;
         s.pages += c.pages;
         let _ = s.hist.record(e.dur_ns.max(1));
+        self.read_env(e.pid);
         let p = self.procs.entry(e.pid).or_default();
         if p.comm.is_empty() {
             p.comm = comm_of(e);
-        }
-        if p.env.is_empty() {
-            p.env = counters::comm_env(e.pid);
         }
         *p.transports.entry(c.transport.name()).or_default() += 1;
         if matches!(c.transport, Transport::HostStaged | Transport::Shm | Transport::Socket) {
@@ -218,6 +439,9 @@ impl Aggregator {
     /// Replaces the kernel-aggregated totals (they are cumulative) and
     /// reflects them in the per-process call counts.
     pub fn set_aggregates(&mut self, rows: &[(tracer_common::AggKey, tracer_common::AggValue)]) {
+        if let Some(r) = &mut self.recorder {
+            r.aggregates(rows);
+        }
         self.collectives.clear();
         let mut sockets: BTreeMap<u32, SocketTotals> = BTreeMap::new();
         let mut sock_calls: BTreeMap<(u32, String), u64> = BTreeMap::new();

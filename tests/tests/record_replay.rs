@@ -1,0 +1,133 @@
+//! `--record` and `gdrtrace replay`: a live pin-churn run and the replay of
+//! its recording produce the same report; broken recordings are refused
+//! with one line and exit status 2.
+use integration_tests::{can_trace, run, stderr, stdout};
+
+fn read_json(p: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+#[test]
+fn replay_of_a_recorded_pin_churn_run_gives_the_same_report() {
+    if !can_trace("replay_of_a_recorded_pin_churn_run_gives_the_same_report") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("gdrtrace-rr-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (live, rec, replayed) = (dir.join("live.json"), dir.join("run.rec"), dir.join("replay.json"));
+    let (tr_live, tr_replay) = (dir.join("live.transfers"), dir.join("replay.transfers"));
+    let bin = integration_tests::gdrtrace_path();
+    let o = run(&[
+        "run",
+        "--json",
+        live.to_str().unwrap(),
+        "--record",
+        rec.to_str().unwrap(),
+        "--transfers",
+        tr_live.to_str().unwrap(),
+        "--",
+        bin.to_str().unwrap(),
+        "drive",
+        "pin-churn",
+        "--iterations",
+        "80",
+        "--buffers",
+        "2",
+        "--pages",
+        "4",
+        "--odirect-mib",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&rec).unwrap();
+    let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(header["schema"], "gdrtrace.recording/v1");
+    assert!(header["facts"]["modules"].is_array(), "{header}");
+    let regs = text
+        .lines()
+        .filter(|l| l.contains("\"op\":\"io_uring_register\"") && l.contains("\"args\":[\"0x3\",\"0x0\""))
+        .count();
+    assert_eq!(regs, 80, "one event line per registration");
+    assert!(text.lines().last().unwrap().contains("\"type\":\"footer\""));
+
+    let r = run(&[
+        "replay",
+        rec.to_str().unwrap(),
+        "--json",
+        replayed.to_str().unwrap(),
+        "--transfers",
+        tr_replay.to_str().unwrap(),
+    ]);
+    assert!(r.status.success(), "{}", stderr(&r));
+    let (a, b) = (read_json(&live), read_json(&replayed));
+    assert_eq!(a, b, "live and replayed reports differ");
+    // Transfer records: one per registration, the same live and replayed.
+    let t = std::fs::read_to_string(&tr_live).unwrap();
+    assert_eq!(t, std::fs::read_to_string(&tr_replay).unwrap());
+    assert_eq!(
+        t.lines()
+            .filter(|l| l.contains("\"op\":\"io_uring_register:register-buffers\""))
+            .count(),
+        80
+    );
+    // Churn accounting and the explain rule that reads it.
+    let reg = &b["registration"]["processes"][0];
+    assert_eq!(reg["by_backing"]["io_uring"]["registrations"], 80);
+    assert_eq!(reg["most_registered_range"]["times"], 80);
+    assert!(
+        b["explain"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["rule"] == "registration-churn"),
+        "{}",
+        b["explain"]
+    );
+    assert!(stdout(&r).contains("[registration-churn]"));
+    let pid = a["processes"][0]["pid"].clone();
+    assert_eq!(
+        b["processes"][0]["calls"]["io_uring_register:register-buffers"], 80,
+        "pid {pid}"
+    );
+    assert!(stdout(&r).contains("@io_uring_register:register-buffers[host-only] latency (ns):"));
+
+    // A cut-off recording: one line, exit 2.
+    let cut = dir.join("cut.rec");
+    let half: Vec<&str> = text.lines().take(text.lines().count() / 2).collect();
+    std::fs::write(&cut, half.join("\n")).unwrap();
+    let c = run(&["replay", cut.to_str().unwrap()]);
+    assert_eq!(c.status.code(), Some(2));
+    let err = stderr(&c);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("truncated"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn replay_refuses_other_files_with_one_line() {
+    let dir = std::env::temp_dir().join(format!("gdrtrace-rr-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        (
+            "future.rec",
+            "{\"type\":\"header\",\"schema\":\"gdrtrace.recording/v2\"}\n",
+            "newer",
+        ),
+        (
+            "report.json",
+            "{\n  \"schema\": \"gdrtrace.report/v1\"\n}\n",
+            "not a gdrtrace recording",
+        ),
+        ("empty.rec", "", "empty"),
+    ];
+    for (name, body, want) in cases {
+        let p = dir.join(name);
+        std::fs::write(&p, body).unwrap();
+        let o = run(&["replay", p.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{name}");
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+        assert!(err.contains(want), "{name}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,789 @@
+//! `explain`: one table of rules over a report (the JSON document, so a
+//! saved `--json` file, a live trace and a replay are explained alike).
+//! Each rule names what it looks at, the cause it stands for, and returns
+//! its findings with the evidence lines that made it fire. Rules fire on
+//! evidence, never on the absence of it: a report without the signals a
+//! rule needs gives no finding from that rule.
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// What a rule's check returns: (pid, evidence lines) per affected process.
+pub type Hits = Vec<(u32, Vec<String>)>;
+
+/// One rule of the table.
+pub struct Rule {
+    pub id: &'static str,
+    /// The report fields the rule reads.
+    pub looks_at: &'static str,
+    /// The cause the rule stands for (what is wrong, and what to do).
+    pub cause: &'static str,
+    /// Findings: (pid, evidence lines) per affected process (pid 0: the host).
+    pub check: fn(&Value) -> Hits,
+}
+
+/// A rule that fired for one process (or the host).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Finding {
+    pub rule: &'static str,
+    /// The process it concerns (None: the host as a whole).
+    pub pid: Option<u32>,
+    pub comm: Option<String>,
+    pub cause: &'static str,
+    pub evidence: Vec<String>,
+}
+
+/// A staged or unexpected path the report shows.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Path {
+    pub pid: u32,
+    pub comm: String,
+    pub what: String,
+    /// Rules that explain it (empty: no rule recognised a cause).
+    pub explained_by: Vec<&'static str>,
+}
+
+/// What `explain` says about a report.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Explain {
+    pub paths: Vec<Path>,
+    pub findings: Vec<Finding>,
+}
+
+impl Explain {
+    /// Whether rule `id` fired (for any process).
+    pub fn fired(&self, id: &str) -> bool {
+        self.findings.iter().any(|f| f.rule == id)
+    }
+}
+
+fn arr(v: &Value) -> &[Value] {
+    v.as_array().map_or(&[], |a| a.as_slice())
+}
+
+fn s(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+fn pid_of(v: &Value) -> u32 {
+    u(&v["pid"]) as u32
+}
+
+fn process(r: &Value, pid: u32) -> Option<&Value> {
+    arr(&r["processes"]).iter().find(|p| pid_of(p) == pid)
+}
+
+fn registration(r: &Value) -> &[Value] {
+    arr(&r["registration"]["processes"])
+}
+
+fn has_module(r: &Value, m: &str) -> bool {
+    arr(&r["facts"]["modules"]).iter().any(|x| s(x) == m)
+}
+
+fn peer_client(r: &Value) -> bool {
+    (has_module(r, "nvidia_peermem") || has_module(r, "nv_peer_mem")) && r["facts"]["memory_peers"] == true
+}
+
+fn uses_nccl(p: &Value) -> bool {
+    p["calls"]
+        .as_object()
+        .is_some_and(|c| c.keys().any(|k| k.starts_with("nccl")))
+}
+
+fn env<'a>(p: &'a Value, var: &str) -> Option<&'a str> {
+    p["env"][var].as_str()
+}
+
+fn gpu_allocations(reg: &Value) -> u64 {
+    ["cuMemAlloc", "cuMemAllocAsync", "ncclMemAlloc"]
+        .iter()
+        .map(|k| u(&reg["allocations"][*k]))
+        .sum()
+}
+
+fn hex(v: &Value) -> String {
+    format!("{:#x}", u(v))
+}
+
+fn peer_client_evidence(r: &Value) -> Vec<String> {
+    let mut ev = Vec::new();
+    if !has_module(r, "nvidia_peermem") && !has_module(r, "nv_peer_mem") {
+        ev.push("nvidia_peermem (nv_peer_mem) is not loaded (/proc/modules)".into());
+    }
+    if r["facts"]["memory_peers"] != true {
+        ev.push("/sys/kernel/mm/memory_peers is absent: no peer-memory client is registered with ib_core".into());
+    }
+    ev
+}
+
+fn no_peer_memory(r: &Value) -> Hits {
+    if peer_client(r) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for reg in registration(r) {
+        let mut ev = Vec::new();
+        for f in arr(&reg["failed_registrations"]) {
+            if s(&f["op"]) != "ibv_reg_dmabuf_mr" && f["backing"].get("gpu").is_some() {
+                ev.push(format!(
+                    "{} on GPU memory {}+{} ({}) failed",
+                    s(&f["op"]),
+                    hex(&f["addr"]),
+                    u(&f["length"]),
+                    f["source"].as_str().unwrap_or("allocation seen")
+                ));
+            }
+        }
+        if let Some(n) = reg["kernel_failures"]["ib_umem_get: EFAULT"].as_u64() {
+            ev.push(format!(
+                "ib_umem_get failed with EFAULT (Bad address) x{n}: the pages are not host memory it can pin"
+            ));
+        }
+        if !ev.is_empty() {
+            ev.extend(peer_client_evidence(r));
+            out.push((pid_of(reg), ev));
+        }
+    }
+    for p in arr(&r["nccl_log"]["processes"]) {
+        let lines: Vec<String> = arr(&p["gdr_lines"])
+            .iter()
+            .filter(|l| s(l).contains("GPU Direct RDMA Disabled"))
+            .map(|l| format!("NCCL log: {}", s(l)))
+            .collect();
+        if !lines.is_empty() && !out.iter().any(|(pid, _)| *pid == pid_of(p)) {
+            let mut ev = lines;
+            ev.extend(peer_client_evidence(r));
+            out.push((pid_of(p), ev));
+        }
+    }
+    out
+}
+
+fn dmabuf_unsupported(r: &Value) -> Hits {
+    let mut out = Vec::new();
+    for reg in registration(r) {
+        let mut ev = Vec::new();
+        for f in arr(&reg["failed_registrations"]) {
+            if s(&f["op"]) == "ibv_reg_dmabuf_mr" {
+                ev.push(format!(
+                    "ibv_reg_dmabuf_mr for GPU range {}+{} failed",
+                    hex(&f["addr"]),
+                    u(&f["length"])
+                ));
+            }
+        }
+        if let Some(m) = reg["kernel_failures"].as_object() {
+            for (k, n) in m {
+                if k.starts_with("ib_umem_dmabuf_get") {
+                    ev.push(format!("{k} x{} in the kernel", u(n)));
+                }
+            }
+        }
+        if !ev.is_empty() {
+            out.push((pid_of(reg), ev));
+        }
+    }
+    for p in arr(&r["nccl_log"]["processes"]) {
+        let ev: Vec<String> = arr(&p["warnings"])
+            .iter()
+            .filter(|w| s(w).contains("ibv_reg_dmabuf_mr failed"))
+            .map(|w| format!("NCCL log: WARN {}", s(w)))
+            .collect();
+        if !ev.is_empty() {
+            match out.iter_mut().find(|(pid, _)| *pid == pid_of(p)) {
+                Some((_, e)) => e.extend(ev),
+                None => out.push((pid_of(p), ev)),
+            }
+        }
+    }
+    out
+}
+
+/// NCCL variables that switch a transport off, and whether a value does.
+fn forcing(var: &str, value: &str) -> Option<&'static str> {
+    let off = |v: &str| v == "0" || v.eq_ignore_ascii_case("false");
+    let on = |v: &str| !v.is_empty() && !off(v);
+    match var {
+        "NCCL_P2P_DISABLE" if on(value) => Some("disables peer-to-peer between GPUs (NVLink/PCIe P2P)"),
+        "NCCL_SHM_DISABLE" if on(value) => Some("disables the shared-memory transport"),
+        "NCCL_IB_DISABLE" if on(value) => Some("disables InfiniBand/RoCE: the network goes through sockets"),
+        "NCCL_NET_GDR_LEVEL" | "NCCL_NET_GDR_LEVEL_INTERNAL" => {
+            Some("limits GPUDirect RDMA to GPU-NIC paths up to this distance (LOC or 0 turns it off)")
+        }
+        "NCCL_DMABUF_ENABLE" if off(value) => Some("disables dma-buf registration of GPU memory"),
+        "NCCL_P2P_LEVEL" => Some("limits P2P to GPU pairs up to this distance (LOC or 0 turns it off)"),
+        "NCCL_NET" if value.eq_ignore_ascii_case("socket") => Some("selects the socket network transport"),
+        _ => None,
+    }
+}
+
+fn nccl_env(r: &Value) -> Hits {
+    let mut out = Vec::new();
+    for p in arr(&r["processes"]) {
+        if !uses_nccl(p) {
+            continue;
+        }
+        let Some(envs) = p["env"].as_object() else { continue };
+        let mut ev: Vec<String> = envs
+            .iter()
+            .filter_map(|(k, v)| {
+                Some(format!(
+                    "{k}={} in the process environment: {}",
+                    s(v),
+                    forcing(k, s(v))?
+                ))
+            })
+            .collect();
+        if ev.is_empty() {
+            continue;
+        }
+        if let Some(v) = arr(&r["verdicts"]).iter().find(|v| pid_of(v) == pid_of(p)) {
+            ev.push(format!("transport verdict: {}", s(&v["transport"])));
+        }
+        out.push((pid_of(p), ev));
+    }
+    out
+}
+
+fn far_paths(r: &Value) -> Vec<String> {
+    arr(&r["facts"]["gpu_nic_paths"])
+        .iter()
+        .filter_map(|x| {
+            let class = s(&x[2]);
+            matches!(class, "SYS" | "NODE").then(|| {
+                format!(
+                    "{} to {}: {class} (the path crosses {})",
+                    s(&x[0]),
+                    s(&x[1]),
+                    if class == "SYS" {
+                        "the inter-socket link"
+                    } else {
+                        "host bridges within a NUMA node"
+                    }
+                )
+            })
+        })
+        .collect()
+}
+
+/// Whether a process moved GPU data through host memory on the way to a NIC.
+fn staged_for_network(r: &Value, pid: u32) -> Option<String> {
+    let reg = registration(r).iter().find(|x| pid_of(x) == pid)?;
+    let host = u(&reg["by_backing"]["host"]["registrations"]);
+    let gpu =
+        u(&reg["by_backing"]["gpu/peer-mem"]["registrations"]) + u(&reg["by_backing"]["gpu/dma-buf"]["registrations"]);
+    if host > 0 && gpu == 0 && gpu_allocations(reg) > 0 {
+        return Some(format!(
+            "{host} MRs on host memory and none on the process's {} GPU allocations",
+            gpu_allocations(reg)
+        ));
+    }
+    None
+}
+
+fn gpu_nic_far(r: &Value) -> Hits {
+    let far = far_paths(r);
+    if far.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for p in arr(&r["processes"]) {
+        let mut ev = Vec::new();
+        if let Some(x) = staged_for_network(r, pid_of(p)) {
+            ev.push(x);
+        }
+        for c in arr(&r["nccl_log"]["communicators"]) {
+            if pid_of(c) == pid_of(p) && c["gdr"] == false {
+                ev.push(format!("NCCL log: communicator {} uses GDR 0", s(&c["communicator"])));
+            }
+        }
+        if !ev.is_empty() {
+            ev.extend(far.iter().cloned());
+            out.push((pid_of(p), ev));
+        }
+    }
+    out
+}
+
+fn acs_iommu(r: &Value) -> Hits {
+    let bridges: Vec<&str> = arr(&r["facts"]["acs_redirect"]).iter().map(s).collect();
+    if bridges.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for v in arr(&r["verdicts"]) {
+        let t = s(&v["transport"]);
+        if !matches!(t, "shm" | "socket" | "host-staged") {
+            continue;
+        }
+        let forced = process(r, pid_of(v)).is_some_and(|p| {
+            ["NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL"]
+                .iter()
+                .any(|k| env(p, k).is_some())
+        });
+        if forced {
+            continue;
+        }
+        let mut ev = vec![
+            format!("transport verdict {t} with no NCCL variable disabling P2P"),
+            format!(
+                "ACS request/completion redirect enabled on PCI bridge(s) {}: peer-to-peer TLPs are sent up to the root complex",
+                bridges.join(", ")
+            ),
+        ];
+        let groups = u(&r["facts"]["iommu"]["groups"]);
+        if groups > 0 {
+            let cmd: Vec<&str> = arr(&r["facts"]["iommu"]["cmdline"]).iter().map(s).collect();
+            ev.push(format!(
+                "IOMMU active ({groups} groups; kernel command line: {})",
+                if cmd.is_empty() {
+                    "no iommu= option".to_string()
+                } else {
+                    cmd.join(" ")
+                }
+            ));
+        }
+        out.push((pid_of(v), ev));
+    }
+    out
+}
+
+fn host_memory_registered(r: &Value) -> Hits {
+    let mut out = Vec::new();
+    for reg in registration(r) {
+        let pid = pid_of(reg);
+        let mut ev = Vec::new();
+        if let Some(x) = staged_for_network(r, pid) {
+            ev.push(x);
+        }
+        for g in arr(&r["transfers"]["groups"]) {
+            if s(&g["op"]).starts_with("ibv_reg") {
+                let hit = arr(&g["sample"]).iter().filter(|t| pid_of(t) == pid).find(|t| {
+                    s(&t["evidence"]).contains("managed memory")
+                        || (!ev.is_empty() && s(&t["transport"]) == "host-only")
+                });
+                if let Some(t) = hit {
+                    ev.push(s(&t["evidence"]).to_string());
+                    break;
+                }
+            }
+        }
+        if !ev.is_empty() {
+            out.push((pid, ev));
+        }
+    }
+    out
+}
+
+fn churn(r: &Value) -> Hits {
+    const TIMES: u64 = 4;
+    let mut out = Vec::new();
+    for reg in registration(r) {
+        let range = &reg["most_registered_range"];
+        let times = u(&range["times"]);
+        let backings = reg["by_backing"].as_object();
+        let dereg: u64 = backings.map_or(0, |b| b.values().map(|x| u(&x["deregistrations"])).sum());
+        if times < TIMES || dereg + 1 < TIMES {
+            continue;
+        }
+        let what = if range["io_uring"] == true {
+            format!(
+                "io_uring buffer set (iovec array {}, {} buffers)",
+                hex(&range["addr"]),
+                u(&range["length"])
+            )
+        } else {
+            format!("range {}+{}", hex(&range["addr"]), u(&range["length"]))
+        };
+        let mut ev = vec![format!(
+            "{what} registered {times} times ({} re-registrations of a range seen before, {dereg} deregistrations)",
+            u(&reg["reregistrations_of_seen_range"])
+        )];
+        for (k, b) in backings.into_iter().flatten() {
+            ev.push(format!(
+                "{k}: {:.0} registrations/s, {:.0} deregistrations/s",
+                b["registrations_per_s"].as_f64().unwrap_or(0.0),
+                b["deregistrations_per_s"].as_f64().unwrap_or(0.0)
+            ));
+        }
+        if let Some(p50) = reg["lifetime"]["p50"].as_u64() {
+            ev.push(format!("registration lifetime p50 {} us", p50 / 1000));
+        }
+        out.push((pid_of(reg), ev));
+    }
+    out
+}
+
+/// Transfer groups, or for reports written before transfer records
+/// existed, the operations table (samples without a process: pid 0).
+fn groups(r: &Value) -> Vec<Value> {
+    if r["transfers"].is_object() {
+        return arr(&r["transfers"]["groups"]).to_vec();
+    }
+    arr(&r["operations"])
+        .iter()
+        .map(|o| {
+            serde_json::json!({
+                "op": o["name"], "transport": o["transport"], "count": o["calls"], "bytes": o["bytes"],
+                "sample": [{"pid": 0, "evidence": o["evidence"], "transport": o["transport"]}],
+            })
+        })
+        .collect()
+}
+
+fn peer_access(r: &Value) -> Hits {
+    let mut out: Vec<(u32, Vec<String>)> = Vec::new();
+    for g in &groups(r) {
+        if !s(&g["op"]).starts_with("cuMemcpy") || s(&g["transport"]) != "host-staged" {
+            continue;
+        }
+        for t in arr(&g["sample"])
+            .iter()
+            .filter(|t| s(&t["evidence"]).contains("without cuCtxEnablePeerAccess"))
+        {
+            let line = format!(
+                "{} x{} ({} bytes): {}",
+                s(&g["op"]),
+                u(&g["count"]),
+                u(&g["bytes"]),
+                s(&t["evidence"])
+            );
+            match out.iter_mut().find(|(pid, _)| *pid == pid_of(t)) {
+                Some((_, ev)) if !ev.iter().any(|e| e.starts_with(s(&g["op"]))) => ev.push(line),
+                Some(_) => {}
+                None => out.push((pid_of(t), vec![line])),
+            }
+        }
+    }
+    out
+}
+
+fn pageable_copies(r: &Value) -> Hits {
+    let mut out: Vec<(u32, Vec<String>)> = Vec::new();
+    for g in &groups(r) {
+        let op = s(&g["op"]);
+        if !op.starts_with("cuMemcpy") || op.starts_with("cuMemcpyPeer") || s(&g["transport"]) != "host-staged" {
+            continue;
+        }
+        for t in arr(&g["sample"])
+            .iter()
+            .filter(|t| s(&t["evidence"]).contains("pageable"))
+        {
+            let line = format!(
+                "{op} x{} ({} bytes): {}",
+                u(&g["count"]),
+                u(&g["bytes"]),
+                s(&t["evidence"])
+            );
+            match out.iter_mut().find(|(pid, _)| *pid == pid_of(t)) {
+                Some((_, ev)) if !ev.iter().any(|e| e.starts_with(op)) => ev.push(line),
+                Some(_) => {}
+                None => out.push((pid_of(t), vec![line])),
+            }
+        }
+    }
+    out
+}
+
+fn app_staged(r: &Value) -> Hits {
+    let mut out = Vec::new();
+    for g in arr(&r["transfers"]["groups"]) {
+        if s(&g["op"]) != "cuMemcpyDtoH+cuMemcpyHtoD" {
+            continue;
+        }
+        let mut pids: Vec<u32> = arr(&g["sample"]).iter().map(pid_of).collect();
+        pids.dedup();
+        for pid in pids {
+            let ev = arr(&g["sample"])
+                .iter()
+                .filter(|t| pid_of(t) == pid)
+                .map(|t| s(&t["evidence"]).to_string())
+                .take(1)
+                .chain([format!("{} such transfers, {} bytes", u(&g["count"]), u(&g["bytes"]))])
+                .collect();
+            out.push((pid, ev));
+        }
+    }
+    out
+}
+
+/// The rule table.
+pub static RULES: &[Rule] = &[
+    Rule {
+        id: "no-peer-memory-client",
+        looks_at: "registration.processes[].failed_registrations on GPU memory, kernel_failures (ib_umem_get: EFAULT), nccl_log GDR lines, facts.modules, facts.memory_peers",
+        cause: "No peer-memory client: nvidia_peermem is not loaded (or not registered with ib_core), so the RDMA stack cannot pin GPU memory; registering it fails with EFAULT and the data is staged through host memory. Load it (modprobe nvidia-peermem) or register GPU memory through dma-buf (ibv_reg_dmabuf_mr).",
+        check: no_peer_memory,
+    },
+    Rule {
+        id: "dmabuf-unsupported",
+        looks_at: "registration.processes[].failed_registrations (ibv_reg_dmabuf_mr), kernel_failures (ib_umem_dmabuf_get*), nccl_log warnings",
+        cause: "dma-buf MRs are not supported here (EOPNOTSUPP from the RDMA driver or kernel): GPU memory cannot be registered through dma-buf. Use a kernel and RDMA driver with dma-buf MR support, or peer memory (nvidia_peermem) with NCCL_DMABUF_ENABLE=0.",
+        check: dmabuf_unsupported,
+    },
+    Rule {
+        id: "nccl-env-forced",
+        looks_at: "processes[].env (NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_IB_DISABLE, NCCL_NET_GDR_LEVEL, NCCL_DMABUF_ENABLE, NCCL_P2P_LEVEL, NCCL_NET) of processes that call NCCL, verdicts",
+        cause: "NCCL's transport was forced by the environment: a variable switched a direct path off, so NCCL used a slower one. Unset it unless it works around a known problem.",
+        check: nccl_env,
+    },
+    Rule {
+        id: "gpu-nic-far",
+        looks_at: "facts.gpu_nic_paths (SYS, NODE), registration by backing, nccl_log communicators' GDR decision",
+        cause: "The GPU and the NIC are too far apart (the PCIe path crosses the CPU socket link or host bridges): NCCL does not use GPUDirect RDMA beyond NCCL_NET_GDR_LEVEL and stages through host memory. Use a NIC close to the GPU (PIX/PXB) or raise NCCL_NET_GDR_LEVEL if the platform handles it.",
+        check: gpu_nic_far,
+    },
+    Rule {
+        id: "acs-iommu-blocks-p2p",
+        looks_at: "facts.acs_redirect, facts.iommu, verdicts (shm/socket/host-staged without an NCCL variable disabling P2P)",
+        cause: "PCIe ACS redirect (and the IOMMU) sends peer-to-peer traffic up to the root complex, where it is blocked or slow, so GPU-to-GPU traffic fell back through host memory. Disable ACS redirect on the bridges between the GPUs (setpci) or use iommu=pt.",
+        check: acs_iommu,
+    },
+    Rule {
+        id: "host-memory-registered",
+        looks_at: "registration.processes[].by_backing and allocations, ibv_reg_* transfer evidence (managed memory)",
+        cause: "Host (pageable or pinned) or managed memory was registered for RDMA while the process has GPU memory: the NIC reads and writes host memory and the data is copied to or from the GPU, a silent fallback from GPUDirect RDMA. Register the device buffers (cuMemAlloc) instead.",
+        check: host_memory_registered,
+    },
+    Rule {
+        id: "registration-churn",
+        looks_at: "registration.processes[].most_registered_range, by_backing rates, lifetime",
+        cause: "Registration churn: the same range is registered and deregistered again and again; every registration pins pages and programs the NIC or IOMMU. Register once and reuse (an MR cache, io_uring buffers kept registered).",
+        check: churn,
+    },
+    Rule {
+        id: "peer-access-not-enabled",
+        looks_at: "transfers of cuMemcpyPeer* and cross-device cuMemcpyDtoD/cuMemcpy with a host-staged verdict (no peer access for the pair)",
+        cause: "GPU-to-GPU copies without peer access: cuCtxEnablePeerAccess (cudaDeviceEnablePeerAccess) was not called for the pair, so the driver stages every copy through host memory. Enable peer access once per GPU pair.",
+        check: peer_access,
+    },
+    Rule {
+        id: "app-staged-gpu-copies",
+        looks_at: "transfers cuMemcpyDtoH+cuMemcpyHtoD (a device-to-host copy followed by a host-to-device copy through the same host buffer on one thread)",
+        cause: "The application moves data between GPU buffers through host memory itself (D2H then H2D): two PCIe crossings and a CPU round trip. Copy device to device (cuMemcpyPeer with peer access, or cuMemcpyDtoD) instead.",
+        check: app_staged,
+    },
+    Rule {
+        id: "pageable-host-copies",
+        looks_at: "transfers of cuMemcpy* with a host-staged verdict from pageable memory",
+        cause: "Copies between the GPU and pageable host memory: the driver stages them through its own pinned bounce buffer (an extra copy on the CPU). Allocate the host buffers with cuMemAllocHost/cuMemHostAlloc or pin them with cuMemHostRegister.",
+        check: pageable_copies,
+    },
+];
+
+fn comm_of(r: &Value, pid: u32) -> Option<String> {
+    process(r, pid).map(|p| s(&p["comm"]).to_string())
+}
+
+/// Runs every rule over a report.
+pub fn findings(r: &Value) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for rule in RULES {
+        for (pid, evidence) in (rule.check)(r) {
+            out.push(Finding {
+                rule: rule.id,
+                pid: (pid != 0).then_some(pid),
+                comm: (pid != 0).then(|| comm_of(r, pid)).flatten(),
+                cause: rule.cause,
+                evidence,
+            });
+        }
+    }
+    out
+}
+
+/// Rules that can explain a communication path (verdicts, network staging).
+const PATH_RULES: &[&str] = &[
+    "no-peer-memory-client",
+    "dmabuf-unsupported",
+    "nccl-env-forced",
+    "gpu-nic-far",
+    "acs-iommu-blocks-p2p",
+    "host-memory-registered",
+];
+/// Rules that can explain a staged copy.
+const COPY_RULES: &[&str] = &[
+    "peer-access-not-enabled",
+    "pageable-host-copies",
+    "app-staged-gpu-copies",
+    "acs-iommu-blocks-p2p",
+];
+/// Rules that can explain a failed registration.
+const REG_RULES: &[&str] = &["no-peer-memory-client", "dmabuf-unsupported"];
+
+/// Staged or unexpected paths: staged verdicts and copies, host MRs in a
+/// GPU process, failed registrations; each with the rules that explain it.
+pub fn paths(r: &Value, findings: &[Finding]) -> Vec<Path> {
+    let mut out: Vec<(u32, String, &[&str])> = Vec::new();
+    for v in arr(&r["verdicts"]) {
+        if v["host_staged"] == true || s(&v["transport"]) == "unknown" {
+            out.push((
+                pid_of(v),
+                format!("communication verdict {}", s(&v["transport"])),
+                PATH_RULES,
+            ));
+        }
+    }
+    for g in &groups(r) {
+        let t = s(&g["transport"]);
+        if matches!(t, "host-staged" | "shm" | "socket") && g["sample"][0]["calls"].is_null() {
+            let mut pids: Vec<u32> = arr(&g["sample"]).iter().map(pid_of).collect();
+            pids.dedup();
+            let rules = if s(&g["op"]).starts_with("cuMemcpy") {
+                COPY_RULES
+            } else {
+                PATH_RULES
+            };
+            for pid in pids {
+                let what = format!(
+                    "{} {t}: {} transfers, {} bytes",
+                    s(&g["op"]),
+                    u(&g["count"]),
+                    u(&g["bytes"])
+                );
+                out.push((pid, what, rules));
+            }
+        }
+    }
+    for reg in registration(r) {
+        if let Some(x) = staged_for_network(r, pid_of(reg)) {
+            out.push((pid_of(reg), format!("RDMA through host memory: {x}"), PATH_RULES));
+        }
+        let n = arr(&reg["failed_registrations"]).len();
+        if n > 0 {
+            out.push((pid_of(reg), format!("{n} failed memory registrations"), REG_RULES));
+        }
+    }
+    out.into_iter()
+        .map(|(pid, what, rules)| Path {
+            pid,
+            comm: comm_of(r, pid).unwrap_or_default(),
+            explained_by: {
+                let mut ids: Vec<&'static str> = findings
+                    .iter()
+                    .filter(|f| f.pid.unwrap_or(0) == pid && rules.contains(&f.rule))
+                    .map(|f| f.rule)
+                    .collect();
+                ids.dedup();
+                ids
+            },
+            what,
+        })
+        .collect()
+}
+
+pub fn explain(r: &Value) -> Explain {
+    let findings = findings(r);
+    Explain {
+        paths: paths(r, &findings),
+        findings,
+    }
+}
+
+/// The text form: verdicts, staged paths, root causes, overrides, NCCL log.
+pub fn render(r: &Value, e: &Explain) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "Explain");
+    if e.paths.is_empty() {
+        let _ = writeln!(o, "  no staged or unexpected path in this trace");
+    }
+    for p in &e.paths {
+        let by = if p.explained_by.is_empty() {
+            "no rule recognised a cause".to_string()
+        } else {
+            format!("cause: {}", p.explained_by.join(", "))
+        };
+        let who = if p.pid == 0 {
+            "all processes".to_string()
+        } else {
+            format!("pid {} {}", p.pid, p.comm)
+        };
+        let _ = writeln!(o, "  {who}: {} ({by})", p.what);
+    }
+    if !e.findings.is_empty() {
+        let _ = writeln!(o, "\nRoot causes");
+    }
+    for f in &e.findings {
+        let who = match (f.pid, &f.comm) {
+            (Some(pid), Some(c)) => format!("pid {pid} {c}"),
+            (Some(pid), None) => format!("pid {pid}"),
+            _ => "host".into(),
+        };
+        let _ = writeln!(o, "  [{}] {who}", f.rule);
+        let _ = writeln!(o, "    {}", f.cause);
+        for ev in &f.evidence {
+            let _ = writeln!(o, "    evidence: {ev}");
+        }
+    }
+    let overrides = arr(&r["overrides"]);
+    if !overrides.is_empty() {
+        let _ = writeln!(o, "\nNCCL/UCX variables in effect");
+        for x in overrides {
+            let _ = writeln!(o, "  pid {} {}={}", pid_of(x), s(&x["var"]), s(&x["value"]));
+        }
+    }
+    let comms = arr(&r["nccl_log"]["communicators"]);
+    if !comms.is_empty() {
+        let _ = writeln!(o, "\nNCCL log, per communicator");
+        for c in comms {
+            let agree = match c["agrees"].as_bool() {
+                Some(true) => "agrees",
+                Some(false) => "DISAGREES",
+                None => "not compared",
+            };
+            let vias: Vec<&str> = arr(&c["vias"]).iter().map(s).collect();
+            let gdr = match c["gdr"].as_bool() {
+                Some(true) => " GDR 1",
+                Some(false) => " GDR 0",
+                None => "",
+            };
+            let _ = writeln!(
+                o,
+                "  pid {} comm {} rank {}: via {}{gdr}; tracer {} ({agree})",
+                pid_of(c),
+                s(&c["communicator"]),
+                c["rank"].as_u64().map_or("?".into(), |v| v.to_string()),
+                if vias.is_empty() { "-".into() } else { vias.join(", ") },
+                c["tracer_says"].as_str().unwrap_or("-")
+            );
+        }
+    }
+    let staged: u64 = arr(&r["staging"]["processes"])
+        .iter()
+        .map(|p| u(&p["staged_bytes"]))
+        .sum();
+    let moved: u64 = arr(&r["staging"]["processes"])
+        .iter()
+        .map(|p| u(&p["moved_bytes"]))
+        .sum();
+    if moved > 0 {
+        let _ = writeln!(
+            o,
+            "\nhost-staged bytes: {staged} of {moved} moved ({:.1}%)",
+            staged as f64 * 100.0 / moved as f64
+        );
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_ids_are_unique_and_documented() {
+        let mut ids: Vec<&str> = RULES.iter().map(|r| r.id).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), RULES.len());
+        assert!(RULES.iter().all(|r| !r.cause.is_empty() && !r.looks_at.is_empty()));
+        // An empty report explains nothing.
+        assert!(findings(&serde_json::json!({})).is_empty());
+    }
+}

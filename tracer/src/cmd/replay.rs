@@ -1,0 +1,106 @@
+//! `gdrtrace replay FILE`: rebuild the report of a recording (`--record`)
+//! through the same aggregator, classification and report code as a live
+//! trace, with the process facts and host facts the recording holds.
+use std::{cell::RefCell, path::Path, rc::Rc};
+
+use crate::{
+    cli::ReplayArgs,
+    error::Result,
+    events::recording::{self, Input, Recording},
+    report::{self, Report},
+    stats::{Aggregator, source::Recorded},
+};
+
+/// Feeds a recording's inputs to a fresh aggregator, in order, each with
+/// the facts the live source answered while handling it.
+pub fn aggregate(rec: &Recording, transfers: Option<std::io::BufWriter<std::fs::File>>) -> Aggregator {
+    let pending = Rc::new(RefCell::new(Vec::new()));
+    let mut agg = Aggregator::with_source(Box::new(Recorded {
+        pending: pending.clone(),
+        nvlink: rec.header.facts.nvlink,
+    }));
+    agg.transfers.sink = transfers;
+    for (input, facts) in &rec.inputs {
+        *pending.borrow_mut() = facts.clone();
+        match input {
+            Input::Event(e) => agg.push(e),
+            Input::Target { pid, parent } => agg.add_process(*pid, *parent),
+            Input::Tick => agg.sample(),
+            Input::AliveCheck => {
+                agg.check_exited();
+            }
+            Input::Aggregates(rows) => agg.set_aggregates(rows),
+        }
+    }
+    for (pid, kib) in &rec.footer.vm_pin_kib_at_attach {
+        if let Some(p) = agg.procs.get_mut(pid) {
+            p.vm_pin_kib_at_attach = Some(*kib);
+        }
+    }
+    agg
+}
+
+/// The judged report of a recording (and the aggregator behind it).
+pub fn rebuild(rec: &Recording, nccl_log: Option<&str>) -> std::result::Result<(Report, Aggregator), String> {
+    rebuild_with(rec, nccl_log, None)
+}
+
+/// As `rebuild`, writing transfer records to `transfers`.
+pub fn rebuild_with(
+    rec: &Recording,
+    nccl_log: Option<&str>,
+    transfers: Option<&Path>,
+) -> std::result::Result<(Report, Aggregator), String> {
+    let sink = match transfers {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).map_err(|e| format!("cannot create {}: {e}", p.display()))?,
+        )),
+        None => None,
+    };
+    let mut agg = aggregate(rec, sink);
+    let inputs = recording::inputs_of(&rec.header, &rec.footer)?;
+    let mut r = report::build(&agg, inputs);
+    report::accounting::finish_transfers(&mut agg, &r, rec.header.facts.nvlink)
+        .map_err(|e| format!("writing the transfer records: {e}"))?;
+    r.workloads = rec.workloads.clone();
+    r.judge_with(nccl_log, rec.header.facts.nvlink);
+    Ok((r, agg))
+}
+
+/// Reads and parses a recording; the error is one line naming the file.
+pub fn load(path: &Path) -> std::result::Result<Recording, String> {
+    let text = std::fs::read(path).map_err(|e| format!("cannot read the recording {}: {e}", path.display()))?;
+    let text = String::from_utf8(text)
+        .map_err(|_| format!("{}: not a gdrtrace recording (not UTF-8 text)", path.display()))?;
+    recording::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+pub fn replay(args: &ReplayArgs) -> Result<i32> {
+    let log = match &args.nccl_log {
+        Some(p) => match std::fs::read_to_string(p) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("gdrtrace: cannot read the NCCL log {}: {e}", p.display());
+                return Ok(2);
+            }
+        },
+        None => None,
+    };
+    let rebuilt =
+        load(&args.recording).and_then(|rec| Ok((rebuild_with(&rec, log.as_deref(), args.transfers.as_deref())?, rec)));
+    let ((report, _agg), rec) = match rebuilt {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("gdrtrace: {e}");
+            return Ok(2);
+        }
+    };
+    super::run::emit_with(
+        args.json.as_deref(),
+        args.format,
+        None,
+        rec.header.facts.nvlink,
+        &report,
+    )?;
+    Ok(0)
+}

@@ -1,0 +1,269 @@
+//! Test support: replaying the recordings under `tests/fixtures/recordings/`
+//! (real ones recorded on a machine, and stand-ins written for hardware no
+//! test machine has; see the README there) through the same replay path as
+//! `gdrtrace replay`, and the tests of the explain rules and verdicts on them.
+use crate::{classify::explain::Explain, report::Report};
+
+/// The fixtures directory of the repository.
+pub fn dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/recordings")
+}
+
+/// Replays `tests/fixtures/recordings/<name>.rec` (name without `.rec`):
+/// the judged report and what `explain` says about it.
+pub fn replay_fixture(name: &str) -> (Report, Explain) {
+    replay_fixture_with_log(name, None)
+}
+
+/// As `replay_fixture`, corroborated with an NCCL log.
+pub fn replay_fixture_with_log(name: &str, nccl_log: Option<&str>) -> (Report, Explain) {
+    let path = dir().join(format!("{name}.rec"));
+    let rec = crate::cmd::replay::load(&path).unwrap_or_else(|e| panic!("fixture {name}: {e}"));
+    let (report, _) = crate::cmd::replay::rebuild(&rec, nccl_log).unwrap_or_else(|e| panic!("fixture {name}: {e}"));
+    let explain = report.explain.clone();
+    (report, explain)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op<'a>(r: &'a Report, name: &str, transport: &str) -> Option<&'a crate::report::Operation> {
+        r.operations.iter().find(|o| o.name == name && o.transport == transport)
+    }
+
+    fn transfer<'a>(r: &'a Report, op: &str) -> &'a crate::report::accounting::TransferGroup {
+        r.transfers
+            .groups
+            .iter()
+            .find(|g| g.op == op)
+            .unwrap_or_else(|| panic!("no transfer group {op}: {:?}", r.transfers.groups))
+    }
+
+    /// Each rule: a fixture that triggers it and one that must not.
+    const RULE_CASES: &[(&str, &str, &str)] = &[
+        ("no-peer-memory-client", "standin-peermem-efault", "standin-peermem-ok"),
+        ("no-peer-memory-client", "standin-peermem-efault", "standin-dmabuf-ok"),
+        ("dmabuf-unsupported", "standin-dmabuf-eopnotsupp", "standin-dmabuf-ok"),
+        ("nccl-env-forced", "standin-nccl-no-p2p", "standin-nccl-p2p"),
+        ("gpu-nic-far", "standin-nccl-nic-far", "standin-peermem-ok"),
+        ("acs-iommu-blocks-p2p", "standin-nccl-acs", "standin-nccl-no-p2p"),
+        ("acs-iommu-blocks-p2p", "standin-nccl-acs", "standin-nccl-p2p"),
+        ("host-memory-registered", "standin-uapi", "standin-peermem-ok"),
+        ("host-memory-registered", "standin-managed-mr", "standin-dmabuf-ok"),
+        ("registration-churn", "pin-churn", "standin-uapi"),
+        (
+            "peer-access-not-enabled",
+            "standin-peer-copy-no-access",
+            "standin-peer-copy-enabled",
+        ),
+        ("app-staged-gpu-copies", "standin-peer-copy-enabled", "standin-uapi"),
+        ("pageable-host-copies", "standin-uapi", "standin-peer-copy-enabled"),
+    ];
+
+    #[test]
+    fn every_rule_has_a_triggering_and_a_quiet_fixture() {
+        for rule in crate::classify::explain::RULES {
+            assert!(
+                RULE_CASES.iter().any(|(id, _, _)| *id == rule.id),
+                "rule {} has no fixture test",
+                rule.id
+            );
+        }
+        for (id, fires, quiet) in RULE_CASES {
+            let (_, e) = replay_fixture(fires);
+            let f = e
+                .findings
+                .iter()
+                .find(|f| f.rule == *id)
+                .unwrap_or_else(|| panic!("{id} did not fire on {fires}: {:?}", e.findings));
+            assert!(!f.evidence.is_empty(), "{id} on {fires}: no evidence");
+            assert!(f.pid.is_some(), "{id} on {fires}: no process");
+            let (_, e) = replay_fixture(quiet);
+            assert!(!e.fired(id), "{id} fired on {quiet}: {:?}", e.findings);
+        }
+    }
+
+    #[test]
+    fn rules_name_their_evidence() {
+        let (_, e) = replay_fixture("standin-peermem-efault");
+        let f = e.findings.iter().find(|f| f.rule == "no-peer-memory-client").unwrap();
+        assert!(
+            f.evidence.iter().any(|l| l.contains("ib_umem_get failed with EFAULT")),
+            "{f:?}"
+        );
+        assert!(f.evidence.iter().any(|l| l.contains("nvidia_peermem")), "{f:?}");
+        assert!(f.evidence.iter().any(|l| l.contains("(cuMemAlloc) failed")), "{f:?}");
+        // The failed registration is a path explained by the rule.
+        assert!(
+            e.paths
+                .iter()
+                .any(|p| p.what.contains("failed memory registrations") && p.explained_by == ["no-peer-memory-client"]),
+            "{:?}",
+            e.paths
+        );
+        let (_, e) = replay_fixture("standin-dmabuf-eopnotsupp");
+        let f = e.findings.iter().find(|f| f.rule == "dmabuf-unsupported").unwrap();
+        assert!(f.evidence.iter().any(|l| l.contains("EOPNOTSUPP")), "{f:?}");
+        let (r, e) = replay_fixture("standin-nccl-no-p2p");
+        assert_eq!(e.findings.iter().filter(|f| f.rule == "nccl-env-forced").count(), 2);
+        assert!(
+            e.findings
+                .iter()
+                .all(|f| f.evidence[0].starts_with("NCCL_P2P_DISABLE=1"))
+        );
+        // Every NCCL_* override is listed, informational variables are not.
+        assert!(r.overrides.iter().any(|o| o.var == "NCCL_TOPO_FILE"));
+        assert!(!r.overrides.iter().any(|o| o.var == "NCCL_DEBUG"));
+    }
+
+    #[test]
+    fn gpudirect_verdicts_of_the_registration_paths() {
+        let (r, _) = replay_fixture("standin-peermem-ok");
+        let mr = op(&r, "ibv_reg_mr", "gpudirect-rdma/peer-mem").expect("peer-mem MR");
+        assert!(
+            mr.evidence
+                .contains("MR lkey 0x1234 covers GPU allocation 0x7f3a00000000 (cuMemAlloc)"),
+            "{}",
+            mr.evidence
+        );
+        assert!(op(&r, "nvidia_p2p_get_pages", "gpudirect-rdma/peer-mem").is_some());
+        let reg = &r.registration.processes[0];
+        assert_eq!(reg.by_backing["gpu/peer-mem"].registrations, 1);
+        assert_eq!(reg.by_backing["gpu/peer-mem"].deregistrations, 1);
+        assert!(r.registration.latency_by_backing.contains_key("gpu/peer-mem"));
+        assert!(r.registration.latency_by_kernel_path.contains_key("ib_umem_get"));
+        assert!(
+            r.registration
+                .latency_by_kernel_path
+                .contains_key("nvidia_p2p_get_pages")
+        );
+
+        let (r, _) = replay_fixture("standin-dmabuf-ok");
+        let mr = op(&r, "ibv_reg_dmabuf_mr", "gpudirect-rdma/dma-buf").expect("dma-buf MR");
+        assert!(
+            mr.evidence
+                .contains("registered through dma-buf fd 17 exported by cuMemGetHandleForAddressRange"),
+            "{}",
+            mr.evidence
+        );
+        assert!(mr.evidence.contains("(cuMemAlloc)"), "{}", mr.evidence);
+        assert_eq!(r.registration.processes[0].by_backing["gpu/dma-buf"].registrations, 1);
+
+        // Failed registrations moved nothing: unknown, counted as errors.
+        let (r, _) = replay_fixture("standin-dmabuf-eopnotsupp");
+        let mr = op(&r, "ibv_reg_dmabuf_mr", "unknown").expect("failed dma-buf MR");
+        assert_eq!(mr.errors, 1);
+        assert_eq!(
+            r.registration.processes[0]
+                .kernel_failures
+                .get("ib_umem_dmabuf_get: EOPNOTSUPP"),
+            Some(&1)
+        );
+    }
+
+    #[test]
+    fn copy_verdicts_and_staged_pairs() {
+        let (r, _) = replay_fixture("standin-peer-copy-enabled");
+        assert_eq!(op(&r, "cuMemcpyPeer", "p2p/nvlink").map(|o| o.calls), Some(5));
+        // Pinned copies are direct DMA; together they stage one GPU-to-GPU transfer.
+        assert!(op(&r, "cuMemcpyDtoH", "host-only").is_some());
+        assert!(op(&r, "cuMemcpyHtoD", "host-only").is_some());
+        let pair = transfer(&r, "cuMemcpyDtoH+cuMemcpyHtoD");
+        assert_eq!((pair.transport, pair.count, pair.bytes), ("host-staged", 1, 16 << 20));
+        assert!(
+            pair.sample[0].evidence.contains("(pinned)"),
+            "{}",
+            pair.sample[0].evidence
+        );
+        let s = &r.staging.processes[0];
+        assert_eq!((s.staged_pairs, s.staging_copies, s.staged_bytes), (1, 1, 16 << 20));
+        assert!(s.staged_ratio > 0.0 && s.staged_ratio < 1.0, "{}", s.staged_ratio);
+        assert!(s.cpu_s_per_gb.is_some());
+
+        // Devices come from the context current at allocation time.
+        let o = op(&r, "cuMemcpyDtoD", "p2p/nvlink").expect("peer DtoD");
+        assert!(
+            o.evidence
+                .contains("from device 0 to device 1 after cuCtxEnablePeerAccess"),
+            "{}",
+            o.evidence
+        );
+
+        let (r, e) = replay_fixture("standin-peer-copy-no-access");
+        let o = op(&r, "cuMemcpyPeer", "host-staged").expect("staged peer copies");
+        assert!(o.evidence.contains("without cuCtxEnablePeerAccess"), "{}", o.evidence);
+        let o = op(&r, "cuMemcpyDtoD", "host-staged").expect("staged cross-device DtoD");
+        assert!(
+            o.evidence.contains("from device 0 to device 1 without"),
+            "{}",
+            o.evidence
+        );
+        let s = &r.staging.processes[0];
+        assert_eq!((s.staging_copies, s.staged_ratio), (8, 1.0));
+        assert!((s.staging_copies_per_s - 4.0).abs() < 1e-9, "8 copies in 2 s");
+        let f = e.findings.iter().find(|f| f.rule == "peer-access-not-enabled").unwrap();
+        assert_eq!(f.evidence.len(), 2, "cuMemcpyPeer and cuMemcpyDtoD: {f:?}");
+
+        // Real: pageable copies through the libcuda stand-in are host-staged.
+        let (r, _) = replay_fixture("standin-uapi");
+        assert_eq!(op(&r, "cuMemcpyHtoD", "host-staged").map(|o| o.calls), Some(2));
+        assert!(transfer(&r, "ibv_reg_mr").sample[0].evidence.starts_with("MR lkey 0x"));
+    }
+
+    #[test]
+    fn churn_and_staging_accounting() {
+        // Real pin-churn recording: 40 io_uring register/unregister cycles.
+        let (r, _) = replay_fixture("pin-churn");
+        let reg = &r.registration.processes[0];
+        let u = &reg.by_backing["io_uring"];
+        assert_eq!((u.registrations, u.deregistrations), (40, 40));
+        assert!(u.registrations_per_s > 0.0);
+        assert_eq!(reg.reregistrations_of_seen_range, 39);
+        let range = reg.most_registered_range.as_ref().unwrap();
+        assert!(range.io_uring && range.times == 40 && range.length == 2, "{range:?}");
+        assert_eq!(reg.lifetime.as_ref().map(|l| l.count), Some(40));
+        assert_eq!(r.registration.latency_by_backing["io_uring"].count, 40);
+
+        // Communicators take their process's verdict; staged bytes follow it.
+        let (r, _) = replay_fixture("standin-nccl-p2p");
+        assert!(
+            r.staging
+                .communicators
+                .iter()
+                .all(|c| c.transport == "p2p/nvlink" && c.staged_bytes == 0)
+        );
+        let (r, _) = replay_fixture("standin-nccl-no-p2p");
+        assert_eq!(r.staging.communicators.len(), 2);
+        assert!(
+            r.staging
+                .communicators
+                .iter()
+                .all(|c| c.transport == "shm" && c.staged_ratio == 1.0)
+        );
+        let g = transfer(&r, "ncclAllReduce");
+        assert_eq!((g.transport, g.count), ("shm", 400));
+        assert_eq!(g.sample[0].communicator.as_deref(), Some("0x55d9dbb07aa0"));
+    }
+
+    #[test]
+    fn nccl_log_per_communicator_on_a_replay() {
+        let log = "h:4100:4100 [0] NCCL INFO ncclCommInitRank comm 0x55d9dbb07aa0 rank 0 nranks 2 cudaDev 0 - Init START\n\
+                   h:4100:4100 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct\n\
+                   h:4101:4101 [1] NCCL INFO ncclCommInitRank comm 0x55d9dbb08aa0 rank 1 nranks 2 cudaDev 1 - Init START\n\
+                   h:4101:4101 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM\n";
+        let (r, _) = replay_fixture_with_log("standin-nccl-no-p2p", Some(log));
+        let l = r.nccl_log.as_ref().unwrap();
+        let c: Vec<_> = l.communicators.iter().map(|c| (c.pid, c.agrees)).collect();
+        assert_eq!(c, vec![(4100, Some(true)), (4101, Some(false))]);
+    }
+
+    #[test]
+    fn replay_is_deterministic() {
+        for name in ["pin-churn", "standin-uapi", "standin-nccl-acs"] {
+            let a = serde_json::to_string(&replay_fixture(name).0).unwrap();
+            let b = serde_json::to_string(&replay_fixture(name).0).unwrap();
+            assert_eq!(a, b, "{name}");
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Where the aggregator learns facts about processes that events do not
+//! carry (command name, environment, pinned memory, CPU time, whether a task
+//! is a process or a thread, whether it is still alive): `/proc` while
+//! tracing, the recording's `process`/`env`/`sample`/`gone` lines on replay.
+use std::{cell::RefCell, collections::BTreeMap, rc::Rc};
+
+use serde::{Deserialize, Serialize};
+
+use crate::counters;
+
+/// One process-facts answer, as the live source gave it and as a recording
+/// holds it (a line with `"type"` set to the variant's name).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Fact {
+    /// A process seen for the first time: its name, parent and filtered environment.
+    Process {
+        pid: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        comm: Option<String>,
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+    },
+    /// The environment read after exec (or on the process's first call).
+    Env {
+        pid: u32,
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+    },
+    /// Per-process counters (`VmPin`, CPU time), written when they changed.
+    Sample {
+        pid: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        vm_pin_kib: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cpu_seconds: Option<f64>,
+    },
+    /// The process no longer exists (checked by `attach` to stop).
+    Gone { pid: u32 },
+}
+
+impl Fact {
+    pub fn pid(&self) -> u32 {
+        match self {
+            Fact::Process { pid, .. } | Fact::Env { pid, .. } | Fact::Sample { pid, .. } | Fact::Gone { pid } => *pid,
+        }
+    }
+}
+
+/// What a process looks like at first sight.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Look {
+    pub comm: Option<String>,
+    pub env: BTreeMap<String, String>,
+}
+
+/// The questions the aggregator asks about processes.
+pub trait ProcSource: std::fmt::Debug {
+    /// Name and environment of a process being added.
+    fn look(&mut self, pid: u32) -> Look;
+    /// A new task from `sched_process_fork`: `Some` when it is a process
+    /// (its own thread-group leader), `None` for a thread.
+    fn look_child(&mut self, child: u32) -> Option<Look>;
+    /// The filtered environment (`NCCL_*`, `CUDA_*`, `UCX_*`, `NVSHMEM_*`).
+    fn env(&mut self, pid: u32) -> BTreeMap<String, String>;
+    /// `VmPin` (KiB) and CPU seconds, when readable.
+    fn sample(&mut self, pid: u32) -> (Option<u64>, Option<f64>);
+    /// Whether the process still exists.
+    fn alive(&mut self, pid: u32) -> bool;
+    /// NVLink between the GPUs (host fact; None when unknown).
+    fn nvlink(&mut self) -> Option<bool>;
+}
+
+/// The live source: `/proc`.
+#[derive(Debug, Default)]
+pub struct LiveProc;
+
+impl ProcSource for LiveProc {
+    fn look(&mut self, pid: u32) -> Look {
+        Look {
+            comm: counters::comm(pid),
+            env: counters::comm_env(pid),
+        }
+    }
+
+    fn look_child(&mut self, child: u32) -> Option<Look> {
+        // Threads share the tgid; only new processes get a row.
+        let leader = std::path::Path::new(&format!("/proc/{child}/task/{child}")).exists()
+            && counters::tgid(child).is_none_or(|t| t == child);
+        leader.then(|| self.look(child))
+    }
+
+    fn env(&mut self, pid: u32) -> BTreeMap<String, String> {
+        counters::comm_env(pid)
+    }
+
+    fn sample(&mut self, pid: u32) -> (Option<u64>, Option<f64>) {
+        (counters::vm_pin_kib(pid), counters::cpu_seconds(pid))
+    }
+
+    fn alive(&mut self, pid: u32) -> bool {
+        std::path::Path::new(&format!("/proc/{pid}")).exists()
+    }
+
+    fn nvlink(&mut self) -> Option<bool> {
+        crate::topo::discover().nvlink()
+    }
+}
+
+/// The replay source: answers from the fact lines that followed the input
+/// being replayed (the live source's answers, in the order they were given).
+#[derive(Debug, Default, Clone)]
+pub struct Recorded {
+    /// Shared with the replay loop, which sets it before each input.
+    pub pending: Rc<RefCell<Vec<Fact>>>,
+    /// The recording's host fact.
+    pub nvlink: Option<bool>,
+}
+
+impl Recorded {
+    fn take(&mut self, pid: u32, want: fn(&Fact) -> bool) -> Option<Fact> {
+        let mut pending = self.pending.borrow_mut();
+        let i = pending.iter().position(|f| f.pid() == pid && want(f))?;
+        Some(pending.remove(i))
+    }
+}
+
+impl ProcSource for Recorded {
+    fn look(&mut self, pid: u32) -> Look {
+        match self.take(pid, |f| matches!(f, Fact::Process { .. })) {
+            Some(Fact::Process { comm, env, .. }) => Look { comm, env },
+            _ => Look::default(),
+        }
+    }
+
+    fn look_child(&mut self, child: u32) -> Option<Look> {
+        match self.take(child, |f| matches!(f, Fact::Process { .. })) {
+            Some(Fact::Process { comm, env, .. }) => Some(Look { comm, env }),
+            _ => None,
+        }
+    }
+
+    fn env(&mut self, pid: u32) -> BTreeMap<String, String> {
+        match self.take(pid, |f| matches!(f, Fact::Env { .. })) {
+            Some(Fact::Env { env, .. }) => env,
+            _ => BTreeMap::new(),
+        }
+    }
+
+    fn sample(&mut self, pid: u32) -> (Option<u64>, Option<f64>) {
+        match self.take(pid, |f| matches!(f, Fact::Sample { .. })) {
+            Some(Fact::Sample {
+                vm_pin_kib,
+                cpu_seconds,
+                ..
+            }) => (vm_pin_kib, cpu_seconds),
+            _ => (None, None),
+        }
+    }
+
+    fn alive(&mut self, pid: u32) -> bool {
+        self.take(pid, |f| matches!(f, Fact::Gone { .. })).is_none()
+    }
+
+    fn nvlink(&mut self) -> Option<bool> {
+        self.nvlink
+    }
+}
