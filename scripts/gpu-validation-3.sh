@@ -5,7 +5,8 @@
 #   part 2: attach to an NCCL job past its set-up, per transport mode
 #           (transport within the first interval), and the attach overhead
 #           with the tracer on and off interleaved on one job.
-# Usage: scripts/gpu-validation-3.sh 1|2. Results in $OUT/results-N.tgz.
+# Part 3 repeats part 2's overhead measurement alone (after a fix).
+# Usage: scripts/gpu-validation-3.sh 1|2|3. Results in $OUT/results-N.tgz.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 B=$PWD/dist/gdrtrace
@@ -28,7 +29,8 @@ if [ "$part" = 1 ]; then
   cat "$R/topo-check.txt" | tail -n 40
 fi
 
-if [ "$part" = 2 ]; then
+if [ "$part" = 2 ] || [ "$part" = 3 ]; then
+  [ "$part" = 3 ] && modes=""   # part 3: the overhead measurement alone
   # Attach per mode to a job that finished its set-up before the tracer came.
   for m in $modes; do
     setsid "$B" drive nccl --mode $m --size 256M --duration 30s > "$R/job-$m.txt" 2>&1 &
@@ -56,6 +58,9 @@ import json, sys, statistics as st
 R = sys.argv[1]
 expect = {"auto": "p2p/nvlink", "no-p2p": "shm", "no-p2p-no-shm": "socket"}
 for m, want in expect.items():
+    import os
+    if not os.path.exists(f"{R}/attach-{m}.jsonl"):
+        continue
     try:
         first = json.loads(open(f"{R}/attach-{m}.jsonl").readline())
         rep = json.load(open(f"{R}/attach-{m}.json"))
@@ -86,5 +91,6 @@ print(f"overhead: on {len(on_t)} iters mean {st.mean(on_t):.2f} us median {st.me
 PY
   cat "$R/summary.txt"
   for m in $modes; do echo "== $m"; head -n 8 "$R/attach-$m.txt"; done
+  grep -h "detached\|attached to" "$R"/overhead-*.txt
 fi
 tar czf "$OUT/results-$part.tgz" -C "$R" .

@@ -37,6 +37,7 @@ fn session(ringbuf_bytes: u32) -> Session {
         },
         families: None,
         installed_libraries: false,
+        skip_hot_setup: false,
     };
     let mut s = Session::open(&opts).expect("opening a session");
     s.add_target(std::process::id()).expect("adding self to the target set");

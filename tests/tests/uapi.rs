@@ -233,6 +233,7 @@ fn session() -> Session {
         },
         families: None,
         installed_libraries: false,
+        skip_hot_setup: false,
     };
     Session::open(&opts).expect("opening a session")
 }

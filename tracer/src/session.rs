@@ -23,6 +23,8 @@ pub struct SessionOptions {
     pub families: Option<Vec<Family>>,
     /// Attach the library table to the host's installed libraries up front.
     pub installed_libraries: bool,
+    /// Leave out hot-path set-up rows (`Row::hot_setup`): for `attach`.
+    pub skip_hot_setup: bool,
 }
 
 pub struct Session {
@@ -34,6 +36,7 @@ impl Session {
     pub fn open(opts: &SessionOptions) -> Result<Self> {
         let mut ebpf = loader::load(&opts.load)?;
         let mut planner = Planner::new();
+        planner.skip_hot_setup = opts.skip_hot_setup;
         let families = opts.families.clone();
         let enabled = move |f: Family| {
             families

@@ -212,6 +212,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         },
         families: None,
         installed_libraries: args.all,
+        skip_hot_setup: true,
     };
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);

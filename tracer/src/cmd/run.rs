@@ -52,6 +52,7 @@ pub fn session_options(t: &TraceArgs) -> Result<SessionOptions> {
         },
         families: None,
         installed_libraries: !t.no_installed_libraries,
+        skip_hot_setup: false,
     })
 }
 

@@ -75,6 +75,8 @@ pub struct LibAttachment {
     pub path: String,
     pub symbols: Vec<String>,
     pub missing: Vec<&'static str>,
+    /// Rows left out on purpose (`Row::hot_setup` under `attach`).
+    pub skipped: Vec<&'static str>,
     pub errors: Vec<String>,
 }
 
@@ -99,6 +101,8 @@ pub struct Planner {
     /// Which library files (by identity) each traced process maps.
     pub proc_libs: BTreeMap<u32, std::collections::BTreeSet<(u64, u64)>>,
     uapi_loaded: Option<Result<(), String>>,
+    /// Leave out `Row::hot_setup` rows (attach: targets are past set-up).
+    pub skip_hot_setup: bool,
     /// Every uprobe link, by program, for the parallel detach.
     uprobe_links: Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>,
 }
@@ -125,6 +129,7 @@ impl Planner {
             proc_libs: BTreeMap::new(),
             uapi_loaded: None,
             uprobe_links: Vec::new(),
+            skip_hot_setup: false,
         }
     }
 
@@ -337,12 +342,17 @@ impl Planner {
             path: file.path.clone(),
             symbols: Vec::new(),
             missing: Vec::new(),
+            skipped: Vec::new(),
             errors: Vec::new(),
         };
         match symbols::functions(&file.host_path) {
             Err(e) => att.errors.push(e.to_string()),
             Ok(syms) => {
                 for (i, row) in uapi::TABLE.iter().enumerate().filter(|(_, r)| r.lib == file.lib) {
+                    if row.hot_setup && self.skip_hot_setup {
+                        att.skipped.push(row.symbol);
+                        continue;
+                    }
                     match self.attach_symbol(ebpf, &file.host_path, &syms, row.symbol, uapi::op_of(i)) {
                         Ok(v) if v.is_empty() => att.missing.push(row.symbol),
                         Ok(v) => att.symbols.extend(v),
@@ -375,6 +385,13 @@ impl Planner {
                     detail.push(format!("{}: {} symbols attached", a.path, a.symbols.len()));
                     if !a.missing.is_empty() {
                         detail.push(format!("{}: not exported: {}", a.path, a.missing.join(", ")));
+                    }
+                    if !a.skipped.is_empty() {
+                        detail.push(format!(
+                            "{}: left out (hot path of a running job): {}",
+                            a.path,
+                            a.skipped.join(", ")
+                        ));
                     }
                     for e in &a.errors {
                         detail.push(format!("{}: {e}", a.path));
