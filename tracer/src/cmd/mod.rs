@@ -1,5 +1,7 @@
 //! One module per subcommand.
 pub mod attach;
+pub mod baseline;
+pub mod compare;
 pub mod doctor;
 pub mod drive;
 pub mod explain;
@@ -18,6 +20,8 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
         Command::Run(a) => run::run(&a),
         Command::Validate(a) => validate::validate(&a),
         Command::Drive(d) => drive::drive(&d),
+        Command::Baseline(crate::cli::BaselineCmd::Record(a)) => baseline::record(&a),
+        Command::Compare(a) => Ok(compare::compare(&a)),
     }
 }
 
