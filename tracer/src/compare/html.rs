@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use plotters::prelude::*;
 
-use super::{Comparison, Lat, Metrics, Status, WorkloadCmp, fmt_ns, fmt_size};
+use super::{Comparison, Lat, Metrics, Status, WorkloadCmp, fmt_ns};
 
 /// Series colours (also what the screenshot test looks for).
 pub const BASELINE_RGB: (u8, u8, u8) = (31, 119, 180);
@@ -14,6 +14,21 @@ const BASE: RGBColor = RGBColor(BASELINE_RGB.0, BASELINE_RGB.1, BASELINE_RGB.2);
 const CUR: RGBColor = RGBColor(CURRENT_RGB.0, CURRENT_RGB.1, CURRENT_RGB.2);
 const W: u32 = 560;
 const H: u32 = 300;
+
+/// Axis labels for byte sizes: 64M, 9.8K.
+fn axis_bytes(x: f64) -> String {
+    for (unit, s) in [(1u64 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")] {
+        let v = x / unit as f64;
+        if v >= 1.0 {
+            return if (v - v.round()).abs() < 0.05 {
+                format!("{}{s}", v.round())
+            } else {
+                format!("{v:.1}{s}")
+            };
+        }
+    }
+    format!("{}", x.round())
+}
 
 type Draw = Result<(), Box<dyn std::error::Error>>;
 
@@ -127,7 +142,7 @@ fn bandwidth_plot(name: &str, a: &Metrics, b: &Metrics) -> Option<String> {
             .build_cartesian_2d((xmin..xmax).log_scale(), 0f64..ymax)?;
         chart
             .configure_mesh()
-            .x_label_formatter(&|x| fmt_size(x.round() as u64))
+            .x_label_formatter(&|x| axis_bytes(*x))
             .x_desc("bytes per call")
             .y_desc("GB/s")
             .draw()?;
