@@ -510,6 +510,25 @@ impl Comparison {
         if self.probe_lost_fails && !self.lost_probes.is_empty() {
             parts.push(format!("{} probe points became unavailable", self.lost_probes.len()));
         }
+        let metrics: Vec<String> = self
+            .workloads
+            .iter()
+            .flat_map(|w| w.rows.iter().map(move |r| (w, r)))
+            .filter(|(_, r)| r.status == Status::Regression && r.limit != "any change")
+            .map(|(w, r)| format!("{} {} {}", w.name, r.metric, r.change))
+            .collect();
+        if !metrics.is_empty() {
+            let more = metrics.len().saturating_sub(3);
+            parts.push(format!(
+                "{}{}",
+                metrics[..metrics.len().min(3)].join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            ));
+        }
         format!(
             "compare: REGRESSION: {n} over threshold{}",
             if parts.is_empty() {
@@ -731,7 +750,9 @@ fn compare_runs(
         ] {
             let c = pct_change(pa as f64, pb as f64);
             let big = pa.abs_diff(pb) >= l.latency_min_increase_ns;
+            let few = label == "p99" && (x.count < l.latency_p99_min_samples || y.count < l.latency_p99_min_samples);
             let status = match c {
+                _ if few => Status::Info,
                 Some(c) if c > limit && big => Status::Regression,
                 Some(c) if c < -limit && big => Status::Better,
                 _ => Status::Ok,
@@ -744,7 +765,11 @@ fn compare_runs(
                 baseline: fmt_ns(pa),
                 current: fmt_ns(pb),
                 change: fmt_pct(c),
-                limit: format!("+{limit}% and +{}", fmt_ns(l.latency_min_increase_ns)),
+                limit: if few {
+                    format!("< {} samples", l.latency_p99_min_samples)
+                } else {
+                    format!("+{limit}% and +{}", fmt_ns(l.latency_min_increase_ns))
+                },
                 status,
             });
         }

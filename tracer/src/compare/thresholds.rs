@@ -9,6 +9,8 @@ use serde::Deserialize;
 pub struct Limits {
     /// A latency percentile is compared only with this many samples on both sides.
     pub latency_min_samples: u64,
+    /// p99 is judged only with this many samples on both sides (below, shown as info).
+    pub latency_p99_min_samples: u64,
     /// p50 may grow by this many percent...
     pub latency_p50_increase_pct: f64,
     /// ...and p99 by this many...
@@ -31,6 +33,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             latency_min_samples: 20,
+            latency_p99_min_samples: 100,
             latency_p50_increase_pct: 25.0,
             latency_p99_increase_pct: 50.0,
             latency_min_increase_ns: 1000,
@@ -48,6 +51,7 @@ impl Default for Limits {
 #[serde(deny_unknown_fields)]
 struct Partial {
     latency_min_samples: Option<u64>,
+    latency_p99_min_samples: Option<u64>,
     latency_p50_increase_pct: Option<f64>,
     latency_p99_increase_pct: Option<f64>,
     latency_min_increase_ns: Option<u64>,
@@ -65,6 +69,7 @@ impl Partial {
         }
         set!(
             latency_min_samples,
+            latency_p99_min_samples,
             latency_p50_increase_pct,
             latency_p99_increase_pct,
             latency_min_increase_ns,
