@@ -84,7 +84,7 @@ fn injected_fallback_p2p_to_shm_fails_naming_it() {
     // NCCL's bus bandwidth at 64 MiB fell from 268.6 to 26.9 GB/s.
     let bw = out
         .lines()
-        .find(|l| l.contains("all-reduce busbw 64M bandwidth"))
+        .find(|l| l.trim_start().starts_with("all-reduce busbw 64M bandwidth"))
         .unwrap_or_else(|| panic!("no 64M bandwidth row: {out}"));
     assert!(
         bw.contains("268.61 GB/s") && bw.contains("26.92 GB/s") && bw.ends_with("REGRESSION"),
@@ -143,7 +143,7 @@ fn copies_turned_host_staged_fail() {
     );
     let staged = out
         .lines()
-        .find(|l| l.contains("host-staged share of bytes"))
+        .find(|l| l.trim_start().starts_with("host-staged share of bytes"))
         .unwrap_or_else(|| panic!("{out}"));
     assert!(staged.ends_with("REGRESSION"), "{staged}");
 }
