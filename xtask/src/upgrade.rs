@@ -62,8 +62,10 @@ pub fn compare(bin: &Path, dir: &Path, base_release: &str, cur_release: &str) ->
     let kernel_listed = text
         .lines()
         .any(|l| l.trim_start().starts_with("kernel ") && l.contains(" -> "));
-    if !profile_at.is_some_and(|p| p < workload_at) || !kernel_listed {
-        bail!("the comparison does not list the kernel change {base_release} -> {cur_release} at the top (see compare.txt)");
+    if profile_at.is_none_or(|p| p >= workload_at) || !kernel_listed {
+        bail!(
+            "the comparison does not list the kernel change {base_release} -> {cur_release} at the top (see compare.txt)"
+        );
     }
     println!("{text}");
     println!(

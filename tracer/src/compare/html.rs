@@ -82,7 +82,7 @@ fn latency_plot(key: &str, a: &Lat, b: &Lat) -> String {
             .x_labels((hi - lo + 1) as usize)
             .x_label_formatter(&|x| {
                 let s = x.round();
-                if (x - s).abs() < 1e-6 && s >= 0.0 && s < 64.0 {
+                if (x - s).abs() < 1e-6 && (0.0..64.0).contains(&s) {
                     fmt_ns(1u64 << (s as u32))
                 } else {
                     String::new()

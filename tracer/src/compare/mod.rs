@@ -565,7 +565,7 @@ pub fn fmt_ns(ns: u64) -> String {
 /// `4K`, `64M`.
 pub fn fmt_size(b: u64) -> String {
     for (unit, s) in [(1u64 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")] {
-        if b >= unit && b % unit == 0 {
+        if b >= unit && b.is_multiple_of(unit) {
             return format!("{}{s}", b / unit);
         }
     }
@@ -643,6 +643,32 @@ fn compare_runs(
                 change: "changed".into(),
                 limit: "any change".into(),
                 status: Status::Regression,
+            });
+        }
+    }
+    // Operations only one side made (a probe point that appeared or went,
+    // a code path no longer taken): shown, judged through the probe matrix.
+    for (op, ta) in &a.op_transports {
+        if !b.op_transports.contains_key(op) {
+            rows.push(Row {
+                metric: format!("{op} calls"),
+                baseline: ta.values().sum::<u64>().to_string(),
+                current: "not seen".into(),
+                change: "-".into(),
+                limit: "-".into(),
+                status: Status::Info,
+            });
+        }
+    }
+    for (op, tb) in &b.op_transports {
+        if !a.op_transports.contains_key(op) {
+            rows.push(Row {
+                metric: format!("{op} calls"),
+                baseline: "not seen".into(),
+                current: tb.values().sum::<u64>().to_string(),
+                change: "-".into(),
+                limit: "-".into(),
+                status: Status::Info,
             });
         }
     }
