@@ -328,3 +328,71 @@ fn html_page_renders_plots_in_headless_chromium() {
     assert!(orange > 5000, "current series barely visible: {orange} pixels");
     println!("screenshot {w}x{h}: {blue} baseline-blue and {orange} current-orange pixels");
 }
+
+fn baseline_fixture(name: &str) -> String {
+    format!("{}/fixtures/baselines/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The VM tier's kernel-upgrade example, on baselines it recorded (Debian
+/// 6.1.0-57 and 6.12.117 under QEMU, pin-churn and verbs on rxe0).
+#[test]
+fn kernel_upgrade_lists_kernel_probe_matrix_and_metrics() {
+    let (old, new) = (baseline_fixture("vm-6.1.json"), baseline_fixture("vm-6.12.json"));
+    cannot_compare(
+        &["compare", &old, &new],
+        "kernel: 6.1.0-57-amd64 -> 6.12.117+deb12-amd64",
+    );
+    let o = run(&["compare", &old, &new, "--allow-profile-change"]);
+    let out = stdout(&o);
+    // Latencies under software emulation moved past their thresholds.
+    assert_eq!(code(&o), 1, "{out}{}", stderr(&o));
+    let profile = out.find("Profile differences").expect("profile section");
+    let kernel = out
+        .find("kernel                                   6.1.0-57-amd64 -> 6.12.117+deb12-amd64")
+        .unwrap_or_else(|| panic!("kernel line: {out}"));
+    let workloads = out.find("\nWorkload pin-churn").expect("pin-churn table");
+    assert!(profile < kernel && kernel < workloads, "{out}");
+    assert!(
+        out.contains("probe unpin_folio") && out.contains("unavailable -> attached via fentry/fexit"),
+        "{out}"
+    );
+    assert!(
+        out.contains("attached via kprobe/kretprobe -> attached via fentry/fexit"),
+        "{out}"
+    );
+    assert!(out.contains("\nWorkload verbs-churn"), "{out}");
+    assert!(out.contains("ib_umem_get [host-only] latency p50"), "{out}");
+    // 6.12 pins io_uring buffers with pin_user_pages_fast, 6.1 with pin_user_pages.
+    assert!(
+        out.lines()
+            .any(|l| l.trim_start().starts_with("pin_user_pages calls") && l.contains("not seen"))
+    );
+    // The upgrade did not change a transport.
+    assert!(!out.contains("Transport changes"), "{out}");
+}
+
+/// Percentiles rebuilt from the serialized histograms are exactly the
+/// report's.
+#[test]
+fn serialized_histograms_reproduce_the_reports_percentiles() {
+    let mut checked = 0;
+    for f in ["vm-6.1.json", "vm-6.12.json"] {
+        let b = read_json(Path::new(&baseline_fixture(f)));
+        for run in b["runs"].as_array().expect("runs") {
+            for o in run["report"]["operations"].as_array().expect("operations") {
+                let h = gdrtrace::compare::decode_hist(o["histogram"].as_str().expect("histogram field"))
+                    .unwrap_or_else(|e| panic!("{f} {}: {e}", o["name"]));
+                let l = &o["latency"];
+                let want = |k: &str| l[k].as_u64().expect("latency field");
+                assert_eq!(h.len(), want("count"), "{f} {}", o["name"]);
+                assert_eq!(h.min(), want("min"));
+                assert_eq!(h.max(), want("max"));
+                for (q, k) in [(0.5, "p50"), (0.9, "p90"), (0.99, "p99"), (0.999, "p999")] {
+                    assert_eq!(h.value_at_quantile(q), want(k), "{f} {} {k}", o["name"]);
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} operations");
+}
