@@ -396,3 +396,33 @@ fn serialized_histograms_reproduce_the_reports_percentiles() {
     }
     assert!(checked >= 20, "only {checked} operations");
 }
+
+#[test]
+fn baseline_record_from_bad_reports_is_one_line() {
+    let dir = scratch("record-bad");
+    let out = dir.join("b.json");
+    for (input, expect) in [
+        ("/nonexistent/report.json", "reading /nonexistent/report.json"),
+        ("truncated", "is not a JSON report"),
+        ("baseline", "is not a usable report: schema \"gdrtrace.baseline/v1\""),
+    ] {
+        let path = match input {
+            "truncated" => {
+                let p = dir.join("t.json");
+                let text = std::fs::read_to_string(fixture("pin-churn.json")).expect("fixture");
+                std::fs::write(&p, &text[..100]).expect("writing");
+                p.to_string_lossy().into_owned()
+            }
+            "baseline" => baseline_fixture("vm-6.1.json"),
+            p => p.to_string(),
+        };
+        let o = run(&["baseline", "record", "--from", &path, "--out", s(&out)]);
+        let err = stderr(&o);
+        assert!(!o.status.success() && !out.exists(), "{input}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{input}: {err}");
+        assert!(
+            err.starts_with("gdrtrace: ") && err.contains(expect),
+            "{input}: want '{expect}' in {err}"
+        );
+    }
+}

@@ -159,6 +159,32 @@ mod tests {
         assert!(!n.probe_lost_fails);
     }
 
+    /// docs/compare.md's defaults table is these defaults: every documented
+    /// key, set to its documented value, changes nothing.
+    #[test]
+    fn documented_defaults_are_the_defaults() {
+        let doc = include_str!("../../../docs/compare.md");
+        let mut toml = String::from("[defaults]\n");
+        let mut keys = 0;
+        for line in doc.lines() {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            if let [_, key, value, ..] = cells.as_slice()
+                && let Some(key) = key.strip_prefix('`').and_then(|k| k.strip_suffix('`'))
+                && (key.starts_with("latency_")
+                    || key.ends_with("_pct")
+                    || key.ends_with("_points")
+                    || key.ends_with("_fails"))
+            {
+                let value = value.split_whitespace().next().unwrap_or("");
+                toml.push_str(&format!("{key} = {value}\n"));
+                keys += 1;
+            }
+        }
+        assert_eq!(keys, 10, "documented keys:\n{toml}");
+        let t = Thresholds::parse(&toml).unwrap_or_else(|e| panic!("{e}\n{toml}"));
+        assert_eq!(t.for_workload("any"), Limits::default(), "{toml}");
+    }
+
     #[test]
     fn unknown_key_and_bad_value_are_one_line_errors() {
         let e = Thresholds::parse("[defaults]\nbandwith_decrease_pct = 5\n").expect_err("typo must be refused");
