@@ -62,6 +62,7 @@ pub fn workload_name(report: &Value) -> String {
         .unwrap_or_default();
     match cmd.as_slice() {
         [_, "drive", w, ..] => w.to_string(),
+        [_, "attach", ..] => "attach".into(),
         [first, ..] => Path::new(first)
             .file_name()
             .map_or("report".into(), |f| f.to_string_lossy().into_owned()),
@@ -1026,6 +1027,8 @@ mod tests {
         assert_eq!(workload_name(&report("x", 1)), "cuda-copy");
         let v = serde_json::json!({"command": ["/usr/bin/ib_write_bw", "-d"], "workloads": []});
         assert_eq!(workload_name(&v), "ib_write_bw");
+        let v = serde_json::json!({"command": ["/opt/gdrtrace", "attach", "--pid", "7"]});
+        assert_eq!(workload_name(&v), "attach");
         let v = serde_json::json!({"workloads": [{"workload": "pin-churn"}]});
         assert_eq!(workload_name(&v), "pin-churn");
     }
