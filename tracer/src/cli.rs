@@ -15,6 +15,8 @@ Examples:
   gdrtrace run --record job.rec -- ./train.sh && gdrtrace replay job.rec
   gdrtrace explain out.json --nccl-log nccl.log  # root causes of staged paths
   gdrtrace drive pin-churn --iterations 500
+  gdrtrace baseline record --out base.json     # validate, stored with this machine's profile
+  gdrtrace compare base.json current.json --format markdown --html compare.html
 ";
 
 #[derive(Debug, Parser)]
@@ -52,6 +54,62 @@ pub enum Command {
     /// Run a workload (without tracing).
     #[command(subcommand)]
     Drive(Drive),
+    /// Record a baseline: reports with the hardware/software profile they
+    /// were made on (docs/compare.md).
+    #[command(subcommand)]
+    Baseline(BaselineCmd),
+    /// Compare a run against a baseline; exit 0 no regression, 1 regression,
+    /// 2 could not compare.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BaselineCmd {
+    /// Run `validate` (or take a saved report with --from) and store its
+    /// reports with this machine's profile.
+    Record(BaselineRecordArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BaselineRecordArgs {
+    /// Where to write the baseline.
+    #[arg(long, value_name = "FILE", default_value = "gdrtrace-baseline.json")]
+    pub out: PathBuf,
+    /// Take this report (from `run`, `attach` or `validate --json`) instead
+    /// of running validate.
+    #[arg(long, value_name = "REPORT.json", conflicts_with_all = ["require_kernel_probes", "json", "duration"])]
+    pub from: Option<PathBuf>,
+    /// Options of the validate run.
+    #[command(flatten)]
+    pub validate: ValidateArgs,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum CompareFormat {
+    Text,
+    Markdown,
+    Html,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    /// The baseline (`gdrtrace baseline record`).
+    pub baseline: PathBuf,
+    /// The run to judge: a baseline file or a plain report.
+    pub current: PathBuf,
+    /// TOML file overriding the default thresholds (docs/compare.md).
+    #[arg(long, value_name = "FILE")]
+    pub thresholds: Option<PathBuf>,
+    /// Compare even when the hardware/software profiles differ; every
+    /// difference is listed first.
+    #[arg(long)]
+    pub allow_profile_change: bool,
+    /// What to print on stdout.
+    #[arg(long, value_enum, default_value_t = CompareFormat::Text)]
+    pub format: CompareFormat,
+    /// Also write the HTML page (with plots) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -2,11 +2,12 @@
 //!
 //! The data path reads top-down: `probes` (catalog + planner) → `events`
 //! (ring buffer, decode) → `model` (memory-region registry) → `classify` →
-//! `stats` → `report`. `drive` holds the workloads, `cmd` one module per
-//! subcommand.
+//! `stats` → `report`, and reports → `compare` (baselines, regressions).
+//! `drive` holds the workloads, `cmd` one module per subcommand.
 pub mod classify;
 pub mod cli;
 pub mod cmd;
+pub mod compare;
 pub mod counters;
 pub mod drive;
 pub mod error;

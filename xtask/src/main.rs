@@ -6,6 +6,7 @@
 
 mod kernels;
 mod matrix;
+mod upgrade;
 mod util;
 mod vm;
 mod vmtest;

@@ -141,8 +141,18 @@ pub fn main(args: &Args) -> Result<ExitCode> {
                 failed += 1;
             }
         }
+        // The kernel-upgrade example: oldest kernel's baseline vs newest's.
+        if let (Some(first), Some(last)) = (rows.first(), rows.last())
+            && let Err(e) = crate::upgrade::compare(&bin, &dir, &first.release, &last.release)
+        {
+            println!("vm-test: kernel upgrade comparison: {e:#}");
+            failed += 1;
+        }
     }
-    println!("vm-test kernels: {} passed, {failed} failed", rows.len() - failed);
+    println!(
+        "vm-test kernels: {} passed, {failed} failed",
+        rows.len().saturating_sub(failed)
+    );
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {

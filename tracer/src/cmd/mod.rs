@@ -1,5 +1,7 @@
 //! One module per subcommand.
 pub mod attach;
+pub mod baseline;
+pub mod compare;
 pub mod doctor;
 pub mod drive;
 pub mod explain;
@@ -21,6 +23,8 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
         Command::Validate(a) => validate::validate(&a),
         Command::Replay(a) => replay::replay(&a),
         Command::Drive(d) => drive::drive(&d),
+        Command::Baseline(crate::cli::BaselineCmd::Record(a)) => baseline::record(&a),
+        Command::Compare(a) => Ok(compare::compare(&a)),
     }
 }
 

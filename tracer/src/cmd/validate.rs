@@ -295,7 +295,7 @@ pub fn verbs_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
     out
 }
 
-fn verbs(trace: &TraceArgs, exe: &std::path::Path) -> Result<Vec<Check>> {
+fn verbs(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Report)>) -> Result<Vec<Check>> {
     let summary = temp_path("verbs.json");
     let base = vec![exe.display().to_string(), "drive".into(), "verbs".into()];
     let mut churn = base.clone();
@@ -319,6 +319,7 @@ fn verbs(trace: &TraceArgs, exe: &std::path::Path) -> Result<Vec<Check>> {
             .push(serde_json::json!({ "workload": "verbs-churn", "summary": v }));
     }
     super::run::emit(&sub(trace, "verbs-churn"), &report)?;
+    reports.push(("verbs-churn".into(), judged(report)));
     let mut write = base;
     write.extend(["--registrations", "2", "--pages", "16", "--writes", "16"].map(String::from));
     let w = super::run::trace_command(&sub(trace, "verbs-write"), &write)?;
@@ -465,7 +466,7 @@ fn collective_staged_bytes(r: &Report) -> u64 {
         .sum()
 }
 
-fn gpu(trace: &TraceArgs, exe: &std::path::Path) -> Result<Vec<Check>> {
+fn gpu(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Report)>) -> Result<Vec<Check>> {
     let base = |w: &str| vec![exe.display().to_string(), "drive".to_string(), w.to_string()];
     let mut checks = Vec::new();
     let mut cc = base("cuda-copy");
@@ -477,6 +478,7 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path) -> Result<Vec<Check>> {
         format!("exit status {code}"),
     ));
     checks.extend(cuda_copy_checks(&r, &v));
+    reports.push(("cuda-copy".into(), r));
     println!("\nvalidate: cuda-copy (largest size per case)");
     println!("  {:<14} {:>10} {:>12} {:>14}", "CASE", "GB/s", "CPU ms/GB", "VERDICT");
     if let Some(results) = v["results"].as_array() {
@@ -531,13 +533,28 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path) -> Result<Vec<Check>> {
                 println!("  {:<14}   pid {}: {c}", "", x.pid);
             }
         }
+        reports.push((format!("nccl-{mode}"), r));
     }
     println!("\nvalidate: GPU checks");
     print_checks(&checks);
     Ok(checks)
 }
 
+/// A report with its verdicts (as `emit` prints and writes it).
+fn judged(mut r: Report) -> Report {
+    if r.verdicts.is_empty() {
+        r.judge(None);
+    }
+    r
+}
+
 pub fn validate(args: &ValidateArgs) -> Result<i32> {
+    run_validate(args).map(|(code, _)| code)
+}
+
+/// Runs validate; returns its exit status and each workload's report.
+pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)> {
+    let mut reports = Vec::new();
     let exe = std::env::current_exe().map_err(|e| Error::io("locating the gdrtrace binary", e))?;
     let summary = temp_path("pin-churn.json");
     let argv = vec![
@@ -569,10 +586,11 @@ pub fn validate(args: &ValidateArgs) -> Result<i32> {
     super::run::emit(trace, &report)?;
     println!("\nvalidate: pin-churn ({})", s.line());
     print_checks(&checks);
+    reports.push(("pin-churn".to_string(), judged(report.clone())));
     if crate::topo::discover().gpus.is_empty() {
         println!("validate: cuda-copy, nccl: skipping: no GPU (/proc/driver/nvidia/gpus is absent)");
     } else {
-        let gpu_checks = gpu(&args.trace, &exe)?;
+        let gpu_checks = gpu(&args.trace, &exe, &mut reports)?;
         checks.extend(gpu_checks);
     }
     if rdma_devices().is_empty() {
@@ -580,7 +598,7 @@ pub fn validate(args: &ValidateArgs) -> Result<i32> {
             "validate: verbs: skipping: no RDMA device (/sys/class/infiniband is empty; load rdma_rxe for Soft-RoCE)"
         );
     } else {
-        let verbs_checks = verbs(trace, &exe)?;
+        let verbs_checks = verbs(trace, &exe, &mut reports)?;
         checks.extend(verbs_checks);
     }
     // A family is missing when its functions exist in this kernel but none
@@ -619,14 +637,14 @@ pub fn validate(args: &ValidateArgs) -> Result<i32> {
         );
     }
     if failed > 0 {
-        return Ok(1);
+        return Ok((1, reports));
     }
     if args.require_kernel_probes && !missing_kernel.is_empty() {
         eprintln!(
             "gdrtrace: kernel probe families unavailable: {}",
             missing_kernel.join(", ")
         );
-        return Ok(3);
+        return Ok((3, reports));
     }
-    Ok(0)
+    Ok((0, reports))
 }

@@ -591,7 +591,13 @@ pub static TABLE: &[Row] = &[
         &[Out, Int],
     ),
     // CUresult cuCtxSetCurrent(CUcontext ctx);  cuCtxPushCurrent_v2(CUcontext ctx);
-    hot_setup(row(Lib::Cuda, "cuCtxSetCurrent", "cuCtxSetCurrent", Kind::Setup, &[Handle])),
+    hot_setup(row(
+        Lib::Cuda,
+        "cuCtxSetCurrent",
+        "cuCtxSetCurrent",
+        Kind::Setup,
+        &[Handle],
+    )),
     hot_setup(row(
         Lib::Cuda,
         "cuCtxPushCurrent",

@@ -56,6 +56,18 @@ impl Latency {
     }
 }
 
+/// HdrHistogram's V2+DEFLATE serialized form, base64 (as in HdrHistogram
+/// interval logs); `None` only if serialization fails.
+pub fn serialize_hist(h: &Histogram<u64>) -> Option<String> {
+    use base64::Engine as _;
+    use hdrhistogram::serialization::Serializer as _;
+    let mut buf = Vec::new();
+    hdrhistogram::serialization::V2DeflateSerializer::new()
+        .serialize(h, &mut buf)
+        .ok()?;
+    Some(base64::engine::general_purpose::STANDARD.encode(buf))
+}
+
 /// Power-of-two buckets, as bpftrace's `hist()` prints them.
 pub fn log2_buckets(values: impl Iterator<Item = (u64, u64)>) -> Vec<Bucket> {
     let mut slots: BTreeMap<u32, u64> = BTreeMap::new();
@@ -97,6 +109,10 @@ pub struct Operation {
     /// True when events may be missing (drops), so the histogram is a lower bound.
     pub incomplete: bool,
     pub latency: Latency,
+    /// The latency histogram itself, HdrHistogram's V2+DEFLATE serialized
+    /// form in base64, so baselines can recompute percentiles exactly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub histogram: Option<String>,
 }
 
 /// An op aggregated in the kernel (log2 slots), evented or not.
@@ -397,6 +413,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
             evidence: s.evidence.clone(),
             incomplete,
             latency: Latency::from_hist(&s.hist),
+            histogram: serialize_hist(&s.hist),
         })
         .collect();
     let kernel_histograms = inputs

@@ -1,0 +1,428 @@
+//! `gdrtrace baseline record` and `gdrtrace compare`, driven through the real
+//! binary on real reports from the 2xH200 machine (tests/fixtures/reports):
+//! a genuine fallback (NCCL p2p/nvlink -> shm) fails with exit 1 naming it,
+//! bad baselines are one line and exit 2, and the HTML page renders its
+//! plots in headless Chromium.
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use integration_tests::{run, stderr, stdout};
+use serde_json::Value;
+
+fn fixture(name: &str) -> String {
+    format!("{}/fixtures/reports/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gdrtrace-compare-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("creating a scratch directory");
+    d
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// `baseline record --from REPORT` into DIR/NAME.
+fn record(dir: &Path, report: &str, name: &str) -> PathBuf {
+    let out = dir.join(name);
+    let o = run(&["baseline", "record", "--from", report, "--out", s(&out)]);
+    assert!(o.status.success(), "baseline record failed: {}", stderr(&o));
+    assert!(stdout(&o).contains("baseline: 1 run(s)"), "{}", stdout(&o));
+    out
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("exited, not killed")
+}
+
+fn read_json(p: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(p).expect("reading JSON")).expect("valid JSON")
+}
+
+fn write_json(p: &Path, v: &Value) {
+    std::fs::write(p, serde_json::to_string_pretty(v).expect("serializable")).expect("writing JSON");
+}
+
+#[test]
+fn baseline_holds_profile_and_reports() {
+    let dir = scratch("profile");
+    let b = read_json(&record(&dir, &fixture("nccl-auto.json"), "auto.json"));
+    assert_eq!(b["schema"], "gdrtrace.baseline/v1");
+    assert_eq!(b["profile"]["kernel"], "6.18.44-fc-v657-gpu");
+    assert_eq!(b["profile"]["lockdown"], "integrity");
+    // From NCCL's own summary, whatever machine records the baseline.
+    assert_eq!(b["profile"]["nccl"], "2.28.3");
+    assert!(
+        b["profile"]["probe_catalog"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("fnv1a64:"))
+    );
+    assert_eq!(b["profile"]["probes"]["libnccl"], "attached via uprobe/uretprobe");
+    assert_eq!(b["profile"]["probes"]["ib_umem_get"], "unavailable");
+    assert_eq!(b["runs"][0]["workload"], "nccl-auto");
+    assert_eq!(b["runs"][0]["report"]["verdicts"][0]["transport"], "p2p/nvlink");
+}
+
+#[test]
+fn injected_fallback_p2p_to_shm_fails_naming_it() {
+    let dir = scratch("fallback");
+    let base = record(&dir, &fixture("nccl-auto.json"), "auto.json");
+    let o = run(&["compare", s(&base), &fixture("nccl-no-p2p.json")]);
+    let out = stdout(&o);
+    assert_eq!(code(&o), 1, "{out}{}", stderr(&o));
+    let headline = out.lines().nth(1).unwrap_or_default();
+    assert!(
+        headline.starts_with("compare: REGRESSION") && headline.contains("p2p/nvlink x2 -> shm x2"),
+        "{out}"
+    );
+    assert!(out.contains("Transport changes (REGRESSION)"), "{out}");
+    // NCCL's bus bandwidth at 64 MiB fell from 268.6 to 26.9 GB/s.
+    let bw = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("all-reduce busbw 64M bandwidth"))
+        .unwrap_or_else(|| panic!("no 64M bandwidth row: {out}"));
+    assert!(
+        bw.contains("268.61 GB/s") && bw.contains("26.92 GB/s") && bw.ends_with("REGRESSION"),
+        "{bw}"
+    );
+    // Markdown for CI summaries names it too.
+    let o = run(&[
+        "compare",
+        s(&base),
+        &fixture("nccl-no-p2p.json"),
+        "--format",
+        "markdown",
+    ]);
+    assert_eq!(code(&o), 1);
+    let md = stdout(&o);
+    assert!(md.starts_with("## gdrtrace compare: REGRESSION"), "{md}");
+    assert!(md.contains("- **nccl-auto** verdicts: p2p/nvlink x2 → shm x2"), "{md}");
+}
+
+#[test]
+fn same_report_is_no_regression() {
+    let dir = scratch("same");
+    let base = record(&dir, &fixture("nccl-auto.json"), "auto.json");
+    let o = run(&["compare", s(&base), &fixture("nccl-auto.json")]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("compare: no regression"), "{}", stdout(&o));
+    // A baseline against itself, too.
+    let o = run(&["compare", s(&base), s(&base)]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+}
+
+#[test]
+fn copies_turned_host_staged_fail() {
+    // The real cuda-copy report, with its pinned (direct DMA) host-to-device
+    // copies relabelled host-staged: what a pinning failure would look like.
+    let dir = scratch("staged");
+    let base = record(&dir, &fixture("cuda-copy.json"), "copy.json");
+    let mut r = read_json(Path::new(&fixture("cuda-copy.json")));
+    let ops = r["operations"].as_array_mut().expect("operations");
+    let mut changed = 0;
+    for o in ops.iter_mut() {
+        if o["name"] == "cuMemcpyHtoD" && o["transport"] == "host-only" {
+            o["transport"] = "host-staged".into();
+            changed += 1;
+        }
+    }
+    assert_eq!(changed, 1);
+    let cur = dir.join("staged.json");
+    write_json(&cur, &r);
+    let o = run(&["compare", s(&base), s(&cur)]);
+    let out = stdout(&o);
+    assert_eq!(code(&o), 1, "{out}");
+    assert!(
+        out.contains("cuMemcpyHtoD") && out.contains("host-only (6086), host-staged (3043) -> host-staged (9129)"),
+        "{out}"
+    );
+    let staged = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("host-staged share of bytes"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(staged.ends_with("REGRESSION"), "{staged}");
+}
+
+#[test]
+fn profile_change_refused_then_listed() {
+    let dir = scratch("profile-change");
+    let base = record(&dir, &fixture("pin-churn.json"), "base.json");
+    let mut r = read_json(Path::new(&fixture("pin-churn.json")));
+    r["host"]["kernel"] = "6.12.48+deb13-amd64".into();
+    let cur = dir.join("cur.json");
+    write_json(&cur, &r);
+    let o = run(&["compare", s(&base), s(&cur)]);
+    assert_eq!(code(&o), 2, "{}", stdout(&o));
+    let err = stderr(&o);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("kernel: 6.18.44-fc-v657-gpu -> 6.12.48+deb13-amd64") && err.contains("--allow-profile-change"),
+        "{err}"
+    );
+    let o = run(&["compare", s(&base), s(&cur), "--allow-profile-change"]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    let out = stdout(&o);
+    let first = out.find("Profile differences").expect("profile section");
+    assert!(first < out.find("Workload").expect("workload section"), "{out}");
+    assert!(out.contains("6.18.44-fc-v657-gpu -> 6.12.48+deb13-amd64"), "{out}");
+}
+
+#[test]
+fn lost_probe_is_called_out_first_and_fails() {
+    let dir = scratch("lost-probe");
+    let base = record(&dir, &fixture("pin-churn.json"), "base.json");
+    let mut r = read_json(Path::new(&fixture("pin-churn.json")));
+    for c in r["coverage"].as_array_mut().expect("coverage") {
+        if c["point"] == "io_uring_register" {
+            c["status"] = "unavailable".into();
+            c["via"] = Value::Null;
+            c["reason"] = "tracepoint: ENOENT".into();
+        }
+    }
+    let cur = dir.join("cur.json");
+    write_json(&cur, &r);
+    let o = run(&["compare", s(&base), s(&cur)]);
+    let out = stdout(&o);
+    assert_eq!(code(&o), 1, "{out}");
+    let lost = out.find("Probe points no longer available (REGRESSION)").expect(&out);
+    assert!(lost < out.find("Workload").expect("workload"), "{out}");
+    assert!(out.contains("io_uring_register") && out.contains("was attached via tracepoint, now unavailable"));
+    let t = dir.join("t.toml");
+    std::fs::write(&t, "[defaults]\nprobe_lost_fails = false\n").expect("writing thresholds");
+    let o = run(&["compare", s(&base), s(&cur), "--thresholds", s(&t)]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+}
+
+/// Each bad input: exit 2, one line on stderr naming the problem.
+fn cannot_compare(args: &[&str], expect: &str) {
+    let o = run(args);
+    let err = stderr(&o);
+    assert_eq!(code(&o), 2, "{args:?}: {}{err}", stdout(&o));
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    assert!(
+        err.starts_with("gdrtrace: ") && err.contains(expect),
+        "{args:?}: want '{expect}' in {err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_baselines_are_one_line_and_exit_2() {
+    let dir = scratch("bad");
+    let base = record(&dir, &fixture("pin-churn.json"), "base.json");
+    let good = std::fs::read_to_string(&base).expect("baseline");
+    let cur = fixture("pin-churn.json");
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("writing");
+        p.to_string_lossy().into_owned()
+    };
+    let truncated = write("truncated.json", &good[..good.len() / 2]);
+    cannot_compare(&["compare", &truncated, &cur], "is truncated");
+    let empty = write("empty.json", "");
+    cannot_compare(&["compare", &empty, &cur], "is empty");
+    let garbage = write("garbage.json", "schema: gdrtrace.baseline/v1\n");
+    cannot_compare(&["compare", &garbage, &cur], "is not valid JSON");
+    let mut v: Value = serde_json::from_str(&good).expect("json");
+    v["schema"] = "gdrtrace.baseline/v2".into();
+    let future = write("future.json", &v.to_string());
+    cannot_compare(&["compare", &future, &cur], "newer than this gdrtrace");
+    let mut v: Value = serde_json::from_str(&good).expect("json");
+    v.as_object_mut().expect("object").remove("runs");
+    let no_runs = write("no-runs.json", &v.to_string());
+    cannot_compare(&["compare", &no_runs, &cur], "malformed baseline: missing field `runs`");
+    let mut v: Value = serde_json::from_str(&good).expect("json");
+    v["runs"][0]["report"]["operations"][0]["histogram"] = "not base64!".into();
+    let bad_hist = write("bad-hist.json", &v.to_string());
+    cannot_compare(&["compare", &bad_hist, &cur], "histogram does not decode");
+    cannot_compare(&["compare", &cur, &cur], "is a report, not a baseline");
+    cannot_compare(&["compare", s(&base), &truncated], "is truncated");
+    cannot_compare(&["compare", s(&base), "/nonexistent/current.json"], "cannot read");
+    let t = write("t.toml", "[defaults]\nlatency_p50 = 3\n");
+    cannot_compare(
+        &["compare", s(&base), &cur, "--thresholds", &t],
+        "unknown field `latency_p50`",
+    );
+}
+
+fn chromium() -> Option<String> {
+    ["chromium", "chromium-browser", "google-chrome", "headless_shell"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .map(str::to_string)
+}
+
+/// Pixels within `tol` of `rgb` in a decoded RGB(A) screenshot.
+fn count_colour(png_path: &Path, rgb: (u8, u8, u8), tol: u8) -> (usize, u32, u32) {
+    let file = std::fs::File::open(png_path).expect("opening the screenshot");
+    let mut decoder = png::Decoder::new(std::io::BufReader::new(file));
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = decoder.read_info().expect("a PNG");
+    let mut buf = vec![0; reader.output_buffer_size().expect("buffer size")];
+    let info = reader.next_frame(&mut buf).expect("a frame");
+    let channels = info.color_type.samples();
+    assert!(channels >= 3, "unexpected colour type {:?}", info.color_type);
+    let near = |a: u8, b: u8| a.abs_diff(b) <= tol;
+    let n = buf[..info.buffer_size()]
+        .chunks(channels)
+        .filter(|p| near(p[0], rgb.0) && near(p[1], rgb.1) && near(p[2], rgb.2))
+        .count();
+    (n, info.width, info.height)
+}
+
+#[test]
+fn html_page_renders_plots_in_headless_chromium() {
+    let dir = scratch("html");
+    let base = record(&dir, &fixture("nccl-auto.json"), "auto.json");
+    let html = dir.join("compare.html");
+    let o = run(&["compare", s(&base), &fixture("nccl-no-p2p.json"), "--html", s(&html)]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).expect("the HTML page");
+    assert!(
+        page.starts_with("<!DOCTYPE html>") && page.matches("<svg").count() >= 3,
+        "few plots"
+    );
+    assert!(
+        !page.contains("src=\"http") && !page.contains("<script"),
+        "not self-contained"
+    );
+    assert!(!page.contains("plot not drawn"), "a plot failed");
+    let Some(browser) = chromium() else {
+        println!(
+            "skipping: html_page_renders_plots_in_headless_chromium: no chromium on PATH (apt-get install chromium)"
+        );
+        return;
+    };
+    let shot = dir.join("shot.png");
+    let o = Command::new("timeout")
+        .arg("120")
+        .arg(&browser)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg("--window-size=1280,2000")
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .expect("running chromium");
+    assert!(
+        shot.is_file(),
+        "{browser} wrote no screenshot (exit {:?}): {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let (blue, w, h) = count_colour(&shot, (31, 119, 180), 6);
+    let (orange, _, _) = count_colour(&shot, (255, 127, 14), 6);
+    assert_eq!((w, h), (1280, 2000));
+    // The legend swatches are ~150 pixels each; the plots are thousands.
+    assert!(blue > 5000, "baseline series barely visible: {blue} pixels");
+    assert!(orange > 5000, "current series barely visible: {orange} pixels");
+    println!("screenshot {w}x{h}: {blue} baseline-blue and {orange} current-orange pixels");
+}
+
+fn baseline_fixture(name: &str) -> String {
+    format!("{}/fixtures/baselines/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The VM tier's kernel-upgrade example, on baselines it recorded (Debian
+/// 6.1.0-57 and 6.12.117 under QEMU, pin-churn and verbs on rxe0).
+#[test]
+fn kernel_upgrade_lists_kernel_probe_matrix_and_metrics() {
+    let (old, new) = (baseline_fixture("vm-6.1.json"), baseline_fixture("vm-6.12.json"));
+    cannot_compare(
+        &["compare", &old, &new],
+        "kernel: 6.1.0-57-amd64 -> 6.12.117+deb12-amd64",
+    );
+    let o = run(&["compare", &old, &new, "--allow-profile-change"]);
+    let out = stdout(&o);
+    // Latencies under software emulation moved past their thresholds.
+    assert_eq!(code(&o), 1, "{out}{}", stderr(&o));
+    let profile = out.find("Profile differences").expect("profile section");
+    let kernel = out
+        .find("kernel                                   6.1.0-57-amd64 -> 6.12.117+deb12-amd64")
+        .unwrap_or_else(|| panic!("kernel line: {out}"));
+    let workloads = out.find("\nWorkload pin-churn").expect("pin-churn table");
+    assert!(profile < kernel && kernel < workloads, "{out}");
+    assert!(
+        out.contains("probe unpin_folio") && out.contains("unavailable -> attached via fentry/fexit"),
+        "{out}"
+    );
+    assert!(
+        out.contains("attached via kprobe/kretprobe -> attached via fentry/fexit"),
+        "{out}"
+    );
+    assert!(out.contains("\nWorkload verbs-churn"), "{out}");
+    assert!(out.contains("ib_umem_get [host-only] latency p50"), "{out}");
+    // 6.12 pins io_uring buffers with pin_user_pages_fast, 6.1 with pin_user_pages.
+    assert!(
+        out.lines()
+            .any(|l| l.trim_start().starts_with("pin_user_pages calls") && l.contains("not seen"))
+    );
+    // The upgrade did not change a transport.
+    assert!(!out.contains("Transport changes"), "{out}");
+}
+
+/// Percentiles rebuilt from the serialized histograms are exactly the
+/// report's.
+#[test]
+fn serialized_histograms_reproduce_the_reports_percentiles() {
+    let mut checked = 0;
+    for f in ["vm-6.1.json", "vm-6.12.json"] {
+        let b = read_json(Path::new(&baseline_fixture(f)));
+        for run in b["runs"].as_array().expect("runs") {
+            for o in run["report"]["operations"].as_array().expect("operations") {
+                let h = gdrtrace::compare::decode_hist(o["histogram"].as_str().expect("histogram field"))
+                    .unwrap_or_else(|e| panic!("{f} {}: {e}", o["name"]));
+                let l = &o["latency"];
+                let want = |k: &str| l[k].as_u64().expect("latency field");
+                assert_eq!(h.len(), want("count"), "{f} {}", o["name"]);
+                assert_eq!(h.min(), want("min"));
+                assert_eq!(h.max(), want("max"));
+                for (q, k) in [(0.5, "p50"), (0.9, "p90"), (0.99, "p99"), (0.999, "p999")] {
+                    assert_eq!(h.value_at_quantile(q), want(k), "{f} {} {k}", o["name"]);
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} operations");
+}
+
+#[test]
+fn baseline_record_from_bad_reports_is_one_line() {
+    let dir = scratch("record-bad");
+    let out = dir.join("b.json");
+    for (input, expect) in [
+        ("/nonexistent/report.json", "reading /nonexistent/report.json"),
+        ("truncated", "is not a JSON report"),
+        ("baseline", "is not a usable report: schema \"gdrtrace.baseline/v1\""),
+    ] {
+        let path = match input {
+            "truncated" => {
+                let p = dir.join("t.json");
+                let text = std::fs::read_to_string(fixture("pin-churn.json")).expect("fixture");
+                std::fs::write(&p, &text[..100]).expect("writing");
+                p.to_string_lossy().into_owned()
+            }
+            "baseline" => baseline_fixture("vm-6.1.json"),
+            p => p.to_string(),
+        };
+        let o = run(&["baseline", "record", "--from", &path, "--out", s(&out)]);
+        let err = stderr(&o);
+        assert!(!o.status.success() && !out.exists(), "{input}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{input}: {err}");
+        assert!(
+            err.starts_with("gdrtrace: ") && err.contains(expect),
+            "{input}: want '{expect}' in {err}"
+        );
+    }
+}

@@ -1,0 +1,68 @@
+//! `gdrtrace baseline record`: validate's reports (or one saved report)
+//! stored with the profile of the machine they were made on.
+use crate::{
+    cli::BaselineRecordArgs,
+    compare::{self, Run},
+    error::{Error, Result},
+};
+
+pub fn record(args: &BaselineRecordArgs) -> Result<i32> {
+    let (runs, source, code) = match &args.from {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+            let v: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| Error::Usage(format!("{} is not a JSON report: {e}", path.display())))?;
+            compare::check_report(&v)
+                .map_err(|e| Error::Usage(format!("{} is not a usable report: {e}", path.display())))?;
+            let name = path
+                .file_name()
+                .map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned());
+            let run = Run {
+                workload: compare::workload_name(&v),
+                report: v,
+            };
+            (vec![run], format!("report {name}"), 0)
+        }
+        None => {
+            let (code, reports) = super::validate::run_validate(&args.validate)?;
+            let runs = reports
+                .into_iter()
+                .map(|(workload, r)| {
+                    let report = serde_json::to_value(&r)
+                        .map_err(|e| Error::Workload(format!("serializing the {workload} report: {e}")))?;
+                    Ok(Run { workload, report })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            (runs, "validate".to_string(), code)
+        }
+    };
+    let (baseline, note) = compare::record(runs, source);
+    if let Some(n) = note {
+        eprintln!("gdrtrace: note: {n}");
+    }
+    let json = serde_json::to_string_pretty(&baseline)
+        .map_err(|e| Error::Workload(format!("serializing the baseline: {e}")))?;
+    std::fs::write(&args.out, json).map_err(|e| Error::io(format!("writing {}", args.out.display()), e))?;
+    let p = &baseline.profile;
+    println!(
+        "baseline: {} run(s) ({}) written to {}; kernel {}, lockdown {}, gpu {}, nic {}, probe catalog {}",
+        baseline.runs.len(),
+        baseline
+            .runs
+            .iter()
+            .map(|r| r.workload.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        args.out.display(),
+        p.kernel,
+        p.lockdown,
+        p.gpu.as_deref().unwrap_or("none/unknown"),
+        p.nic.as_deref().unwrap_or("none/unknown"),
+        p.probe_catalog
+    );
+    if code != 0 {
+        eprintln!("gdrtrace: note: the validate run behind this baseline exited {code}");
+    }
+    Ok(code)
+}
