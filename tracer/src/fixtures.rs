@@ -17,7 +17,12 @@ pub fn replay_fixture(name: &str) -> (Report, Explain) {
 
 /// As `replay_fixture`, corroborated with an NCCL log.
 pub fn replay_fixture_with_log(name: &str, nccl_log: Option<&str>) -> (Report, Explain) {
-    let path = dir().join(format!("{name}.rec"));
+    let plain = dir().join(format!("{name}.rec"));
+    let path = if plain.exists() {
+        plain
+    } else {
+        dir().join(format!("{name}.rec.gz"))
+    };
     let rec = crate::cmd::replay::load(&path).unwrap_or_else(|e| panic!("fixture {name}: {e}"));
     let (report, _) = crate::cmd::replay::rebuild(&rec, nccl_log).unwrap_or_else(|e| panic!("fixture {name}: {e}"));
     let explain = report.explain.clone();
@@ -60,6 +65,74 @@ mod tests {
         ("app-staged-gpu-copies", "standin-peer-copy-enabled", "standin-uapi"),
         ("pageable-host-copies", "standin-uapi", "standin-peer-copy-enabled"),
     ];
+
+    /// Recorded on 2×H200 (NCCL 2.28.3, driver 580; `validate --record`,
+    /// docs/validation/2026-11-30-gpu-h200-3.md): the three transport modes.
+    #[test]
+    fn gpu_nccl_modes_replayed() {
+        for (mode, want, env) in [
+            ("auto", "p2p/nvlink", None),
+            ("no-p2p", "shm", Some("NCCL_P2P_DISABLE")),
+            ("no-p2p-no-shm", "socket", Some("NCCL_SHM_DISABLE")),
+        ] {
+            let (r, e) = replay_fixture(&format!("gpu-h200-nccl-{mode}"));
+            let ranks: Vec<_> = r.verdicts.iter().filter(|v| v.comm == "gdrtrace").collect();
+            assert_eq!(ranks.len(), 2, "{mode}: two ranks: {:?}", r.verdicts);
+            for v in &ranks {
+                assert_eq!(v.transport.name(), want, "{mode}: {v:?}");
+                assert_eq!(v.host_staged, want != "p2p/nvlink", "{mode}: {v:?}");
+            }
+            let collective: u64 = r.collectives.iter().map(|c| c.bytes).sum();
+            assert!(collective > 1 << 30, "{mode}: collective bytes {collective}");
+            match env {
+                None => {
+                    assert!(!e.fired("nccl-env-forced"), "{mode}: {:?}", e.findings);
+                    assert!(ranks.iter().all(|v| v.cause.is_none()));
+                }
+                Some(var) => {
+                    let f: Vec<_> = e.findings.iter().filter(|f| f.rule == "nccl-env-forced").collect();
+                    assert_eq!(f.len(), 2, "{mode}: one finding per rank: {:?}", e.findings);
+                    assert!(
+                        f.iter().all(|f| f.evidence.iter().any(|l| l.contains(var))),
+                        "{mode}: {f:?}"
+                    );
+                }
+            }
+            // Socket bytes come from the send/recv syscall probes: only the
+            // socket transport moves the collectives through them.
+            let socket: u64 = r
+                .processes
+                .iter()
+                .map(|p| p.socket.bytes_sent + p.socket.bytes_received)
+                .sum();
+            if want == "socket" {
+                assert!(socket >= collective / 2, "{mode}: socket {socket} of {collective}");
+            } else {
+                assert!(socket < collective / 100, "{mode}: socket {socket} of {collective}");
+            }
+        }
+    }
+
+    /// The same machine's cuda-copy workload: pageable copies host-staged,
+    /// pinned ones direct, peer copies with peer access over NVLink.
+    #[test]
+    fn gpu_cuda_copy_replayed() {
+        let (r, _) = replay_fixture("gpu-h200-cuda-copy");
+        let calls = |name: &str, transport: &str| op(&r, name, transport).map_or(0, |o| o.calls);
+        // The workload's own count: every case ran this many copies.
+        let per_case = r.workloads[0]["summary"]["calls_by_function"]["cuMemcpyPeer"]
+            .as_u64()
+            .expect("workload summary");
+        assert!(per_case > 0);
+        for name in ["cuMemcpyHtoD", "cuMemcpyDtoH"] {
+            // One pageable case staged; the pinned case and the pinned half
+            // of g2g-staged are direct DMA.
+            assert_eq!(calls(name, "host-staged"), per_case, "{name} pageable");
+            assert_eq!(calls(name, "host-only"), 2 * per_case, "{name} pinned");
+        }
+        assert_eq!(calls("cuMemcpyPeer", "p2p/nvlink"), per_case, "peer copies: {:?}", r.operations);
+        assert_eq!(calls("cuMemcpyPeer", "host-staged"), 0);
+    }
 
     #[test]
     fn every_rule_has_a_triggering_and_a_quiet_fixture() {

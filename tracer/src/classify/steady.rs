@@ -222,6 +222,61 @@ mod tests {
         assert!(v.cause.unwrap().contains("NCCL_P2P_DISABLE=1"));
     }
 
+    /// Real attach reports from 2×H200 (tests/fixtures/reports/
+    /// gpu-h200-attach-*.json): the steady state of each transport mode
+    /// decides the mode, rank by rank.
+    #[test]
+    fn h200_attach_reports() {
+        for (mode, want) in [("auto", "p2p/nvlink"), ("no-p2p", "shm"), ("no-p2p-no-shm", "socket")] {
+            let path = format!(
+                "{}/../tests/fixtures/reports/gpu-h200-attach-{mode}.json",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let links: GpuLinks = serde_json::from_value(r["gpu_links"].clone()).unwrap();
+            let rows: Vec<(u32, String, u64, u64)> = r["collectives"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    (
+                        c["pid"].as_u64().unwrap() as u32,
+                        c["op"].as_str().unwrap().to_string(),
+                        c["calls"].as_u64().unwrap(),
+                        c["bytes"].as_u64().unwrap(),
+                    )
+                })
+                .collect();
+            let mut ranks = 0;
+            for p in r["processes"].as_array().unwrap() {
+                let pid = p["pid"].as_u64().unwrap() as u32;
+                let (calls, bytes) = collectives(rows.iter().map(|(p, o, c, b)| (*p, o.as_str(), *c, *b)), pid);
+                let s = Steady {
+                    pid,
+                    comm: p["comm"].as_str().unwrap().into(),
+                    collective_calls: calls,
+                    collective_bytes: bytes,
+                    socket_bytes: p["socket"]["bytes_sent"].as_u64().unwrap()
+                        + p["socket"]["bytes_received"].as_u64().unwrap(),
+                    env: serde_json::from_value(p["env"].clone()).unwrap(),
+                    links: Some(links),
+                };
+                let Some(v) = verdict(&s) else { continue };
+                ranks += 1;
+                assert_eq!(v.transport.name(), want, "{mode} pid {pid}: {v:?}");
+                if want != "p2p/nvlink" {
+                    let var = if want == "shm" { "NCCL_P2P_DISABLE" } else { "NCCL_SHM_DISABLE" };
+                    assert!(v.cause.as_deref().unwrap().contains(var), "{mode}: {v:?}");
+                }
+            }
+            assert_eq!(ranks, 2, "{mode}: both ranks judged");
+            // The live run's first interval already said the same.
+            let first = r["first_interval"]["processes"].as_array().unwrap();
+            let live: Vec<&str> = first.iter().filter_map(|p| p["verdict"].as_str()).collect();
+            assert_eq!(live, [want, want], "{mode}: first interval");
+        }
+    }
+
     #[test]
     fn undecidable_stays_unknown() {
         // Idle NVLink but a NIC exists: NET/IB could carry the bytes.

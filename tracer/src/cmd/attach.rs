@@ -281,7 +281,8 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         ));
     }
     rt.block_on(async { trace.run_until(stop).await })?;
-    // Leave the targets first: their probes go before the report is built.
+    // Leave the targets first: their probes go before the report is built
+    // (and the time it takes is reported: the kernel serializes it).
     let detach_started = Instant::now();
     let detached = trace.session.detach_uprobes();
     let detach_ms = detach_started.elapsed().as_secs_f64() * 1e3;

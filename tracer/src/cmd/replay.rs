@@ -69,7 +69,14 @@ pub fn rebuild_with(
 
 /// Reads and parses a recording; the error is one line naming the file.
 pub fn load(path: &Path) -> std::result::Result<Recording, String> {
-    let text = std::fs::read(path).map_err(|e| format!("cannot read the recording {}: {e}", path.display()))?;
+    let mut text = std::fs::read(path).map_err(|e| format!("cannot read the recording {}: {e}", path.display()))?;
+    // gzip (`gzip -9 job.rec`: recordings of GPU jobs compress ~25x).
+    if text.starts_with(&[0x1f, 0x8b]) {
+        let mut plain = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(&text[..]), &mut plain)
+            .map_err(|e| format!("{}: not a complete gzip file: {e}", path.display()))?;
+        text = plain;
+    }
     let text = String::from_utf8(text)
         .map_err(|_| format!("{}: not a gdrtrace recording (not UTF-8 text)", path.display()))?;
     recording::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
