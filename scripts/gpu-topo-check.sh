@@ -22,9 +22,8 @@ assert len(g) == 2, f"expected 2 GPUs, got {len(g)}"
 for x in g:
     assert x["bar1"] and x["bar1"]["total"] > 0, f"GPU{x['index']}: no BAR1 from NVML: {x['bar1']}"
     assert x["pci"] and x["pci"]["link"], f"GPU{x['index']}: no PCIe link state"
-    peers = {p["peer"]: p["links"] for p in x["nvlink"]}
-    other = f"GPU{1 - x['index']}"
-    assert peers.get(other) == 18, f"GPU{x['index']}: NVML NVLink peers {x['nvlink']}"
+    # 18 NVLink links per GPU; in a VM NVML may not name the peer (no PCI address).
+    assert sum(p["links"] for p in x["nvlink"]) == 18, f"GPU{x['index']}: NVML NVLink peers {x['nvlink']}"
 pair = [l for l in t["links"] if {l["a"], l["b"]} == {"GPU0", "GPU1"}]
 assert pair and pair[0]["kind"] == "NV18" and pair[0]["source"] == "nvml", pair
 assert t["nics"] == [] and any(n.startswith("no RDMA NIC") for n in t["notes"]), t["notes"]

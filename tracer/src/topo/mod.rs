@@ -349,7 +349,7 @@ fn gpus(root: &Path, driver: bool, t: &mut Topo) {
                             .iter()
                             .find(|(b, _)| *b == bus)
                             .map(|(_, i)| format!("GPU{i}"))
-                            .unwrap_or_else(|| bus.clone()),
+                            .unwrap_or_else(|| unnamed_peer(&bus)),
                         bus,
                         links,
                     })
@@ -359,6 +359,16 @@ fn gpus(root: &Path, driver: bool, t: &mut Topo) {
         Err(e) => t.notes.push(format!(
             "{e}: no BAR1 use or NVLink peers (NVLink from nvidia-smi topo -m if it runs)"
         )),
+    }
+}
+
+/// NVML reports `ffffffff:ff:ff.0` for a peer it cannot name (seen on
+/// 2×H200 in a VM: the NVLink peer's PCI address is not exposed there).
+fn unnamed_peer(bus: &str) -> String {
+    if bus.starts_with("ffffffff:") {
+        "a peer NVML cannot name (no PCI address; virtualized or behind an NVSwitch)".into()
+    } else {
+        bus.to_string()
     }
 }
 
