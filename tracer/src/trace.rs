@@ -154,6 +154,9 @@ pub struct Trace {
     started: Instant,
     /// GPU link counters when tracing started (None: no GPU or no NVML).
     links_base: Option<LinksBase>,
+    /// GPU link traffic between start and the end of `run_until` (the
+    /// window the aggregates cover; probes may stay live while detaching).
+    links_window: Option<GpuLinks>,
     /// Host facts (read once: at `record`, else when the report is built).
     facts: Option<recording::HostFacts>,
 }
@@ -212,6 +215,7 @@ impl Trace {
             pins_before: FollPin::read(),
             started: Instant::now(),
             links_base: LinksBase::sample(),
+            links_window: None,
             facts: None,
         }
     }
@@ -246,6 +250,7 @@ impl Trace {
         self.handle(&mut batch);
         self.agg.undecoded += stream.malformed;
         self.on_tick();
+        self.links_window = self.links_base.and_then(|b| b.since());
         Ok(())
     }
 
@@ -384,7 +389,7 @@ impl Trace {
         let loss = self.session.loss(0, self.agg.undecoded)?;
         let inputs = Inputs {
             command,
-            gpu_links: self.links_base.and_then(|b| b.since()),
+            gpu_links: self.links_window.or_else(|| self.links_base.and_then(|b| b.since())),
             host: report::host(),
             facts: self.facts.take().unwrap_or_else(recording::HostFacts::read),
             duration_s: (self.started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
