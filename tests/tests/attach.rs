@@ -40,6 +40,18 @@ fn our_programs() -> usize {
         .count()
 }
 
+/// BPF links in the kernel (all of them: the tests run alone), and the
+/// tracefs probe entries (legacy kprobe/uprobe attach writes them).
+fn links_and_probe_events() -> (usize, usize) {
+    let links = aya::programs::loaded_links().filter_map(Result::ok).count();
+    let events = ["/sys/kernel/tracing/uprobe_events", "/sys/kernel/tracing/kprobe_events"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .map(|t| t.lines().count())
+        .sum();
+    (links, events)
+}
+
 fn wait_programs(n: usize) -> usize {
     let until = Instant::now() + Duration::from_secs(5);
     loop {
@@ -236,6 +248,7 @@ fn signals_leave_target_running_and_kernel_clean() {
     let mut target = Command::new("sleep").arg("120").spawn().unwrap();
     let pid = target.id();
     let before = wait_programs(our_programs());
+    let kernel_before = links_and_probe_events();
     for (sig, name) in [
         (libc::SIGINT, "SIGINT"),
         (libc::SIGTERM, "SIGTERM"),
@@ -246,6 +259,10 @@ fn signals_leave_target_running_and_kernel_clean() {
             our_programs() > before,
             "{name}: programs should be loaded while attached"
         );
+        assert!(
+            links_and_probe_events().0 > kernel_before.0,
+            "{name}: the tracer's links should exist while attached"
+        );
         // SAFETY: signalling our own child.
         unsafe { libc::kill(tracer.id() as i32, sig) };
         let status = tracer.wait().unwrap();
@@ -254,6 +271,11 @@ fn signals_leave_target_running_and_kernel_clean() {
         }
         assert!(alive(pid), "{name}: the target must keep running");
         assert_eq!(wait_programs(before), before, "{name}: BPF programs left behind");
+        assert_eq!(
+            links_and_probe_events(),
+            kernel_before,
+            "{name}: (BPF links, tracefs probe entries) left behind"
+        );
         assert!(target.try_wait().unwrap().is_none(), "{name}: target exited");
     }
     let _ = target.kill();
