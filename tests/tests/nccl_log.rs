@@ -25,7 +25,10 @@ fn verdicts_agree_with_nccl_log_in_every_mode() {
             &format!("reports/nccl-{mode}.json"),
             &fixture(&format!("logs/nccl-{mode}.log")),
         );
-        let agree = out.lines().filter(|l| l.contains(via) && l.contains("(agrees)")).count();
+        let agree = out
+            .lines()
+            .filter(|l| l.contains(via) && l.contains("(agrees)"))
+            .count();
         // Two ranks, each: the per-process line and the per-communicator line.
         assert_eq!(agree, 4, "{mode}:\n{out}");
         assert!(!out.to_lowercase().contains("disagrees"), "{mode}:\n{out}");
@@ -60,7 +63,8 @@ fn a_log_of_another_mode_disagrees() {
     let out = explain("reports/nccl-auto.json", path.to_str().unwrap());
     let _ = std::fs::remove_file(&path);
     assert!(
-        out.lines().any(|l| l.contains("via SHM/direct/direct") && l.to_lowercase().contains("disagrees")),
+        out.lines()
+            .any(|l| l.contains("via SHM/direct/direct") && l.to_lowercase().contains("disagrees")),
         "{out}"
     );
 }

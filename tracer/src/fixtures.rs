@@ -130,7 +130,12 @@ mod tests {
             assert_eq!(calls(name, "host-staged"), per_case, "{name} pageable");
             assert_eq!(calls(name, "host-only"), 2 * per_case, "{name} pinned");
         }
-        assert_eq!(calls("cuMemcpyPeer", "p2p/nvlink"), per_case, "peer copies: {:?}", r.operations);
+        assert_eq!(
+            calls("cuMemcpyPeer", "p2p/nvlink"),
+            per_case,
+            "peer copies: {:?}",
+            r.operations
+        );
         assert_eq!(calls("cuMemcpyPeer", "host-staged"), 0);
     }
 

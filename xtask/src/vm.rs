@@ -186,28 +186,45 @@ pub fn run(req: &RunRequest) -> Result<Outcome> {
         rw_dirs.push(out.to_path_buf());
     }
     let exec = format!("sh {}", sh_quote(&wrapper.to_string_lossy()));
-    let mut cmd = vng_command(&vng, req.kernel, req.opts, disable_kvm, &rw_dirs, &exec);
-    cmd.current_dir(&repo);
-
-    let log = match req.out {
-        Some(out) => {
-            let p = out.join("console.log");
-            Some(File::create(&p).with_context(|| format!("cannot create {}", p.display()))?)
+    let console = req.out.map(|out| out.join("console.log"));
+    // A VM that dies before its console prints anything never ran the
+    // command (seen once in CI under software emulation: QEMU exited 255
+    // at once); that is retried once. Anything later is the test's result.
+    let mut attempt = 0;
+    let result = loop {
+        attempt += 1;
+        let mut cmd = vng_command(&vng, req.kernel, req.opts, disable_kvm, &rw_dirs, &exec);
+        cmd.current_dir(&repo);
+        let log = match &console {
+            Some(p) => Some(File::create(p).with_context(|| format!("cannot create {}", p.display()))?),
+            None => None,
+        };
+        eprintln!(
+            "vm-run: booting {} ({}, timeout {}s): {}",
+            req.kernel.release,
+            if disable_kvm { "software emulation" } else { "KVM" },
+            req.opts.timeout,
+            req.command.join(" ")
+        );
+        let start = Instant::now();
+        let res = supervise(cmd, Duration::from_secs(req.opts.timeout), log, true)?;
+        let wall = start.elapsed();
+        let status = fs::read_to_string(&status_file).ok();
+        let silent = console
+            .as_ref()
+            .is_some_and(|p| fs::metadata(p).map(|m| m.len() == 0).unwrap_or(true));
+        if status.is_none() && !res.timed_out && silent && attempt == 1 {
+            eprintln!(
+                "vm-run: the VM ({}) ended ({}) after {:.1}s without any console output; booting it again",
+                req.kernel.release,
+                res.status,
+                wall.as_secs_f64()
+            );
+            continue;
         }
-        None => None,
+        break (res, wall, status);
     };
-    eprintln!(
-        "vm-run: booting {} ({}, timeout {}s): {}",
-        req.kernel.release,
-        if disable_kvm { "software emulation" } else { "KVM" },
-        req.opts.timeout,
-        req.command.join(" ")
-    );
-    let start = Instant::now();
-    let res = supervise(cmd, Duration::from_secs(req.opts.timeout), log, true)?;
-    let wall = start.elapsed();
-
-    let status = fs::read_to_string(&status_file).ok();
+    let (res, wall, status) = result;
     // Best effort: the scratch dir only matters while the VM runs.
     let _ = fs::remove_dir_all(&scratch);
     if res.timed_out {

@@ -265,7 +265,11 @@ mod tests {
                 ranks += 1;
                 assert_eq!(v.transport.name(), want, "{mode} pid {pid}: {v:?}");
                 if want != "p2p/nvlink" {
-                    let var = if want == "shm" { "NCCL_P2P_DISABLE" } else { "NCCL_SHM_DISABLE" };
+                    let var = if want == "shm" {
+                        "NCCL_P2P_DISABLE"
+                    } else {
+                        "NCCL_SHM_DISABLE"
+                    };
                     assert!(v.cause.as_deref().unwrap().contains(var), "{mode}: {v:?}");
                 }
             }
