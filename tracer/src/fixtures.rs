@@ -113,6 +113,19 @@ mod tests {
         }
     }
 
+    /// Peer copies after cuCtxEnablePeerAccess between GPUs that no NVLink
+    /// joins (stand-in: no such machine here) go over PCIe.
+    #[test]
+    fn peer_copies_without_nvlink_are_p2p_pcie() {
+        let (r, e) = replay_fixture("standin-peer-copy-pcie");
+        let peer = op(&r, "cuMemcpyPeer", "p2p/pcie").expect("cuMemcpyPeer p2p/pcie");
+        assert_eq!(peer.calls, 5);
+        assert!(op(&r, "cuMemcpyPeer", "p2p/nvlink").is_none());
+        assert!(!e.fired("peer-access-not-enabled"), "{:?}", e.findings);
+        let (r, _) = replay_fixture("standin-peer-copy-enabled");
+        assert_eq!(op(&r, "cuMemcpyPeer", "p2p/nvlink").map(|o| o.calls), Some(5));
+    }
+
     /// The same machine's cuda-copy workload: pageable copies host-staged,
     /// pinned ones direct, peer copies with peer access over NVLink.
     #[test]
