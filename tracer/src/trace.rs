@@ -272,14 +272,7 @@ impl Trace {
             self.finished = true;
         }
         self.interval_tick();
-        let live: Vec<u32> = self
-            .agg
-            .procs
-            .iter()
-            .filter(|(_, p)| !p.exited)
-            .map(|(pid, _)| *pid)
-            .collect();
-        for pid in live {
+        for pid in self.agg.live_pids() {
             self.session.attach_libraries_of(pid);
         }
     }

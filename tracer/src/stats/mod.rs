@@ -250,13 +250,17 @@ impl Aggregator {
         self.sample_live();
     }
 
-    fn sample_live(&mut self) {
-        let live: Vec<u32> = self
-            .procs
+    /// Traced processes not known to have exited.
+    pub fn live_pids(&self) -> Vec<u32> {
+        self.procs
             .iter()
             .filter(|(_, p)| !p.exited)
             .map(|(pid, _)| *pid)
-            .collect();
+            .collect()
+    }
+
+    fn sample_live(&mut self) {
+        let live = self.live_pids();
         for pid in live {
             let (kib, cpu) = self.source.sample(pid);
             self.note(Fact::Sample {
@@ -279,12 +283,7 @@ impl Aggregator {
         if let Some(r) = &mut self.recorder {
             r.lazy_input(serde_json::json!({"type": "alive-check", "t_ns": monotonic_ns()}));
         }
-        let live: Vec<u32> = self
-            .procs
-            .iter()
-            .filter(|(_, p)| !p.exited)
-            .map(|(pid, _)| *pid)
-            .collect();
+        let live = self.live_pids();
         for pid in live {
             if !self.source.alive(pid) {
                 self.note(Fact::Gone { pid });
