@@ -100,17 +100,10 @@ fn gpu() -> (Option<String>, Option<String>) {
 
 /// RDMA NICs (`mlx5_0: MT4129 (mlx5_core)`) and their firmware versions.
 fn nics() -> (Option<String>, Option<String>) {
-    let mut names: Vec<String> = fs::read_dir("/sys/class/infiniband")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
+    let names = crate::topo::dir_names(std::path::Path::new("/sys/class/infiniband"));
     if names.is_empty() {
         return (None, None);
     }
-    names.sort();
     let mut models = Vec::new();
     let mut fw = Vec::new();
     for n in &names {

@@ -109,17 +109,7 @@ impl HostFacts {
             .lines()
             .filter_map(|l| l.split_whitespace().next())
             .collect();
-        let list = |dir: &str| -> Vec<String> {
-            let mut v: Vec<String> = std::fs::read_dir(dir)
-                .map(|d| {
-                    d.flatten()
-                        .map(|e| e.file_name().to_string_lossy().into_owned())
-                        .collect()
-                })
-                .unwrap_or_default();
-            v.sort();
-            v
-        };
+        let list = |dir: &str| crate::topo::dir_names(Path::new(dir));
         let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
         let mut gpu_nic_paths = Vec::new();
         for l in &topo.links {
@@ -178,32 +168,13 @@ fn acs_redirect_bridges() -> Vec<String> {
 }
 
 /// Whether a PCIe config space (4096 bytes, as root reads it from sysfs)
-/// has an ACS extended capability with request or completion redirect set.
-/// Extended capabilities start at 0x100: a header (id: 16 bits, version: 4,
-/// next: 12) per capability; ACS control is at +6 (PCIe base spec 7.7.8).
+/// has an ACS extended capability with request or completion redirect set
+/// (decoded by `topo::pci`, which `gdrtrace topo` shows).
 pub fn acs_redirects(cfg: &[u8]) -> bool {
-    const ACS_CAP: u32 = 0x000d;
-    const REQ_REDIR: u16 = 1 << 2;
-    const CMPLT_REDIR: u16 = 1 << 3;
-    let word = |o: usize| cfg.get(o..o + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-    let mut off = 0x100usize;
-    for _ in 0..64 {
-        let Some(h) = word(off) else { return false };
-        if h == 0 || h == u32::MAX {
-            return false;
-        }
-        if h & 0xffff == ACS_CAP {
-            return cfg
-                .get(off + 6..off + 8)
-                .map(|b| u16::from_le_bytes([b[0], b[1]]))
-                .is_some_and(|ctl| ctl & (REQ_REDIR | CMPLT_REDIR) != 0);
-        }
-        off = (h >> 20) as usize;
-        if off < 0x100 {
-            return false;
-        }
-    }
-    false
+    crate::topo::pci::acs_from_config(cfg)
+        .ok()
+        .flatten()
+        .is_some_and(|acs| acs.redirects_p2p)
 }
 
 /// The first line.

@@ -12,11 +12,7 @@ pub mod pci;
 pub mod rdma;
 mod render;
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{fs, path::Path, process::Command};
 
 pub use nvml::{Bar1, GpuTraffic, gpu_traffic, nvlink_traffic};
 pub use pci::{AcsCtl, Bridge, PathClass, PciDevice, PcieLink};
@@ -520,23 +516,25 @@ fn bridges(root: &Path, t: &mut Topo) {
     t.bridges = all.iter().map(|b| pci::bridge(root, b)).collect();
 }
 
+/// The names in a directory, sorted (none when it cannot be read).
+pub fn dir_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
 /// IOMMU units, group count and kernel parameters under `root`.
 pub fn iommu(root: &Path) -> Iommu {
-    let count = |p: PathBuf| -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(p)
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
-    };
     let cmdline = read_trim(&root.join("proc/cmdline")).unwrap_or_default();
     Iommu {
-        units: count(root.join("sys/class/iommu")),
-        groups: count(root.join("sys/kernel/iommu_groups")).len(),
+        units: dir_names(&root.join("sys/class/iommu")),
+        groups: dir_names(&root.join("sys/kernel/iommu_groups")).len(),
         cmdline: cmdline
             .split_whitespace()
             // Arguments after `--` go to init, not the kernel.

@@ -5,7 +5,10 @@ use std::{collections::BTreeMap, fs, path::Path};
 
 use serde::Serialize;
 
-use super::pci::{self, PciDevice};
+use super::{
+    dir_names,
+    pci::{self, PciDevice},
+};
 
 /// One port of an RDMA device.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -47,18 +50,6 @@ fn read_trim(p: &Path) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
 fn class_dir(root: &Path) -> std::path::PathBuf {
     root.join("sys/class/infiniband")
 }
@@ -71,7 +62,7 @@ pub fn nics(root: &Path) -> Result<Vec<Nic>, String> {
         return Err("/sys/class/infiniband does not exist (no RDMA core in this kernel)".into());
     }
     let counters = counters_at(root);
-    Ok(names(&dir).into_iter().map(|n| nic(root, &n, &counters)).collect())
+    Ok(dir_names(&dir).into_iter().map(|n| nic(root, &n, &counters)).collect())
 }
 
 fn nic(root: &Path, name: &str, all: &BTreeMap<String, u64>) -> Nic {
@@ -87,13 +78,13 @@ fn nic(root: &Path, name: &str, all: &BTreeMap<String, u64>) -> Nic {
         l.chain.last().cloned()
     });
     let pci = bdf.as_deref().filter(|_| !software).and_then(|b| pci::device(root, b));
-    let mut netdevs = names(&dir.join("device/net"));
-    let ports: Vec<Port> = names(&dir.join("ports"))
+    let mut netdevs = dir_names(&dir.join("device/net"));
+    let ports: Vec<Port> = dir_names(&dir.join("ports"))
         .into_iter()
         .filter_map(|p| {
             let pdir = dir.join("ports").join(&p);
             // Unused GID slots fail to read (EINVAL): skip them.
-            for n in names(&pdir.join("gid_attrs/ndevs")) {
+            for n in dir_names(&pdir.join("gid_attrs/ndevs")) {
                 if let Some(nd) = read_trim(&pdir.join("gid_attrs/ndevs").join(n))
                     && !netdevs.contains(&nd)
                 {
@@ -146,11 +137,11 @@ pub fn rdma_counters() -> BTreeMap<String, u64> {
 pub fn counters_at(root: &Path) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     let class = class_dir(root);
-    for dev in names(&class) {
-        for port in names(&class.join(&dev).join("ports")) {
+    for dev in dir_names(&class) {
+        for port in dir_names(&class.join(&dev).join("ports")) {
             for (sub, key) in [("counters", ""), ("hw_counters", "hw_counters/")] {
                 let cdir = class.join(&dev).join("ports").join(&port).join(sub);
-                for c in names(&cdir) {
+                for c in dir_names(&cdir) {
                     // `lifespan` is the hw_counters refresh period, not a count.
                     if c == "lifespan" {
                         continue;
