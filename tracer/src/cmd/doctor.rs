@@ -361,12 +361,12 @@ pub fn collect() -> Doctor {
 pub fn doctor(args: &DoctorArgs) -> Result<i32> {
     let d = collect();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&d).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&d).unwrap_or_default());
     } else {
-        print!("{}", render(&d));
+        out!("{}", render(&d));
     }
     if !d.usable {
-        eprintln!("gdrtrace: {}", d.reason);
+        errln!("gdrtrace: {}", d.reason);
         return Ok(1);
     }
     Ok(0)
