@@ -25,8 +25,9 @@ Signals and exit status:
   SIGINT or SIGTERM is passed on to the command (a Ctrl-C from the terminal
   already reached it) and tracing goes on until it exits; a second signal
   prints the report at once and exits 128+signal, leaving the command running.
-  --duration: at the deadline the report is printed and the command gets
-  SIGTERM (SIGKILL 10 s later if still running); the exit status is its own.
+  --duration: at the deadline the report is printed and the command (with
+  every process traced with it) gets SIGTERM, SIGKILL 10 s later if still
+  running; the exit status is the command's own.
   Before the command starts: 126 not executable, 127 not found, 2 bad
   usage or an output file that cannot be written (nothing is run then).
 ";

@@ -7,9 +7,10 @@
 //!   until the command exits, then report and its status;
 //! - a second SIGINT or SIGTERM: report what was traced and exit at once
 //!   with 128+signal, leaving the command running;
-//! - `--duration`: report at the deadline; the command gets SIGTERM there
-//!   (as `perf stat --timeout` and timeout(1) do), SIGKILL [`KILL_AFTER`]
-//!   later if it is still running, and its status is the exit status.
+//! - `--duration`: report at the deadline; the command and every process
+//!   traced with it get SIGTERM there (as with `perf stat --timeout` and
+//!   timeout(1): nothing is left running untraced), SIGKILL [`KILL_AFTER`]
+//!   later if still running, and the command's status is the exit status.
 use std::{cell::Cell, time::Duration};
 
 use crate::{
@@ -77,8 +78,9 @@ impl Outputs {
 pub enum End {
     /// The command exited with this shell-style status.
     Exited(i32),
-    /// `--duration` passed: the command got SIGTERM and is still to be waited for.
-    Deadline(Child),
+    /// `--duration` passed: the command and its traced descendants (the
+    /// pids) got SIGTERM; the command is still to be waited for.
+    Deadline(Child, Vec<u32>),
     /// A second signal ended the trace; the command still runs.
     Abandoned(Received),
 }
@@ -90,7 +92,7 @@ impl End {
         match self {
             End::Exited(code) => code,
             End::Abandoned(s) => s.exit_code(),
-            End::Deadline(mut child) => {
+            End::Deadline(mut child, descendants) => {
                 output::flush_stdout();
                 let Ok(signals) = Signals::install() else {
                     return spawn::wait(child.pid);
@@ -105,6 +107,7 @@ impl End {
                             KILL_AFTER.as_secs()
                         );
                         child.signal(libc::SIGKILL);
+                        signal_running(&descendants, libc::SIGKILL);
                         match child.wait_or_signal(&signals, Duration::from_secs(3600)) {
                             Waited::Exited(code) => code,
                             Waited::Signal(s) => s.exit_code(),
@@ -113,6 +116,16 @@ impl End {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Sends `sig` to those of `pids` still running.
+fn signal_running(pids: &[u32], sig: i32) {
+    for pid in pids {
+        if crate::counters::running(*pid) {
+            // SAFETY: kill(2) on a traced process that is still running.
+            unsafe { libc::kill(*pid as i32, sig) };
         }
     }
 }
@@ -229,7 +242,11 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
     let end = match stopped.get() {
         Some(Stop::Exited(code)) => End::Exited(code),
         Some(Stop::Abandoned(s)) => End::Abandoned(s),
-        Some(Stop::Deadline) => End::Deadline(child),
+        Some(Stop::Deadline) => {
+            let descendants: Vec<u32> = trace.agg.live_pids().into_iter().filter(|p| *p != pid).collect();
+            signal_running(&descendants, libc::SIGTERM);
+            End::Deadline(child, descendants)
+        }
         None => End::Exited(spawn::wait(child.pid)),
     };
     Ok(Outcome {
