@@ -23,7 +23,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{can_trace, trace_required};
+use integration_tests::{can_trace, links_and_probe_events, our_programs, trace_required};
 
 /// How an input may end.
 #[derive(Clone, Copy, Debug)]
@@ -83,28 +83,8 @@ fn binary() -> Option<PathBuf> {
 
 /// Our programs, all BPF links, and tracefs probe entries.
 fn kernel_objects() -> (usize, usize, usize) {
-    let progs = aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|p| {
-            p.name_as_str().is_some_and(|n| {
-                [
-                    "sched_process_f",
-                    "sys_enter_io_ur",
-                    "sys_exit_io_uri",
-                    "uapi_entry",
-                    "uapi_return",
-                ]
-                .contains(&n)
-            })
-        })
-        .count();
-    let links = aya::programs::loaded_links().filter_map(Result::ok).count();
-    let events = ["/sys/kernel/tracing/uprobe_events", "/sys/kernel/tracing/kprobe_events"]
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(p).ok())
-        .map(|t| t.lines().count())
-        .sum();
-    (progs, links, events)
+    let (links, events) = links_and_probe_events();
+    (our_programs(), links, events)
 }
 
 /// Processes in process group `pgid`.
@@ -159,8 +139,35 @@ fn run_case(bin: &Path, c: &Case, as_root: bool) -> Result<(), String> {
             // SAFETY: the process group this case started.
             unsafe { libc::kill(-(pgid as i32), libc::SIGKILL) };
             let _ = rx.recv_timeout(Duration::from_secs(10));
+            // Let the killed tracer's programs and links go before the next input.
+            let until = Instant::now() + Duration::from_secs(10);
+            while before.is_some_and(|b| kernel_objects() != b) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(50));
+            }
             return Err(format!("hung: killed after {} s", c.limit.as_secs()));
         }
+    };
+    // Leftovers first, whatever the verdict, so that nothing of this input
+    // is counted against the next: the group's processes (a traced command
+    // not waited for) and kernel objects (programs and links close with
+    // their descriptors; the kernel gets a moment).
+    let until = Instant::now() + Duration::from_secs(5);
+    let leftovers = loop {
+        let left = group_members(pgid);
+        let kernel_ok = before.is_none_or(|b| kernel_objects() == b);
+        if left.is_empty() && kernel_ok {
+            break None;
+        }
+        if Instant::now() > until {
+            // SAFETY: the process group this case started.
+            unsafe { libc::kill(-(pgid as i32), libc::SIGKILL) };
+            break Some(if left.is_empty() {
+                format!("kernel objects left: before {before:?}, after {:?}", kernel_objects())
+            } else {
+                format!("processes left behind: {left:?}")
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
     };
     let text = format!(
         "{}{}",
@@ -176,26 +183,8 @@ fn run_case(bin: &Path, c: &Case, as_root: bool) -> Result<(), String> {
     if out.status.code() != Some(want) {
         return Err(format!("exit {:?}, want {want}: {first}", out.status.code()));
     }
-    // Leftovers: the group's processes (a traced command not waited for)
-    // and kernel objects (programs and links close with their descriptors;
-    // give the kernel a moment).
-    let until = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left = group_members(pgid);
-        let kernel_ok = before.is_none_or(|b| kernel_objects() == b);
-        if left.is_empty() && kernel_ok {
-            break;
-        }
-        if Instant::now() > until {
-            // SAFETY: the process group this case started.
-            unsafe { libc::kill(-(pgid as i32), libc::SIGKILL) };
-            return Err(if left.is_empty() {
-                format!("kernel objects left: before {before:?}, after {:?}", kernel_objects())
-            } else {
-                format!("processes left behind: {left:?}")
-            });
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if let Some(why) = leftovers {
+        return Err(why);
     }
     if let Some(f) = &c.check {
         f(&out)?;
@@ -211,6 +200,14 @@ struct Files {
 impl Files {
     fn p(&self, name: &str) -> String {
         self.dir.join(name).to_string_lossy().into_owned()
+    }
+}
+
+/// Whether the file a flag named was written (not empty).
+fn written(path: &str) -> Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.len() > 0 => Ok(()),
+        _ => Err(format!("{path} not written")),
     }
 }
 
@@ -589,11 +586,7 @@ fn cases(f: &Files) -> Vec<Case> {
         if !o.stderr.is_empty() {
             return Err(format!("stderr: {}", String::from_utf8_lossy(&o.stderr)));
         }
-        std::fs::metadata(&json)
-            .ok()
-            .filter(|m| m.len() > 0)
-            .map(drop)
-            .ok_or_else(|| "--json not written".to_string())
+        written(&json)
     });
     c.stdout_closed = true;
     v.push(c);
@@ -665,13 +658,7 @@ fn cases(f: &Files) -> Vec<Case> {
         Code(141),
     )
     .bpf()
-    .check(move |_: &Output| {
-        std::fs::metadata(&json)
-            .ok()
-            .filter(|m| m.len() > 0)
-            .map(drop)
-            .ok_or_else(|| "--json not written".to_string())
-    });
+    .check(move |_: &Output| written(&json));
     c.stdout_closed = true;
     v.push(c);
     let mut c = Case::new(

@@ -134,3 +134,37 @@ pub fn compile(args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// This object's programs loaded in the kernel (by the names the object
+/// gives them; the kernel keeps the first 15 bytes).
+pub fn our_programs() -> usize {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| {
+            p.name_as_str().is_some_and(|n| {
+                [
+                    "sched_process_f",
+                    "sys_enter_io_ur",
+                    "sys_exit_io_uri",
+                    "sys_enter_sendt",
+                    "sys_exit_recvms",
+                    "uapi_entry",
+                    "uapi_return",
+                ]
+                .contains(&n)
+            })
+        })
+        .count()
+}
+
+/// BPF links in the kernel (all of them: callers run alone), and the
+/// tracefs probe entries (legacy kprobe/uprobe attach writes them).
+pub fn links_and_probe_events() -> (usize, usize) {
+    let links = aya::programs::loaded_links().filter_map(Result::ok).count();
+    let events = ["/sys/kernel/tracing/uprobe_events", "/sys/kernel/tracing/kprobe_events"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .map(|t| t.lines().count())
+        .sum();
+    (links, events)
+}

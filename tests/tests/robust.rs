@@ -568,6 +568,9 @@ fn item12_bad_attach_targets_have_reasons() {
     );
     assert!(!killed);
     fails_with(&o, 2, "is this gdrtrace itself", "own pid");
+    // No such process, and no "children of pid 0" (the whole machine).
+    let o = bounded(&["attach", "--pid", "0"]);
+    fails_with(&o, 2, "pid 0: no such process", "pid 0");
     if std::fs::read_to_string("/proc/2/comm").is_ok_and(|c| c.trim() == "kthreadd") {
         let o = bounded(&["attach", "--pid", "2"]);
         fails_with(&o, 2, "is a kernel thread", "kthreadd");

@@ -27,12 +27,12 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "d" => v * 86400.0,
         _ => return Err(format!("invalid duration unit in '{s}' (use ms, s, m, h or d)")),
     };
-    if !(secs > 0.0) {
+    if secs.is_nan() || secs <= 0.0 {
         return Err(format!("duration must be positive: '{s}'"));
     }
     // Compared as floats before converting: Duration::from_secs_f64 panics
     // on values it cannot hold.
-    if !(secs <= MAX_DURATION.as_secs_f64()) {
+    if secs > MAX_DURATION.as_secs_f64() {
         return Err(format!("duration '{s}' is too long (at most 365d)"));
     }
     if secs < MIN_DURATION.as_secs_f64() {

@@ -198,15 +198,26 @@ fn refused(pid: u32) -> Option<String> {
 /// The targets: the roots and their descendants, less what cannot be
 /// traced (each with its reason in `notes`, kernel threads counted).
 fn targets(roots: &[u32], notes: &mut Vec<String>) -> BTreeSet<u32> {
-    let mut kthreads = 0;
-    let out = with_descendants(roots)
-        .into_iter()
+    // A refused root brings no descendants: `--pid 0` (no such process)
+    // must not become "every child of the kernel", i.e. the whole machine.
+    let roots: Vec<u32> = roots
+        .iter()
+        .copied()
         .filter(|pid| match refused(*pid) {
             None => true,
             Some(why) => {
-                if roots.contains(pid) {
-                    notes.push(why);
-                } else if counters::kernel_thread(*pid) {
+                notes.push(why);
+                false
+            }
+        })
+        .collect();
+    let mut kthreads = 0;
+    let out = with_descendants(&roots)
+        .into_iter()
+        .filter(|pid| match refused(*pid) {
+            None => true,
+            Some(_) => {
+                if counters::kernel_thread(*pid) {
                     kthreads += 1;
                 }
                 false
