@@ -157,7 +157,9 @@ pub struct TraceArgs {
     /// Event ring buffer size in bytes (a power of two, at least one page).
     #[arg(long, default_value_t = tracer_common::RINGBUF_BYTES as u64)]
     pub ringbuf_bytes: u64,
-    /// NCCL log (NCCL_DEBUG=INFO output) to corroborate the verdicts with.
+    /// NCCL log (NCCL_DEBUG=INFO output) to corroborate the verdicts with;
+    /// read at the end, but it must exist when tracing starts (create it
+    /// first when the job writes it: `touch nccl.log`).
     #[arg(long, value_name = "FILE")]
     pub nccl_log: Option<PathBuf>,
     /// Record the event stream (and the process facts read while tracing)
