@@ -307,6 +307,6 @@ fn fixtures_are_read_and_edits_are_refused() {
     let _ = compare::document("r", bad);
     let mut neg = good;
     neg["operations"][0]["calls"] = serde_json::json!(-1);
-    let e = compare::document("r", neg).err().expect("negative calls refused");
+    let e = compare::document("r", neg).expect_err("negative calls refused");
     assert!(e.contains("operations[0].calls"), "{e}");
 }

@@ -324,7 +324,10 @@ fn item5_signals_are_forwarded_and_a_second_one_ends_at_once() {
     let mut line = String::new();
     while !line.contains("passed on to the command") {
         line.clear();
-        assert!(err.read_line(&mut line).expect("stderr") > 0, "the tracer never passed SIGTERM on");
+        assert!(
+            err.read_line(&mut line).expect("stderr") > 0,
+            "the tracer never passed SIGTERM on"
+        );
     }
     kill(tracer.id(), libc::SIGTERM);
     let o = tracer.wait_with_output().expect("waiting");
