@@ -134,7 +134,7 @@ fn kinds(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Vec<Kind> {
         let p: &mut UProbe = prog(ebpf, name)?;
         p.load().map_err(l)?;
         p.attach(
-            UProbeAttachLocation::AbsoluteOffset(off),
+            [UProbeAttachLocation::AbsoluteOffset(off)],
             exe,
             UProbeScope::AllProcesses,
         )

@@ -28,6 +28,19 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
     }
 }
 
+/// Closes the uprobe links after the report is out and says how long it
+/// took: with `uprobe_multi` links milliseconds, with per-point links the
+/// kernel unregisters each behind a grace period.
+pub fn report_close(session: &mut crate::session::Session) {
+    let c = session.close_uprobes();
+    if c.links > 0 {
+        eprintln!(
+            "gdrtrace: closed {} uprobe link(s) holding {} probe point(s) in {:.0} ms",
+            c.links, c.points, c.ms
+        );
+    }
+}
+
 /// A single-threaded tokio runtime: the tracer forks traced commands, and
 /// one thread keeps that safe and the overhead small.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {

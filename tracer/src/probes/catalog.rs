@@ -73,8 +73,11 @@ pub enum Strategy {
     Kprobe,
     /// A tracepoint program (pair), named by its programs.
     Tracepoint,
-    /// uprobe + uretprobe on library symbols.
+    /// uprobe + uretprobe on library symbols, one perf-event link per offset.
     Uprobe,
+    /// uprobe + uretprobe on library symbols, one `uprobe_multi` link per
+    /// (file, program).
+    UprobeMulti,
     /// Sampled from procfs by user space.
     Procfs,
 }
@@ -86,6 +89,7 @@ impl Strategy {
             Strategy::Kprobe => "kprobe/kretprobe",
             Strategy::Tracepoint => "tracepoint",
             Strategy::Uprobe => "uprobe/uretprobe",
+            Strategy::UprobeMulti => "uprobe_multi",
             Strategy::Procfs => "procfs",
         }
     }
