@@ -6,8 +6,10 @@
 #![no_std]
 
 /// Default size of the event ring buffer in bytes (must be a power of two and
-/// a multiple of the page size). Overridable at load time.
-pub const RINGBUF_BYTES: u32 = 1 << 20;
+/// a multiple of the page size). Overridable at load time. 8 MiB holds about
+/// 80,000 records: 80 ms at a million events per second, enough to ride out
+/// the reader being descheduled on a busy machine (docs/perf.md).
+pub const RINGBUF_BYTES: u32 = 8 << 20;
 /// Maximum number of traced processes (thread-group ids) in the target set.
 pub const MAX_TARGETS: u32 = 16384;
 /// Maximum number of threads whose current CUDA context is kept (`CUR_CTX`).

@@ -64,14 +64,17 @@ pub fn on_entry(op: u32, args: [u64; MAX_ARGS]) -> Result<u32, Skip> {
         return Err(Skip::NotTraced);
     }
     bump(&HITS, op);
-    let config = OP_CONFIG.get(op).copied().unwrap_or_default();
-    if config.flags & op_flags::ENTRY_ONLY != 0 {
-        if config.flags & op_flags::TRACK_CTX != 0 {
-            track_ctx(op, pid_tgid, args);
-        } else if config.flags & op_flags::AGGREGATE_ONLY != 0 {
-            aggregate(op, pid_tgid, &config, &args, 0);
+    // Only library rows are entry-only; kernel ops skip the lookup.
+    if op >= tracer_common::op::USER_BASE {
+        let config = OP_CONFIG.get(op).copied().unwrap_or_default();
+        if config.flags & op_flags::ENTRY_ONLY != 0 {
+            if config.flags & op_flags::TRACK_CTX != 0 {
+                track_ctx(op, pid_tgid, args);
+            } else if config.flags & op_flags::AGGREGATE_ONLY != 0 {
+                aggregate(op, pid_tgid, &config, &args, 0);
+            }
+            return Ok(0);
         }
-        return Ok(0);
     }
     let key = InflightKey { pid_tgid, op, _pad: 0 };
     // SAFETY: helper without preconditions.

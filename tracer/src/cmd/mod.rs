@@ -1,6 +1,7 @@
 //! One module per subcommand.
 pub mod attach;
 pub mod baseline;
+pub mod bench;
 pub mod compare;
 pub mod doctor;
 pub mod drive;
@@ -25,6 +26,7 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
         Command::Drive(d) => drive::drive(&d),
         Command::Baseline(crate::cli::BaselineCmd::Record(a)) => baseline::record(&a),
         Command::Compare(a) => Ok(compare::compare(&a)),
+        Command::Bench(b) => bench::bench(&b),
     }
 }
 

@@ -351,9 +351,24 @@ const fn concat_catalog() -> [ProbePoint; 44] {
 /// Every probe point gdrtrace knows, in report order.
 pub static CATALOG: [ProbePoint; 44] = concat_catalog();
 
+/// The pipeline benchmark's event source (`gdrtrace bench pipeline`): not
+/// in the catalog, so no trace attaches it, but its events decode like any
+/// syscall's.
+pub static BENCH_POINT: ProbePoint = tp(
+    "getppid",
+    Family::Syscall,
+    "syscalls",
+    "sys_enter_getppid",
+    op::BENCH_GETPPID,
+    &["bench_sys_enter_getppid"],
+);
+
 /// The catalog row of a kernel-side op.
 pub fn point_of_op(op: u32) -> Option<&'static ProbePoint> {
-    CATALOG.iter().find(|p| p.op == op && p.op != tracer_common::op::NONE)
+    CATALOG
+        .iter()
+        .chain(std::iter::once(&BENCH_POINT))
+        .find(|p| p.op == op && p.op != tracer_common::op::NONE)
 }
 
 /// A stable hash of the catalog (names, strategies, ops), for baselines.

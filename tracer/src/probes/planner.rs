@@ -424,7 +424,15 @@ impl Planner {
                 } else {
                     Err(format!("no symbol of the table could be attached in {}", lib.name()))
                 };
-                let mut c = row(p, result, Vec::new());
+                // Per-point links are a fallback: say why multi links were not used.
+                let tried = match self.uprobes.mode() {
+                    Some(uprobes::Mode::PerPoint { why }) if result.is_ok() => vec![Attempt {
+                        strategy: Strategy::UprobeMulti.name(),
+                        error: why.clone(),
+                    }],
+                    _ => Vec::new(),
+                };
+                let mut c = row(p, result, tried);
                 c.detail = detail;
                 c
             })
@@ -558,7 +566,7 @@ fn set_op_config(ebpf: &mut Ebpf, op: u32, cfg: OpConfig) -> Result<(), String> 
     configs.set(op, &cfg, 0).map_err(|e| describe(&e))
 }
 
-fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, category: &str, name: &str) -> Result<(), String> {
+pub(crate) fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, category: &str, name: &str) -> Result<(), String> {
     crate::loader::tracefs().map_err(|e| e.to_string())?;
     let p: &mut TracePoint = program(ebpf, prog)?;
     p.load().map_err(|e| describe(&e))?;

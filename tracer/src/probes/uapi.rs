@@ -656,7 +656,7 @@ pub fn config_of(row: &Row) -> OpConfig {
     OpConfig {
         flags,
         deref_args: deref,
-        ret_read_offset: row.ret_read.map_or(u32::MAX, |o| o),
+        ret_read_offset: row.ret_read.unwrap_or(u32::MAX),
         count_arg: row.coll.map_or(tracer_common::NO_ARG, |c| c.0),
         dtype_arg: row.coll.map_or(tracer_common::NO_ARG, |c| c.1),
         handle_arg: row.coll.map_or(tracer_common::NO_ARG, |c| c.2),

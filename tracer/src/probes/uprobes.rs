@@ -96,6 +96,8 @@ pub struct Closed {
 /// The uprobe programs, their attach mode and every link they hold.
 pub struct UprobeLinks {
     mode: Option<Result<Mode, String>>,
+    /// Per-point links asked for (why), whatever the kernel supports.
+    forced: Option<String>,
     held: Vec<Held>,
 }
 
@@ -109,7 +111,16 @@ impl UprobeLinks {
     pub fn new() -> Self {
         Self {
             mode: None,
+            forced: None,
             held: Vec::new(),
+        }
+    }
+
+    /// Uses per-point links even where multi links exist (the detach
+    /// benchmark compares both); must come before the first attach.
+    pub fn force_per_point(&mut self, why: &str) {
+        if self.mode.is_none() {
+            self.forced = Some(why.to_string());
         }
     }
 
@@ -124,6 +135,9 @@ impl UprobeLinks {
             return r.clone();
         }
         let mode = match is_uprobe_multi_supported(UProbeMultiFeature::LinkCreation) {
+            _ if self.forced.is_some() => Mode::PerPoint {
+                why: self.forced.clone().unwrap_or_default(),
+            },
             Ok(true) => Mode::Multi,
             Ok(false) => Mode::PerPoint {
                 why: "this kernel has no uprobe_multi links (BPF_TRACE_UPROBE_MULTI, 6.6+)".into(),
