@@ -44,6 +44,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     if let Err(e) = emit(&args.trace, files, &out.report) {
         errors.push(e);
     }
+    super::report_close(&mut out.session);
     let code = out.end.finish();
     super::finish(code, errors)
 }
@@ -137,6 +138,9 @@ pub struct Outcome {
     pub end: End,
     /// Files that failed at the end (the report is complete regardless).
     pub errors: Vec<Error>,
+    /// The session, window closed: its links are closed after the report
+    /// is out (or when this is dropped).
+    pub session: Session,
 }
 
 impl Outcome {
@@ -153,10 +157,10 @@ pub fn session_options(t: &TraceArgs) -> Result<SessionOptions> {
         load: LoadOptions {
             ringbuf_bytes: loader::check_ringbuf_size(t.ringbuf_bytes)?,
             targets_only: true,
+            ..LoadOptions::default()
         },
         families: None,
         installed_libraries: !t.no_installed_libraries,
-        skip_hot_setup: false,
     })
 }
 
@@ -254,6 +258,7 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
         pid,
         end,
         errors: std::mem::take(&mut trace.late_errors),
+        session: trace.session,
     })
 }
 
