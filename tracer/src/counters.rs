@@ -107,3 +107,47 @@ pub fn comm_env(pid: u32) -> std::collections::BTreeMap<String, String> {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
+
+/// A process's address space (`/proc/PID/maps`, with VmPin), when it maps
+/// NVIDIA devices: what its CUDA state was before the probes were live.
+pub fn address_space(pid: u32) -> Option<crate::model::AddressSpace> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    crate::model::AddressSpace::parse(&maps, vm_pin_kib(pid))
+}
+
+/// Every process that has the NVIDIA devices mapped (`/dev/nvidia-uvm`,
+/// `/dev/nvidiaN`, `/dev/nvidiactl`), this one aside: who could be moving
+/// bytes over the GPUs' links.
+pub fn gpu_processes() -> Vec<crate::classify::steady::GpuProcess> {
+    let me = std::process::id();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out: Vec<crate::classify::steady::GpuProcess> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| {
+                m.lines()
+                    .any(|l| l.split_whitespace().nth(5).is_some_and(nvidia_device))
+            })
+        })
+        .map(|pid| crate::classify::steady::GpuProcess {
+            pid,
+            parent: fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()),
+            comm: comm(pid).unwrap_or_default(),
+        })
+        .collect();
+    out.sort_by_key(|g| g.pid);
+    out
+}
+
+/// Whether a mapped file is an NVIDIA device node.
+fn nvidia_device(path: &str) -> bool {
+    path.strip_prefix("/dev/nvidia").is_some_and(|rest| {
+        rest == "ctl" || rest == "-uvm" || (!rest.is_empty() && rest.bytes().all(|c| c.is_ascii_digit()))
+    })
+}

@@ -141,7 +141,7 @@ mod tests {
             // One pageable case staged; the pinned case and the pinned half
             // of g2g-staged are direct DMA.
             assert_eq!(calls(name, "host-staged"), per_case, "{name} pageable");
-            assert_eq!(calls(name, "host-only"), 2 * per_case, "{name} pinned");
+            assert_eq!(calls(name, "gpu-host-dma"), 2 * per_case, "{name} pinned");
         }
         assert_eq!(
             calls("cuMemcpyPeer", "p2p/nvlink"),
@@ -258,8 +258,8 @@ mod tests {
         let (r, _) = replay_fixture("standin-peer-copy-enabled");
         assert_eq!(op(&r, "cuMemcpyPeer", "p2p/nvlink").map(|o| o.calls), Some(5));
         // Pinned copies are direct DMA; together they stage one GPU-to-GPU transfer.
-        assert!(op(&r, "cuMemcpyDtoH", "host-only").is_some());
-        assert!(op(&r, "cuMemcpyHtoD", "host-only").is_some());
+        assert!(op(&r, "cuMemcpyDtoH", "gpu-host-dma").is_some());
+        assert!(op(&r, "cuMemcpyHtoD", "gpu-host-dma").is_some());
         let pair = transfer(&r, "cuMemcpyDtoH+cuMemcpyHtoD");
         assert_eq!((pair.transport, pair.count, pair.bytes), ("host-staged", 1, 16 << 20));
         assert!(

@@ -3,6 +3,7 @@
 //! `unknown` is an honest answer; a wrong verdict is not.
 pub mod comm;
 pub mod explain;
+pub mod judge;
 pub mod steady;
 pub mod transfer;
 
@@ -35,14 +36,30 @@ pub enum Transport {
     Shm,
     #[serde(rename = "socket")]
     Socket,
+    /// DMA between a GPU and pinned host memory (a copy, not staging).
+    #[serde(rename = "gpu-host-dma")]
+    GpuHostDma,
+    /// No GPU involved (io_uring buffers, host MRs, pinned host pages).
     #[serde(rename = "host-only")]
     HostOnly,
+    /// The evidence fits more than one transport (the verdict's evidence says which).
+    #[serde(rename = "ambiguous")]
+    Ambiguous,
     #[serde(rename = "unknown")]
     Unknown,
 }
 
+/// Reports name verdicts; readers of any version map the names back (an
+/// unknown name reads as `unknown`, never as an error).
+impl<'de> serde::Deserialize<'de> for Transport {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Ok(Transport::from_name(&name))
+    }
+}
+
 impl Transport {
-    pub const ALL: [Transport; 9] = [
+    pub const ALL: [Transport; 11] = [
         Transport::GdrPeerMem,
         Transport::GdrDmabuf,
         Transport::HostStaged,
@@ -50,7 +67,9 @@ impl Transport {
         Transport::P2pPcie,
         Transport::Shm,
         Transport::Socket,
+        Transport::GpuHostDma,
         Transport::HostOnly,
+        Transport::Ambiguous,
         Transport::Unknown,
     ];
 
@@ -71,9 +90,28 @@ impl Transport {
             Transport::P2pPcie => "p2p/pcie",
             Transport::Shm => "shm",
             Transport::Socket => "socket",
+            Transport::GpuHostDma => "gpu-host-dma",
             Transport::HostOnly => "host-only",
+            Transport::Ambiguous => "ambiguous",
             Transport::Unknown => "unknown",
         }
+    }
+
+    /// The current name of an operation's transport as a report of any
+    /// version wrote it: reports before `gpu-host-dma` existed labelled
+    /// copies between a GPU and pinned host memory `host-only`, which now
+    /// means "no GPU involved" (docs/report-schema.md, vocabulary changes).
+    pub fn current_name<'a>(op: &str, name: &'a str) -> &'a str {
+        if name == "host-only" && op.starts_with("cuMemcpy") {
+            Transport::GpuHostDma.name()
+        } else {
+            name
+        }
+    }
+
+    /// Whether bytes on this transport went through host memory.
+    pub fn staged(self) -> bool {
+        matches!(self, Transport::HostStaged | Transport::Shm | Transport::Socket)
     }
 }
 
@@ -218,8 +256,7 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
     };
     match row.kind {
         Kind::Copy if row.args.len() >= 3 && row.args[2] == Arg::Bytes => {
-            let dst = registry.backing(e.pid, e.args[0]);
-            let src = registry.backing(e.pid, e.args[1]);
+            let (dst, src) = copy_sides(e, row.name, registry);
             (c.transport, c.evidence) = match (src, dst) {
                 (Backing::Gpu { device: a }, Backing::Gpu { device: b }) if a >= 0 && b >= 0 && a != b => {
                     cross_device_verdict(e, row.name, a, b, registry)
@@ -230,6 +267,18 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
                 ),
                 _ => crate::model::copy_verdict(row.name, src, dst),
             };
+            // Say where a side's backing came from when it predates the trace.
+            for addr in [e.args[1], e.args[0]] {
+                if let Some(w) = registry.whence(e.pid, addr) {
+                    c.evidence.push_str(&format!("; {w}"));
+                }
+            }
+            if let Some(kib) = registry
+                .vm_pin_before(e.pid)
+                .filter(|_| c.transport == Transport::Unknown)
+            {
+                c.evidence.push_str(&format!("; VmPin when tracing began: {kib} kB"));
+            }
         }
         // cuMemcpyPeer(dst, dstCtx, src, srcCtx, n): between two contexts.
         Kind::Copy if row.args.len() >= 5 && row.args[1] == Arg::Handle && row.args[3] == Arg::Handle => {
@@ -279,7 +328,7 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
                             region.map_or(addr, |r| r.start)
                         );
                     }
-                    Backing::HostPinned | Backing::Host => {
+                    Backing::HostPinned | Backing::Host | Backing::HostPreExisting => {
                         c.transport = Transport::HostOnly;
                         c.evidence = format!("{keys}covers host memory {addr:#x} ({source})");
                     }
@@ -296,6 +345,19 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
         _ => {}
     }
     Some(c)
+}
+
+/// What backs each side of a sized copy, (destination, source): the
+/// registry's answer, where the API itself does not say the side is device
+/// memory (`cuMemcpyHtoD`'s destination is, whatever was seen allocated).
+pub fn copy_sides(e: &Event, name: &str, registry: &Registry) -> (Backing, Backing) {
+    let (dst_dev, src_dev) = crate::model::copy_direction(name);
+    let side = |addr: u64, device: Option<bool>| match registry.backing(e.pid, addr) {
+        Backing::Gpu { device } => Backing::Gpu { device },
+        _ if device == Some(true) => Backing::Gpu { device: -1 },
+        b => b,
+    };
+    (side(e.args[0], dst_dev), side(e.args[1], src_dev))
 }
 
 /// A device-to-device copy between allocations of two devices (devices

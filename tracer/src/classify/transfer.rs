@@ -79,12 +79,22 @@ struct D2h {
     host: u64,
     len: u64,
     gpu: u64,
+    device: i32,
     start_ns: u64,
     end_ns: u64,
     pinned: bool,
 }
 
-/// Finds D2H → H2D pairs through the same host buffer, per thread.
+/// Finds GPU-to-GPU transfers staged by the application: a device-to-host
+/// copy, then (on the same thread, within `PAIR_WINDOW_NS`) a host-to-device
+/// copy that reads only bytes the first one wrote, into *another* GPU
+/// buffer or device. Common patterns that are not staging stay out:
+/// - a round trip into the same GPU buffer (copy out, copy back: a pinned
+///   copy loop, checkpoint restore, CPU-side edits of GPU data);
+/// - offload (device to host, never back);
+/// - fresh host data uploaded each step through a host buffer that an
+///   earlier download used (a reused pinned block: the upload reads more,
+///   or other, bytes than the download wrote).
 #[derive(Debug, Default)]
 pub struct PairDetector {
     last: HashMap<(u32, u32), D2h>,
@@ -98,45 +108,65 @@ impl PairDetector {
             return None;
         }
         let (dst, src, n) = (e.args[0], e.args[1], e.args[2]);
-        let gpu = |a| matches!(registry.backing(e.pid, a), Backing::Gpu { .. });
+        let (dst_b, src_b) = super::copy_sides(e, row.name, registry);
+        let device = |b: Backing| match b {
+            Backing::Gpu { device } => Some(device),
+            _ => None,
+        };
         let key = (e.pid, e.tid);
         let end = e.start_ns + e.dur_ns;
-        if gpu(src) && !gpu(dst) {
-            self.last.insert(
-                key,
-                D2h {
-                    host: dst,
-                    len: n,
-                    gpu: src,
-                    start_ns: e.start_ns,
-                    end_ns: end,
-                    pinned: registry.backing(e.pid, dst) == Backing::HostPinned,
-                },
-            );
-            return None;
-        }
-        if !gpu(dst) || gpu(src) {
-            return None;
+        match (device(src_b), device(dst_b)) {
+            (Some(d), None) => {
+                self.last.insert(
+                    key,
+                    D2h {
+                        host: dst,
+                        len: n,
+                        gpu: src,
+                        device: d,
+                        start_ns: e.start_ns,
+                        end_ns: end,
+                        pinned: dst_b == Backing::HostPinned,
+                    },
+                );
+                return None;
+            }
+            (None, Some(_)) => {}
+            _ => return None,
         }
         let d = *self.last.get(&key)?;
-        let overlaps = src < d.host + d.len && d.host < src + n;
-        if !overlaps || e.start_ns < d.end_ns || e.start_ns - d.end_ns > PAIR_WINDOW_NS {
+        let dst_dev = device(dst_b).unwrap_or(-1);
+        // Only bytes the download wrote: an upload that reads beyond them
+        // carries other (fresh) data through a reused buffer.
+        let within = src >= d.host && src + n <= d.host + d.len;
+        if !within || e.start_ns < d.end_ns || e.start_ns - d.end_ns > PAIR_WINDOW_NS {
             return None;
         }
-        self.last.remove(&key);
+        let same_buffer = dst < d.gpu + d.len && d.gpu < dst + n;
+        let other_device = d.device >= 0 && dst_dev >= 0 && d.device != dst_dev;
+        if same_buffer && !other_device {
+            // Back where it came from: a round trip, not a GPU-to-GPU move.
+            self.last.remove(&key);
+            return None;
+        }
         let memory = if d.pinned { "pinned" } else { "pageable" };
+        let target = if other_device {
+            format!("GPU {dst:#x} on device {dst_dev} (from device {})", d.device)
+        } else {
+            format!("another GPU buffer {dst:#x}")
+        };
         Some(Transfer {
             pid: e.pid,
             tid: e.tid,
             comm: comm.to_string(),
             op: "cuMemcpyDtoH+cuMemcpyHtoD".into(),
-            bytes: n.min(d.len),
+            bytes: n,
             start_ns: d.start_ns,
             dur_ns: end - d.start_ns,
             transport: Transport::HostStaged,
             failed: false,
             evidence: format!(
-                "GPU {:#x} -> host {:#x}+{} ({memory}) -> GPU {dst:#x} on thread {}: a device-to-device transfer staged through host memory ({} us between the copies)",
+                "GPU {:#x} -> host {:#x}+{} ({memory}) -> {target} on thread {}: a device-to-device transfer staged through host memory ({} us between the copies)",
                 d.gpu,
                 d.host,
                 d.len,

@@ -404,7 +404,7 @@ pub fn cuda_copy_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
     }
     for (case, op) in [("h2d-pinned", "cuMemcpyHtoD"), ("d2h-pinned", "cuMemcpyDtoH")] {
         let want = case_calls(case);
-        let got = op_calls_transport(r, op, "host-only");
+        let got = op_calls_transport(r, op, "gpu-host-dma");
         out.push(check(
             &format!("{case} copies are not staged"),
             got >= want && want > 0,

@@ -249,32 +249,22 @@ fn informational(var: &str) -> bool {
 }
 
 impl Report {
-    /// Evidence of each process, for the verdict rules.
-    pub fn evidence(&self, nvlink: Option<bool>) -> Vec<crate::classify::comm::Evidence> {
-        self.processes
-            .iter()
-            .map(|p| crate::classify::comm::Evidence {
-                pid: p.pid,
-                comm: p.comm.clone(),
-                calls: p.calls.clone(),
-                env: p.env.clone(),
-                nvlink,
-            })
-            .collect()
-    }
-
     /// Recomputes the verdicts (and corroborates them with an NCCL log).
     pub fn judge(&mut self, nccl_log: Option<&str>) {
         self.judge_with(nccl_log, crate::topo::discover().nvlink());
     }
 
-    /// As `judge`, with the NVLink fact given (a recording's, on replay).
+    /// As `judge`, with the NVLink fact given (a recording's, on replay),
+    /// used only where the report's host facts do not say.
     pub fn judge_with(&mut self, nccl_log: Option<&str>, nvlink: Option<bool>) {
         if self.judged {
             return;
         }
         self.judged = true;
-        self.judge_verdicts(nccl_log, nvlink);
+        if self.facts.nvlink.is_none() {
+            self.facts.nvlink = nvlink;
+        }
+        self.judge_verdicts(nccl_log);
         // Collective transfers take their process's verdict.
         let comms: BTreeMap<u32, String> = self.processes.iter().map(|p| (p.pid, p.comm.clone())).collect();
         self.transfers
@@ -306,26 +296,8 @@ impl Report {
         }
     }
 
-    fn judge_verdicts(&mut self, nccl_log: Option<&str>, nvlink: Option<bool>) {
-        self.verdicts = self
-            .evidence(nvlink)
-            .iter()
-            .filter_map(crate::classify::comm::verdict)
-            .collect();
-        // Processes whose set-up the probes did not see (attached later):
-        // infer from what they do while running.
-        for p in &self.processes {
-            let setup = self.verdicts.iter().position(|v| v.pid == p.pid);
-            if setup.is_some_and(|i| self.verdicts[i].transport != crate::classify::Transport::Unknown) {
-                continue;
-            }
-            if let Some(v) = crate::classify::steady::verdict(&crate::classify::steady::from_report(self, p)) {
-                match setup {
-                    Some(i) => self.verdicts[i] = v,
-                    None => self.verdicts.push(v),
-                }
-            }
-        }
+    fn judge_verdicts(&mut self, nccl_log: Option<&str>) {
+        self.verdicts = crate::classify::judge::verdicts(&crate::classify::judge::Inputs::of_report(self));
         if let Some(text) = nccl_log {
             crate::classify::comm::corroborate(&mut self.verdicts, &crate::classify::comm::parse_nccl_log(text));
         }

@@ -58,7 +58,17 @@ pub fn verdicts(vs: &[crate::classify::comm::Verdict], indent: &str) -> String {
     let mut o = String::new();
     for v in vs {
         let staged = if v.host_staged { " (host-staged)" } else { "" };
-        let _ = writeln!(o, "{indent}pid {} {}: {}{staged}", v.pid, v.comm, v.transport.name());
+        let basis = match v.basis {
+            crate::classify::comm::Basis::SetUp => "",
+            crate::classify::comm::Basis::SteadyState => " [steady state]",
+        };
+        let _ = writeln!(
+            o,
+            "{indent}pid {} {}: {}{staged}{basis}",
+            v.pid,
+            v.comm,
+            v.transport.name()
+        );
         for e in &v.evidence {
             let _ = writeln!(o, "{indent}  evidence: {e}");
         }
@@ -66,7 +76,13 @@ pub fn verdicts(vs: &[crate::classify::comm::Verdict], indent: &str) -> String {
             let _ = writeln!(o, "{indent}  cause: {c}");
         }
         if let Some(l) = &v.nccl_log {
-            let agree = if l.agrees { "agrees" } else { "DISAGREES" };
+            let agree = match v.transport {
+                crate::classify::Transport::Unknown | crate::classify::Transport::Ambiguous => {
+                    "the tracer did not decide"
+                }
+                _ if l.agrees => "agrees",
+                _ => "DISAGREES",
+            };
             let _ = writeln!(o, "{indent}  NCCL log: via {} ({agree})", l.nccl_says);
         }
     }
@@ -235,6 +251,7 @@ pub fn render(r: &Report) -> String {
                     crate::model::Backing::Gpu { .. } => "GPU memory",
                     crate::model::Backing::HostPinned => "pinned host memory",
                     crate::model::Backing::Host => "host memory",
+                    crate::model::Backing::HostPreExisting => "host memory mapped before tracing",
                     crate::model::Backing::Unknown => "memory not seen allocated",
                 };
                 let _ = writeln!(

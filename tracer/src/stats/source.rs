@@ -6,7 +6,7 @@ use std::{cell::RefCell, collections::BTreeMap, rc::Rc};
 
 use serde::{Deserialize, Serialize};
 
-use crate::counters;
+use crate::{counters, model::AddressSpace};
 
 /// One process-facts answer, as the live source gave it and as a recording
 /// holds it (a line with `"type"` set to the variant's name).
@@ -39,12 +39,19 @@ pub enum Fact {
     },
     /// The process no longer exists (checked by `attach` to stop).
     Gone { pid: u32 },
+    /// Its address space when first seen, written only when NVIDIA devices
+    /// were mapped then: its CUDA state predates the trace (attach).
+    Space { pid: u32, space: AddressSpace },
 }
 
 impl Fact {
     pub fn pid(&self) -> u32 {
         match self {
-            Fact::Process { pid, .. } | Fact::Env { pid, .. } | Fact::Sample { pid, .. } | Fact::Gone { pid } => *pid,
+            Fact::Process { pid, .. }
+            | Fact::Env { pid, .. }
+            | Fact::Sample { pid, .. }
+            | Fact::Gone { pid }
+            | Fact::Space { pid, .. } => *pid,
         }
     }
 }
@@ -71,6 +78,9 @@ pub trait ProcSource: std::fmt::Debug {
     fn alive(&mut self, pid: u32) -> bool;
     /// NVLink between the GPUs (host fact; None when unknown).
     fn nvlink(&mut self) -> Option<bool>;
+    /// The address space of a process seen for the first time, when it has
+    /// NVIDIA devices mapped (`/proc/PID/maps`, VmPin).
+    fn space(&mut self, pid: u32) -> Option<AddressSpace>;
 }
 
 /// The live source: `/proc`.
@@ -106,6 +116,10 @@ impl ProcSource for LiveProc {
 
     fn nvlink(&mut self) -> Option<bool> {
         crate::topo::discover().nvlink()
+    }
+
+    fn space(&mut self, pid: u32) -> Option<AddressSpace> {
+        counters::address_space(pid)
     }
 }
 
@@ -166,5 +180,12 @@ impl ProcSource for Recorded {
 
     fn nvlink(&mut self) -> Option<bool> {
         self.nvlink
+    }
+
+    fn space(&mut self, pid: u32) -> Option<AddressSpace> {
+        match self.take(pid, |f| matches!(f, Fact::Space { .. })) {
+            Some(Fact::Space { space, .. }) => Some(space),
+            _ => None,
+        }
     }
 }
