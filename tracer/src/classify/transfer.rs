@@ -178,3 +178,135 @@ impl PairDetector {
         })
     }
 }
+
+/// Copy patterns of real training jobs, through the aggregator into the
+/// judged report: the staged share and which rules fire (issue 12: a
+/// pinned copy loop read as 50% host-staged, `app-staged-gpu-copies` fired).
+#[cfg(test)]
+mod tests {
+    use crate::{classify::tests_support::Job, report::Report};
+
+    const P: u32 = 100;
+    const N: u64 = 1 << 20;
+    /// Device buffers (from cuMemAlloc), a pinned host buffer
+    /// (cuMemHostAlloc) and a pageable one (malloc: never seen).
+    const G1: u64 = 0x7f00_0000_0000;
+    const G2: u64 = 0x7f00_1000_0000;
+    const PINNED: u64 = 0x5000_0000;
+    const PAGEABLE: u64 = 0x6000_0000;
+
+    fn job() -> Job {
+        let mut j = Job::new();
+        j.process(P, Vec::new())
+            .call(P, "cuMemAlloc", &[G1, N])
+            .call(P, "cuMemAlloc", &[G2, N])
+            .call(P, "cuMemHostAlloc", &[PINNED, 4 * N, 0]);
+        j
+    }
+
+    fn staged(r: &Report) -> (u64, u64, u64) {
+        let s = &r.staging.processes[0];
+        (s.staged_bytes, s.moved_bytes, s.staged_pairs)
+    }
+
+    fn calls(r: &Report, op: &str, transport: &str) -> u64 {
+        r.operations
+            .iter()
+            .filter(|o| o.name == op && o.transport == transport)
+            .map(|o| o.calls)
+            .sum()
+    }
+
+    #[test]
+    fn pinned_copy_loop_is_dma_not_staging() {
+        let mut j = job();
+        for _ in 0..10 {
+            j.call(P, "cuMemcpyHtoD", &[G1, PINNED, N])
+                .call(P, "cuMemcpyDtoH", &[PINNED, G1, N]);
+        }
+        let r = j.report();
+        assert_eq!(staged(&r), (0, 20 * N, 0), "pinned only: nothing staged");
+        assert_eq!(calls(&r, "cuMemcpyHtoD", "gpu-host-dma"), 10);
+        assert_eq!(calls(&r, "cuMemcpyDtoH", "gpu-host-dma"), 10);
+        assert!(r.explain.findings.is_empty(), "{:?}", r.explain.findings);
+    }
+
+    #[test]
+    fn pageable_copy_loop_is_all_staged() {
+        let mut j = job();
+        for _ in 0..10 {
+            j.call(P, "cuMemcpyHtoD", &[G1, PAGEABLE, N])
+                .call(P, "cuMemcpyDtoH", &[PAGEABLE, G1, N]);
+        }
+        let r = j.report();
+        assert_eq!(staged(&r), (20 * N, 20 * N, 0));
+        assert_eq!(r.staging.processes[0].staged_ratio, 1.0);
+        let fired: Vec<_> = r.explain.findings.iter().map(|f| f.rule).collect();
+        assert_eq!(fired, ["pageable-host-copies"], "a round trip, not app staging");
+    }
+
+    /// Checkpoint offload: weights copied to host buffers, never back.
+    #[test]
+    fn checkpoint_offload_is_not_app_staging() {
+        let mut j = job();
+        for k in 0..4 {
+            j.call(P, "cuMemcpyDtoHAsync", &[PINNED + k * N, G1, N, 0]).call(
+                P,
+                "cuMemcpyDtoH",
+                &[PAGEABLE + k * N, G2, N],
+            );
+        }
+        let r = j.report();
+        assert_eq!(
+            staged(&r),
+            (4 * N, 8 * N, 0),
+            "only the pageable half is staged (by the driver)"
+        );
+        assert!(!r.explain.fired("app-staged-gpu-copies"), "{:?}", r.explain.findings);
+    }
+
+    /// CPU-side preprocessing: each step downloads a small result into a
+    /// pinned block and uploads a fresh batch through the same block (the
+    /// caching host allocator reuses it).
+    #[test]
+    fn fresh_batches_through_a_reused_pinned_block_are_not_app_staging() {
+        let mut j = job();
+        for _ in 0..8 {
+            j.call(P, "cuMemcpyDtoHAsync", &[PINNED, G2, 4, 0])
+                .call(P, "cuMemcpyHtoDAsync", &[G1, PINNED, N, 0]);
+        }
+        let r = j.report();
+        assert_eq!(staged(&r).0, 0);
+        assert!(!r.explain.fired("app-staged-gpu-copies"), "{:?}", r.explain.findings);
+    }
+
+    /// Copy out, edit on the CPU, copy back into the same GPU buffer.
+    #[test]
+    fn round_trip_into_the_same_buffer_is_not_app_staging() {
+        let mut j = job();
+        j.call(P, "cuMemcpyDtoH", &[PINNED, G1, N])
+            .call(P, "cuMemcpyHtoD", &[G1 + 4096, PINNED + 4096, N / 2]);
+        let r = j.report();
+        assert_eq!(staged(&r).2, 0);
+        assert!(!r.explain.fired("app-staged-gpu-copies"));
+    }
+
+    /// The real thing: GPU buffer -> host -> another GPU buffer.
+    #[test]
+    fn gpu_to_gpu_through_host_memory_is_app_staging() {
+        let mut j = job();
+        for _ in 0..3 {
+            j.call(P, "cuMemcpyDtoH", &[PINNED, G1, N])
+                .call(P, "cuMemcpyHtoD", &[G2, PINNED, N]);
+        }
+        let r = j.report();
+        assert_eq!(staged(&r), (3 * N, 6 * N, 3));
+        let f = r
+            .explain
+            .findings
+            .iter()
+            .find(|f| f.rule == "app-staged-gpu-copies")
+            .expect("app-staged fires");
+        assert!(f.evidence[0].contains("another GPU buffer"), "{:?}", f.evidence);
+    }
+}

@@ -708,3 +708,46 @@ pub fn copy_verdict(name: &str, src: Backing, dst: Backing) -> (Transport, Strin
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines as a CUDA process shows them (layout of a torch job: device
+    /// address reservation, driver and UVM mappings, heap, libraries).
+    const MAPS: &str = "\
+200000000-300200000 ---p 00000000 00:00 0 
+300200000-300400000 rw-s 00000000 00:05 12 /dev/nvidiactl
+300400000-300600000 rw-s 00000000 00:05 12 /dev/nvidiactl
+300600000-302000000 ---p 00000000 00:00 0 
+55d0c0000000-55d0c4000000 rw-p 00000000 00:00 0 [heap]
+7f0000000000-7f0000200000 rw-s 00000000 00:05 13 /dev/nvidia-uvm
+7f1000000000-7f1000001000 ---p 00000000 00:00 0 
+7f1000001000-7f1000801000 rw-p 00000000 00:00 0 
+7f2000000000-7f2000010000 rw-s 00000000 00:05 14 /dev/nvidia0
+7f3000000000-7f3000100000 r-xp 00000000 08:01 99 /usr/lib/libcuda.so.1
+";
+
+    #[test]
+    fn address_space_at_first_sight() {
+        let s = AddressSpace::parse(MAPS, Some(12)).expect("NVIDIA devices mapped");
+        let kind = |a: u64| s.find(a).map(|m| m.kind);
+        assert_eq!(kind(0x2_1000_0000), Some(MapKind::NoAccess));
+        assert_eq!(kind(0x3_0030_0000), Some(MapKind::NvidiaDriver));
+        // Two adjacent nvidiactl lines are one range.
+        assert_eq!(
+            s.find(0x3_0030_0000).map(|m| (m.start, m.end)),
+            Some((0x3_0020_0000, 0x3_0060_0000))
+        );
+        assert_eq!(kind(0x7f00_0000_1000), Some(MapKind::NvidiaUvm));
+        assert_eq!(kind(0x7f20_0000_0000), Some(MapKind::NvidiaDriver));
+        assert_eq!(kind(0x55d0_c000_0100), Some(MapKind::Host));
+        // A guard page is no reservation; it merges with the host memory after it.
+        assert_eq!(kind(0x7f10_0000_0800), Some(MapKind::Host));
+        assert_eq!(kind(0x1000), None, "not mapped then");
+        assert!(AddressSpace::parse("55d0c0000000-55d0c4000000 rw-p 00000000 00:00 0 [heap]\n", None).is_none());
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains("\"start\":\"0x200000000\""), "{json}");
+        assert_eq!(serde_json::from_str::<AddressSpace>(&json).unwrap(), s);
+    }
+}

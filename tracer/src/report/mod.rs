@@ -543,8 +543,13 @@ pub(crate) mod tests_support {
 
     /// A report of nothing, for tests that fill in what they need.
     pub fn empty_report() -> Report {
+        report_of(&Aggregator::default())
+    }
+
+    /// The (unjudged) report of what an aggregator holds.
+    pub fn report_of(agg: &Aggregator) -> Report {
         build(
-            &Aggregator::default(),
+            agg,
             Inputs {
                 command: Vec::new(),
                 gpu_links: None,
