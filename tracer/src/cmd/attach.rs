@@ -154,10 +154,11 @@ fn interval_line(rec: &IntervalRecord) -> String {
             .collect();
         s.push_str(&format!("  hot: {}", hot.join(", ")));
     }
+    // The verdict column is the transport; the per-call mix of evented
+    // calls (empty for aggregated collectives) stays in --jsonl.
     for p in &rec.processes {
-        let mix: Vec<String> = p.transports.iter().map(|(t, n)| format!("{t}:{n}")).collect();
         s.push_str(&format!(
-            "\n  pid {:>7} {:<15} {:<12} {:>9.1} calls/s  staged {:>10.0} B/s  reg {:>7.1}/s  VmPin {:>8} kB  transports [{}]{}",
+            "\n  pid {:>7} {:<15} {:<12} {:>9.1} calls/s  staged {:>10.0} B/s  reg {:>7.1}/s  VmPin {:>8} kB{}",
             p.pid,
             p.comm,
             p.verdict.unwrap_or("-"),
@@ -165,7 +166,6 @@ fn interval_line(rec: &IntervalRecord) -> String {
             p.staged_bytes_per_s,
             p.registrations_per_s,
             p.vm_pin_kib,
-            mix.join(" "),
             if p.exited { "  (exited)" } else { "" }
         ));
     }

@@ -626,7 +626,7 @@ pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)>
     println!("validate: {} checks passed, {} failed", checks.len() - failed, failed);
     if !missing_kernel.is_empty() {
         println!(
-            "validate: kernel probe families unavailable here: {} (see the coverage table)",
+            "validate: kernel probe families unavailable here: {} (see Signals; each point with -v)",
             missing_kernel.join(", ")
         );
     }

@@ -152,6 +152,9 @@ impl std::ops::DerefMut for Process {
 #[derive(Clone, Debug, Serialize)]
 pub struct Signal {
     pub signal: &'static str,
+    /// The probe family behind it (the coverage rows of that family).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub family: Option<Family>,
     /// `probe` or `counter`.
     pub source: &'static str,
     pub how: String,
@@ -501,6 +504,7 @@ fn signals(coverage: &[Coverage], vmstat: bool) -> Vec<Signal> {
     let (ok, how) = attached(Family::Syscall);
     out.push(Signal {
         signal: "registration syscalls: counts and latency",
+        family: Some(Family::Syscall),
         source: "probe",
         how,
         available: ok,
@@ -517,6 +521,7 @@ fn signals(coverage: &[Coverage], vmstat: bool) -> Vec<Signal> {
         let (ok, how) = attached(family);
         out.push(Signal {
             signal,
+            family: Some(family),
             source: "probe",
             how,
             available: ok,
@@ -524,12 +529,14 @@ fn signals(coverage: &[Coverage], vmstat: bool) -> Vec<Signal> {
     }
     out.push(Signal {
         signal: "pinned pages, system-wide",
+        family: None,
         source: "counter",
         how: "/proc/vmstat nr_foll_pin_acquired/nr_foll_pin_released sampled before and after".into(),
         available: vmstat,
     });
     out.push(Signal {
         signal: "pinned memory per process",
+        family: None,
         source: "counter",
         how: "/proc/PID/status VmPin sampled while the process ran".into(),
         available: true,
