@@ -108,6 +108,8 @@ struct PreExisting {
 }
 
 impl PreExisting {
+    /// From the same `/proc/PID/maps` reading the aggregator keeps (the
+    /// address space that classifies copies of these buffers).
     fn read(pid: u32) -> Self {
         let mut p = PreExisting {
             pid,
@@ -115,19 +117,11 @@ impl PreExisting {
             ..Default::default()
         };
         let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-        for line in maps.lines() {
-            let mut f = line.split_whitespace();
-            let range = f.next().unwrap_or("");
-            let path = f.nth(4).unwrap_or("");
-            if path.starts_with("/dev/nvidia") {
-                if let Some((a, b)) = range.split_once('-')
-                    && let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16))
-                {
-                    p.nvidia_mappings += 1;
-                    p.nvidia_mapped_bytes += b.saturating_sub(a);
-                }
-            } else if path.contains("libnccl") {
-                p.nccl_mapped = true;
+        p.nccl_mapped = maps.lines().any(|l| l.contains("libnccl"));
+        if let Some(space) = crate::model::AddressSpace::parse(&maps, p.vm_pin_kib) {
+            for m in space.mappings.iter().filter(|m| !m.path.is_empty()) {
+                p.nvidia_mappings += 1;
+                p.nvidia_mapped_bytes += m.end - m.start;
             }
         }
         p
@@ -202,6 +196,9 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     }
     let me = std::process::id();
     let targets: BTreeSet<u32> = with_descendants(&roots).into_iter().filter(|p| *p != me).collect();
+    // Parents tell the ranks of one job (a launcher's children) from
+    // another job's, which the GPU link counters cannot.
+    let parents: std::collections::BTreeMap<u32, u32> = process_table().into_iter().collect();
     if targets.is_empty() && !args.all {
         return Err(Error::Usage(format!("no process to attach to ({})", notes.join("; "))));
     }
@@ -225,7 +222,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         let before = PreExisting::read(*pid);
         let vm_pin = before.vm_pin_kib;
         pre_existing.push(before);
-        if trace.add_target(*pid, None).is_err() {
+        if trace.add_target(*pid, parents.get(pid).copied()).is_err() {
             notes.push(format!("pid {pid}: could not be added to the target set"));
             continue;
         }
