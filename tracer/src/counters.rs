@@ -115,6 +115,12 @@ pub fn address_space(pid: u32) -> Option<crate::model::AddressSpace> {
     crate::model::AddressSpace::parse(&maps, vm_pin_kib(pid))
 }
 
+/// Parent pid of a process (`/proc/PID/stat`).
+pub fn ppid(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Every process that has the NVIDIA devices mapped (`/dev/nvidia-uvm`,
 /// `/dev/nvidiaN`, `/dev/nvidiactl`), this one aside: who could be moving
 /// bytes over the GPUs' links.
@@ -135,9 +141,7 @@ pub fn gpu_processes() -> Vec<crate::classify::steady::GpuProcess> {
         })
         .map(|pid| crate::classify::steady::GpuProcess {
             pid,
-            parent: fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|s| s.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()),
+            parent: ppid(pid),
             comm: comm(pid).unwrap_or_default(),
         })
         .collect();

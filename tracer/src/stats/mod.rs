@@ -485,6 +485,24 @@ impl Aggregator {
             e.0 += v.calls;
             e.1 += v.bytes;
         }
+        // A process running collectives that no target set announced
+        // (`attach --all`): it gets its row, name, environment and parent.
+        let new: std::collections::BTreeSet<u32> = self
+            .collectives
+            .keys()
+            .map(|(pid, _, _)| *pid)
+            .filter(|pid| !self.procs.contains_key(pid))
+            .collect();
+        for pid in new {
+            let l = self.source.look(pid);
+            self.note(Fact::Process {
+                pid,
+                parent: l.parent,
+                comm: l.comm.clone(),
+                env: l.env.clone(),
+            });
+            self.add_looked(pid, l.parent, Some(l));
+        }
         let mut per: BTreeMap<(u32, String), u64> = BTreeMap::new();
         for ((pid, name, _), (calls, _)) in &self.collectives {
             *per.entry((*pid, name.clone())).or_default() += calls;

@@ -61,6 +61,8 @@ impl Fact {
 pub struct Look {
     pub comm: Option<String>,
     pub env: BTreeMap<String, String>,
+    /// Its parent, for a process first seen by what it does (`attach --all`).
+    pub parent: Option<u32>,
 }
 
 /// The questions the aggregator asks about processes.
@@ -92,6 +94,7 @@ impl ProcSource for LiveProc {
         Look {
             comm: counters::comm(pid),
             env: counters::comm_env(pid),
+            parent: counters::ppid(pid),
         }
     }
 
@@ -144,14 +147,14 @@ impl Recorded {
 impl ProcSource for Recorded {
     fn look(&mut self, pid: u32) -> Look {
         match self.take(pid, |f| matches!(f, Fact::Process { .. })) {
-            Some(Fact::Process { comm, env, .. }) => Look { comm, env },
+            Some(Fact::Process { comm, env, parent, .. }) => Look { comm, env, parent },
             _ => Look::default(),
         }
     }
 
     fn look_child(&mut self, child: u32) -> Option<Look> {
         match self.take(child, |f| matches!(f, Fact::Process { .. })) {
-            Some(Fact::Process { comm, env, .. }) => Some(Look { comm, env }),
+            Some(Fact::Process { comm, env, parent, .. }) => Some(Look { comm, env, parent }),
             _ => None,
         }
     }
