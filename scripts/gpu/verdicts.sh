@@ -28,7 +28,8 @@ R=/tmp/gdr-verdicts
 OUT=${OUT:-/tmp/gdr-verdicts-out}
 rm -rf "$R"; mkdir -p "$R/fixtures/reports" "$R/fixtures/logs" "$R/fixtures/recordings" "$OUT"
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
-S="$R/summary.txt"
+# Written as it goes: a run cut short still returns what it found.
+S="$OUT/summary.txt"
 { date -u; uname -r; nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv,noheader
   env $SAFE python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version(), "gpus", torch.cuda.device_count())'
   echo "NGPU=$NGPU"; } > "$S" 2>&1
@@ -164,5 +165,4 @@ kill -TERM -- -"$A" -"$Bj" 2>/dev/null; wait 2>/dev/null
 keep "attach-two-jobs" "gpu-h200-attach-two-jobs" "$R/two.log"
 
 cat "$S"
-cp "$S" "$OUT/summary.txt"
 tar czf "$OUT/verdicts.tgz" -C "$R" .

@@ -235,6 +235,17 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         }
         attached.push((*pid, libs));
     }
+    if args.all {
+        // Copies of the libraries that running processes map outside the
+        // installed paths (a torch job's own libnccl) are attached now, so
+        // their collectives are counted from the start; a process shows up
+        // in the report once it calls them.
+        for (pid, _) in process_table() {
+            if pid != me {
+                trace.session.attach_libraries_of(pid);
+            }
+        }
+    }
     let latency = started.elapsed();
     // Signal handlers go in before the user (or a script) is told the probes
     // are live: a Ctrl-C right after that must end the trace cleanly.
