@@ -53,7 +53,7 @@ fn build(test: &str) -> StandIns {
     // Under the target directory rather than /tmp, which may be noexec.
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gdrtrace-verdicts-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&dir).expect("creating the test directory");
     let s = |p: &Path| p.to_str().expect("UTF-8 path").to_string();
     let nccl = dir.join("libnccl.so.2");
     let job = dir.join("nccl_job");
@@ -88,7 +88,7 @@ struct Job {
 
 impl Job {
     fn start(s: &StandIns, mode: &str, secs: u32, log: PathBuf) -> Job {
-        let out = std::fs::File::create(&log).unwrap();
+        let out = std::fs::File::create(&log).expect("creating the job log");
         let child = Command::new(&s.job)
             .arg(&s.nccl)
             .arg(secs.to_string())
@@ -115,9 +115,9 @@ impl Job {
     }
 
     fn finish(mut self) -> String {
-        let st = self.child.wait().unwrap();
+        let st = self.child.wait().expect("waiting for nccl_job");
         assert!(st.success(), "nccl_job failed: {st}");
-        std::fs::read_to_string(&self.log).unwrap()
+        std::fs::read_to_string(&self.log).expect("reading the job log")
     }
 }
 
@@ -134,8 +134,8 @@ fn verdicts(r: &Value) -> Vec<(u64, String, String)> {
         .iter()
         .map(|v| {
             (
-                v["pid"].as_u64().unwrap(),
-                v["transport"].as_str().unwrap().to_string(),
+                v["pid"].as_u64().expect("verdict pid"),
+                v["transport"].as_str().expect("verdict transport").to_string(),
                 v["basis"].as_str().unwrap_or("").to_string(),
             )
         })
@@ -156,7 +156,12 @@ fn attach(dir: &Path, name: &str, args: &[&str]) -> (Value, PathBuf) {
     let rec = dir.join(format!("{name}.rec"));
     let mut all = vec!["attach", "--duration", "3s", "--interval", "1s"];
     all.extend_from_slice(args);
-    all.extend_from_slice(&["--json", json.to_str().unwrap(), "--record", rec.to_str().unwrap()]);
+    all.extend_from_slice(&[
+        "--json",
+        json.to_str().expect("UTF-8 path"),
+        "--record",
+        rec.to_str().expect("UTF-8 path"),
+    ]);
     let o = run(&all);
     assert!(o.status.success(), "attach: {}{}", stdout(&o), stderr(&o));
     let out = stdout(&o);
@@ -174,9 +179,9 @@ fn check_replay_and_explain(report: &Value, json: &Path, rec: &Path, log: &Path)
     let replayed = rec.with_extension("replayed.json");
     let o = run(&[
         "replay",
-        rec.to_str().unwrap(),
+        rec.to_str().expect("UTF-8 path"),
         "--json",
-        replayed.to_str().unwrap(),
+        replayed.to_str().expect("UTF-8 path"),
         "--format",
         "json",
     ]);
@@ -187,7 +192,12 @@ fn check_replay_and_explain(report: &Value, json: &Path, rec: &Path, log: &Path)
         "replay reaches the live verdicts"
     );
     let explained = |input: &Path| {
-        let o = run(&["explain", input.to_str().unwrap(), "--nccl-log", log.to_str().unwrap()]);
+        let o = run(&[
+            "explain",
+            input.to_str().expect("UTF-8 path"),
+            "--nccl-log",
+            log.to_str().expect("UTF-8 path"),
+        ]);
         assert!(o.status.success(), "explain {}: {}", input.display(), stderr(&o));
         assert!(!stderr(&o).contains("note:"), "re-judging agrees: {}", stderr(&o));
         stdout(&o)
@@ -216,11 +226,17 @@ fn keep(name: &str, s: &StandIns, json: &Path, rec: &Path, log: &Path) {
         return;
     };
     let out = PathBuf::from(out);
-    let bin_dir = gdrtrace_path().parent().unwrap().to_str().unwrap().to_string() + "/";
-    let tmp = s.dir.to_str().unwrap().to_string() + "/";
+    let bin_dir = gdrtrace_path()
+        .parent()
+        .expect("binary directory")
+        .to_str()
+        .expect("binary directory")
+        .to_string()
+        + "/";
+    let tmp = s.dir.to_str().expect("UTF-8 path").to_string() + "/";
     let clean = |p: &Path| {
         std::fs::read_to_string(p)
-            .unwrap()
+            .expect("reading an output")
             .replace(&bin_dir, "")
             .replace(&tmp, "standin/")
     };
@@ -229,13 +245,13 @@ fn keep(name: &str, s: &StandIns, json: &Path, rec: &Path, log: &Path) {
         ("recordings", rec, format!("{name}.rec")),
         ("logs", log, format!("{name}.log")),
     ] {
-        std::fs::create_dir_all(out.join(sub)).unwrap();
-        std::fs::write(out.join(sub).join(to), clean(from)).unwrap();
+        std::fs::create_dir_all(out.join(sub)).expect("creating a fixtures directory");
+        std::fs::write(out.join(sub).join(to), clean(from)).expect("writing a fixture");
     }
 }
 
 fn ranks(r: &Value) -> Vec<&Value> {
-    r["verdicts"].as_array().unwrap().iter().collect()
+    r["verdicts"].as_array().expect("verdicts array").iter().collect()
 }
 
 #[test]

@@ -71,43 +71,6 @@ pub fn comm(pid: u32) -> Option<String> {
     Some(fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim().to_string())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn vmstat_and_status() {
-        let v = parse_vmstat("nr_free_pages 1\nnr_foll_pin_acquired 120\nnr_foll_pin_released 100\n");
-        assert_eq!(
-            v,
-            Some(FollPin {
-                acquired: 120,
-                released: 100
-            })
-        );
-        assert_eq!(parse_vmstat("nr_free_pages 1\n"), None);
-        assert_eq!(parse_status_kib("Name:\tx\nVmPin:\t     256 kB\n", "VmPin:"), Some(256));
-    }
-}
-
-/// Thread-group id of a task (for telling threads from processes).
-pub fn tgid(tid: u32) -> Option<u32> {
-    parse_status_kib(&fs::read_to_string(format!("/proc/{tid}/status")).ok()?, "Tgid:").map(|v| v as u32)
-}
-
-/// The communication-library variables (`NCCL_*`, `CUDA_*`, `UCX_*`,
-/// `NVSHMEM_*`) of a process's environment, as it was at exec.
-pub fn comm_env(pid: u32) -> std::collections::BTreeMap<String, String> {
-    let Ok(raw) = fs::read(format!("/proc/{pid}/environ")) else {
-        return Default::default();
-    };
-    raw.split(|b| *b == 0)
-        .filter_map(|kv| std::str::from_utf8(kv).ok()?.split_once('='))
-        .filter(|(k, _)| ["NCCL_", "CUDA_", "UCX_", "NVSHMEM_"].iter().any(|p| k.starts_with(p)))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
 /// A process's address space (`/proc/PID/maps`, with VmPin), when it maps
 /// NVIDIA devices: what its CUDA state was before the probes were live.
 pub fn address_space(pid: u32) -> Option<crate::model::AddressSpace> {
@@ -154,4 +117,41 @@ fn nvidia_device(path: &str) -> bool {
     path.strip_prefix("/dev/nvidia").is_some_and(|rest| {
         rest == "ctl" || rest == "-uvm" || (!rest.is_empty() && rest.bytes().all(|c| c.is_ascii_digit()))
     })
+}
+
+/// Thread-group id of a task (for telling threads from processes).
+pub fn tgid(tid: u32) -> Option<u32> {
+    parse_status_kib(&fs::read_to_string(format!("/proc/{tid}/status")).ok()?, "Tgid:").map(|v| v as u32)
+}
+
+/// The communication-library variables (`NCCL_*`, `CUDA_*`, `UCX_*`,
+/// `NVSHMEM_*`) of a process's environment, as it was at exec.
+pub fn comm_env(pid: u32) -> std::collections::BTreeMap<String, String> {
+    let Ok(raw) = fs::read(format!("/proc/{pid}/environ")) else {
+        return Default::default();
+    };
+    raw.split(|b| *b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok()?.split_once('='))
+        .filter(|(k, _)| ["NCCL_", "CUDA_", "UCX_", "NVSHMEM_"].iter().any(|p| k.starts_with(p)))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vmstat_and_status() {
+        let v = parse_vmstat("nr_free_pages 1\nnr_foll_pin_acquired 120\nnr_foll_pin_released 100\n");
+        assert_eq!(
+            v,
+            Some(FollPin {
+                acquired: 120,
+                released: 100
+            })
+        );
+        assert_eq!(parse_vmstat("nr_free_pages 1\n"), None);
+        assert_eq!(parse_status_kib("Name:\tx\nVmPin:\t     256 kB\n", "VmPin:"), Some(256));
+    }
 }

@@ -438,7 +438,7 @@ mod tests {
             nccl_log: None,
         }];
         corroborate(&mut v, &m);
-        assert_eq!(v[0].nccl_log.as_ref().unwrap().agrees, false);
+        assert!(!v[0].nccl_log.as_ref().unwrap().agrees);
     }
 
     #[test]
