@@ -84,24 +84,28 @@ pub fn ppid(pid: u32) -> Option<u32> {
     stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Every process that has the NVIDIA devices mapped (`/dev/nvidia-uvm`,
-/// `/dev/nvidiaN`, `/dev/nvidiactl`), this one aside: who could be moving
-/// bytes over the GPUs' links.
+/// Every process with a CUDA context, this one aside: who could be moving
+/// bytes over the GPUs' links. A CUDA context opens (and maps) the UVM
+/// device `/dev/nvidia-uvm`; daemons that only watch the GPUs
+/// (nvidia-persistenced, NVML clients) open `/dev/nvidiactl` and
+/// `/dev/nvidiaN` but not it, and move nothing.
 pub fn gpu_processes() -> Vec<crate::classify::steady::GpuProcess> {
+    const UVM: &str = "/dev/nvidia-uvm";
     let me = std::process::id();
     let Ok(dir) = fs::read_dir("/proc") else {
         return Vec::new();
+    };
+    let uvm_fd = |pid: u32| {
+        fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+            fds.flatten()
+                .any(|fd| fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == UVM))
+        })
     };
     let mut out: Vec<crate::classify::steady::GpuProcess> = dir
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| *pid != me)
-        .filter(|pid| {
-            fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| {
-                m.lines()
-                    .any(|l| l.split_whitespace().nth(5).is_some_and(nvidia_device))
-            })
-        })
+        .filter(|pid| fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(UVM)) || uvm_fd(*pid))
         .map(|pid| crate::classify::steady::GpuProcess {
             pid,
             parent: ppid(pid),
@@ -110,13 +114,6 @@ pub fn gpu_processes() -> Vec<crate::classify::steady::GpuProcess> {
         .collect();
     out.sort_by_key(|g| g.pid);
     out
-}
-
-/// Whether a mapped file is an NVIDIA device node.
-fn nvidia_device(path: &str) -> bool {
-    path.strip_prefix("/dev/nvidia").is_some_and(|rest| {
-        rest == "ctl" || rest == "-uvm" || (!rest.is_empty() && rest.bytes().all(|c| c.is_ascii_digit()))
-    })
 }
 
 /// Thread-group id of a task (for telling threads from processes).

@@ -33,7 +33,7 @@ const CARRIED: f64 = 0.10;
 /// NVLink is "idle" when it moved less than this fraction.
 const IDLE: f64 = 0.01;
 
-/// A process that had the NVIDIA devices mapped when the window closed.
+/// A process that had a CUDA context when the window closed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuProcess {
     pub pid: u32,
@@ -52,10 +52,10 @@ pub struct GpuLinks {
     pub nvlink_bytes: u64,
     /// RDMA NICs on the machine (a NIC could carry collectives over PCIe).
     pub rdma_nics: usize,
-    /// Processes with the NVIDIA devices mapped (`/dev/nvidia-uvm`,
-    /// `/dev/nvidiaN`) at the end of the window, the tracer aside: whoever
-    /// else could have moved the bytes the counters show. None: not read
-    /// (reports and recordings made before this field).
+    /// Processes with a CUDA context (`/dev/nvidia-uvm` mapped or open) at
+    /// the end of the window, the tracer aside: whoever else could have
+    /// moved the bytes the counters show. None: not read (reports and
+    /// recordings made before this field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_processes: Option<Vec<GpuProcess>>,
 }

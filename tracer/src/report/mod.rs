@@ -480,7 +480,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
 
 /// Which signals came from probes and which from counters, and whether each
 /// was available on this run.
-fn signals(coverage: &[Coverage], vmstat: bool) -> Vec<Signal> {
+pub(crate) fn signals(coverage: &[Coverage], vmstat: bool) -> Vec<Signal> {
     let attached = |family: Family| {
         let rows: Vec<_> = coverage
             .iter()

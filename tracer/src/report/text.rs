@@ -575,6 +575,45 @@ mod tests {
         assert!(detail.contains("pin_user_pages_fast"), "-v lists each point");
     }
 
+    /// A family partly attached (a VM kernel: fentry for some functions,
+    /// others missing): measured, with the missing points named once.
+    #[test]
+    fn a_partly_attached_family_names_what_is_missing() {
+        use crate::probes::{Coverage, Family};
+        let mut r = crate::report::tests_support::empty_report();
+        let point = |name: &str, status, via, reason: Option<&str>| Coverage {
+            point: name.into(),
+            family: Family::Pinning,
+            status,
+            via,
+            reason: reason.map(String::from),
+            tried: Vec::new(),
+            detail: Vec::new(),
+        };
+        r.coverage = vec![
+            point("pin_user_pages_fast", Status::Attached, Some("fentry/fexit"), None),
+            point("unpin_user_pages", Status::Attached, Some("fentry/fexit"), None),
+            point("unpin_folio", Status::Unavailable, None, Some("not in /proc/kallsyms")),
+            point(
+                "unpin_user_folio",
+                Status::Unavailable,
+                None,
+                Some("not in /proc/kallsyms"),
+            ),
+        ];
+        r.signals = crate::report::signals(&r.coverage, true);
+        let text = render_with(&r, false);
+        let line = text.lines().find(|l| l.contains("kernel page pinning")).expect(&text);
+        assert!(
+            line.contains("measured") && line.contains("pin_user_pages_fast (fentry/fexit)"),
+            "{line}"
+        );
+        assert!(
+            text.contains("also 2 points: not in /proc/kallsyms"),
+            "the missing points stay named:\n{text}"
+        );
+    }
+
     /// The kernel counted the collectives: the operations table shows them.
     #[test]
     fn aggregated_collectives_in_the_operations_table() {
