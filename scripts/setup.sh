@@ -25,18 +25,22 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if ! rustup toolchain list | grep -q '^nightly'; then
-  echo "setup: installing the nightly toolchain (for the BPF target)"
-  rustup toolchain install nightly --profile minimal >/dev/null
+# The pinned stable of rust-toolchain.toml (user space) and the dated nightly
+# of tracer/build.rs (eBPF; its LLVM matches bpf-linker's).
+stable=$(sed -n 's/^channel = "\(.*\)"/\1/p' rust-toolchain.toml)
+nightly=$(sed -n 's/^const EBPF_TOOLCHAIN: &str = "\(.*\)";/\1/p' tracer/build.rs)
+if ! rustup toolchain list | grep -q "^$stable-"; then
+  echo "setup: installing Rust $stable (rust-toolchain.toml)"
+  rustup toolchain install "$stable" --profile minimal -c rustfmt -c clippy >/dev/null
 fi
-if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
-  echo "setup: adding rust-src to nightly"
-  rustup component add rust-src --toolchain nightly >/dev/null
+if ! rustup component list --toolchain "$nightly" --installed 2>/dev/null | grep -q '^rust-src'; then
+  echo "setup: installing $nightly with rust-src (for the BPF target)"
+  rustup toolchain install "$nightly" --profile minimal -c rust-src >/dev/null
 fi
 
 if ! command -v bpf-linker >/dev/null 2>&1; then
   echo "setup: building bpf-linker against LLVM 22 (about a minute)"
-  LLVM_PREFIX=/usr/lib/llvm-22 cargo install --quiet bpf-linker --no-default-features --features llvm-22
+  LLVM_PREFIX=/usr/lib/llvm-22 cargo install --quiet bpf-linker --version 0.13.0 --no-default-features --features llvm-22
 fi
 
 if [ "$want_vm" = 1 ]; then

@@ -3,6 +3,10 @@
 use anyhow::{Context as _, anyhow};
 use aya_build::{Package, Toolchain};
 
+/// The nightly that builds the eBPF crate: its LLVM (22) must not be newer
+/// than the LLVM bpf-linker links (scripts/setup.sh installs both).
+const EBPF_TOOLCHAIN: &str = "nightly-2026-05-20";
+
 fn main() -> anyhow::Result<()> {
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR")?;
     let root = std::path::Path::new(&manifest_dir)
@@ -18,7 +22,7 @@ fn main() -> anyhow::Result<()> {
             root_dir: root,
             ..Default::default()
         }],
-        Toolchain::default(),
+        Toolchain::Custom(EBPF_TOOLCHAIN),
     )
     .context("building the eBPF programs (needs the nightly rust-src and bpf-linker; see README)")
 }

@@ -34,10 +34,10 @@ fn session(ringbuf_bytes: u32) -> Session {
         load: LoadOptions {
             ringbuf_bytes,
             targets_only: true,
+            ..LoadOptions::default()
         },
         families: None,
         installed_libraries: false,
-        skip_hot_setup: false,
     };
     let mut s = Session::open(&opts).expect("opening a session");
     s.add_target(std::process::id()).expect("adding self to the target set");

@@ -230,10 +230,10 @@ fn session() -> Session {
         load: LoadOptions {
             ringbuf_bytes: 1 << 22,
             targets_only: true,
+            ..LoadOptions::default()
         },
         families: None,
         installed_libraries: false,
-        skip_hot_setup: false,
     };
     Session::open(&opts).expect("opening a session")
 }

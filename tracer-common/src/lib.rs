@@ -6,10 +6,14 @@
 #![no_std]
 
 /// Default size of the event ring buffer in bytes (must be a power of two and
-/// a multiple of the page size). Overridable at load time.
-pub const RINGBUF_BYTES: u32 = 1 << 20;
+/// a multiple of the page size). Overridable at load time. 8 MiB holds about
+/// 80,000 records: 80 ms at a million events per second, enough to ride out
+/// the reader being descheduled on a busy machine (docs/perf.md).
+pub const RINGBUF_BYTES: u32 = 8 << 20;
 /// Maximum number of traced processes (thread-group ids) in the target set.
 pub const MAX_TARGETS: u32 = 16384;
+/// Maximum number of threads whose current CUDA context is kept (`CUR_CTX`).
+pub const MAX_THREADS: u32 = 16384;
 /// Maximum number of calls in flight (entered, not yet returned) at once.
 pub const MAX_INFLIGHT: u32 = 16384;
 /// Number of op codes the in-kernel aggregation tables have room for.
@@ -38,8 +42,8 @@ pub mod kind {
     pub const EXIT: u32 = 3;
     /// A process called exec (`sched_process_exec`).
     pub const EXEC: u32 = 4;
-    /// An entry without a return: a call still running when it was recorded
-    /// (ops flagged `op_flags::ENTRY_EVENT`).
+    /// An entry-only op's record (no return probe, so no duration or return
+    /// value): a thread's context change (`op_flags::TRACK_CTX`).
     pub const ENTRY: u32 = 5;
 }
 
@@ -50,7 +54,30 @@ pub mod op_flags {
     /// Aggregate-only ops: bytes are the (non-negative) return value rather
     /// than count x data-type size.
     pub const BYTES_FROM_RET: u32 = 2;
+    /// No return probe: everything happens at entry (aggregate-only ops sum
+    /// calls and bytes there; no latency). Halves the traps of hot calls.
+    pub const ENTRY_ONLY: u32 = 4;
+    /// Entry-only context switch (`cuCtxSetCurrent(ctx)`): the entry keeps
+    /// the thread's current context (`args[0]`) in `CUR_CTX` and emits an
+    /// event only when it changed, so a job that sets the same context on
+    /// every API call costs a trap and a map lookup, not an event.
+    pub const TRACK_CTX: u32 = 8;
 }
+
+/// Indices of the `CONTROL` array, written by user space while tracing.
+pub mod control {
+    /// Non-zero once the tracing window closed: every program returns at
+    /// once, so probes that fire while links are being closed neither
+    /// record nor count as drops.
+    pub const STOPPED: u32 = 0;
+    /// Number of slots.
+    pub const COUNT: u32 = 2;
+}
+
+/// Default fill level (bytes) of the ring buffer above which a record wakes
+/// the reader; below it records are submitted without a wake-up and the
+/// reader drains them on its tick. Overridable at load time.
+pub const WAKEUP_BYTES: u32 = 64 * 1024;
 
 /// Op codes. Kernel-side ops are fixed here; library ops (uprobes) use the
 /// range from [`op::USER_BASE`] and are numbered by the user-space probe table.
@@ -58,6 +85,9 @@ pub mod op {
     pub const NONE: u32 = 0;
     /// `io_uring_register(2)`, from the syscall tracepoints.
     pub const IO_URING_REGISTER: u32 = 1;
+    /// `getppid(2)` from its syscall tracepoint: never in the catalog; only
+    /// the pipeline benchmark attaches it, as a cheap event source.
+    pub const BENCH_GETPPID: u32 = 6;
     /// Socket data syscalls, aggregated per (process, socket fd) in the
     /// kernel. Bytes are the return values (what the kernel actually moved).
     pub const SENDTO: u32 = 2;

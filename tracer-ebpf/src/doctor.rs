@@ -37,3 +37,7 @@ pub fn doctor_uprobe(_ctx: ProbeContext) -> u32 {
 pub fn doctor_uretprobe(_ctx: RetProbeContext) -> u32 {
     0
 }
+#[uprobe(multi)]
+pub fn doctor_uprobe_multi(_ctx: ProbeContext) -> u32 {
+    0
+}

@@ -2,11 +2,11 @@
 use aya_ebpf::{
     Global,
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tracer_common::{
-    AggKey, AggValue, Inflight, InflightKey, MAX_AGG_ROWS, MAX_INFLIGHT, MAX_OPS, MAX_SLOTS, MAX_TARGETS, OpConfig,
-    RINGBUF_BYTES, counter,
+    AggKey, AggValue, Inflight, InflightKey, MAX_AGG_ROWS, MAX_INFLIGHT, MAX_OPS, MAX_SLOTS, MAX_TARGETS, MAX_THREADS,
+    OpConfig, RINGBUF_BYTES, WAKEUP_BYTES, control, counter,
 };
 
 /// `filter::ALL` or `filter::TARGETS`; set by the loader.
@@ -17,6 +17,27 @@ pub static FILTER_MODE: Global<u32> = Global::new(0);
 /// later kernels: `__data_loc` strings).
 #[unsafe(no_mangle)]
 pub static FORK_CHILD_PID_OFFSET: Global<u32> = Global::new(44);
+
+/// Ring-buffer fill level (bytes) from which a record wakes the reader; set
+/// by the loader. Below it records are submitted without a wake-up.
+#[unsafe(no_mangle)]
+pub static WAKEUP_AT: Global<u32> = Global::new(WAKEUP_BYTES);
+
+/// Index: `control::*`. Value: written by user space while tracing (the
+/// stop switch).
+#[map]
+pub static CONTROL: Array<u64> = Array::with_max_entries(control::COUNT, 0);
+
+/// Index: op. Value: per-CPU count of entries of traced processes (every
+/// hit, entry-only ops included): call counts and the hit rate the planner
+/// budgets.
+#[map]
+pub static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_OPS, 0);
+
+/// Key: thread id. Value: the CUDA context it last made current
+/// (`op_flags::TRACK_CTX`); LRU, so exited threads age out.
+#[map]
+pub static CUR_CTX: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_THREADS, 0);
 
 /// Completed calls and process lifecycle records, drained by user space.
 #[map]
@@ -50,11 +71,23 @@ pub static LATENCY: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_OPS * M
 #[map]
 pub static AGGREGATE: PerCpuHashMap<AggKey, AggValue> = PerCpuHashMap::with_max_entries(MAX_AGG_ROWS, 0);
 
-/// Bumps a per-CPU counter.
+/// Whether user space closed the tracing window (`control::STOPPED`).
 #[inline(always)]
-pub fn count(index: u32) {
-    if let Some(p) = COUNTERS.get_ptr_mut(index) {
+pub fn stopped() -> bool {
+    CONTROL.get(control::STOPPED).is_some_and(|v| *v != 0)
+}
+
+/// Bumps a per-CPU slot of a per-CPU array.
+#[inline(always)]
+pub fn bump(array: &PerCpuArray<u64>, index: u32) {
+    if let Some(p) = array.get_ptr_mut(index) {
         // SAFETY: per-CPU slot, no concurrent writer on this CPU.
         unsafe { *p += 1 };
     }
+}
+
+/// Bumps a per-CPU counter.
+#[inline(always)]
+pub fn count(index: u32) {
+    bump(&COUNTERS, index);
 }

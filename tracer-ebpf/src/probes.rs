@@ -1,13 +1,24 @@
-//! The one entry/return body every probe family shares: target filtering,
-//! entry bookkeeping keyed by the full `pid_tgid`, in-kernel latency slots,
-//! and the event record.
-use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user};
+//! The one entry/return body every probe family shares: the stop switch,
+//! target filtering, entry bookkeeping keyed by the full `pid_tgid`,
+//! in-kernel latency slots and aggregation, and the event record.
+//!
+//! Cost is what decides the shape: a uprobe trap costs microseconds on the
+//! machines this runs on (docs/perf.md), so hot calls are entry-only
+//! (`op_flags::ENTRY_ONLY`: no return trap) and aggregated here, and records
+//! wake the reader only once the ring buffer holds `WAKEUP_AT` bytes.
+use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
+};
 use tracer_common::{
     AggKey, AggValue, Event, Inflight, InflightKey, MAX_ARGS, MAX_OPS, MAX_SLOTS, OpConfig, counter, filter, kind,
     log2_slot, nccl_dtype_size, op_flags,
 };
 
-use crate::maps::{AGGREGATE, EVENTS, FILTER_MODE, INFLIGHT, LATENCY, OP_CONFIG, TARGETS, count};
+use crate::maps::{
+    AGGREGATE, CUR_CTX, EVENTS, FILTER_MODE, HITS, INFLIGHT, LATENCY, OP_CONFIG, TARGETS, WAKEUP_AT, bump, count,
+    stopped,
+};
 
 /// Why a probe did not record anything. Fits a register (returned as the
 /// program's exit code, which the kernel ignores for tracing programs).
@@ -18,6 +29,7 @@ pub enum Skip {
     NoEntry = 2,
     Full = 3,
     BadOp = 4,
+    Stopped = 5,
 }
 const _: () = assert!(core::mem::size_of::<Skip>() == 4);
 
@@ -37,15 +49,32 @@ pub fn traced(tgid: u32) -> bool {
     unsafe { TARGETS.get(&tgid) }.is_some()
 }
 
-/// Records a call's entry.
+/// Records a call's entry: for entry-only ops everything happens here;
+/// otherwise the arguments wait in `INFLIGHT` for the return.
 #[inline(always)]
 pub fn on_entry(op: u32, args: [u64; MAX_ARGS]) -> Result<u32, Skip> {
+    if stopped() {
+        return Err(Skip::Stopped);
+    }
     if op >= MAX_OPS {
         return Err(Skip::BadOp);
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     if !traced((pid_tgid >> 32) as u32) {
         return Err(Skip::NotTraced);
+    }
+    bump(&HITS, op);
+    // Only library rows are entry-only; kernel ops skip the lookup.
+    if op >= tracer_common::op::USER_BASE {
+        let config = OP_CONFIG.get(op).copied().unwrap_or_default();
+        if config.flags & op_flags::ENTRY_ONLY != 0 {
+            if config.flags & op_flags::TRACK_CTX != 0 {
+                track_ctx(op, pid_tgid, args);
+            } else if config.flags & op_flags::AGGREGATE_ONLY != 0 {
+                aggregate(op, pid_tgid, &config, &args, 0);
+            }
+            return Ok(0);
+        }
     }
     let key = InflightKey { pid_tgid, op, _pad: 0 };
     // SAFETY: helper without preconditions.
@@ -62,6 +91,9 @@ pub fn on_entry(op: u32, args: [u64; MAX_ARGS]) -> Result<u32, Skip> {
 /// aggregate-only.
 #[inline(always)]
 pub fn on_return(op: u32, ret: i64) -> Result<u32, Skip> {
+    if stopped() {
+        return Err(Skip::Stopped);
+    }
     if op >= MAX_OPS {
         return Err(Skip::BadOp);
     }
@@ -107,8 +139,23 @@ pub fn on_return(op: u32, ret: i64) -> Result<u32, Skip> {
         // SAFETY: as above.
         args[MAX_ARGS - 1] = unsafe { bpf_probe_read_user(at as *const u64) }.unwrap_or(0);
     }
-    emit(kind::CALL, op, pid_tgid, entry.start_ns, dur_ns, args, ret);
+    emit(kind::CALL, op, pid_tgid, entry.start_ns, dur_ns, args, ret, false);
     Ok(0)
+}
+
+/// Keeps the thread's current context; an event only when it changed.
+#[inline(always)]
+fn track_ctx(op: u32, pid_tgid: u64, args: [u64; MAX_ARGS]) {
+    let tid = pid_tgid as u32;
+    let ctx = args[0];
+    // SAFETY: read-only lookup of a plain value.
+    if unsafe { CUR_CTX.get(&tid) }.is_some_and(|v| *v == ctx) {
+        return;
+    }
+    let _ = CUR_CTX.insert(&tid, &ctx, 0);
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    emit(kind::ENTRY, op, pid_tgid, now, 0, args, 0, false);
 }
 
 /// Adds one call (and its bytes) to the per-(process, op, communicator) row.
@@ -139,9 +186,21 @@ fn aggregate(op: u32, pid_tgid: u64, config: &OpConfig, args: &[u64; MAX_ARGS], 
     }
 }
 
-/// Writes one record to the ring buffer, counting a failed reservation.
+/// Writes one record to the ring buffer, counting a failed reservation. The
+/// reader is woken only when the buffer holds `WAKEUP_AT` bytes (or `wake`:
+/// records user space must act on soon); otherwise its tick drains it.
+#[expect(clippy::too_many_arguments, reason = "the record's fields, written once")]
 #[inline(always)]
-pub fn emit(kind: u32, op: u32, pid_tgid: u64, start_ns: u64, dur_ns: u64, args: [u64; MAX_ARGS], ret: i64) {
+pub fn emit(
+    kind: u32,
+    op: u32,
+    pid_tgid: u64,
+    start_ns: u64,
+    dur_ns: u64,
+    args: [u64; MAX_ARGS],
+    ret: i64,
+    wake: bool,
+) {
     match EVENTS.reserve::<Event>(0) {
         Some(mut slot) => {
             let comm = bpf_get_current_comm().unwrap_or([0; 16]);
@@ -156,7 +215,12 @@ pub fn emit(kind: u32, op: u32, pid_tgid: u64, start_ns: u64, dur_ns: u64, args:
                 ret,
                 comm,
             });
-            slot.submit(0);
+            let flags = if wake || EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_AT.load() as u64 {
+                BPF_RB_FORCE_WAKEUP
+            } else {
+                BPF_RB_NO_WAKEUP
+            };
+            slot.submit(flags as u64);
         }
         None => count(counter::RINGBUF_DROPS),
     }

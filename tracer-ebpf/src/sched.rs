@@ -4,13 +4,16 @@ use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::
 use tracer_common::{counter, filter, kind, op};
 
 use crate::{
-    maps::{FILTER_MODE, FORK_CHILD_PID_OFFSET, TARGETS, count},
+    maps::{FILTER_MODE, FORK_CHILD_PID_OFFSET, TARGETS, count, stopped},
     probes::{emit, traced},
 };
 
 /// `sched_process_fork(parent, child)`: current is the parent.
 #[tracepoint]
 pub fn sched_process_fork(ctx: TracePointContext) -> u32 {
+    if stopped() {
+        return 0;
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
     let parent = (pid_tgid >> 32) as u32;
     if !traced(parent) {
@@ -26,7 +29,16 @@ pub fn sched_process_fork(ctx: TracePointContext) -> u32 {
     if FILTER_MODE.load() == filter::TARGETS && TARGETS.insert(&child, &parent, 0).is_err() {
         count(counter::TARGETS_FULL);
     }
-    emit(kind::FORK, op::NONE, pid_tgid, 0, 0, [child as u64, 0, 0, 0, 0, 0], 0);
+    emit(
+        kind::FORK,
+        op::NONE,
+        pid_tgid,
+        0,
+        0,
+        [child as u64, 0, 0, 0, 0, 0],
+        0,
+        false,
+    );
     0
 }
 
@@ -34,9 +46,13 @@ pub fn sched_process_fork(ctx: TracePointContext) -> u32 {
 /// must be looked up again).
 #[tracepoint]
 pub fn sched_process_exec(_ctx: TracePointContext) -> u32 {
+    if stopped() {
+        return 0;
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
     if traced((pid_tgid >> 32) as u32) {
-        emit(kind::EXEC, op::NONE, pid_tgid, 0, 0, [0; 6], 0);
+        // Woken at once: the new image's libraries are attached on it.
+        emit(kind::EXEC, op::NONE, pid_tgid, 0, 0, [0; 6], 0, true);
     }
     0
 }
@@ -45,6 +61,9 @@ pub fn sched_process_exec(_ctx: TracePointContext) -> u32 {
 /// the process (the tracepoint fires per thread).
 #[tracepoint]
 pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
+    if stopped() {
+        return 0;
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if tgid as u64 != pid_tgid & 0xffff_ffff {
@@ -56,7 +75,7 @@ pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
     if !traced(tgid) {
         return 0;
     }
-    emit(kind::EXIT, op::NONE, pid_tgid, 0, 0, [0; 6], 0);
+    emit(kind::EXIT, op::NONE, pid_tgid, 0, 0, [0; 6], 0, false);
     if FILTER_MODE.load() == filter::TARGETS {
         let _ = TARGETS.remove(&tgid);
     }

@@ -84,3 +84,28 @@ socket_pair!(sys_enter_sendto, sys_exit_sendto, op::SENDTO);
 socket_pair!(sys_enter_sendmsg, sys_exit_sendmsg, op::SENDMSG);
 socket_pair!(sys_enter_recvfrom, sys_exit_recvfrom, op::RECVFROM);
 socket_pair!(sys_enter_recvmsg, sys_exit_recvmsg, op::RECVMSG);
+
+/// The pipeline benchmark's event source (never in the catalog): one event
+/// per `getppid(2)` of a traced process, through the same `emit` as every
+/// probe, so the benchmark measures ring buffer, wake-ups and user space.
+#[tracepoint]
+pub fn bench_sys_enter_getppid(_ctx: TracePointContext) -> u32 {
+    if crate::maps::stopped() {
+        return 0;
+    }
+    let pid_tgid = aya_ebpf::helpers::bpf_get_current_pid_tgid();
+    if !crate::probes::traced((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    crate::probes::emit(
+        tracer_common::kind::CALL,
+        op::BENCH_GETPPID,
+        pid_tgid,
+        0,
+        0,
+        [0; 6],
+        0,
+        false,
+    );
+    0
+}

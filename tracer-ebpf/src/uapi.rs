@@ -2,6 +2,12 @@
 //! user-space probe table (libcuda, libibverbs, libnccl, ...). The function
 //! is told apart by the attach cookie, which carries its op code; the table
 //! in `tracer/src/probes/uapi.rs` says which registers matter.
+//!
+//! Each program exists twice with the same body: as `uprobe.multi` (one
+//! `BPF_TRACE_UPROBE_MULTI` link holds every offset of a library file, with
+//! a cookie per offset; kernels 6.6+) and as plain `uprobe` (one perf-event
+//! link per offset, the fallback for older kernels). The planner loads the
+//! pair this kernel supports.
 use aya_ebpf::{
     EbpfContext as _,
     helpers::generated::bpf_get_attach_cookie,
@@ -11,8 +17,8 @@ use aya_ebpf::{
 
 use crate::probes::{on_entry, on_return};
 
-#[uprobe]
-pub fn uapi_entry(ctx: ProbeContext) -> u32 {
+#[inline(always)]
+fn entry(ctx: &ProbeContext) -> u32 {
     // SAFETY: the context pointer is the program's own.
     let op = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     let arg = |n| ctx.arg::<u64>(n).unwrap_or(0);
@@ -22,12 +28,32 @@ pub fn uapi_entry(ctx: ProbeContext) -> u32 {
     }
 }
 
-#[uretprobe]
-pub fn uapi_return(ctx: RetProbeContext) -> u32 {
+#[inline(always)]
+fn ret(ctx: &RetProbeContext) -> u32 {
     // SAFETY: as above.
     let op = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     match on_return(op, ctx.ret::<i64>()) {
         Ok(v) => v,
         Err(e) => e.code(),
     }
+}
+
+#[uprobe(multi)]
+pub fn uapi_entry_multi(ctx: ProbeContext) -> u32 {
+    entry(&ctx)
+}
+
+#[uretprobe(multi)]
+pub fn uapi_return_multi(ctx: RetProbeContext) -> u32 {
+    ret(&ctx)
+}
+
+#[uprobe]
+pub fn uapi_entry(ctx: ProbeContext) -> u32 {
+    entry(&ctx)
+}
+
+#[uretprobe]
+pub fn uapi_return(ctx: RetProbeContext) -> u32 {
+    ret(&ctx)
 }

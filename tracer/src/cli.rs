@@ -3,7 +3,9 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::drive::{cuda_copy::CudaCopyOpts, nccl::NcclOpts, pin_churn::PinChurnOpts, verbs::VerbsOpts};
+use crate::drive::{
+    cuda_copy::CudaCopyOpts, nccl::NcclOpts, pin_churn::PinChurnOpts, syscalls::SyscallsOpts, verbs::VerbsOpts,
+};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -61,6 +63,10 @@ pub enum Command {
     /// Compare a run against a baseline; exit 0 no regression, 1 regression,
     /// 2 could not compare.
     Compare(CompareArgs),
+    /// The tracer's own cost: pipeline throughput and uprobe detach time
+    /// (docs/perf.md; `cargo xtask bench` runs the whole set).
+    #[command(subcommand)]
+    Bench(Bench),
 }
 
 #[derive(Debug, Subcommand)]
@@ -243,6 +249,49 @@ pub enum Drive {
     /// NCCL all-reduce or all-gather across the local GPUs, one process per
     /// GPU, over a size sweep (or for --duration).
     Nccl(NcclOpts),
+    /// getppid(2) in a loop: the pipeline benchmark's event source.
+    Syscalls(SyscallsOpts),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Bench {
+    /// Events per second the pipeline delivers: `drive syscalls` traced
+    /// through a getppid tracepoint (ring buffer, wake-ups, decoding and
+    /// aggregation), with every loss counted.
+    Pipeline(BenchPipelineArgs),
+    /// Attach and close N uprobe points (functions of this binary) as
+    /// uprobe_multi links or, with --per-point, one link per point.
+    Detach(BenchDetachArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BenchPipelineArgs {
+    /// getppid calls in all.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub calls: u64,
+    /// Threads making them.
+    #[arg(long, default_value_t = 1)]
+    pub threads: u32,
+    /// Calls per second in all (0: as fast as the threads go).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    /// Event ring buffer size in bytes.
+    #[arg(long, default_value_t = tracer_common::RINGBUF_BYTES as u64)]
+    pub ringbuf_bytes: u64,
+    /// Ring-buffer fill level (bytes) from which a record wakes the reader.
+    #[arg(long, default_value_t = tracer_common::WAKEUP_BYTES as u64)]
+    pub wakeup_bytes: u64,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BenchDetachArgs {
+    /// Probe points (distinct functions of this binary), each with an entry
+    /// and a return probe.
+    #[arg(long, default_value_t = 200)]
+    pub points: usize,
+    /// One perf-event link per point instead of uprobe_multi links.
+    #[arg(long)]
+    pub per_point: bool,
 }
 
 /// Parses `500ms`, `10s`, `2m`, `1h` or plain seconds.

@@ -71,6 +71,24 @@ pub fn comm(pid: u32) -> Option<String> {
     Some(fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim().to_string())
 }
 
+/// Thread-group id of a task (for telling threads from processes).
+pub fn tgid(tid: u32) -> Option<u32> {
+    parse_status_kib(&fs::read_to_string(format!("/proc/{tid}/status")).ok()?, "Tgid:").map(|v| v as u32)
+}
+
+/// The communication-library variables (`NCCL_*`, `CUDA_*`, `UCX_*`,
+/// `NVSHMEM_*`) of a process's environment, as it was at exec.
+pub fn comm_env(pid: u32) -> std::collections::BTreeMap<String, String> {
+    let Ok(raw) = fs::read(format!("/proc/{pid}/environ")) else {
+        return Default::default();
+    };
+    raw.split(|b| *b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok()?.split_once('='))
+        .filter(|(k, _)| ["NCCL_", "CUDA_", "UCX_", "NVSHMEM_"].iter().any(|p| k.starts_with(p)))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 /// A process's address space (`/proc/PID/maps`, with VmPin), when it maps
 /// NVIDIA devices: what its CUDA state was before the probes were live.
 pub fn address_space(pid: u32) -> Option<crate::model::AddressSpace> {
@@ -114,24 +132,6 @@ pub fn gpu_processes() -> Vec<crate::classify::steady::GpuProcess> {
         .collect();
     out.sort_by_key(|g| g.pid);
     out
-}
-
-/// Thread-group id of a task (for telling threads from processes).
-pub fn tgid(tid: u32) -> Option<u32> {
-    parse_status_kib(&fs::read_to_string(format!("/proc/{tid}/status")).ok()?, "Tgid:").map(|v| v as u32)
-}
-
-/// The communication-library variables (`NCCL_*`, `CUDA_*`, `UCX_*`,
-/// `NVSHMEM_*`) of a process's environment, as it was at exec.
-pub fn comm_env(pid: u32) -> std::collections::BTreeMap<String, String> {
-    let Ok(raw) = fs::read(format!("/proc/{pid}/environ")) else {
-        return Default::default();
-    };
-    raw.split(|b| *b == 0)
-        .filter_map(|kv| std::str::from_utf8(kv).ok()?.split_once('='))
-        .filter(|(k, _)| ["NCCL_", "CUDA_", "UCX_", "NVSHMEM_"].iter().any(|p| k.starts_with(p)))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 use std::{fs, path::PathBuf};
 
 use aya::{Ebpf, EbpfLoader};
-use tracer_common::{RINGBUF_BYTES, filter};
+use tracer_common::{RINGBUF_BYTES, WAKEUP_BYTES, filter};
 
 use crate::error::{Error, Result, errno_of};
 
@@ -16,6 +16,8 @@ pub struct LoadOptions {
     pub ringbuf_bytes: u32,
     /// Trace only processes in the target set (and their descendants).
     pub targets_only: bool,
+    /// Ring-buffer fill level (bytes) from which a record wakes the reader.
+    pub wakeup_bytes: u32,
 }
 
 impl Default for LoadOptions {
@@ -23,6 +25,7 @@ impl Default for LoadOptions {
         Self {
             ringbuf_bytes: RINGBUF_BYTES,
             targets_only: true,
+            wakeup_bytes: WAKEUP_BYTES,
         }
     }
 }
@@ -122,8 +125,11 @@ pub fn load(opts: &LoadOptions) -> Result<Ebpf> {
     } else {
         filter::ALL
     };
+    // Wake the reader before the buffer is a quarter full, whatever its size.
+    let wakeup = opts.wakeup_bytes.min(ringbuf / 4).max(1);
     EbpfLoader::new()
         .map_max_entries("EVENTS", ringbuf)
+        .override_global("WAKEUP_AT", &wakeup, true)
         .override_global("FILTER_MODE", &mode, true)
         .override_global("FORK_CHILD_PID_OFFSET", &fork_off, true)
         .load(BPF_ELF)

@@ -4,15 +4,15 @@ use std::collections::BTreeMap;
 
 use aya::{
     Ebpf,
-    maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
 };
-use tracer_common::{AggKey, AggValue, MAX_OPS, MAX_SLOTS, counter};
+use tracer_common::{AggKey, AggValue, MAX_OPS, MAX_SLOTS, control, counter};
 
 use crate::{
     error::{Error, Result},
     events::EventStream,
     loader::{self, LoadOptions},
-    probes::{Family, Planner, Status, libs},
+    probes::{Family, Planner, Status, libs, uprobes::Closed},
     report::Loss,
 };
 
@@ -23,8 +23,6 @@ pub struct SessionOptions {
     pub families: Option<Vec<Family>>,
     /// Attach the library table to the host's installed libraries up front.
     pub installed_libraries: bool,
-    /// Leave out hot-path set-up rows (`Row::hot_setup`): for `attach`.
-    pub skip_hot_setup: bool,
 }
 
 pub struct Session {
@@ -36,7 +34,6 @@ impl Session {
     pub fn open(opts: &SessionOptions) -> Result<Self> {
         let mut ebpf = loader::load(&opts.load)?;
         let mut planner = Planner::new();
-        planner.skip_hot_setup = opts.skip_hot_setup;
         let families = opts.families.clone();
         let enabled = move |f: Family| {
             families
@@ -80,7 +77,7 @@ impl Session {
 
     /// Adds a process to the target set (its children follow in the kernel).
     pub fn add_target(&mut self, pid: u32) -> Result<()> {
-        self.targets()?.insert(pid, 0, 0).map_err(|source| Error::Map {
+        self.targets()?.insert(&pid, &0, 0).map_err(|source| Error::Map {
             name: "TARGETS".into(),
             source,
         })
@@ -172,10 +169,47 @@ impl Session {
             .collect())
     }
 
-    /// Detaches the uprobes in parallel (see `Planner::detach_uprobes`);
-    /// kernel programs go when the session drops.
-    pub fn detach_uprobes(&mut self) -> usize {
-        self.planner.detach_uprobes(&mut self.ebpf)
+    /// Closes the tracing window: every program returns at once from now
+    /// on, so nothing that fires while links are being closed is recorded
+    /// or counted as lost.
+    pub fn stop(&mut self) -> Result<()> {
+        let map = self.ebpf.map_mut("CONTROL").ok_or(Error::MissingMap("CONTROL"))?;
+        let mut control: Array<&mut MapData, u64> = Array::try_from(map).map_err(|source| Error::Map {
+            name: "CONTROL".into(),
+            source,
+        })?;
+        control.set(control::STOPPED, &1, 0).map_err(|source| Error::Map {
+            name: "CONTROL".into(),
+            source,
+        })
+    }
+
+    /// Entries of traced processes per op, summed over CPUs (every hit,
+    /// entry-only ops included).
+    pub fn hits(&self) -> Result<BTreeMap<u32, u64>> {
+        Ok(self
+            .per_cpu_sums("HITS", MAX_OPS)?
+            .into_iter()
+            .enumerate()
+            .filter(|(_, n)| *n > 0)
+            .map(|(op, n)| (op as u32, n))
+            .collect())
+    }
+
+    /// Closes the set-up uprobe links (over budget: `why`).
+    pub fn drop_setup(&mut self, why: String) {
+        drop(self.planner.drop_setup(&mut self.ebpf, why));
+    }
+
+    /// Closes every uprobe link now, timed (kernel programs go when the
+    /// session drops). With `uprobe_multi` links this takes milliseconds;
+    /// per-point links are unregistered one by one behind a grace period.
+    pub fn close_uprobes(&mut self) -> Closed {
+        let started = std::time::Instant::now();
+        let (links, mut closed) = self.planner.uprobes.take(&mut self.ebpf, None);
+        drop(links);
+        closed.ms = started.elapsed().as_secs_f64() * 1e3;
+        closed
     }
 
     /// In-kernel log2 latency slots per op (every completed call).

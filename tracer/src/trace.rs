@@ -22,6 +22,15 @@ use crate::{
 
 /// How often counters are sampled and target libraries rescanned.
 const TICK: Duration = Duration::from_millis(250);
+/// How often the ring buffer is drained between wake-ups: records are
+/// submitted without waking the reader until the buffer fills to
+/// `LoadOptions::wakeup_bytes`, so a quiet buffer is read on this beat.
+const DRAIN: Duration = Duration::from_millis(50);
+/// Hits per second of the set-up uprobes (`Row::hot_setup`) above which
+/// their link is closed: a job that makes a context current on every API
+/// call pays a trap per call (~5.6 us on the GPU machine), and the context
+/// is known by then (docs/perf.md).
+pub const SETUP_BUDGET_HZ: f64 = 500.0;
 
 /// A periodic summary (`attach --interval`).
 pub struct Interval {
@@ -159,6 +168,8 @@ pub struct Trace {
     links_window: Option<GpuLinks>,
     /// Host facts (read once: at `record`, else when the report is built).
     facts: Option<recording::HostFacts>,
+    /// Set-up uprobe hits at the last tick, and when.
+    setup_hits: (u64, Instant),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -218,6 +229,7 @@ impl Trace {
             links_base: LinksBase::sample(),
             links_window: None,
             facts: None,
+            setup_hits: (0, Instant::now()),
         }
     }
 
@@ -228,16 +240,25 @@ impl Trace {
         Ok(())
     }
 
-    /// Traces until `stop` completes. Events are handled as they arrive.
+    /// Traces until `stop` completes, then closes the window in the kernel
+    /// (the stop switch) and drains what is left: the report can be built
+    /// at once, and probes that fire while links close are not recorded.
+    /// Events are handled in batches: when the kernel wakes the reader (the
+    /// buffer is filling) and on every drain beat.
     pub async fn run_until(&mut self, stop: impl Future<Output = ()>) -> Result<()> {
         let mut stream = self.session.events()?;
         let mut batch = Vec::new();
         let mut tick = tokio::time::interval(TICK);
+        let mut drain = tokio::time::interval(DRAIN);
         tokio::pin!(stop);
         loop {
             tokio::select! {
                 r = stream.next_batch(&mut batch) => {
                     r.map_err(|e| Error::io("reading the ring buffer", e))?;
+                    self.handle(&mut batch);
+                }
+                _ = drain.tick() => {
+                    stream.drain_now(&mut batch);
                     self.handle(&mut batch);
                 }
                 _ = tick.tick() => self.on_tick(),
@@ -247,6 +268,7 @@ impl Trace {
                 break;
             }
         }
+        self.session.stop()?;
         stream.drain_now(&mut batch);
         self.handle(&mut batch);
         self.agg.undecoded += stream.malformed;
@@ -269,6 +291,7 @@ impl Trace {
     }
 
     fn on_tick(&mut self) {
+        self.budget_setup();
         self.agg.sample();
         if let Ok(rows) = self.session.aggregates() {
             self.agg.set_aggregates(&rows);
@@ -283,6 +306,29 @@ impl Trace {
         self.interval_tick();
         for pid in self.agg.live_pids() {
             self.session.attach_libraries_of(pid);
+        }
+    }
+
+    /// Closes the set-up uprobe links once their hit rate is over budget.
+    fn budget_setup(&mut self) {
+        if !self.session.planner.uprobes.has_setup() {
+            return;
+        }
+        let Ok(hits) = self.session.hits() else { return };
+        let setup: u64 = hits
+            .iter()
+            .filter(|(op, _)| crate::probes::uapi::row_of(**op).is_some_and(|(_, r)| r.hot_setup))
+            .map(|(_, n)| n)
+            .sum();
+        let (before, at) = self.setup_hits;
+        let secs = at.elapsed().as_secs_f64();
+        self.setup_hits = (setup, Instant::now());
+        let rate = setup.saturating_sub(before) as f64 / secs.max(1e-3);
+        if rate > SETUP_BUDGET_HZ {
+            let why = format!("{rate:.0} hits/s > {SETUP_BUDGET_HZ:.0}/s after {setup} hits");
+            log::info!("closing the set-up uprobe links: {why}");
+            self.session.drop_setup(why);
+            self.agg.setup_closed();
         }
     }
 
@@ -397,6 +443,7 @@ impl Trace {
             coverage: self.session.planner.table(),
             loss,
             kernel_slots: self.session.kernel_slots()?,
+            probe_hits: self.session.hits()?,
             pins: PinCounters {
                 before: self.pins_before,
                 after,

@@ -4,6 +4,7 @@
 //! kernel cannot: `vm-kernels` caches the kernels, `vm-run` boots one with
 //! virtme-ng and runs a command in it, `vm-test` runs `tests/vm/guest.sh`.
 
+mod bench;
 mod kernels;
 mod matrix;
 mod upgrade;
@@ -32,6 +33,8 @@ enum Cmd {
     VmRun(vm::Args),
     /// Run tests/vm/guest.sh (and its checks) in a VM per kernel.
     VmTest(vmtest::Args),
+    /// Measure the tracer's cost on this host (docs/perf.md).
+    Bench(bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
         Cmd::VmKernels(args) => kernels::main(&args),
         Cmd::VmRun(args) => vm::main(&args),
         Cmd::VmTest(args) => vmtest::main(&args),
+        Cmd::Bench(args) => bench::main(&args),
     };
     match result {
         Ok(code) => code,

@@ -219,6 +219,10 @@ fn interpret(e: &Event, registry: &Registry) -> Option<Call> {
             c.transport = Transport::GdrDmabuf;
             c.evidence = format!("MR backed by dma-buf fd {}", e.args[3] as i32);
         }
+        op::BENCH_GETPPID => {
+            c.transport = Transport::HostOnly;
+            c.evidence = "benchmark event source (getppid)".into();
+        }
         op::NV_P2P_GET_PAGES | op::NV_P2P_GET_PAGES_PERSISTENT => {
             c.bytes = e.args[if e.op == op::NV_P2P_GET_PAGES { 3 } else { 1 }];
             c.transport = Transport::GdrPeerMem;

@@ -206,10 +206,10 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         load: LoadOptions {
             ringbuf_bytes: loader::check_ringbuf_size(args.trace.ringbuf_bytes)?,
             targets_only: !args.all,
+            ..LoadOptions::default()
         },
         families: None,
         installed_libraries: args.all,
-        skip_hot_setup: true,
     };
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
@@ -289,20 +289,13 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         ));
     }
     rt.block_on(async { trace.run_until(stop).await })?;
-    // Leave the targets first: their probes go before the report is built
-    // (and the time it takes is reported: the kernel serializes it).
-    let detach_started = Instant::now();
-    let detached = trace.session.detach_uprobes();
-    let detach_ms = detach_started.elapsed().as_secs_f64() * 1e3;
-    if detached > 0 {
-        eprintln!("gdrtrace: detached {detached} uprobes in {detach_ms:.0} ms");
-    }
+    // The window is closed in the kernel (the stop switch): the report comes
+    // first, the links are closed after it (timed, on stderr).
     let mut report = trace.report(std::env::args().collect())?;
     report.workloads.push(serde_json::json!({
         "attach": {
             "latency_ms": latency.as_secs_f64() * 1e3,
-            "detach_ms": detach_ms,
-            "uprobes_detached": detached,
+            "uprobe_mode": trace.session.planner.uprobes.mode(),
             "targets": attached.iter().map(|(p, _)| p).collect::<Vec<_>>(),
             "notes": notes,
             "missing_before_attach": "calls made before the probes were live (NCCL set-up, MRs registered earlier); pre_existing lists what /proc showed at attach, and a job past its set-up gets a steady-state verdict (socket syscalls, NVLink counters)",
@@ -310,5 +303,6 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         }
     }));
     super::run::emit(&args.trace, &report)?;
+    super::report_close(&mut trace.session);
     Ok(0)
 }

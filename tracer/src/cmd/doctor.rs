@@ -134,7 +134,7 @@ fn kinds(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Vec<Kind> {
         let p: &mut UProbe = prog(ebpf, name)?;
         p.load().map_err(l)?;
         p.attach(
-            UProbeAttachLocation::AbsoluteOffset(off),
+            [UProbeAttachLocation::AbsoluteOffset(off)],
             exe,
             UProbeScope::AllProcesses,
         )
@@ -143,6 +143,15 @@ fn kinds(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Vec<Kind> {
     };
     let up = trial("uprobe", || uprobe("doctor_uprobe"));
     let uret = trial("uretprobe", || uprobe("doctor_uretprobe"));
+    // One BPF_TRACE_UPROBE_MULTI link (kernels 6.6+): the library table's
+    // links are of this kind where it works, per-point perf links elsewhere.
+    let multi = trial("uprobe_multi", || {
+        match aya::sys::is_uprobe_multi_supported(aya::sys::UProbeMultiFeature::LinkCreation) {
+            Ok(true) => uprobe("doctor_uprobe_multi"),
+            Ok(false) => Err((false, "no BPF_TRACE_UPROBE_MULTI links in this kernel (6.6+)".into())),
+            Err(e) => Err((false, format!("probing for uprobe_multi links: {e}"))),
+        }
+    });
     let no_btf = || (false, "no vmlinux BTF".to_string());
     vec![
         trial("fentry", || {
@@ -179,6 +188,7 @@ fn kinds(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Vec<Kind> {
         }),
         up,
         uret,
+        multi,
     ]
 }
 

@@ -1,7 +1,7 @@
 //! `gdrtrace drive ...`: run a workload without tracing.
 use crate::{
     cli::Drive,
-    drive::{cuda_copy, nccl, pin_churn, verbs},
+    drive::{cuda_copy, nccl, pin_churn, syscalls, verbs},
     error::{Error, Result},
 };
 
@@ -30,6 +30,11 @@ pub fn drive(d: &Drive) -> Result<i32> {
                 s.elapsed_s,
                 s.register_ns_total as f64 / s.registrations.max(1) as f64 / 1e3
             );
+            Ok(0)
+        }
+        Drive::Syscalls(o) => {
+            let s = syscalls::run(o);
+            report(&[s.line()], &s, o.summary.as_deref())?;
             Ok(0)
         }
         Drive::Verbs(o) => {

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 pub mod attach;
 pub mod baseline;
+pub mod bench;
 pub mod compare;
 pub mod doctor;
 pub mod drive;
@@ -25,6 +26,20 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
         Command::Drive(d) => drive::drive(&d),
         Command::Baseline(crate::cli::BaselineCmd::Record(a)) => baseline::record(&a),
         Command::Compare(a) => Ok(compare::compare(&a)),
+        Command::Bench(b) => bench::bench(&b),
+    }
+}
+
+/// Closes the uprobe links after the report is out and says how long it
+/// took: with `uprobe_multi` links milliseconds, with per-point links the
+/// kernel unregisters each behind a grace period.
+pub fn report_close(session: &mut crate::session::Session) {
+    let c = session.close_uprobes();
+    if c.links > 0 {
+        eprintln!(
+            "gdrtrace: closed {} uprobe link(s) holding {} probe point(s) in {:.0} ms",
+            c.links, c.points, c.ms
+        );
     }
 }
 

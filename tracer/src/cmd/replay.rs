@@ -30,6 +30,7 @@ pub fn aggregate(rec: &Recording, transfers: Option<std::io::BufWriter<std::fs::
                 agg.check_exited();
             }
             Input::Aggregates(rows) => agg.set_aggregates(rows),
+            Input::SetupClosed => agg.setup_closed(),
         }
     }
     for (pid, kib) in &rec.footer.vm_pin_kib_at_attach {

@@ -17,8 +17,9 @@ pub fn run(args: &RunArgs) -> Result<i32> {
             "run needs a command after '--' (e.g. gdrtrace run -- ib_write_bw -d rxe0)".into(),
         ));
     }
-    let out = trace_command(&args.trace, &args.command)?;
+    let mut out = trace_command(&args.trace, &args.command)?;
     emit(&args.trace, &out.report)?;
+    super::report_close(&mut out.session);
     Ok(out.exit_code)
 }
 
@@ -28,6 +29,9 @@ pub struct Outcome {
     pub pid: u32,
     /// The command's exit status (128+signal), or 0 if tracing stopped first.
     pub exit_code: i32,
+    /// The session, window closed: its links are closed after the report
+    /// is out (or when this is dropped).
+    pub session: Session,
 }
 
 /// Fails early, before any BPF work, when the command cannot be found.
@@ -49,10 +53,10 @@ pub fn session_options(t: &TraceArgs) -> Result<SessionOptions> {
         load: LoadOptions {
             ringbuf_bytes: loader::check_ringbuf_size(t.ringbuf_bytes)?,
             targets_only: true,
+            ..LoadOptions::default()
         },
         families: None,
         installed_libraries: !t.no_installed_libraries,
-        skip_hot_setup: false,
     })
 }
 
@@ -94,6 +98,7 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
         report,
         pid,
         exit_code: code.get().unwrap_or(0),
+        session: trace.session,
     })
 }
 

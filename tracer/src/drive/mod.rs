@@ -3,4 +3,5 @@
 pub mod cuda_copy;
 pub mod nccl;
 pub mod pin_churn;
+pub mod syscalls;
 pub mod verbs;

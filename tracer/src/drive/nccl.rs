@@ -1017,8 +1017,8 @@ fn verify(run: &mut RankRun<'_>, size: u64, rank: usize) -> Result<bool, NcclErr
     let mut bytes = vec![0u8; n * 4];
     cu::copy_dtoh(&mut bytes, run.recv.ptr)?;
     run.memcpy_calls += 1;
-    for (i, ch) in bytes.chunks_exact(4).enumerate() {
-        let v = f32::from_ne_bytes([ch[0], ch[1], ch[2], ch[3]]);
+    for (i, ch) in bytes.as_chunks::<4>().0.iter().enumerate() {
+        let v = f32::from_ne_bytes(*ch);
         let want = match run.op {
             NcclOp::AllReduce => run.nranks as f32,
             NcclOp::AllGather => (i / send_count.max(1) + 1) as f32,

@@ -236,6 +236,14 @@ pub fn footer(inputs: &Inputs, agg: &Aggregator, events: u64) -> Footer {
             .filter_map(|(pid, p)| Some((*pid, p.vm_pin_kib_at_attach?)))
             .collect(),
         gpu_links: inputs.gpu_links.clone(),
+        probe_hits: inputs
+            .probe_hits
+            .iter()
+            .map(|(op, hits)| crate::report::ProbeHits {
+                op: op_name(*op),
+                hits: *hits,
+            })
+            .collect(),
     }
 }
 
@@ -271,6 +279,11 @@ pub fn inputs_of(header: &Header, footer: &Footer) -> std::result::Result<Inputs
                 ))
             })
             .collect::<std::result::Result<_, String>>()?,
+        probe_hits: footer
+            .probe_hits
+            .iter()
+            .filter_map(|h| Some((op_code(&h.op)?, h.hits)))
+            .collect(),
     })
 }
 
@@ -461,6 +474,9 @@ pub struct Footer {
     /// GPU interconnect traffic over the window (steady-state evidence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_links: Option<crate::classify::steady::GpuLinks>,
+    /// Probe entries per op.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probe_hits: Vec<crate::report::ProbeHits>,
 }
 
 fn strategy(name: &str) -> &'static str {
@@ -469,6 +485,7 @@ fn strategy(name: &str) -> &'static str {
         crate::probes::catalog::Strategy::Kprobe,
         crate::probes::catalog::Strategy::Tracepoint,
         crate::probes::catalog::Strategy::Uprobe,
+        crate::probes::catalog::Strategy::UprobeMulti,
         crate::probes::catalog::Strategy::Procfs,
     ]
     .into_iter()
@@ -655,10 +672,16 @@ pub fn append_workloads(path: &Path, workloads: &[Value]) -> Result<()> {
 #[derive(Clone, Debug)]
 pub enum Input {
     Event(Event),
-    Target { pid: u32, parent: Option<u32> },
+    Target {
+        pid: u32,
+        parent: Option<u32>,
+    },
     Tick,
     AliveCheck,
     Aggregates(Vec<(AggKey, AggValue)>),
+    /// The set-up uprobe links were closed over budget: threads' context
+    /// switches are no longer seen.
+    SetupClosed,
 }
 
 /// A parsed recording.
@@ -722,6 +745,7 @@ pub fn parse(text: &str) -> std::result::Result<Recording, String> {
             },
             "tick" => Input::Tick,
             "alive-check" => Input::AliveCheck,
+            "setup-closed" => Input::SetupClosed,
             "aggregates" => Input::Aggregates(agg_of(&v).map_err(|e| format!("line {n}: {e}"))?),
             "process" | "env" | "sample" | "gone" | "space" => {
                 let f: Fact = serde_json::from_value(v).map_err(|e| format!("line {n}: {ty}: {e}"))?;

@@ -273,6 +273,10 @@ pub struct Registry {
     /// NVLink between the GPUs (`topo`, or the recording's facts), once
     /// asked for: None until a peer copy needed it.
     pub nvlink: Option<Option<bool>>,
+    /// Context switches are no longer seen (the set-up links were closed
+    /// over budget): a thread's last context is trusted only in processes
+    /// with a single context.
+    pub contexts_frozen: bool,
 }
 
 impl Registry {
@@ -380,7 +384,13 @@ impl Registry {
     /// The device of the thread's current context, if known.
     fn device_of_thread(&self, pid: u32, tid: u32) -> Option<i32> {
         let p = self.procs.get(&pid)?;
-        p.ctx_device.get(p.current.get(&tid)?).copied()
+        let mut devices = p.ctx_device.values();
+        match (devices.next(), devices.next()) {
+            // One context: its device, whatever the thread last switched to.
+            (Some(d), None) => Some(*d),
+            _ if self.contexts_frozen => None,
+            _ => p.ctx_device.get(p.current.get(&tid)?).copied(),
+        }
     }
 
     /// Kernel-side registration events: io_uring buffer sets (churn by ring

@@ -73,8 +73,11 @@ pub enum Strategy {
     Kprobe,
     /// A tracepoint program (pair), named by its programs.
     Tracepoint,
-    /// uprobe + uretprobe on library symbols.
+    /// uprobe + uretprobe on library symbols, one perf-event link per offset.
     Uprobe,
+    /// uprobe + uretprobe on library symbols, one `uprobe_multi` link per
+    /// (file, program).
+    UprobeMulti,
     /// Sampled from procfs by user space.
     Procfs,
 }
@@ -86,6 +89,7 @@ impl Strategy {
             Strategy::Kprobe => "kprobe/kretprobe",
             Strategy::Tracepoint => "tracepoint",
             Strategy::Uprobe => "uprobe/uretprobe",
+            Strategy::UprobeMulti => "uprobe_multi",
             Strategy::Procfs => "procfs",
         }
     }
@@ -347,9 +351,24 @@ const fn concat_catalog() -> [ProbePoint; 44] {
 /// Every probe point gdrtrace knows, in report order.
 pub static CATALOG: [ProbePoint; 44] = concat_catalog();
 
+/// The pipeline benchmark's event source (`gdrtrace bench pipeline`): not
+/// in the catalog, so no trace attaches it, but its events decode like any
+/// syscall's.
+pub static BENCH_POINT: ProbePoint = tp(
+    "getppid",
+    Family::Syscall,
+    "syscalls",
+    "sys_enter_getppid",
+    op::BENCH_GETPPID,
+    &["bench_sys_enter_getppid"],
+);
+
 /// The catalog row of a kernel-side op.
 pub fn point_of_op(op: u32) -> Option<&'static ProbePoint> {
-    CATALOG.iter().find(|p| p.op == op && p.op != tracer_common::op::NONE)
+    CATALOG
+        .iter()
+        .chain(std::iter::once(&BENCH_POINT))
+        .find(|p| p.op == op && p.op != tracer_common::op::NONE)
 }
 
 /// A stable hash of the catalog (names, strategies, ops), for baselines.

@@ -5,6 +5,7 @@ pub mod libs;
 pub mod planner;
 pub mod symbols;
 pub mod uapi;
+pub mod uprobes;
 
 pub use catalog::{CATALOG, Family, ProbePoint, Strategy, Target};
 pub use planner::{Coverage, Planner, Status};

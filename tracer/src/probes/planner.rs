@@ -11,10 +11,7 @@ use std::{
 use aya::{
     Btf, Ebpf,
     maps::Array,
-    programs::{
-        FEntry, FExit, KProbe, TracePoint, UProbe,
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
-    },
+    programs::{FEntry, FExit, KProbe, TracePoint},
 };
 use serde::Serialize;
 use tracer_common::OpConfig;
@@ -24,6 +21,7 @@ use super::{
     libs::LibFile,
     symbols::{self, Symbol},
     uapi::{self, Lib},
+    uprobes::{self, Point, UprobeLinks},
 };
 use crate::error::{Error, describe};
 
@@ -75,8 +73,8 @@ pub struct LibAttachment {
     pub path: String,
     pub symbols: Vec<String>,
     pub missing: Vec<&'static str>,
-    /// Rows left out on purpose (`Row::hot_setup` under `attach`).
-    pub skipped: Vec<&'static str>,
+    /// Set-up rows (`Row::hot_setup`) whose link was closed over budget.
+    pub dropped: Vec<&'static str>,
     pub errors: Vec<String>,
 }
 
@@ -100,11 +98,12 @@ pub struct Planner {
     pub libs: BTreeMap<(u64, u64), LibAttachment>,
     /// Which library files (by identity) each traced process maps.
     pub proc_libs: BTreeMap<u32, std::collections::BTreeSet<(u64, u64)>>,
-    uapi_loaded: Option<Result<(), String>>,
-    /// Leave out `Row::hot_setup` rows (attach: targets are past set-up).
-    pub skip_hot_setup: bool,
-    /// Every uprobe link, by program, for the parallel detach.
-    uprobe_links: Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>,
+    /// The table's configuration is in `OP_CONFIG` (written once).
+    configured: Option<Result<(), String>>,
+    /// Every uprobe link of the library table.
+    pub uprobes: UprobeLinks,
+    /// Why the set-up links were closed, once they were.
+    pub setup_dropped: Option<String>,
 }
 
 impl Default for Planner {
@@ -127,9 +126,9 @@ impl Planner {
             coverage: Vec::new(),
             libs: BTreeMap::new(),
             proc_libs: BTreeMap::new(),
-            uapi_loaded: None,
-            uprobe_links: Vec::new(),
-            skip_hot_setup: false,
+            configured: None,
+            uprobes: UprobeLinks::new(),
+            setup_dropped: None,
         }
     }
 
@@ -252,28 +251,51 @@ impl Planner {
         r
     }
 
-    /// Loads the generic uprobe pair and writes every table row's
-    /// configuration (flags, out-pointers) into `OP_CONFIG`.
-    fn load_uapi(&mut self, ebpf: &mut Ebpf) -> Result<(), String> {
-        if let Some(r) = &self.uapi_loaded {
+    /// Writes every table row's configuration (flags, out-pointers) into
+    /// `OP_CONFIG`, once.
+    fn configure_table(&mut self, ebpf: &mut Ebpf) -> Result<(), String> {
+        if let Some(r) = &self.configured {
             return r.clone();
         }
-        let r = (|| -> Result<(), String> {
-            for name in ["uapi_entry", "uapi_return"] {
-                let p: &mut UProbe = program(ebpf, name)?;
-                p.load().map_err(|e| describe(&e))?;
-            }
-            for (i, row) in uapi::TABLE.iter().enumerate() {
-                set_op_config(ebpf, uapi::op_of(i), uapi::config_of(row))?;
-            }
-            Ok(())
-        })();
-        self.uapi_loaded = Some(r.clone());
+        let r = uapi::TABLE
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, row)| set_op_config(ebpf, uapi::op_of(i), uapi::config_of(row)));
+        self.configured = Some(r.clone());
         r
     }
 
-    /// Attaches the generic pair to every exported variant of `base` in
-    /// `path`, tagged with `op`. Returns the symbols attached.
+    /// The probe points of every table row of `lib` in a file: each
+    /// exported variant of the row's symbol (every ELF version, CUDA
+    /// suffixes), one per file offset.
+    pub fn points(lib: Lib, syms: &[Symbol]) -> (Vec<Point>, Vec<&'static str>) {
+        let mut points = Vec::new();
+        let mut missing = Vec::new();
+        let mut offsets = HashSet::new();
+        for (i, row) in uapi::TABLE.iter().enumerate().filter(|(_, r)| r.lib == lib) {
+            let before = points.len();
+            for sym in syms.iter().filter(|s| uapi::is_variant(&s.name, row.symbol)) {
+                if !offsets.insert(sym.file_offset) {
+                    continue;
+                }
+                points.push(Point {
+                    offset: sym.file_offset,
+                    op: uapi::op_of(i),
+                    symbol: sym.display(),
+                    needs_return: !row.entry_only(),
+                    group: row.group(),
+                });
+            }
+            if points.len() == before {
+                missing.push(row.symbol);
+            }
+        }
+        (points, missing)
+    }
+
+    /// Attaches table row `op`'s probes to every exported variant of `base`
+    /// in `path` (tests aim rows at stand-in functions this way). Returns
+    /// the symbols attached.
     pub fn attach_symbol(
         &mut self,
         ebpf: &mut Ebpf,
@@ -282,48 +304,33 @@ impl Planner {
         base: &str,
         op: u32,
     ) -> Result<Vec<String>, String> {
-        self.load_uapi(ebpf)?;
-        let mut done = Vec::new();
+        self.configure_table(ebpf)?;
+        let row = uapi::row_of(op).ok_or_else(|| format!("op {op} is not a table row"))?.1;
         let mut offsets = HashSet::new();
-        for sym in syms.iter().filter(|s| uapi::is_variant(&s.name, base)) {
-            if !offsets.insert(sym.file_offset) {
-                continue;
-            }
-            for name in ["uapi_entry", "uapi_return"] {
-                let p: &mut UProbe = program(ebpf, name)?;
-                let point = UProbeAttachPoint {
-                    location: UProbeAttachLocation::AbsoluteOffset(sym.file_offset),
-                    cookie: Some(op as u64),
-                };
-                let id = p
-                    .attach(point, path, UProbeScope::AllProcesses)
-                    .map_err(|e| format!("{} in {}: {}", sym.display(), path.display(), describe(&e)))?;
-                self.uprobe_links.push((name, id));
-            }
-            done.push(sym.display());
+        let points: Vec<Point> = syms
+            .iter()
+            .filter(|s| uapi::is_variant(&s.name, base) && offsets.insert(s.file_offset))
+            .map(|s| Point {
+                offset: s.file_offset,
+                op,
+                symbol: s.display(),
+                needs_return: !row.entry_only(),
+                group: row.group(),
+            })
+            .collect();
+        if points.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(done)
+        let (attached, errors) = self.uprobes.attach(ebpf, path, &points);
+        match errors.is_empty() {
+            true => Ok(attached),
+            false => Err(errors.join("; ")),
+        }
     }
 
-    /// Detaches every uprobe now (rather than when the session drops), so
-    /// the caller can time it and report it. Each unregister waits for a
-    /// grace period under the kernel's trace event lock: on 2×H200, 182
-    /// uprobes of a hot NCCL job took ~28 s, one after another or from 32
-    /// threads alike (docs/validation/). Returns how many were detached.
-    pub fn detach_uprobes(&mut self, ebpf: &mut Ebpf) -> usize {
-        let mut n = 0;
-        for (name, id) in std::mem::take(&mut self.uprobe_links) {
-            if let Ok(p) = program::<UProbe>(ebpf, name)
-                && p.detach(id).is_ok()
-            {
-                n += 1;
-            }
-        }
-        n
-    }
-
-    /// Attaches every table row of a library file once per (device, inode).
-    /// Returns false when the file was already attached.
+    /// Attaches every table row of a library file once per (device, inode):
+    /// one link per (program, group). Returns false when the file was
+    /// already attached.
     pub fn attach_library(&mut self, ebpf: &mut Ebpf, file: &LibFile) -> bool {
         if self.libs.contains_key(&file.id) {
             return false;
@@ -333,27 +340,45 @@ impl Planner {
             path: file.path.clone(),
             symbols: Vec::new(),
             missing: Vec::new(),
-            skipped: Vec::new(),
+            dropped: Vec::new(),
             errors: Vec::new(),
         };
-        match symbols::functions(&file.host_path) {
-            Err(e) => att.errors.push(e.to_string()),
+        let attached = self
+            .configure_table(ebpf)
+            .and_then(|()| symbols::functions(&file.host_path).map_err(|e| e.to_string()));
+        match attached {
+            Err(e) => att.errors.push(e),
             Ok(syms) => {
-                for (i, row) in uapi::TABLE.iter().enumerate().filter(|(_, r)| r.lib == file.lib) {
-                    if row.hot_setup && self.skip_hot_setup {
-                        att.skipped.push(row.symbol);
-                        continue;
-                    }
-                    match self.attach_symbol(ebpf, &file.host_path, &syms, row.symbol, uapi::op_of(i)) {
-                        Ok(v) if v.is_empty() => att.missing.push(row.symbol),
-                        Ok(v) => att.symbols.extend(v),
-                        Err(e) => att.errors.push(e),
-                    }
+                let (mut points, missing) = Self::points(file.lib, &syms);
+                att.missing = missing;
+                // Set-up rows are not attached again once their budget is spent.
+                if self.setup_dropped.is_some() {
+                    att.dropped = dropped_rows(&points);
+                    points.retain(|p| p.group == uprobes::Group::Steady);
                 }
+                let (symbols, errors) = self.uprobes.attach(ebpf, &file.host_path, &points);
+                att.symbols = symbols;
+                att.errors = errors;
             }
         }
         self.libs.insert(file.id, att);
         true
+    }
+
+    /// Closes the set-up links (their rows' hit rate went over budget) and
+    /// records why; returns the links for the caller to drop.
+    pub fn drop_setup(&mut self, ebpf: &mut Ebpf, why: String) -> Vec<aya::programs::uprobe::UProbeLink> {
+        let (links, _) = self.uprobes.take(ebpf, Some(uprobes::Group::Setup));
+        for att in self.libs.values_mut() {
+            let rows: Vec<&'static str> = uapi::TABLE
+                .iter()
+                .filter(|r| r.lib == att.lib && r.hot_setup && !att.missing.contains(&r.symbol))
+                .map(|r| r.symbol)
+                .collect();
+            att.dropped = rows;
+        }
+        self.setup_dropped = Some(why);
+        links
     }
 
     /// Coverage rows of the library points, from the files attached so far.
@@ -377,11 +402,12 @@ impl Planner {
                     if !a.missing.is_empty() {
                         detail.push(format!("{}: not exported: {}", a.path, a.missing.join(", ")));
                     }
-                    if !a.skipped.is_empty() {
+                    if !a.dropped.is_empty() {
                         detail.push(format!(
-                            "{}: left out (hot path of a running job): {}",
+                            "{}: closed over budget ({}): {}",
                             a.path,
-                            a.skipped.join(", ")
+                            self.setup_dropped.as_deref().unwrap_or("hot path of a running job"),
+                            a.dropped.join(", ")
                         ));
                     }
                     for e in &a.errors {
@@ -389,7 +415,7 @@ impl Planner {
                     }
                 }
                 let result = if attached > 0 {
-                    Ok(Strategy::Uprobe)
+                    Ok(self.uprobes.mode().map_or(Strategy::Uprobe, uprobes::Mode::strategy))
                 } else if files.is_empty() {
                     Err(format!(
                         "{} is neither installed nor mapped by a traced process",
@@ -398,7 +424,15 @@ impl Planner {
                 } else {
                     Err(format!("no symbol of the table could be attached in {}", lib.name()))
                 };
-                let mut c = row(p, result, Vec::new());
+                // Per-point links are a fallback: say why multi links were not used.
+                let tried = match self.uprobes.mode() {
+                    Some(uprobes::Mode::PerPoint { why }) if result.is_ok() => vec![Attempt {
+                        strategy: Strategy::UprobeMulti.name(),
+                        error: why.clone(),
+                    }],
+                    _ => Vec::new(),
+                };
+                let mut c = row(p, result, tried);
                 c.detail = detail;
                 c
             })
@@ -492,7 +526,7 @@ fn procfs_row(point: &ProbePoint, path: &str) -> Coverage {
     row(point, result, Vec::new())
 }
 
-fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
+pub(super) fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
 where
     &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
 {
@@ -529,10 +563,10 @@ impl_unload!(FEntry, FExit, KProbe);
 fn set_op_config(ebpf: &mut Ebpf, op: u32, cfg: OpConfig) -> Result<(), String> {
     let map = ebpf.map_mut("OP_CONFIG").ok_or("map OP_CONFIG missing")?;
     let mut configs: Array<_, OpConfig> = Array::try_from(map).map_err(|e| describe(&e))?;
-    configs.set(op, cfg, 0).map_err(|e| describe(&e))
+    configs.set(op, &cfg, 0).map_err(|e| describe(&e))
 }
 
-fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, category: &str, name: &str) -> Result<(), String> {
+pub(crate) fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, category: &str, name: &str) -> Result<(), String> {
     crate::loader::tracefs().map_err(|e| e.to_string())?;
     let p: &mut TracePoint = program(ebpf, prog)?;
     p.load().map_err(|e| describe(&e))?;
@@ -570,4 +604,15 @@ pub fn kprobe_support() -> Result<(), String> {
     } else {
         Err("no kprobe support in this kernel (no kprobe PMU, no kprobe_events; CONFIG_KPROBES off)".into())
     }
+}
+
+/// Names of the set-up rows among `points`.
+fn dropped_rows(points: &[Point]) -> Vec<&'static str> {
+    let mut rows: Vec<&'static str> = points
+        .iter()
+        .filter(|p| p.group == uprobes::Group::Setup)
+        .filter_map(|p| uapi::row_of(p.op).map(|(_, r)| r.symbol))
+        .collect();
+    rows.dedup();
+    rows
 }

@@ -111,11 +111,28 @@ pub struct Row {
     /// NCCL data type and the communicator (summed per communicator).
     pub coll: Option<(u8, u8, u8)>,
     /// A set-up fact that running programs also call on every API call
-    /// (`cuCtxSetCurrent`: ~15 per NCCL iteration). Worth its traps when the
-    /// tracer sees a process from its start; `attach` (whose targets are
-    /// past their set-up) skips it: on 2×H200 it alone raised the iteration
-    /// time of an attached NCCL job by ~1%.
+    /// (`cuCtxSetCurrent`: ~15 per NCCL iteration, 897,281 calls in 14 s of
+    /// a torch job). Entry-only and evented only when the thread's context
+    /// changes (`op_flags::TRACK_CTX`), in a link of its own that the
+    /// tracer closes when its hit rate goes over budget (`trace.rs`).
     pub hot_setup: bool,
+}
+
+impl Row {
+    /// No return probe: aggregated rows (counts and bytes are arguments)
+    /// and context switches.
+    pub const fn entry_only(&self) -> bool {
+        self.aggregate || self.hot_setup
+    }
+
+    /// The link the row's offsets join.
+    pub const fn group(&self) -> super::uprobes::Group {
+        if self.hot_setup {
+            super::uprobes::Group::Setup
+        } else {
+            super::uprobes::Group::Steady
+        }
+    }
 }
 
 use Arg::*;
@@ -626,10 +643,20 @@ pub fn config_of(row: &Row) -> OpConfig {
             deref |= 1 << i;
         }
     }
+    let mut flags = 0;
+    if row.aggregate {
+        flags |= op_flags::AGGREGATE_ONLY;
+    }
+    if row.entry_only() {
+        flags |= op_flags::ENTRY_ONLY;
+    }
+    if row.hot_setup {
+        flags |= op_flags::TRACK_CTX;
+    }
     OpConfig {
-        flags: if row.aggregate { op_flags::AGGREGATE_ONLY } else { 0 },
+        flags,
         deref_args: deref,
-        ret_read_offset: row.ret_read.map_or(u32::MAX, |o| o),
+        ret_read_offset: row.ret_read.unwrap_or(u32::MAX),
         count_arg: row.coll.map_or(tracer_common::NO_ARG, |c| c.0),
         dtype_arg: row.coll.map_or(tracer_common::NO_ARG, |c| c.1),
         handle_arg: row.coll.map_or(tracer_common::NO_ARG, |c| c.2),

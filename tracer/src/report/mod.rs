@@ -199,6 +199,10 @@ pub struct Report {
     pub signals: Vec<Signal>,
     pub operations: Vec<Operation>,
     pub kernel_histograms: Vec<KernelHistogram>,
+    /// Probe entries of traced processes per op (every hit, entry-only and
+    /// aggregated ops included): what the probes cost, in traps.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub probe_hits: Vec<ProbeHits>,
     pub processes: Vec<Process>,
     pub pin_counters: PinCounters,
     pub loss: Loss,
@@ -233,6 +237,13 @@ pub struct Report {
     /// Whether `judge` ran (verdicts, staging and collective transfers are final).
     #[serde(skip)]
     pub judged: bool,
+}
+
+/// Probe entries of one op.
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct ProbeHits {
+    pub op: String,
+    pub hits: u64,
 }
 
 /// One NCCL_*/UCX_* variable of a process's environment.
@@ -370,6 +381,8 @@ pub struct Inputs {
     pub pins: PinCounters,
     /// Per-process library coverage, from the planner.
     pub process_libraries: BTreeMap<u32, Vec<crate::probes::planner::ProcessLibrary>>,
+    /// Probe entries per op code (the kernel's `HITS`).
+    pub probe_hits: BTreeMap<u32, u64>,
 }
 
 pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
@@ -435,6 +448,14 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         signals,
         operations,
         kernel_histograms,
+        probe_hits: inputs
+            .probe_hits
+            .iter()
+            .map(|(op, hits)| ProbeHits {
+                op: op_name(*op),
+                hits: *hits,
+            })
+            .collect(),
         processes,
         pin_counters: inputs.pins,
         loss: inputs.loss,
@@ -568,6 +589,7 @@ pub(crate) mod tests_support {
                 kernel_slots: BTreeMap::new(),
                 pins: PinCounters::default(),
                 process_libraries: BTreeMap::new(),
+                probe_hits: BTreeMap::new(),
             },
         )
     }

@@ -293,6 +293,16 @@ impl Aggregator {
         }
     }
 
+    /// The set-up uprobe links were closed: context switches are no longer
+    /// seen, so the registry stops trusting a thread's last context where a
+    /// process has several.
+    pub fn setup_closed(&mut self) {
+        if let Some(r) = &mut self.recorder {
+            r.input(serde_json::json!({"type": "setup-closed", "t_ns": monotonic_ns()}));
+        }
+        self.registry.contexts_frozen = true;
+    }
+
     /// Marks processes that no longer exist as exited; true when none is left.
     pub fn check_exited(&mut self) -> bool {
         if let Some(r) = &mut self.recorder {
@@ -341,7 +351,7 @@ impl Aggregator {
                 let p = self.procs.entry(e.pid).or_default();
                 p.exited = true;
             }
-            kind::CALL => self.call(e),
+            kind::CALL | kind::ENTRY => self.call(e),
             _ => self.undecoded += 1,
         }
     }
@@ -415,7 +425,10 @@ impl Aggregator {
         s.errors += c.failed as u64;
         s.bytes += c.bytes;
         s.pages += c.pages;
-        let _ = s.hist.record(e.dur_ns.max(1));
+        // Entry-only records have no duration.
+        if e.kind == kind::CALL {
+            let _ = s.hist.record(e.dur_ns.max(1));
+        }
         self.read_env(e.pid);
         let p = self.procs.entry(e.pid).or_default();
         if p.comm.is_empty() {

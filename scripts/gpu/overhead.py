@@ -1,0 +1,253 @@
+"""The tracer's overhead on an independent torch.distributed all-reduce job
+(not `gdrtrace drive nccl`), measured the way docs/perf.md describes:
+
+run:    whole jobs, traced by `gdrtrace run` and untraced, interleaved
+        (alternating which goes first); each job measures 8 KiB per-call
+        latency, then 256 MiB bus bandwidth. Per-round ratios, and their
+        median.
+attach: one long job per size; `gdrtrace attach --duration W` windows
+        alternate with untraced windows of the same length; each on window
+        is paired with the off window after it. Then the same procedure
+        with the tracer off in both halves (off/off control).
+
+A job measures in blocks: BLOCK calls, one synchronize, the block's time
+divided by BLOCK is one per-call sample (nccl-tests style); rank 0 writes
+(end time, us per call) for every block.
+
+Usage (on the GPU machine, NVLink multicast off in the environment):
+  python3 overhead.py bench --gdrtrace BIN --out DIR [--ngpu N] [--rounds 10]
+      [--pairs 12] [--control 6] [--window 1.5] [--parts run,attach]
+  python3 overhead.py job ...   (what the bench starts)
+Results: DIR/overhead.json and a summary on stdout.
+"""
+import argparse
+import json
+import os
+import statistics as st
+import subprocess
+import sys
+import time
+
+SIZES = {"8K": 8 << 10, "256M": 256 << 20}
+BLOCK = {"8K": 50, "256M": 10}
+
+
+def rank_main(rank, n, a):
+    """One rank of the job (top level: torch.multiprocessing pickles it)."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(a.port)
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=n)
+    out = open(a.records, "w") if rank == 0 and a.records else None
+    summary = {}
+    for name in a.sizes.split(","):
+        x = torch.ones(SIZES[name] // 4, device="cuda")
+        block = BLOCK[name]
+        for _ in range(20):
+            dist.all_reduce(x)
+        torch.cuda.synchronize()
+        if rank == 0 and a.ready:
+            with open(a.ready, "a") as f:
+                f.write(f"ready {name} launcher={os.getppid()}\n")
+        samples = []
+        end = time.time() + a.seconds
+        while time.time() < end:
+            t0 = time.perf_counter()
+            for _ in range(block):
+                dist.all_reduce(x)
+            torch.cuda.synchronize()
+            us = (time.perf_counter() - t0) * 1e6 / block
+            samples.append(us)
+            if out:
+                out.write(f"{time.time():.6f} {us:.3f}\n")
+        med = st.median(samples)
+        busbw = SIZES[name] * 2 * (n - 1) / n / (med * 1e-6) / 1e9
+        summary[name] = {"us_per_call": med, "busbw_gbps": busbw, "samples": len(samples)}
+    if out:
+        out.close()
+    if rank == 0 and a.summary:
+        with open(a.summary, "w") as f:
+            json.dump(summary, f)
+    dist.destroy_process_group()
+
+
+def job(a):
+    import torch.multiprocessing as mp
+
+    mp.spawn(rank_main, args=(a.ngpu, a), nprocs=a.ngpu)
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=False, **kw)
+
+
+def job_cmd(a, sizes, seconds, port, summary=None, records=None, ready=None):
+    cmd = [sys.executable, os.path.abspath(__file__), "job", "--ngpu", str(a.ngpu), "--sizes", sizes,
+           "--seconds", str(seconds), "--port", str(port)]
+    for flag, v in (("--summary", summary), ("--records", records), ("--ready", ready)):
+        if v:
+            cmd += [flag, v]
+    return cmd
+
+
+def run_part(a, res):
+    rows = []
+    for r in range(a.rounds):
+        got = {}
+        for traced in ([True, False] if r % 2 == 0 else [False, True]):
+            summ = f"{a.out}/run-{r}-{'on' if traced else 'off'}.json"
+            cmd = job_cmd(a, "8K,256M", a.window, 29700 + 2 * r + traced, summary=summ)
+            if traced:
+                cmd = [a.gdrtrace, "run", "--json", f"{a.out}/run-{r}-report.json", "--"] + cmd
+            p = sh(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            open(f"{a.out}/run-{r}-{'on' if traced else 'off'}.txt", "w").write(p.stdout)
+            got[traced] = json.load(open(summ))
+        row = {
+            "round": r,
+            "lat8k_on": got[True]["8K"]["us_per_call"], "lat8k_off": got[False]["8K"]["us_per_call"],
+            "bw256m_on": got[True]["256M"]["busbw_gbps"], "bw256m_off": got[False]["256M"]["busbw_gbps"],
+        }
+        row["lat8k_ratio"] = row["lat8k_on"] / row["lat8k_off"]
+        row["bw256m_ratio"] = row["bw256m_on"] / row["bw256m_off"]
+        rep = json.load(open(f"{a.out}/run-{r}-report.json"))
+        row["drops"] = rep["loss"]["ringbuf_drops"]
+        row["complete"] = rep["loss"]["complete"]
+        row["verdicts"] = sorted({v["transport"] for v in rep.get("verdicts", [])})
+        rows.append(row)
+        print(f"run round {r}: 8K {row['lat8k_off']:.1f} -> {row['lat8k_on']:.1f} us ({row['lat8k_ratio']:.4f}), "
+              f"256M {row['bw256m_off']:.1f} -> {row['bw256m_on']:.1f} GB/s ({row['bw256m_ratio']:.4f}), "
+              f"drops {row['drops']}, verdicts {row['verdicts']}", flush=True)
+    res["run"] = {
+        "rounds": rows,
+        "median_lat8k_ratio": st.median(x["lat8k_ratio"] for x in rows),
+        "median_bw256m_ratio": st.median(x["bw256m_ratio"] for x in rows),
+        "drops": sum(x["drops"] for x in rows),
+    }
+
+
+def windows_median(samples, lo, hi):
+    v = [us for t, us in samples if lo <= t <= hi]
+    return (st.median(v), len(v)) if v else (None, 0)
+
+
+def attach_part(a, res):
+    out = {}
+    for size in ("8K", "256M"):
+        rec, ready = f"{a.out}/attach-{size}.records", f"{a.out}/attach-{size}.ready"
+        total = 14 + (a.pairs + a.control) * (2 * a.window + 2.5)
+        jp = subprocess.Popen(job_cmd(a, size, total, 29800 + len(out), records=rec, ready=ready),
+                              stdout=open(f"{a.out}/attach-{size}.job.txt", "w"), stderr=subprocess.STDOUT,
+                              start_new_session=True)
+        for _ in range(1200):
+            if os.path.exists(ready) and "ready" in open(ready).read():
+                break
+            time.sleep(0.1)
+        launcher = int(open(ready).read().split("launcher=")[1].split()[0])
+        time.sleep(2)
+        windows = []
+        for i in range(a.pairs + a.control):
+            control = i >= a.pairs
+            if control:
+                on0 = time.time()
+                time.sleep(a.window)
+                on1 = time.time()
+                close_ms = None
+            else:
+                p = subprocess.Popen([a.gdrtrace, "attach", "--pid", str(launcher), "--duration", f"{a.window}s",
+                                      "--json", f"{a.out}/attach-{size}-{i}.json"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                on0 = None
+                err = []
+                for line in p.stderr:
+                    err.append(line)
+                    if "attached to" in line and on0 is None:
+                        on0 = time.time()
+                p.wait()
+                on1 = time.time()
+                open(f"{a.out}/attach-{size}-{i}.err", "w").write("".join(err))
+                close_ms = next((float(l.split(" in ")[1].split()[0]) for l in err if "closed" in l), None)
+                on0 = on0 or on1 - a.window
+            # The window the probes were live, without its edges.
+            off0 = time.time() + 0.3
+            time.sleep(a.window + 0.3)
+            off1 = time.time()
+            windows.append({"i": i, "control": control, "on": (on0 + 0.2, on1 - 0.2), "off": (off0, off1),
+                            "close_ms": close_ms})
+        os.killpg(jp.pid, 15)
+        jp.wait()
+        samples = []
+        for line in open(rec):
+            t, us = line.split()
+            samples.append((float(t), float(us)))
+        pairs = []
+        for w in windows:
+            on, n_on = windows_median(samples, *w["on"])
+            off, n_off = windows_median(samples, *w["off"])
+            if on and off:
+                pairs.append({**w, "on_us": on, "off_us": off, "ratio": on / off, "n_on": n_on, "n_off": n_off})
+        reports = [json.load(open(f"{a.out}/attach-{size}-{i}.json")) for i in range(a.pairs)
+                   if os.path.exists(f"{a.out}/attach-{size}-{i}.json")]
+        on_off = [p["ratio"] for p in pairs if not p["control"]]
+        off_off = [p["ratio"] for p in pairs if p["control"]]
+        out[size] = {
+            "pairs": pairs,
+            "median_on_off": st.median(on_off) if on_off else None,
+            "median_off_off": st.median(off_off) if off_off else None,
+            "drops": sum(r["loss"]["ringbuf_drops"] for r in reports),
+            "verdicts": sorted({v["transport"] for r in reports for v in r.get("verdicts", [])}),
+            "attach_ms": [r["workloads"][0]["attach"]["latency_ms"] for r in reports],
+            "close_ms": [p["close_ms"] for p in pairs if p["close_ms"] is not None],
+        }
+        o = out[size]
+        print(f"attach {size}: on/off median {o['median_on_off']}, off/off median {o['median_off_off']}, "
+              f"drops {o['drops']}, verdicts {o['verdicts']}, attach ms {[round(x) for x in o['attach_ms']]}, "
+              f"close ms {[round(x) for x in o['close_ms']]}", flush=True)
+    res["attach"] = out
+
+
+def bench(a):
+    os.makedirs(a.out, exist_ok=True)
+    res = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "ngpu": a.ngpu,
+           "window_s": a.window, "block": BLOCK}
+    parts = a.parts.split(",")
+    if "run" in parts:
+        run_part(a, res)
+    if "attach" in parts:
+        attach_part(a, res)
+    json.dump(res, open(f"{a.out}/overhead.json", "w"), indent=1)
+    if "run" in res:
+        r = res["run"]
+        print(f"run: median per-round ratio 8K latency {r['median_lat8k_ratio']:.4f}, "
+              f"256M busbw {r['median_bw256m_ratio']:.4f}, drops {r['drops']}")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    j = sub.add_parser("job")
+    j.add_argument("--ngpu", type=int, default=2)
+    j.add_argument("--sizes", default="8K")
+    j.add_argument("--seconds", type=float, default=2.0)
+    j.add_argument("--port", type=int, default=29700)
+    j.add_argument("--summary")
+    j.add_argument("--records")
+    j.add_argument("--ready")
+    b = sub.add_parser("bench")
+    b.add_argument("--gdrtrace", required=True)
+    b.add_argument("--out", required=True)
+    b.add_argument("--ngpu", type=int, default=0)
+    b.add_argument("--rounds", type=int, default=10)
+    b.add_argument("--pairs", type=int, default=12)
+    b.add_argument("--control", type=int, default=6)
+    b.add_argument("--window", type=float, default=1.5)
+    b.add_argument("--parts", default="run,attach")
+    a = ap.parse_args()
+    if a.cmd == "job":
+        job(a)
+    else:
+        if not a.ngpu:
+            a.ngpu = int(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU "))
+        bench(a)

@@ -1,0 +1,413 @@
+//! `cargo xtask bench`: the tracer's cost on this host, measured against
+//! the release binary. Ratios are taken inside one run (traced and untraced
+//! rounds interleaved, alternating which goes first), never asserted: these
+//! machines are noisy. Results go to `target/bench/host.json` and a Markdown
+//! summary to stdout (docs/perf.md holds dated copies).
+//!
+//! Scenarios:
+//! - pin-churn: `drive pin-churn` untraced vs under `run`, its own elapsed
+//!   time; ratio of medians and median of per-round ratios; drops.
+//! - pipeline: `bench pipeline` paced at rising rates: events/s delivered
+//!   and drops at each, and the highest rate delivered without loss.
+//! - detach: `bench detach` for N points as uprobe_multi links and as
+//!   per-point links.
+//! - attach + SIGINT on a pin-churn loop: signal to report, signal to exit,
+//!   drops.
+//! - run: from the traced command's exit to the report and to exit.
+use std::{
+    io::{BufRead as _, BufReader, Read as _},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::{Value, json};
+
+use crate::util;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The gdrtrace binary to measure.
+    #[arg(long, default_value = "target/release/gdrtrace")]
+    bin: PathBuf,
+    /// Interleaved rounds of the pin-churn comparison.
+    #[arg(long, default_value_t = 7)]
+    rounds: usize,
+    /// pin-churn iterations per round.
+    #[arg(long, default_value_t = 300_000)]
+    iterations: u32,
+    /// Repetitions of the signal and exit timings.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Run only these scenarios (comma-separated: pin-churn, pipeline,
+    /// detach, attach-sigint, run-exit).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+pub fn main(a: &Args) -> Result<std::process::ExitCode> {
+    if !a.bin.is_file() {
+        bail!(
+            "{} is missing: build it first (cargo build --release -p tracer)",
+            a.bin.display()
+        );
+    }
+    let started = Instant::now();
+    let want = |s: &str| a.only.is_empty() || a.only.iter().any(|o| o == s);
+    let churn = if want("pin-churn") { pin_churn(a)? } else { Value::Null };
+    let pipeline = if want("pipeline") { pipeline(a)? } else { Value::Null };
+    let detach = if want("detach") { detach(a)? } else { Value::Null };
+    let sigint = if want("attach-sigint") {
+        attach_sigint(a)?
+    } else {
+        Value::Null
+    };
+    let run_exit = if want("run-exit") { run_exit(a)? } else { Value::Null };
+    let out = json!({
+        "machine": machine(),
+        "date": util::run_output(Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC"))?.trim(),
+        "pin_churn": churn,
+        "pipeline": pipeline,
+        "detach": detach,
+        "attach_sigint": sigint,
+        "run_exit": run_exit,
+        "seconds": started.elapsed().as_secs_f64(),
+    });
+    let dir = util::target_dir()?.join("bench");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("host.json"), serde_json::to_string_pretty(&out)?)?;
+    println!("{}", markdown(&out));
+    eprintln!("xtask bench: results in {}", dir.join("host.json").display());
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn machine() -> String {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpus = thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{} CPUs, kernel {}", cpus, kernel.trim())
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// `pin-churn: elapsed X s` from a workload's output.
+fn churn_elapsed(out: &str) -> Result<f64> {
+    out.lines()
+        .find_map(|l| l.strip_prefix("pin-churn: elapsed ")?.split(' ').next()?.parse().ok())
+        .context("no 'pin-churn: elapsed' line")
+}
+
+fn pin_churn(a: &Args) -> Result<Value> {
+    let tmp = std::env::temp_dir().join(format!("xtask-bench-{}.json", std::process::id()));
+    let churn = |traced: bool| -> Result<(f64, u64, u64)> {
+        let mut cmd = Command::new(&a.bin);
+        if traced {
+            cmd.args(["run", "--no-installed-libraries", "--json"])
+                .arg(&tmp)
+                .arg("--")
+                .arg(&a.bin);
+        }
+        cmd.args(["drive", "pin-churn", "--odirect-mib", "0", "--iterations"])
+            .arg(a.iterations.to_string());
+        let out = util::run_output(&mut cmd)?;
+        let elapsed = churn_elapsed(&out)?;
+        if !traced {
+            return Ok((elapsed, 0, 0));
+        }
+        let r: Value = serde_json::from_str(&std::fs::read_to_string(&tmp)?)?;
+        let events: u64 = r["operations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|o| o["name"].as_str().is_some_and(|n| n.starts_with("io_uring_register")))
+            .filter_map(|o| o["calls"].as_u64())
+            .sum();
+        Ok((elapsed, events, r["loss"]["ringbuf_drops"].as_u64().unwrap_or(u64::MAX)))
+    };
+    let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut events, mut drops) = (0, 0);
+    for round in 0..a.rounds {
+        let (t_off, t_on) = if round % 2 == 0 {
+            let x = churn(false)?.0;
+            let (y, e, d) = churn(true)?;
+            events += e;
+            drops += d;
+            (x, y)
+        } else {
+            let (y, e, d) = churn(true)?;
+            events += e;
+            drops += d;
+            (churn(false)?.0, y)
+        };
+        eprintln!(
+            "xtask bench: pin-churn round {}: untraced {t_off:.3} s, traced {t_on:.3} s",
+            round + 1
+        );
+        off.push(t_off);
+        on.push(t_on);
+        ratios.push(t_on / t_off);
+    }
+    let _ = std::fs::remove_file(&tmp);
+    let (m_off, m_on) = (median(&mut off.clone()), median(&mut on.clone()));
+    Ok(json!({
+        "iterations": a.iterations, "rounds": a.rounds,
+        "untraced_s": off, "traced_s": on,
+        "median_untraced_s": m_off, "median_traced_s": m_on,
+        "ratio_of_medians": m_on / m_off,
+        "median_of_ratios": median(&mut ratios),
+        "events_delivered": events, "ringbuf_drops": drops,
+        "expected_events": 2 * a.iterations as u64 * a.rounds as u64,
+    }))
+}
+
+fn pipeline(a: &Args) -> Result<Value> {
+    let mut rows = Vec::new();
+    let mut best = 0.0f64;
+    for rate in [250_000u64, 500_000, 1_000_000, 1_500_000, 2_000_000, 0] {
+        // About two seconds of events at the paced rates.
+        let calls = if rate == 0 {
+            4_000_000
+        } else {
+            (rate * 2).max(1_000_000)
+        };
+        let out = util::run_output(
+            Command::new(&a.bin)
+                .args([
+                    "bench",
+                    "pipeline",
+                    "--calls",
+                    &calls.to_string(),
+                    "--rate",
+                    &rate.to_string(),
+                ])
+                .stderr(Stdio::null()),
+        )?;
+        let line = out
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .context("no JSON from bench pipeline")?;
+        let v: Value = serde_json::from_str(line)?;
+        eprintln!(
+            "xtask bench: pipeline at {rate}/s: {:.0} events/s, {} drops",
+            v["events_per_s"].as_f64().unwrap_or(0.0),
+            v["ringbuf_drops"]
+        );
+        if v["ringbuf_drops"] == 0 && v["delivered"] == calls {
+            best = best.max(v["events_per_s"].as_f64().unwrap_or(0.0));
+        }
+        rows.push(v);
+    }
+    Ok(json!({"runs": rows, "best_lossless_events_per_s": best}))
+}
+
+fn detach(a: &Args) -> Result<Value> {
+    let mut rows = Vec::new();
+    for (points, per_point) in [(28, false), (200, false), (1000, false), (28, true)] {
+        let mut cmd = Command::new(&a.bin);
+        cmd.args(["bench", "detach", "--points", &points.to_string()])
+            .stderr(Stdio::null());
+        if per_point {
+            cmd.arg("--per-point");
+        }
+        let out = util::run_output(&mut cmd)?;
+        let v: Value = serde_json::from_str(out.lines().last().unwrap_or(""))?;
+        eprintln!(
+            "xtask bench: detach {points} points {}: close {:.0} ms",
+            v["mode"],
+            v["close_ms"].as_f64().unwrap_or(0.0)
+        );
+        rows.push(v);
+    }
+    Ok(Value::Array(rows))
+}
+
+/// Lines of a child's pipe, each with the moment it arrived.
+fn timed_lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<(Instant, String)> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(r).lines().map_while(std::result::Result::ok) {
+            if tx.send((Instant::now(), line)).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+struct Reaped(Child);
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn attach_sigint(a: &Args) -> Result<Value> {
+    let tmp = std::env::temp_dir().join(format!("xtask-bench-attach-{}.json", std::process::id()));
+    let mut rows = Vec::new();
+    for _ in 0..a.repeats {
+        let churn = Reaped(
+            Command::new(&a.bin)
+                .args(["drive", "pin-churn", "--odirect-mib", "0", "--iterations", "1000000000"])
+                .stdout(Stdio::null())
+                .spawn()?,
+        );
+        let mut tracer = Command::new(&a.bin)
+            .args(["attach", "--pid", &churn.0.id().to_string(), "--json"])
+            .arg(&tmp)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let stderr = timed_lines(tracer.stderr.take().context("stderr")?);
+        let mut stdout = tracer.stdout.take().context("stdout")?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match stderr.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok((_, l)) if l.contains("attached to") => break,
+                Ok(_) => {}
+                Err(_) => bail!("attach did not report being attached within 60 s"),
+            }
+        }
+        thread::sleep(Duration::from_secs(4));
+        let signalled = Instant::now();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+        let mut first = [0u8; 1];
+        stdout.read_exact(&mut first).context("the report never came")?;
+        let report = signalled.elapsed();
+        let mut rest = Vec::new();
+        stdout.read_to_end(&mut rest)?;
+        tracer.wait()?;
+        let exit = signalled.elapsed();
+        let r: Value = serde_json::from_str(&std::fs::read_to_string(&tmp)?)?;
+        let close = stderr
+            .try_iter()
+            .find(|(_, l)| l.contains("closed"))
+            .map(|(_, l)| l)
+            .unwrap_or_default();
+        rows.push(json!({
+            "signal_to_report_ms": report.as_secs_f64() * 1e3,
+            "signal_to_exit_ms": exit.as_secs_f64() * 1e3,
+            "ringbuf_drops": r["loss"]["ringbuf_drops"],
+            "complete": r["loss"]["complete"],
+            "close": close,
+        }));
+        eprintln!(
+            "xtask bench: attach+SIGINT: {}",
+            rows.last().map(|r| r.to_string()).unwrap_or_default()
+        );
+    }
+    let _ = std::fs::remove_file(&tmp);
+    Ok(Value::Array(rows))
+}
+
+fn run_exit(a: &Args) -> Result<Value> {
+    let mut rows = Vec::new();
+    for _ in 0..a.repeats {
+        // The traced command says when it exits (a line on the shared stderr).
+        let mut tracer = Command::new(&a.bin)
+            .args(["run", "--", "sh", "-c", "sleep 1; echo bench-exit >&2"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let stderr = timed_lines(tracer.stderr.take().context("stderr")?);
+        let stdout = timed_lines(tracer.stdout.take().context("stdout")?);
+        let exited = loop {
+            match stderr.recv_timeout(Duration::from_secs(60)) {
+                Ok((t, l)) if l.contains("bench-exit") => break t,
+                Ok(_) => {}
+                Err(_) => bail!("the traced command never said it exited"),
+            }
+        };
+        let (report, _) = stdout.recv_timeout(Duration::from_secs(60)).context("no report")?;
+        tracer.wait()?;
+        let done = Instant::now();
+        rows.push(json!({
+            "exit_to_report_ms": report.saturating_duration_since(exited).as_secs_f64() * 1e3,
+            "exit_to_tracer_exit_ms": done.saturating_duration_since(exited).as_secs_f64() * 1e3,
+        }));
+    }
+    Ok(Value::Array(rows))
+}
+
+fn markdown(v: &Value) -> String {
+    let f = |x: &Value| x.as_f64().map_or("-".into(), |x| format!("{x:.3}"));
+    let mut s = format!(
+        "Host benchmarks, {} ({}):\n\n",
+        v["date"].as_str().unwrap_or(""),
+        v["machine"].as_str().unwrap_or("")
+    );
+    let c = &v["pin_churn"];
+    s += &format!(
+        "- pin-churn ({} iterations, {} rounds interleaved): untraced median {} s, traced median {} s, ratio of medians {}, median of per-round ratios {}; events {} of {}, ring-buffer drops {}\n",
+        c["iterations"],
+        c["rounds"],
+        f(&c["median_untraced_s"]),
+        f(&c["median_traced_s"]),
+        f(&c["ratio_of_medians"]),
+        f(&c["median_of_ratios"]),
+        c["events_delivered"],
+        c["expected_events"],
+        c["ringbuf_drops"]
+    );
+    s += "- pipeline (getppid tracepoint, paced):\n\n  | asked/s | delivered/s | delivered | drops | tracer CPU us/event |\n  |---|---|---|---|---|\n";
+    for r in v["pipeline"]["runs"].as_array().into_iter().flatten() {
+        s += &format!(
+            "  | {} | {:.0} | {} of {} | {} | {:.2} |\n",
+            if r["rate"] == 0 {
+                "unpaced".to_string()
+            } else {
+                r["rate"].to_string()
+            },
+            r["events_per_s"].as_f64().unwrap_or(0.0),
+            r["delivered"],
+            r["calls"],
+            r["ringbuf_drops"],
+            r["tracer_cpu_us_per_event"].as_f64().unwrap_or(0.0)
+        );
+    }
+    s += &format!(
+        "\n  highest lossless rate: {:.0} events/s\n",
+        v["pipeline"]["best_lossless_events_per_s"].as_f64().unwrap_or(0.0)
+    );
+    s += "- detach:\n\n  | points | mode | links | attach ms | close ms |\n  |---|---|---|---|---|\n";
+    for r in v["detach"].as_array().into_iter().flatten() {
+        s += &format!(
+            "  | {} | {} | {} | {} | {} |\n",
+            r["points"],
+            r["mode"].as_str().unwrap_or(""),
+            r["links"],
+            f(&r["attach_ms"]),
+            f(&r["close_ms"])
+        );
+    }
+    s += "- attach to a pin-churn loop, SIGINT after 4 s:\n";
+    for r in v["attach_sigint"].as_array().into_iter().flatten() {
+        s += &format!(
+            "  - signal to report {} ms, to exit {} ms, drops {}, complete {}\n",
+            f(&r["signal_to_report_ms"]),
+            f(&r["signal_to_exit_ms"]),
+            r["ringbuf_drops"],
+            r["complete"]
+        );
+    }
+    s += "- run: traced command's exit to the report / to the tracer's exit:\n";
+    for r in v["run_exit"].as_array().into_iter().flatten() {
+        s += &format!(
+            "  - {} ms / {} ms\n",
+            f(&r["exit_to_report_ms"]),
+            f(&r["exit_to_tracer_exit_ms"])
+        );
+    }
+    s
+}
