@@ -140,12 +140,7 @@ pub fn emit_with(
     }
     match format {
         Format::Json => println!("{json}"),
-        Format::Text => {
-            print!("{}", text::render(report));
-            if let Ok(v) = serde_json::to_value(report) {
-                print!("\n{}", crate::classify::explain::render(&v, &report.explain));
-            }
-        }
+        Format::Text => print!("{}", text::render(report)),
     }
     Ok(())
 }
