@@ -599,7 +599,7 @@ fn cases(f: &Files) -> Vec<Case> {
 
     // With BPF: failures at the end, signals of the deadline, closed stdout.
     let report_printed = |o: &Output| {
-        if String::from_utf8_lossy(&o.stdout).contains("Probe coverage") {
+        if String::from_utf8_lossy(&o.stdout).contains("gdrtrace report (gdrtrace.report/v1)") {
             Ok(())
         } else {
             Err("the text report was lost".to_string())

@@ -108,7 +108,7 @@ fn item1_a_failed_write_at_the_end_keeps_report_and_json() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(
-        stdout(&o).contains("Probe coverage"),
+        stdout(&o).contains("gdrtrace report (gdrtrace.report/v1)"),
         "text report lost: {}",
         stdout(&o)
     );
@@ -124,7 +124,7 @@ fn item1_a_failed_write_at_the_end_keeps_report_and_json() {
     // A replay has no command to keep the status of: 1.
     let o = bounded(&["replay", &fixture("recordings/pin-churn.rec"), "--json", "/dev/full"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(stdout(&o).contains("Probe coverage"));
+    assert!(stdout(&o).contains("gdrtrace report (gdrtrace.report/v1)"));
 }
 
 /// Spawns gdrtrace with its standard output a pipe whose reader is gone.
@@ -281,7 +281,11 @@ fn item4_duration_reports_at_the_deadline_with_the_commands_status() {
         "ended by the deadline's SIGTERM: {}",
         stderr(&o)
     );
-    assert!(stdout(&o).contains("Probe coverage"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("gdrtrace report (gdrtrace.report/v1)"),
+        "{}",
+        stdout(&o)
+    );
     let o = bounded(&[
         "run",
         "--duration",
@@ -308,7 +312,10 @@ fn item5_signals_are_forwarded_and_a_second_one_ends_at_once() {
     kill(tracer.id(), libc::SIGTERM);
     let o = tracer.wait_with_output().expect("waiting");
     assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
-    assert!(stdout(&o).contains("Probe coverage"), "report printed");
+    assert!(
+        stdout(&o).contains("gdrtrace report (gdrtrace.report/v1)"),
+        "report printed"
+    );
 
     let _ = std::fs::remove_file(&ready);
     let pidfile = dir.join("pid");
@@ -332,7 +339,10 @@ fn item5_signals_are_forwarded_and_a_second_one_ends_at_once() {
     kill(tracer.id(), libc::SIGTERM);
     let o = tracer.wait_with_output().expect("waiting");
     assert_eq!(o.status.code(), Some(143), "second signal: 128+SIGTERM");
-    assert!(stdout(&o).contains("Probe coverage"), "reported what it had");
+    assert!(
+        stdout(&o).contains("gdrtrace report (gdrtrace.report/v1)"),
+        "reported what it had"
+    );
     let pid: u32 = std::fs::read_to_string(&pidfile)
         .expect("pid")
         .trim()

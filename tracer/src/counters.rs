@@ -116,6 +116,51 @@ pub fn comm_env(pid: u32) -> std::collections::BTreeMap<String, String> {
         .collect()
 }
 
+/// A process's address space (`/proc/PID/maps`, with VmPin), when it maps
+/// NVIDIA devices: what its CUDA state was before the probes were live.
+pub fn address_space(pid: u32) -> Option<crate::model::AddressSpace> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    crate::model::AddressSpace::parse(&maps, vm_pin_kib(pid))
+}
+
+/// Parent pid of a process (`/proc/PID/stat`).
+pub fn ppid(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every process with a CUDA context, this one aside: who could be moving
+/// bytes over the GPUs' links. A CUDA context opens (and maps) the UVM
+/// device `/dev/nvidia-uvm`; daemons that only watch the GPUs
+/// (nvidia-persistenced, NVML clients) open `/dev/nvidiactl` and
+/// `/dev/nvidiaN` but not it, and move nothing.
+pub fn gpu_processes() -> Vec<crate::classify::steady::GpuProcess> {
+    const UVM: &str = "/dev/nvidia-uvm";
+    let me = std::process::id();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let uvm_fd = |pid: u32| {
+        fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+            fds.flatten()
+                .any(|fd| fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == UVM))
+        })
+    };
+    let mut out: Vec<crate::classify::steady::GpuProcess> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(UVM)) || uvm_fd(*pid))
+        .map(|pid| crate::classify::steady::GpuProcess {
+            pid,
+            parent: ppid(pid),
+            comm: comm(pid).unwrap_or_default(),
+        })
+        .collect();
+    out.sort_by_key(|g| g.pid);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -109,6 +109,8 @@ struct PreExisting {
 }
 
 impl PreExisting {
+    /// From the same `/proc/PID/maps` reading the aggregator keeps (the
+    /// address space that classifies copies of these buffers).
     fn read(pid: u32) -> Self {
         let mut p = PreExisting {
             pid,
@@ -116,19 +118,11 @@ impl PreExisting {
             ..Default::default()
         };
         let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-        for line in maps.lines() {
-            let mut f = line.split_whitespace();
-            let range = f.next().unwrap_or("");
-            let path = f.nth(4).unwrap_or("");
-            if path.starts_with("/dev/nvidia") {
-                if let Some((a, b)) = range.split_once('-')
-                    && let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16))
-                {
-                    p.nvidia_mappings += 1;
-                    p.nvidia_mapped_bytes += b.saturating_sub(a);
-                }
-            } else if path.contains("libnccl") {
-                p.nccl_mapped = true;
+        p.nccl_mapped = maps.lines().any(|l| l.contains("libnccl"));
+        if let Some(space) = crate::model::AddressSpace::parse(&maps, p.vm_pin_kib) {
+            for m in space.mappings.iter().filter(|m| !m.path.is_empty()) {
+                p.nvidia_mappings += 1;
+                p.nvidia_mapped_bytes += m.end - m.start;
             }
         }
         p
@@ -155,10 +149,11 @@ fn interval_line(rec: &IntervalRecord) -> String {
             .collect();
         s.push_str(&format!("  hot: {}", hot.join(", ")));
     }
+    // The verdict column is the transport; the per-call mix of evented
+    // calls (empty for aggregated collectives) stays in --jsonl.
     for p in &rec.processes {
-        let mix: Vec<String> = p.transports.iter().map(|(t, n)| format!("{t}:{n}")).collect();
         s.push_str(&format!(
-            "\n  pid {:>7} {:<15} {:<12} {:>9.1} calls/s  staged {:>10.0} B/s  reg {:>7.1}/s  VmPin {:>8} kB  transports [{}]{}",
+            "\n  pid {:>7} {:<15} {:<12} {:>9.1} calls/s  staged {:>10.0} B/s  reg {:>7.1}/s  VmPin {:>8} kB{}",
             p.pid,
             p.comm,
             p.verdict.unwrap_or("-"),
@@ -166,7 +161,6 @@ fn interval_line(rec: &IntervalRecord) -> String {
             p.staged_bytes_per_s,
             p.registrations_per_s,
             p.vm_pin_kib,
-            mix.join(" "),
             if p.exited { "  (exited)" } else { "" }
         ));
     }
@@ -305,6 +299,9 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         roots.extend(m);
     }
     let targets = targets(&roots, &mut notes);
+    // Parents tell the ranks of one job (a launcher's children) from
+    // another job's, which the GPU link counters cannot.
+    let parents: std::collections::BTreeMap<u32, u32> = process_table().into_iter().collect();
     if targets.is_empty() && !args.all {
         return Err(Error::Usage(format!("no process to attach to: {}", notes.join("; "))));
     }
@@ -338,7 +335,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         let before = PreExisting::read(*pid);
         let vm_pin = before.vm_pin_kib;
         pre_existing.push(before);
-        if trace.add_target(*pid, None).is_err() {
+        if trace.add_target(*pid, parents.get(pid).copied()).is_err() {
             notes.push(format!("pid {pid}: could not be added to the target set"));
             continue;
         }
@@ -347,6 +344,17 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
             p.vm_pin_kib_at_attach = vm_pin;
         }
         attached.push((*pid, libs));
+    }
+    if args.all {
+        // Copies of the libraries that running processes map outside the
+        // installed paths (a torch job's own libnccl) are attached now, so
+        // their collectives are counted from the start; a process shows up
+        // in the report once it calls them.
+        for (pid, _) in process_table() {
+            if pid != std::process::id() {
+                trace.session.attach_libraries_of(pid);
+            }
+        }
     }
     let latency = started.elapsed();
     // A target that exited while the probes went live was never traced.

@@ -2,11 +2,10 @@
 use std::path::PathBuf;
 
 use crate::{
-    classify::explain,
+    classify::{Transport, explain},
     cli::ExplainArgs,
     error::{Error, Result},
     input::{self, Input},
-    topo,
 };
 
 /// Explains a saved report (or a recording, replayed first; or a report on
@@ -46,76 +45,72 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
                 crate::report::SCHEMA
             )));
         }
-        if let Some(log) = &log {
-            corroborate(&mut r, log);
+        for note in rejudge(&mut r, log.as_deref()) {
+            errln!("gdrtrace: note: {}: {note}", input.name());
         }
         r
     };
     let e = explain::explain(&r);
-    for v in r["verdicts"].as_array().map_or(&[][..], |a| a.as_slice()) {
-        outln!(
-            "pid {} {}: {}{}",
-            v["pid"],
-            v["comm"].as_str().unwrap_or(""),
-            v["transport"].as_str().unwrap_or("unknown"),
-            if v["host_staged"] == true { " (host-staged)" } else { "" }
-        );
-        for ev in v["evidence"].as_array().map_or(&[][..], |a| a.as_slice()) {
-            outln!("  evidence: {}", ev.as_str().unwrap_or(""));
-        }
-        if let Some(c) = v["cause"].as_str() {
-            outln!("  cause: {c}");
-        }
-        if let Some(l) = v["nccl_log"].as_object() {
-            let agree = if l.get("agrees") == Some(&serde_json::Value::Bool(true)) {
-                "agrees"
-            } else {
-                "DISAGREES"
-            };
-            outln!("  NCCL log: via {} ({agree})", l["nccl_says"].as_str().unwrap_or(""));
-        }
-    }
+    let verdicts: Vec<crate::classify::comm::Verdict> =
+        serde_json::from_value(r["verdicts"].clone()).unwrap_or_default();
+    out!("{}", crate::report::text::verdicts(&verdicts, ""));
     out!("{}", explain::render(&r, &e));
     Ok(0)
 }
 
-/// Recomputes a saved report's verdicts from its processes and compares
-/// them, and each communicator, with an NCCL log.
-fn corroborate(r: &mut serde_json::Value, log: &str) {
+/// The verdicts of a saved report, judged again from the inputs it holds by
+/// the function that judged them live (`classify::judge`), corroborated
+/// with an NCCL log when given. The report's own verdicts are what the live
+/// trace printed, and they stay; where this build judges the same evidence
+/// differently (a report of another version), a note says so.
+pub fn rejudge(r: &mut serde_json::Value, log: Option<&str>) -> Vec<String> {
     use crate::classify::{
-        Transport,
-        comm::{self, Evidence},
+        comm::{self, Verdict},
+        judge,
     };
-    let nvlink = r["facts"]["nvlink"].as_bool().or_else(|| topo::discover().nvlink());
-    let map = |v: &serde_json::Value| -> std::collections::BTreeMap<String, u64> {
-        v.as_object()
-            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_u64()?))).collect())
-            .unwrap_or_default()
+    let mut notes = Vec::new();
+    let inputs: judge::Inputs = match serde_json::from_value(r.clone()) {
+        Ok(i) => i,
+        Err(e) => {
+            notes.push(format!(
+                "its processes cannot be read for judging ({e}): its verdicts are shown as written"
+            ));
+            judge::Inputs::default()
+        }
     };
-    let strings = |v: &serde_json::Value| -> std::collections::BTreeMap<String, String> {
-        v.as_object()
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                    .collect()
-            })
-            .unwrap_or_default()
+    let again = judge::verdicts(&inputs);
+    let carried: Option<Vec<Verdict>> = serde_json::from_value(r["verdicts"].clone()).ok();
+    let mut verdicts = match carried {
+        Some(carried) => {
+            for v in &again {
+                match carried.iter().find(|c| c.pid == v.pid) {
+                    Some(c) if c.transport != v.transport => notes.push(format!(
+                        "pid {}: the report says {}, this gdrtrace judges the same evidence {}",
+                        v.pid,
+                        c.transport.name(),
+                        v.transport.name()
+                    )),
+                    None => notes.push(format!(
+                        "pid {}: no verdict in the report, this gdrtrace judges it {}",
+                        v.pid,
+                        v.transport.name()
+                    )),
+                    Some(_) => {}
+                }
+            }
+            carried
+        }
+        None => again,
     };
-    let evidence: Vec<Evidence> = r["processes"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|p| Evidence {
-                    pid: p["pid"].as_u64().unwrap_or(0) as u32,
-                    comm: p["comm"].as_str().unwrap_or("").to_string(),
-                    calls: map(&p["calls"]),
-                    env: strings(&p["env"]),
-                    nvlink,
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut verdicts: Vec<_> = evidence.iter().filter_map(comm::verdict).collect();
+    let Some(log) = log else {
+        if let Ok(v) = serde_json::to_value(&verdicts) {
+            r["verdicts"] = v;
+        }
+        return notes;
+    };
+    for v in &mut verdicts {
+        v.nccl_log = None;
+    }
     comm::corroborate(&mut verdicts, &comm::parse_nccl_log(log));
     let coll: Vec<(u32, String, &'static str)> = r["collectives"]
         .as_array()
@@ -143,4 +138,5 @@ fn corroborate(r: &mut serde_json::Value, log: &str) {
     if let Ok(v) = serde_json::to_value(&per) {
         r["nccl_log"] = v;
     }
+    notes
 }

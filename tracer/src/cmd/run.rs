@@ -309,9 +309,6 @@ pub fn emit_with(
         }
         Format::Text => {
             out!("{}", text::render(report));
-            if let Ok(v) = serde_json::to_value(report) {
-                out!("\n{}", crate::classify::explain::render(&v, &report.explain));
-            }
         }
     }
     match json {

@@ -420,7 +420,7 @@ pub fn cuda_copy_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
     }
     for (case, op) in [("h2d-pinned", "cuMemcpyHtoD"), ("d2h-pinned", "cuMemcpyDtoH")] {
         let want = case_calls(case);
-        let got = op_calls_transport(r, op, "host-only");
+        let got = op_calls_transport(r, op, "gpu-host-dma");
         out.push(check(
             &format!("{case} copies are not staged"),
             got >= want && want > 0,
@@ -650,7 +650,7 @@ pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)>
     outln!("validate: {} checks passed, {} failed", checks.len() - failed, failed);
     if !missing_kernel.is_empty() {
         outln!(
-            "validate: kernel probe families unavailable here: {} (see the coverage table)",
+            "validate: kernel probe families unavailable here: {} (see Signals; each point with -v)",
             missing_kernel.join(", ")
         );
     }

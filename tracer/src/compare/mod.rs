@@ -395,7 +395,10 @@ impl Metrics {
         }
         for o in r["operations"].as_array().into_iter().flatten() {
             let name = o["name"].as_str().unwrap_or("?").to_string();
-            let transport = o["transport"].as_str().unwrap_or("unknown").to_string();
+            // Old baselines name GPU<->pinned copies `host-only`: read as today's name.
+            let transport =
+                crate::classify::Transport::current_name(&name, o["transport"].as_str().unwrap_or("unknown"))
+                    .to_string();
             let calls = o["calls"].as_u64().unwrap_or(0);
             *m.op_transports
                 .entry(name.clone())
@@ -1081,8 +1084,8 @@ mod tests {
 
     #[test]
     fn exact_percentiles_from_the_serialized_histogram() {
-        let m = Metrics::of(&report("host-only", 10_000));
-        let l = &m.latency["cuMemcpyHtoD [host-only]"];
+        let m = Metrics::of(&report("gpu-host-dma", 10_000));
+        let l = &m.latency["cuMemcpyHtoD [gpu-host-dma]"];
         assert!(l.exact);
         assert_eq!(l.count, 100);
         assert!(l.p50 >= 10_040 && l.p50 <= 10_060, "{}", l.p50);
@@ -1091,7 +1094,7 @@ mod tests {
     #[test]
     fn direct_to_staged_is_a_regression_naming_the_change() {
         let c = compare(
-            &doc(report("host-only", 10_000)),
+            &doc(report("gpu-host-dma", 10_000)),
             &doc(report("host-staged", 10_000)),
             &Thresholds::default(),
             false,
@@ -1100,7 +1103,7 @@ mod tests {
         assert_eq!(c.exit_code(), 1);
         assert_eq!(c.transport_changes.len(), 1);
         assert!(
-            c.headline().contains("host-only (100) -> host-staged (100)"),
+            c.headline().contains("gpu-host-dma (100) -> host-staged (100)"),
             "{}",
             c.headline()
         );
@@ -1112,12 +1115,27 @@ mod tests {
         assert_eq!(staged.status, Status::Regression);
     }
 
+    /// Baselines recorded before `gpu-host-dma` named GPU<->pinned copies
+    /// `host-only`: compared with a report of today, that is no change.
+    #[test]
+    fn old_host_only_copies_read_as_gpu_host_dma() {
+        let c = compare(
+            &doc(report("host-only", 10_000)),
+            &doc(report("gpu-host-dma", 10_000)),
+            &Thresholds::default(),
+            false,
+        )
+        .expect("same profile");
+        assert!(c.transport_changes.is_empty(), "{:?}", c.transport_changes);
+        assert_eq!(c.exit_code(), 0, "{}", c.headline());
+    }
+
     #[test]
     fn same_run_is_no_regression_and_latency_threshold_applies() {
-        let a = doc(report("host-only", 10_000));
+        let a = doc(report("gpu-host-dma", 10_000));
         let c = compare(&a, &a, &Thresholds::default(), false).expect("same profile");
         assert_eq!(c.exit_code(), 0, "{:?}", c.workloads[0].rows);
-        let slow = doc(report("host-only", 20_000));
+        let slow = doc(report("gpu-host-dma", 20_000));
         let c = compare(&a, &slow, &Thresholds::default(), false).expect("same profile");
         assert_eq!(c.exit_code(), 1);
         assert!(
@@ -1133,8 +1151,8 @@ mod tests {
 
     #[test]
     fn profile_change_is_refused_unless_allowed() {
-        let a = doc(report("host-only", 10_000));
-        let mut r = report("host-only", 10_000);
+        let a = doc(report("gpu-host-dma", 10_000));
+        let mut r = report("gpu-host-dma", 10_000);
         r["host"]["kernel"] = "6.12.0-test".into();
         r["coverage"][0]["status"] = "unavailable".into();
         let b = doc(r);

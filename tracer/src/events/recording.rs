@@ -235,7 +235,7 @@ pub fn footer(inputs: &Inputs, agg: &Aggregator, events: u64) -> Footer {
             .iter()
             .filter_map(|(pid, p)| Some((*pid, p.vm_pin_kib_at_attach?)))
             .collect(),
-        gpu_links: inputs.gpu_links,
+        gpu_links: inputs.gpu_links.clone(),
         probe_hits: inputs
             .probe_hits
             .iter()
@@ -251,7 +251,7 @@ pub fn footer(inputs: &Inputs, agg: &Aggregator, events: u64) -> Footer {
 pub fn inputs_of(header: &Header, footer: &Footer) -> std::result::Result<Inputs, String> {
     Ok(Inputs {
         command: footer.command.clone(),
-        gpu_links: footer.gpu_links,
+        gpu_links: footer.gpu_links.clone(),
         host: header.host.clone(),
         facts: header.facts.clone(),
         duration_s: footer.duration_s,
@@ -767,7 +767,7 @@ pub fn read(r: &mut dyn std::io::BufRead) -> std::result::Result<Recording, Stri
             "alive-check" => Input::AliveCheck,
             "setup-closed" => Input::SetupClosed,
             "aggregates" => Input::Aggregates(agg_of(&v).map_err(|e| format!("line {n}: {e}"))?),
-            "process" | "env" | "sample" | "gone" => {
+            "process" | "env" | "sample" | "gone" | "space" => {
                 let f: Fact = serde_json::from_value(v).map_err(|e| format!("line {n}: {ty}: {e}"))?;
                 match inputs.last_mut() {
                     Some((_, facts)) => facts.push(f),
