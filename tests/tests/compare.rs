@@ -403,8 +403,8 @@ fn baseline_record_from_bad_reports_is_one_line() {
     let dir = scratch("record-bad");
     let out = dir.join("b.json");
     for (input, expect) in [
-        ("/nonexistent/report.json", "reading /nonexistent/report.json"),
-        ("truncated", "is not a JSON report"),
+        ("/nonexistent/report.json", "cannot read /nonexistent/report.json"),
+        ("truncated", "is truncated"),
         ("baseline", "is not a usable report: schema \"gdrtrace.baseline/v1\""),
     ] {
         let path = match input {

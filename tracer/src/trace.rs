@@ -168,6 +168,9 @@ pub struct Trace {
     links_window: Option<GpuLinks>,
     /// Host facts (read once: at `record`, else when the report is built).
     facts: Option<recording::HostFacts>,
+    /// Files that failed while the report was built (`--record`,
+    /// `--transfers`); the report is still returned, the command exits non-zero.
+    pub late_errors: Vec<Error>,
     /// Set-up uprobe hits at the last tick, and when.
     setup_hits: (u64, Instant),
 }
@@ -229,6 +232,7 @@ impl Trace {
             links_base: LinksBase::sample(),
             links_window: None,
             facts: None,
+            late_errors: Vec::new(),
             setup_hits: (0, Instant::now()),
         }
     }
@@ -458,12 +462,15 @@ impl Trace {
         };
         if let Some(rec) = self.agg.recorder.take() {
             let events = rec.events;
-            rec.finish(&recording::footer(&inputs, &self.agg, events))?;
+            if let Err(e) = rec.finish(&recording::footer(&inputs, &self.agg, events)) {
+                self.late_errors.push(e);
+            }
         }
         let nvlink = inputs.facts.nvlink;
         let r = report::build(&self.agg, inputs);
-        report::accounting::finish_transfers(&mut self.agg, &r, nvlink)
-            .map_err(|e| Error::io("writing the transfer records", e))?;
+        if let Err(e) = report::accounting::finish_transfers(&mut self.agg, &r, nvlink) {
+            self.late_errors.push(Error::io("writing the transfer records", e));
+        }
         Ok(r)
     }
 }

@@ -1,20 +1,18 @@
 //! `gdrtrace explain [REPORT.json | RECORDING]`.
-use std::io::Read as _;
+use std::path::PathBuf;
 
 use crate::{
     classify::{Transport, explain},
     cli::ExplainArgs,
     error::{Error, Result},
+    input::{self, Input},
 };
 
 /// Explains a saved report (or a recording, replayed first; or a report on
 /// stdin). Verdicts are recomputed when an NCCL log is given.
 pub fn explain(args: &ExplainArgs) -> Result<i32> {
-    let (name, text) = match &args.report {
-        Some(p) => (
-            p.display().to_string(),
-            std::fs::read_to_string(p).map_err(|e| Error::io(format!("reading {}", p.display()), e))?,
-        ),
+    let path = match &args.report {
+        Some(p) => p.clone(),
         None => {
             // SAFETY: isatty has no preconditions.
             if unsafe { libc::isatty(0) } == 1 {
@@ -22,54 +20,41 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
                     "explain needs a report (--json FILE of run, attach, validate or replay), a recording, or a report on stdin".into(),
                 ));
             }
-            let mut t = String::new();
-            std::io::stdin()
-                .read_to_string(&mut t)
-                .map_err(|e| Error::io("reading the report from stdin", e))?;
-            ("stdin".to_string(), t)
+            PathBuf::from("-")
         }
     };
-    let log = match &args.nccl_log {
-        Some(p) => Some(std::fs::read_to_string(p).map_err(|e| Error::io(format!("reading {}", p.display()), e))?),
-        None => None,
-    };
-    let first = text.lines().next().unwrap_or("");
-    let r: serde_json::Value = if first.contains("\"gdrtrace.recording/") {
-        let rec = match crate::events::recording::parse(&text) {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("gdrtrace: {name}: {e}");
-                return Ok(2);
-            }
-        };
-        let report = match super::replay::rebuild(&rec, log.as_deref()) {
-            Ok((r, _)) => r,
-            Err(e) => {
-                eprintln!("gdrtrace: {name}: {e}");
-                return Ok(2);
-            }
-        };
+    let log = args.nccl_log.as_deref().map(input::read_to_string).transpose()?;
+    // One reader for both kinds (gzip, size limit, regular files): the first
+    // line tells a recording from a report.
+    let mut input = Input::open(&path)?;
+    let mut first = String::new();
+    input.next_line(&mut first).map_err(|e| input.error(e))?;
+    let recording = first.contains("\"gdrtrace.recording/");
+    input.unread(first + "\n");
+    let r: serde_json::Value = if recording {
+        let rec = crate::events::recording::read(&mut input).map_err(|e| input.error(e))?;
+        let (report, _) = super::replay::rebuild(&rec, log.as_deref()).map_err(|e| input.error(e))?;
         serde_json::to_value(&report).map_err(|e| Error::Workload(format!("serializing the report: {e}")))?
     } else {
-        let mut r: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| Error::Usage(format!("{name} is not a JSON report or a recording: {e}")))?;
+        let mut r = input::json_of(&mut input)?;
         if r["schema"] != crate::report::SCHEMA {
-            return Err(Error::Usage(format!(
-                "{name} has schema {} (expected {} or a recording)",
+            return Err(Error::Input(format!(
+                "{} has schema {} (expected {} or a recording)",
+                input.name(),
                 r["schema"],
                 crate::report::SCHEMA
             )));
         }
         for note in rejudge(&mut r, log.as_deref()) {
-            eprintln!("gdrtrace: note: {name}: {note}");
+            errln!("gdrtrace: note: {}: {note}", input.name());
         }
         r
     };
     let e = explain::explain(&r);
     let verdicts: Vec<crate::classify::comm::Verdict> =
         serde_json::from_value(r["verdicts"].clone()).unwrap_or_default();
-    print!("{}", crate::report::text::verdicts(&verdicts, ""));
-    print!("{}", explain::render(&r, &e));
+    out!("{}", crate::report::text::verdicts(&verdicts, ""));
+    out!("{}", explain::render(&r, &e));
     Ok(0)
 }
 

@@ -114,7 +114,9 @@ impl ProcSource for LiveProc {
     }
 
     fn alive(&mut self, pid: u32) -> bool {
-        std::path::Path::new(&format!("/proc/{pid}")).exists()
+        // A zombie is listed in /proc until its parent reaps it, which a
+        // parent that is not traced may never do.
+        counters::running(pid)
     }
 
     fn nvlink(&mut self) -> Option<bool> {
