@@ -86,6 +86,11 @@ struct Job {
     log: PathBuf,
 }
 
+/// How long a stand-in job runs: long enough that loading and attaching
+/// the probes (seconds on a loaded 2-core machine) plus the 3 s window end
+/// before it does.
+const JOB_SECS: u32 = 15;
+
 impl Job {
     fn start(s: &StandIns, mode: &str, secs: u32, log: PathBuf) -> Job {
         let out = std::fs::File::create(&log).expect("creating the job log");
@@ -263,7 +268,7 @@ fn attach_after_set_up_per_mode() {
     let s = build("modes");
     for (mode, want) in [("no-p2p-no-shm", "socket"), ("no-p2p", "shm"), ("auto", "unknown")] {
         let log = s.dir.join(format!("{mode}.log"));
-        let job = Job::start(&s, mode, 7, log.clone());
+        let job = Job::start(&s, mode, JOB_SECS, log.clone());
         let launcher = job.child.id().to_string();
         let name = format!("standin-attach-{mode}");
         let (report, rec) = attach(&s.dir, &name, &["--pid", &launcher]);
@@ -315,8 +320,8 @@ fn two_jobs_in_different_modes_under_one_attach() {
         return;
     }
     let s = build("two");
-    let a = Job::start(&s, "auto", 7, s.dir.join("a.log"));
-    let b = Job::start(&s, "no-p2p", 7, s.dir.join("b.log"));
+    let a = Job::start(&s, "auto", JOB_SECS, s.dir.join("a.log"));
+    let b = Job::start(&s, "no-p2p", JOB_SECS, s.dir.join("b.log"));
     let (pa, pb) = (a.child.id() as u64, b.child.id() as u64);
     let name = "standin-attach-two-jobs";
     let (report, rec) = attach(&s.dir, name, &["--comm", "nccl_job"]);
