@@ -56,7 +56,9 @@ fn build(test: &str) -> StandIns {
     std::fs::create_dir_all(&dir).expect("creating the test directory");
     let s = |p: &Path| p.to_str().expect("UTF-8 path").to_string();
     let nccl = dir.join("libnccl.so.2");
-    let job = dir.join("nccl_job");
+    // A command name of this run's own, so `attach --comm` finds only its
+    // jobs even when another test run shares the machine.
+    let job = dir.join(job_comm());
     compile(&[
         "-O2",
         "-fPIC",
@@ -69,6 +71,12 @@ fn build(test: &str) -> StandIns {
     ]);
     compile(&["-O2", "-Wall", "-o", &s(&job), &s(&src.join("nccl_job.c")), "-ldl"]);
     StandIns { dir, nccl, job }
+}
+
+/// The stand-in job's command name: `nj` and this test process's id
+/// (at most the 15 characters the kernel keeps).
+fn job_comm() -> String {
+    format!("nj{}", std::process::id()).chars().take(15).collect()
 }
 
 /// The environment of each mode, as `gdrtrace drive nccl --mode` sets it.
@@ -324,7 +332,7 @@ fn two_jobs_in_different_modes_under_one_attach() {
     let b = Job::start(&s, "no-p2p", JOB_SECS, s.dir.join("b.log"));
     let (pa, pb) = (a.child.id() as u64, b.child.id() as u64);
     let name = "standin-attach-two-jobs";
-    let (report, rec) = attach(&s.dir, name, &["--comm", "nccl_job"]);
+    let (report, rec) = attach(&s.dir, name, &["--comm", &job_comm()]);
     let log = s.dir.join(format!("{name}.log"));
     let text = a.finish() + &b.finish();
     std::fs::write(&log, &text).unwrap();
