@@ -276,7 +276,7 @@ if __name__ == "__main__":
     b.add_argument("--pairs", type=int, default=12)
     b.add_argument("--control", type=int, default=6)
     b.add_argument("--window", type=float, default=1.5)
-    b.add_argument("--parts", default="run,attach")
+    b.add_argument("--parts", default="attach,run")
     a = ap.parse_args()
     if a.cmd == "job":
         job(a)
