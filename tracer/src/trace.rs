@@ -302,23 +302,11 @@ impl Trace {
 
     /// Closes the set-up uprobe links once their hit rate is over budget.
     fn budget_setup(&mut self) {
-        if !self.session.planner.uprobes.has_setup() {
-            return;
-        }
-        let Ok(hits) = self.session.hits() else { return };
-        let setup: u64 = hits
-            .iter()
-            .filter(|(op, _)| crate::probes::uapi::row_of(**op).is_some_and(|(_, r)| r.hot_setup))
-            .map(|(_, n)| n)
-            .sum();
-        let (before, at) = self.setup_hits;
-        let secs = at.elapsed().as_secs_f64();
-        self.setup_hits = (setup, Instant::now());
-        let rate = setup.saturating_sub(before) as f64 / secs.max(1e-3);
-        if rate > SETUP_BUDGET_HZ {
-            let why = format!("{rate:.0} hits/s > {SETUP_BUDGET_HZ:.0}/s after {setup} hits");
-            log::info!("closing the set-up uprobe links: {why}");
-            self.session.drop_setup(why);
+        if self
+            .session
+            .budget_setup(&mut self.setup_hits, SETUP_BUDGET_HZ)
+            .is_some()
+        {
             self.agg.setup_closed();
         }
     }

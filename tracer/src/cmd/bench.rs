@@ -76,6 +76,7 @@ fn pipeline(a: &BenchPipelineArgs) -> Result<i32> {
         targets_only: true,
         wakeup_bytes: u32::try_from(a.wakeup_bytes)
             .map_err(|_| Error::Usage(format!("--wakeup-bytes {} is too large", a.wakeup_bytes)))?,
+        ..LoadOptions::default()
     };
     let mut session = bare_session(load)?;
     let p = &crate::probes::catalog::BENCH_POINT;

@@ -135,18 +135,25 @@ impl Planner {
     /// Attaches every catalog point of the enabled families.
     pub fn attach_catalog(&mut self, ebpf: &mut Ebpf, enabled: &dyn Fn(Family) -> bool) {
         for point in CATALOG.iter() {
-            if !enabled(point.family) {
-                continue;
+            if enabled(point.family) {
+                self.attach_point(ebpf, point);
             }
-            let row = match point.target {
-                Target::Tracepoint { category, name } => self.tracepoint(ebpf, point, category, name),
-                Target::KernelFn(func) => self.kernel_fn(ebpf, point, func),
-                Target::Procfs(path) => procfs_row(point, path),
-                // Library rows are filled in by `library_rows` once files are known.
-                Target::Library(_) => continue,
-            };
-            self.coverage.push(row);
         }
+    }
+
+    /// Attaches one point by its strategies and keeps its coverage row
+    /// (catalog points, and points only some commands attach, such as
+    /// `serve`'s discovery). Returns the row.
+    pub fn attach_point(&mut self, ebpf: &mut Ebpf, point: &ProbePoint) -> Option<&Coverage> {
+        let row = match point.target {
+            Target::Tracepoint { category, name } => self.tracepoint(ebpf, point, category, name),
+            Target::KernelFn(func) => self.kernel_fn(ebpf, point, func),
+            Target::Procfs(path) => procfs_row(point, path),
+            // Library rows are filled in by `library_rows` once files are known.
+            Target::Library(_) => return None,
+        };
+        self.coverage.push(row);
+        self.coverage.last()
     }
 
     fn tracepoint(&mut self, ebpf: &mut Ebpf, point: &ProbePoint, category: &str, name: &str) -> Coverage {
