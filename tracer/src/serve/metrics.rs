@@ -201,6 +201,81 @@ pub struct Snapshot {
     pub tracked: u64,
 }
 
+impl Snapshot {
+    /// A snapshot with every family populated: what the checks of the
+    /// exposition (docs/serve.md's table, the alerting rules, the Grafana
+    /// dashboard, `promtool check metrics`) read without a live agent.
+    pub fn example() -> Self {
+        let mut slots = vec![0u64; MAX_SLOTS as usize];
+        slots[12] = 3;
+        let mut reg = crate::stats::new_histogram();
+        let _ = reg.record(5_000);
+        Snapshot {
+            node: "node-a".into(),
+            processes: vec![ProcessFigures {
+                pid: 4242,
+                comm: "python3".into(),
+                pod: Some(PodLabels {
+                    namespace: "ml".into(),
+                    pod: "trainer-0".into(),
+                    container: "worker".into(),
+                }),
+                discovered_by: "libnccl",
+                exited: false,
+                verdict: Some(VerdictFigures {
+                    transport: "shm",
+                    host_staged: true,
+                    evidence_kind: "setup-calls",
+                }),
+                communicators: vec![Communicator {
+                    handle: "0x55d0c0de".into(),
+                    op: "ncclAllReduce".into(),
+                    calls: 100,
+                    bytes: 1 << 20,
+                }],
+                moved_bytes: 1 << 20,
+                staged_bytes: 1 << 20,
+                registrations: vec![("host", 3, 2)],
+                pages_pinned: 16,
+                pages_unpinned: 16,
+                pinned_bytes: Some(65536),
+                cpu_seconds: Some(1.5),
+                calls_by_transport: vec![("shm", 100)],
+                socket_sent_bytes: 10,
+                socket_received_bytes: 10,
+            }],
+            op_latency: vec![("ibv_reg_mr".into(), slots)],
+            registration_latency: vec![("host", Hist::from_hdr(&reg))],
+            probes: vec![Probe {
+                point: "libibverbs".into(),
+                family: "ibverbs",
+                status: "attached",
+                via: "uprobe_multi",
+            }],
+            probe_hits: vec![("ibv_reg_mr".into(), 3)],
+            library_files: 1,
+            setup_probes_closed: false,
+            lost: vec![("ringbuf_full", 0)],
+            returns_without_entry: 0,
+            discovery_read_errors: 0,
+            shed: vec![("target", "targets-full", 0)],
+            discovered: vec![("libnccl", 1)],
+            forgotten: 0,
+            events: 10,
+            maps: vec![("TARGETS", 1, 16384)],
+            node_pins: Some(FollPin {
+                acquired: 16,
+                released: 16,
+            }),
+            agent_cpu_seconds: 0.5,
+            agent_rss_bytes: 1 << 24,
+            cpu_budget: 0.05,
+            shed_level: 0,
+            tracked: 1,
+        }
+    }
+}
+
 fn proc_labels(p: &ProcessFigures) -> Labels {
     let mut l: Labels = vec![("pid", p.pid.to_string()), ("comm", p.comm.clone())];
     if let Some(pod) = &p.pod {
