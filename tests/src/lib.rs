@@ -197,3 +197,23 @@ pub fn promql_metric_names(expr: &str) -> std::collections::BTreeSet<String> {
     }
     out
 }
+
+/// YAML documents as JSON, through python3's yaml (kubernetes-validate's
+/// own dependency): one YAML reader, the one the validator uses.
+pub fn yaml(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, json, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
+        ])
+        .arg(path)
+        .output()
+        .expect("running python3");
+    assert!(
+        out.status.success(),
+        "python3 yaml on {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON from python3")
+}

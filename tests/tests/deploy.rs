@@ -16,7 +16,7 @@
 use std::{collections::BTreeSet, path::Path, process::Command};
 
 use gdrtrace::serve::metrics::{Format, Snapshot, render};
-use integration_tests::{documented_metrics, have, metric_names, promql_metric_names, repo_root};
+use integration_tests::{documented_metrics, have, metric_names, promql_metric_names, repo_root, yaml};
 use serde_json::Value;
 
 const HOW: &str = "bash scripts/setup.sh --vm installs it";
@@ -43,26 +43,6 @@ fn promtool(args: &[&str], stdin: Option<&str>) -> (bool, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
-}
-
-/// YAML documents as JSON, through python3's yaml (kubernetes-validate's
-/// own dependency): one YAML reader, the one the validator uses.
-fn yaml(path: &Path) -> Vec<Value> {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import sys, json, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
-        ])
-        .arg(path)
-        .output()
-        .expect("running python3");
-    assert!(
-        out.status.success(),
-        "python3 yaml on {}: {}",
-        path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON from python3")
 }
 
 fn example_names() -> BTreeSet<String> {

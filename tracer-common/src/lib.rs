@@ -239,7 +239,7 @@ pub mod discover {
         if at(path, 0, len, b"/dev/infiniband/") {
             return DEV_INFINIBAND;
         }
-        let mut base = if len > NAME_BYTES { len - NAME_BYTES } else { 0 };
+        let mut base = len.saturating_sub(NAME_BYTES);
         let mut k = 0;
         while k < NAME_BYTES && k < len {
             let i = len - 1 - k;

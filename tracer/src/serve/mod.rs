@@ -199,6 +199,9 @@ struct Agent {
     discover_events: u64,
     malformed: u64,
     last_alive: Instant,
+    /// Processes refused (shed) whose records may still be in flight: they
+    /// are not tracked, and their exit clears them.
+    refused: BTreeSet<u32>,
 }
 
 fn agent_cpu_seconds() -> f64 {
@@ -260,10 +263,19 @@ impl Agent {
     fn refuse(&mut self, pid: u32, why: &'static str) {
         let _ = kernel::remove_target(&mut self.session.ebpf, pid);
         *self.shed.entry(("target", why)).or_default() += 1;
+        self.refused.insert(pid);
     }
 
     fn handle(&mut self, batch: &mut Vec<Event>) {
         for e in batch.drain(..) {
+            if self.refused.contains(&e.pid) {
+                // What it did before it left the kernel's set.
+                if e.kind == kind::EXIT {
+                    self.refused.remove(&e.pid);
+                    let _ = kernel::drop_aggregate_rows(&mut self.session.ebpf, &BTreeSet::from([e.pid]));
+                }
+                continue;
+            }
             match e.kind {
                 kind::DISCOVER => {
                     self.discover_events += 1;
@@ -356,6 +368,8 @@ impl Agent {
     }
 
     fn check_alive(&mut self, now: Instant) {
+        self.refused
+            .retain(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
         self.agg.check_exited();
         for (pid, p) in &self.agg.procs {
             if p.exited {
@@ -736,6 +750,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         discover_events: 0,
         malformed: 0,
         last_alive: Instant::now(),
+        refused: BTreeSet::new(),
     };
     let rt = crate::cmd::runtime()?;
     rt.block_on(async {

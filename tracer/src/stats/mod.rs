@@ -87,6 +87,9 @@ pub struct SocketTotals {
     pub sockets: u64,
 }
 
+/// Pin-family calls of one thread not yet attributed: (start, end, pages).
+type PendingPins = Vec<(u64, u64, u64)>;
+
 #[derive(Debug)]
 pub struct Aggregator {
     pub ops: BTreeMap<(String, Transport), OpStats>,
@@ -100,7 +103,7 @@ pub struct Aggregator {
     /// Pin-family calls per (process, thread) not yet attributed to an
     /// enclosing call: (start, end, pages). Inner calls return (and arrive)
     /// first.
-    pending_pins: std::collections::HashMap<(u32, u32), Vec<(u64, u64, u64)>>,
+    pending_pins: std::collections::HashMap<(u32, u32), PendingPins>,
     /// Where process facts come from.
     pub source: Box<dyn ProcSource>,
     /// Writes every input and fact (`--record`).
