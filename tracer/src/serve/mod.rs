@@ -242,6 +242,15 @@ impl Agent {
         self.meta.entry(pid).or_default()
     }
 
+    /// Reads a process's pod while it is there to read (a short-lived one
+    /// is gone by the next scrape).
+    fn label(&mut self, pid: u32) {
+        if self.meta.get(&pid).is_none_or(|m| m.pod.is_none()) {
+            let pod = self.pods.of_pid(pid);
+            self.meta(pid).pod = Some(pod);
+        }
+    }
+
     fn schedule_rescans(&mut self, pid: u32) {
         let now = Instant::now();
         self.meta(pid).rescans = RESCANS.iter().map(|d| now + *d).collect();
@@ -255,6 +264,7 @@ impl Agent {
         *self.discovered.entry(why).or_default() += 1;
         self.agg.add_process(pid, None);
         self.meta(pid).reason = why;
+        self.label(pid);
         self.session.attach_libraries_of(pid);
         self.schedule_rescans(pid);
     }
@@ -292,7 +302,7 @@ impl Agent {
                     self.agg.push(&e);
                     let child = e.args[0] as u32;
                     if self.agg.procs.contains_key(&child) {
-                        self.meta(child);
+                        self.label(child);
                     }
                 }
                 kind::EXEC => {
@@ -458,14 +468,8 @@ impl Agent {
 
     fn process(&mut self, pid: u32, links: Option<GpuLinks>, sample: bool) -> Option<ProcessFigures> {
         let verdict = self.verdict(pid, links);
-        let pod = match self.meta.get(&pid).and_then(|m| m.pod.clone()) {
-            Some(p) => p,
-            None => {
-                let p = self.pods.of_pid(pid);
-                self.meta(pid).pod = Some(p.clone());
-                p
-            }
-        };
+        self.label(pid);
+        let pod = self.meta.get(&pid).and_then(|m| m.pod.clone()).flatten();
         let meta = self.meta.get(&pid)?;
         let p = self.agg.procs.get(&pid)?;
         let mut by_handle: BTreeMap<u64, Vec<(&str, u64, u64)>> = BTreeMap::new();
@@ -755,9 +759,12 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
     let rt = crate::cmd::runtime()?;
     rt.block_on(async {
         let (tx, rx) = mpsc::channel(8);
-        let (addr, server) = http::bind(args.listen, tx)
-            .await
-            .map_err(|e| Error::io(format!("listening on {}", args.listen), e))?;
+        let (addr, server) = http::bind(args.listen, tx).await.map_err(|e| {
+            Error::Usage(format!(
+                "cannot listen on {}: {e} (another agent running? choose another --listen)",
+                args.listen
+            ))
+        })?;
         let stop = crate::cmd::stop_signal(args.duration)?;
         let running = agent.scan();
         tokio::spawn(server);
