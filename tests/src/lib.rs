@@ -78,11 +78,16 @@ pub fn repo_root() -> std::path::PathBuf {
         .to_path_buf()
 }
 
-/// Whether a command is on PATH; prints `skipping: <why>` if not.
+/// Whether a command is on PATH; prints `skipping: <why>` if not. Under
+/// `CI=true` a missing tool is a failure: the test set-up installs it.
 pub fn have(test: &str, command: &str, how: &str) -> bool {
     let found =
         std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(command).is_file()));
     if !found {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: `{command}` is not installed ({how})"
+        );
         println!("skipping: {test}: `{command}` is not installed ({how})");
     }
     found
