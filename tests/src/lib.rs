@@ -222,3 +222,12 @@ pub fn yaml(path: &std::path::Path) -> Vec<serde_json::Value> {
     );
     serde_json::from_slice(&out.stdout).expect("JSON from python3")
 }
+
+/// `KEY=N` from a workload's summary line (`pin-churn: pid=42 registrations=200 ...`).
+pub fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key}= in {line}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("{key}= in {line}: {e}"))
+}

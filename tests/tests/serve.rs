@@ -29,7 +29,7 @@ use std::{
 };
 
 use integration_tests::{
-    can_trace, compile, documented_metrics, gdrtrace_path, have, http_get, metric_names, repo_root, url_encode,
+    can_trace, compile, documented_metrics, field, gdrtrace_path, have, http_get, metric_names, repo_root, url_encode,
 };
 
 const HOW: &str = "bash scripts/setup.sh --vm installs it";
@@ -282,14 +282,6 @@ impl Drop for Prometheus {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn field(line: &str, key: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-        .unwrap_or_else(|| panic!("no {key}= in {line}"))
-        .parse()
-        .unwrap()
 }
 
 #[test]

@@ -25,7 +25,7 @@ const TICK: Duration = Duration::from_millis(250);
 /// How often the ring buffer is drained between wake-ups: records are
 /// submitted without waking the reader until the buffer fills to
 /// `LoadOptions::wakeup_bytes`, so a quiet buffer is read on this beat.
-const DRAIN: Duration = Duration::from_millis(50);
+pub const DRAIN: Duration = Duration::from_millis(50);
 /// Hits per second of the set-up uprobes (`Row::hot_setup`) above which
 /// their link is closed: a job that makes a context current on every API
 /// call pays a trap per call (~5.6 us on the GPU machine), and the context
@@ -252,12 +252,8 @@ impl Trace {
         tokio::pin!(stop);
         loop {
             tokio::select! {
-                r = stream.next_batch(&mut batch) => {
+                r = stream.next_or_beat(&mut batch, &mut drain) => {
                     r.map_err(|e| Error::io("reading the ring buffer", e))?;
-                    self.handle(&mut batch);
-                }
-                _ = drain.tick() => {
-                    stream.drain_now(&mut batch);
                     self.handle(&mut batch);
                 }
                 _ = tick.tick() => self.on_tick(),

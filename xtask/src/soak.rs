@@ -45,12 +45,28 @@ fn sum(text: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// A `/proc/PID/status` field in bytes.
+fn status_bytes(status: &str, key: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.split_whitespace().next()?.parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+}
+
+/// Heap and other private memory of a process (`RssAnon`): its resident
+/// set less the mapped files and the BPF maps, whose pages are resident
+/// once touched (the 8 MiB ring buffer fills in as records wrap around it).
+fn anon_bytes(pid: u32) -> Option<u64> {
+    status_bytes(
+        &std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?,
+        "RssAnon:",
+    )
+}
+
 /// (RSS bytes, CPU seconds) of a process.
 fn usage(pid: u32) -> Option<(u64, f64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:")?.split_whitespace().next()?.parse().ok())?;
+    let rss = status_bytes(&status, "VmRSS:")? / 1024;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
@@ -129,9 +145,16 @@ pub fn soak(bin: &std::path::Path, minutes: f64, per_minute: u32) -> Result<Valu
         let dt = now.duration_since(last.0).as_secs_f64().max(1e-9);
         let cpu_pct = (cpu - last.1) / dt * 100.0;
         *last = (now, cpu);
+        let shed_by = |what: &str| -> f64 {
+            m.lines()
+                .filter(|l| l.starts_with("gdrtrace_shed_total{") && l.contains(&format!("what=\"{what}\"")))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
         samples.push(json!({
             "t_s": now.duration_since(t0).as_secs_f64().round(),
             "rss_mib": rss as f64 / 1048576.0,
+            "rss_anon_mib": anon_bytes(apid).map(|b| b as f64 / 1048576.0),
             "cpu_pct": cpu_pct,
             "tracked": sum(&m, "gdrtrace_tracked_processes"),
             "discovered": sum(&m, "gdrtrace_targets_discovered_total"),
@@ -140,6 +163,10 @@ pub fn soak(bin: &std::path::Path, minutes: f64, per_minute: u32) -> Result<Valu
                 .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok()),
             "lost": sum(&m, "gdrtrace_events_lost_total"),
             "shed": sum(&m, "gdrtrace_shed_total"),
+            "shed_targets": shed_by("target"),
+            "shed_rescans": shed_by("library-rescan"),
+            "shed_samples": shed_by("process-sample"),
+            "shed_level": sum(&m, "gdrtrace_agent_shed_level"),
         }));
         Ok(())
     };
@@ -184,6 +211,11 @@ pub fn soak(bin: &std::path::Path, minutes: f64, per_minute: u32) -> Result<Valu
         .collect();
     // After the first minute (allocator and maps warmed up).
     let steady: Vec<(f64, f64)> = rss.iter().copied().filter(|p| p.0 >= 60.0).collect();
+    let anon: Vec<(f64, f64)> = samples
+        .iter()
+        .filter_map(|s| Some((s["t_s"].as_f64()?, s["rss_anon_mib"].as_f64()?)))
+        .filter(|p| p.0 >= 60.0)
+        .collect();
     let cpu: Vec<f64> = samples.iter().skip(1).filter_map(|s| s["cpu_pct"].as_f64()).collect();
     let last_sample = samples.last().cloned().unwrap_or(Value::Null);
     Ok(json!({
@@ -198,6 +230,10 @@ pub fn soak(bin: &std::path::Path, minutes: f64, per_minute: u32) -> Result<Valu
         "rss_end_mib": rss.last().map(|p| p.1),
         "rss_max_mib": rss.iter().map(|p| p.1).fold(0.0, f64::max),
         "rss_slope_mib_per_hour_after_1min": slope(&steady) * 3600.0,
+        "anon_after_1min_mib": anon.first().map(|p| p.1),
+        "anon_end_mib": anon.last().map(|p| p.1),
+        "anon_max_mib": anon.iter().map(|p| p.1).fold(0.0, f64::max),
+        "anon_slope_mib_per_hour_after_1min": slope(&anon) * 3600.0,
         "cpu_pct_mean": cpu.iter().sum::<f64>() / cpu.len().max(1) as f64,
         "cpu_pct_max": cpu.iter().copied().fold(0.0, f64::max),
         "final": last_sample,
@@ -211,8 +247,9 @@ pub fn markdown(v: &Value, date: &str, machine: &str) -> String {
     format!(
         "Soak, {date} ({machine}): `gdrtrace serve` (release) under {} short-lived traced processes a minute for {} min ({} started):\n\n\
          - resident memory: {} MiB at start, {} MiB after 1 min, {} MiB at the end (max {}); slope after the first minute {} MiB/h\n\
+         - of which heap and private memory (RssAnon): {} MiB after 1 min, {} MiB at the end (max {}); slope {} MiB/h\n\
          - CPU: mean {}% of one CPU, max {}% (10 s samples)\n\
-         - at the end: {} discovered, {} forgotten, {} tracked, {} kernel aggregation rows, {} events lost, {} shed\n",
+         - at the end: {} discovered, {} forgotten, {} tracked, {} kernel aggregation rows, {} events lost; shed: {} targets, {} library rescans, {} process samples\n",
         v["per_minute"],
         v["minutes"],
         v["spawned"],
@@ -221,6 +258,10 @@ pub fn markdown(v: &Value, date: &str, machine: &str) -> String {
         f(&v["rss_end_mib"]),
         f(&v["rss_max_mib"]),
         f(&v["rss_slope_mib_per_hour_after_1min"]),
+        f(&v["anon_after_1min_mib"]),
+        f(&v["anon_end_mib"]),
+        f(&v["anon_max_mib"]),
+        f(&v["anon_slope_mib_per_hour_after_1min"]),
         f(&v["cpu_pct_mean"]),
         f(&v["cpu_pct_max"]),
         end["discovered"],
@@ -228,6 +269,8 @@ pub fn markdown(v: &Value, date: &str, machine: &str) -> String {
         end["tracked"],
         end["aggregate_rows"],
         end["lost"],
-        end["shed"],
+        end["shed_targets"],
+        end["shed_rescans"],
+        end["shed_samples"],
     )
 }

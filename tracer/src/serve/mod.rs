@@ -91,8 +91,9 @@ pub struct ServeArgs {
 
 /// How often the agent does its housekeeping.
 const TICK: Duration = Duration::from_secs(1);
-/// How often the ring buffer is drained between wake-ups (as `trace.rs`).
-const DRAIN: Duration = Duration::from_millis(50);
+/// The CPU budget's window: long enough that one busy moment (a scrape, a
+/// burst of discoveries) does not shed work by itself.
+const BUDGET_WINDOW: Duration = Duration::from_secs(10);
 /// How often the agent checks that its processes are alive (an exit record
 /// lost to a full ring buffer must not keep a process forever).
 const ALIVE_EVERY: Duration = Duration::from_secs(5);
@@ -105,6 +106,10 @@ const RESCANS: [Duration; 4] = [
     Duration::from_secs(1),
     Duration::from_secs(5),
 ];
+/// Records kept room for between batches: a burst (the agent descheduled
+/// while the ring buffer filled) grows the batch to the buffer's size, and
+/// that memory goes back once the burst is handled.
+const BATCH_KEEP: usize = 4096;
 /// Distinct registered ranges remembered per process: the agent exports no
 /// re-registration figure, and a process registering fresh buffers for
 /// days would grow the table without end.
@@ -279,10 +284,23 @@ impl Agent {
     fn handle(&mut self, batch: &mut Vec<Event>) {
         for e in batch.drain(..) {
             if self.refused.contains(&e.pid) {
-                // What it did before it left the kernel's set.
-                if e.kind == kind::EXIT {
-                    self.refused.remove(&e.pid);
-                    let _ = kernel::drop_aggregate_rows(&mut self.session.ebpf, &BTreeSet::from([e.pid]));
+                // What it did before it left the kernel's set; a library it
+                // opens later puts it back there, and a child forked in the
+                // meantime is in it: out again, without counting twice.
+                match e.kind {
+                    kind::EXIT => {
+                        self.refused.remove(&e.pid);
+                        let _ = kernel::drop_aggregate_rows(&mut self.session.ebpf, &BTreeSet::from([e.pid]));
+                    }
+                    kind::DISCOVER if e.args[2] == 0 => {
+                        let _ = kernel::remove_target(&mut self.session.ebpf, e.pid);
+                    }
+                    kind::FORK => {
+                        let child = e.args[0] as u32;
+                        let _ = kernel::remove_target(&mut self.session.ebpf, child);
+                        self.refused.insert(child);
+                    }
+                    _ => {}
                 }
                 continue;
             }
@@ -381,6 +399,16 @@ impl Agent {
         self.refused
             .retain(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
         self.agg.check_exited();
+        for (pid, m) in self.meta.iter_mut().filter(|(_, m)| m.exited_at.is_none()) {
+            let gone = match self.agg.procs.get(pid) {
+                Some(p) => p.exited,
+                // Known only from a record (a library opened): ask /proc.
+                None => !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            };
+            if gone {
+                m.exited_at = Some(now);
+            }
+        }
         for (pid, p) in &self.agg.procs {
             if p.exited {
                 self.meta.entry(*pid).or_default().exited_at.get_or_insert(now);
@@ -651,19 +679,16 @@ impl Agent {
         let mut stream = self.session.events()?;
         let mut batch = Vec::new();
         let mut tick = tokio::time::interval(TICK);
-        let mut drain = tokio::time::interval(DRAIN);
+        let mut drain = tokio::time::interval(crate::trace::DRAIN);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(stop);
         loop {
             tokio::select! {
-                r = stream.next_batch(&mut batch) => {
+                r = stream.next_or_beat(&mut batch, &mut drain) => {
                     r.map_err(|e| Error::io("reading the ring buffer", e))?;
                     self.handle(&mut batch);
-                }
-                _ = drain.tick() => {
-                    stream.drain_now(&mut batch);
-                    self.handle(&mut batch);
+                    batch.shrink_to(BATCH_KEEP);
                 }
                 _ = tick.tick() => self.on_tick(),
                 Some(s) = scrapes.recv() => {
@@ -744,7 +769,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         node: node.clone(),
         me,
         retention: args.exited_retention,
-        budget: Budget::new(args.cpu_budget, Duration::from_secs(5)),
+        budget: Budget::new(args.cpu_budget, BUDGET_WINDOW),
         nvlink: topo.nvlink(),
         links,
         setup_hits: (0, Instant::now()),
