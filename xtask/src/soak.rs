@@ -42,7 +42,8 @@ fn sum(text: &str, name: &str) -> f64 {
             let rest = l.strip_prefix(name)?;
             (rest.starts_with('{') || rest.starts_with(' ')).then(|| rest.rsplit(' ').next()?.parse::<f64>().ok())?
         })
-        .sum()
+        .sum::<f64>()
+        + 0.0 // an empty sum of f64 is -0.0
 }
 
 /// A `/proc/PID/status` field in bytes.
@@ -149,7 +150,8 @@ pub fn soak(bin: &std::path::Path, minutes: f64, per_minute: u32) -> Result<Valu
             m.lines()
                 .filter(|l| l.starts_with("gdrtrace_shed_total{") && l.contains(&format!("what=\"{what}\"")))
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum()
+                .sum::<f64>()
+                + 0.0
         };
         samples.push(json!({
             "t_s": now.duration_since(t0).as_secs_f64().round(),
@@ -205,17 +207,27 @@ pub fn soak(bin: &std::path::Path, minutes: f64, per_minute: u32) -> Result<Valu
     // SAFETY: signalling the agent this task started.
     unsafe { libc::kill(apid as i32, libc::SIGTERM) };
     let status = agent.wait()?;
-    let rss: Vec<(f64, f64)> = samples
-        .iter()
-        .filter_map(|s| Some((s["t_s"].as_f64()?, s["rss_mib"].as_f64()?)))
-        .collect();
-    // After the first minute (allocator and maps warmed up).
-    let steady: Vec<(f64, f64)> = rss.iter().copied().filter(|p| p.0 >= 60.0).collect();
-    let anon: Vec<(f64, f64)> = samples
-        .iter()
-        .filter_map(|s| Some((s["t_s"].as_f64()?, s["rss_anon_mib"].as_f64()?)))
-        .filter(|p| p.0 >= 60.0)
-        .collect();
+    let series = |key: &str| -> Vec<(f64, f64)> {
+        samples
+            .iter()
+            .filter_map(|s| Some((s["t_s"].as_f64()?, s[key].as_f64()?)))
+            .collect()
+    };
+    let (rss, anon) = (series("rss_mib"), series("rss_anon_mib"));
+    // Resident memory is a high-water mark: what matters is whether it
+    // still grows once the run is under way, so the second half is compared
+    // with its start (and a least-squares slope over it is given too).
+    let half = run_for.as_secs_f64() / 2.0;
+    let second = |v: &[(f64, f64)]| -> (Option<f64>, Option<f64>, f64) {
+        let tail: Vec<(f64, f64)> = v.iter().copied().filter(|p| p.0 >= half).collect();
+        (
+            tail.first().map(|p| p.1),
+            tail.last().map(|p| p.1),
+            slope(&tail) * 3600.0,
+        )
+    };
+    let (rss_half, rss_end, rss_slope) = second(&rss);
+    let (anon_half, anon_end, anon_slope) = second(&anon);
     let cpu: Vec<f64> = samples.iter().skip(1).filter_map(|s| s["cpu_pct"].as_f64()).collect();
     let last_sample = samples.last().cloned().unwrap_or(Value::Null);
     Ok(json!({
@@ -226,14 +238,14 @@ pub fn soak(bin: &std::path::Path, minutes: f64, per_minute: u32) -> Result<Valu
         "agent_exit": status.to_string(),
         "agent_start_s": start_s,
         "rss_start_mib": rss0 as f64 / 1048576.0,
-        "rss_after_1min_mib": steady.first().map(|p| p.1),
-        "rss_end_mib": rss.last().map(|p| p.1),
         "rss_max_mib": rss.iter().map(|p| p.1).fold(0.0, f64::max),
-        "rss_slope_mib_per_hour_after_1min": slope(&steady) * 3600.0,
-        "anon_after_1min_mib": anon.first().map(|p| p.1),
-        "anon_end_mib": anon.last().map(|p| p.1),
+        "rss_half_mib": rss_half,
+        "rss_end_mib": rss_end,
+        "rss_slope_mib_per_hour_second_half": rss_slope,
+        "anon_half_mib": anon_half,
+        "anon_end_mib": anon_end,
         "anon_max_mib": anon.iter().map(|p| p.1).fold(0.0, f64::max),
-        "anon_slope_mib_per_hour_after_1min": slope(&anon) * 3600.0,
+        "anon_slope_mib_per_hour_second_half": anon_slope,
         "cpu_pct_mean": cpu.iter().sum::<f64>() / cpu.len().max(1) as f64,
         "cpu_pct_max": cpu.iter().copied().fold(0.0, f64::max),
         "final": last_sample,
@@ -246,22 +258,22 @@ pub fn markdown(v: &Value, date: &str, machine: &str) -> String {
     let end = &v["final"];
     format!(
         "Soak, {date} ({machine}): `gdrtrace serve` (release) under {} short-lived traced processes a minute for {} min ({} started):\n\n\
-         - resident memory: {} MiB at start, {} MiB after 1 min, {} MiB at the end (max {}); slope after the first minute {} MiB/h\n\
-         - of which heap and private memory (RssAnon): {} MiB after 1 min, {} MiB at the end (max {}); slope {} MiB/h\n\
+         - resident memory: {} MiB at start, {} MiB at half time, {} MiB at the end (max {}); slope over the second half {} MiB/h\n\
+         - of which heap and private memory (RssAnon): {} MiB at half time, {} MiB at the end (max {}); slope over the second half {} MiB/h\n\
          - CPU: mean {}% of one CPU, max {}% (10 s samples)\n\
          - at the end: {} discovered, {} forgotten, {} tracked, {} kernel aggregation rows, {} events lost; shed: {} targets, {} library rescans, {} process samples\n",
         v["per_minute"],
         v["minutes"],
         v["spawned"],
         f(&v["rss_start_mib"]),
-        f(&v["rss_after_1min_mib"]),
+        f(&v["rss_half_mib"]),
         f(&v["rss_end_mib"]),
         f(&v["rss_max_mib"]),
-        f(&v["rss_slope_mib_per_hour_after_1min"]),
-        f(&v["anon_after_1min_mib"]),
+        f(&v["rss_slope_mib_per_hour_second_half"]),
+        f(&v["anon_half_mib"]),
         f(&v["anon_end_mib"]),
         f(&v["anon_max_mib"]),
-        f(&v["anon_slope_mib_per_hour_after_1min"]),
+        f(&v["anon_slope_mib_per_hour_second_half"]),
         f(&v["cpu_pct_mean"]),
         f(&v["cpu_pct_max"]),
         end["discovered"],
