@@ -32,13 +32,10 @@ use self::{
     metrics::{Communicator, ProcessFigures, Snapshot, VerdictFigures},
 };
 use crate::{
-    classify::{
-        Transport,
-        comm::{self, Evidence},
-        steady::{self, GpuLinks},
-    },
+    classify::{Transport, comm::Basis, judge, steady::GpuLinks},
     cli::parse_duration,
     error::{Error, Result},
+    events::recording::HostFacts,
     loader::{self, LoadOptions},
     probes::{Status, catalog::DISCOVERY_POINTS},
     session::{Session, SessionOptions},
@@ -194,7 +191,8 @@ struct Agent {
     me: u32,
     retention: Duration,
     budget: Budget,
-    nvlink: Option<bool>,
+    /// NVLink and RDMA devices of the node, read at start (judging).
+    facts: HostFacts,
     links: Option<LinksBase>,
     setup_hits: (u64, Instant),
     discovered: BTreeMap<u32, u64>,
@@ -453,49 +451,43 @@ impl Agent {
         }
     }
 
-    /// GPU link traffic since the agent started.
+    /// GPU link traffic since the agent started. Who else had the GPUs
+    /// open is not read: every process that opens them is a target here, so
+    /// the judging function sees the others among the traced processes.
     fn links_since(&self) -> Option<GpuLinks> {
         let b = self.links?;
         Some(GpuLinks {
             nvlink_between_gpus: b.nvlink_between_gpus,
             nvlink_bytes: nvlink_bytes_now()?.saturating_sub(b.nvlink_bytes),
             rdma_nics: b.rdma_nics,
+            gpu_processes: None,
         })
     }
 
-    /// A process's verdict: from its set-up calls, or, when those were not
-    /// seen (it ran before the agent), from its steady state. The same
-    /// order as `attach --interval` (trace.rs); the one place to move to a
-    /// shared judging function.
-    fn verdict(&self, pid: u32, links: Option<GpuLinks>) -> Option<VerdictFigures> {
-        let p = self.agg.procs.get(&pid)?;
-        let setup = comm::verdict(&Evidence {
-            pid,
-            comm: p.comm.clone(),
-            calls: p.calls.clone(),
-            env: p.env.clone(),
-            nvlink: self.nvlink,
-        });
-        let figures = |v: &comm::Verdict, kind: &'static str| VerdictFigures {
-            transport: v.transport.name(),
-            host_staged: v.host_staged,
-            evidence_kind: if v.transport == Transport::Unknown {
-                "none"
-            } else {
-                kind
-            },
-        };
-        match &setup {
-            Some(v) if v.transport != Transport::Unknown => Some(figures(v, "setup-calls")),
-            _ => steady::from_aggregator(&self.agg, pid, links)
-                .and_then(|s| steady::verdict(&s))
-                .map(|v| figures(&v, "steady-state"))
-                .or_else(|| setup.as_ref().map(|v| figures(v, "setup-calls"))),
-        }
+    /// Every tracked process's verdict, by the report's judging function:
+    /// its set-up calls, or, when those were not seen (it ran before the
+    /// agent), its steady state against the other tracked processes.
+    fn verdicts(&self) -> BTreeMap<u32, VerdictFigures> {
+        let inputs = judge::Inputs::of_aggregator(&self.agg, self.links_since(), Some(self.facts.clone()));
+        judge::verdicts(&inputs)
+            .into_iter()
+            .map(|v| {
+                let evidence_kind = match (v.transport, v.basis) {
+                    (Transport::Unknown, _) => "none",
+                    (_, Basis::SetUp) => "setup-calls",
+                    (_, Basis::SteadyState) => "steady-state",
+                };
+                let f = VerdictFigures {
+                    transport: v.transport.name(),
+                    host_staged: v.host_staged,
+                    evidence_kind,
+                };
+                (v.pid, f)
+            })
+            .collect()
     }
 
-    fn process(&mut self, pid: u32, links: Option<GpuLinks>, sample: bool) -> Option<ProcessFigures> {
-        let verdict = self.verdict(pid, links);
+    fn process(&mut self, pid: u32, verdict: Option<VerdictFigures>, sample: bool) -> Option<ProcessFigures> {
         self.label(pid);
         let pod = self.meta.get(&pid).and_then(|m| m.pod.clone()).flatten();
         let meta = self.meta.get(&pid)?;
@@ -583,7 +575,7 @@ impl Agent {
     }
 
     fn snapshot(&mut self) -> Snapshot {
-        let links = self.links_since();
+        let mut verdicts = self.verdicts();
         let sample = self.budget.level == 0;
         let pids: Vec<u32> = self.agg.procs.keys().copied().collect();
         if !sample {
@@ -592,7 +584,7 @@ impl Agent {
         }
         let processes = pids
             .into_iter()
-            .filter_map(|pid| self.process(pid, links, sample))
+            .filter_map(|pid| self.process(pid, verdicts.remove(&pid), sample))
             .collect();
         let ebpf = &self.session.ebpf;
         let c = kernel::counters(ebpf).unwrap_or_else(|_| vec![0; counter::COUNT as usize]);
@@ -754,11 +746,11 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
             )));
         }
     }
-    let topo = crate::topo::discover();
+    let facts = HostFacts::read();
     let links = nvlink_bytes_now().map(|nvlink_bytes| LinksBase {
         nvlink_bytes,
-        nvlink_between_gpus: topo.nvlink().unwrap_or(false),
-        rdma_nics: topo.nics.len(),
+        nvlink_between_gpus: facts.nvlink.unwrap_or(false),
+        rdma_nics: facts.rdma_devices.len(),
     });
     let node = node_name(args.node.as_deref());
     let mut agent = Agent {
@@ -770,7 +762,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         me,
         retention: args.exited_retention,
         budget: Budget::new(args.cpu_budget, BUDGET_WINDOW),
-        nvlink: topo.nvlink(),
+        facts,
         links,
         setup_hits: (0, Instant::now()),
         discovered: BTreeMap::new(),
@@ -793,13 +785,13 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         let stop = crate::cmd::stop_signal(args.duration)?;
         let running = agent.scan();
         tokio::spawn(server);
-        eprintln!(
+        errln!(
             "gdrtrace: serving metrics on http://{addr}/metrics (node {node}; {running} GPU/RDMA process(es) already running, traced from now on)"
         );
         agent.run(rx, stop).await
     })?;
     crate::cmd::report_close(&mut agent.session);
-    eprintln!(
+    errln!(
         "gdrtrace: serve stopped: {} process(es) discovered, {} forgotten",
         agent.discovered.values().sum::<u64>(),
         agent.forgotten
