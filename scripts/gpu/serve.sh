@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU machine (2x H200), one device call: `gdrtrace serve` running while the
 # three NCCL modes run one after another as independent torch.distributed
-# jobs (scripts/gpu/overhead.py's all-reduce job: a launcher and one process
-# per rank, torch's own libnccl), with NCCL's log saved per mode and the
+# jobs (scripts/gpu/allreduce.py: a launcher and one process per rank,
+# torch's own libnccl), with NCCL's log saved per mode and the
 # agent's /metrics scraped every 2 s and after each job. The Debian
 # prometheus is not on that machine: python scrapes.
 #
@@ -13,7 +13,9 @@
 # summary.json and summary.txt (also printed): per mode, the ranks' scraped
 # verdicts next to what NCCL's log says.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+SAFE="NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1"
+# shellcheck disable=SC2086
+export $SAFE
 B=${1:-$PWD/dist/gdrtrace}
 R=${OUT:-/tmp}/serve
 rm -rf "$R"
@@ -22,7 +24,8 @@ mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
 { nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv; uname -r; date -u; } > "$R/env.txt" 2>&1
 PORT=9464
 
-"$B" serve --listen 127.0.0.1:$PORT --exited-retention 600s 2> "$R/serve.err" &
+# shellcheck disable=SC2086
+env $SAFE "$B" serve --listen 127.0.0.1:$PORT --exited-retention 600s 2> "$R/serve.err" &
 agent=$!
 for _ in $(seq 600); do
   grep -q "serving metrics" "$R/serve.err" && break
@@ -48,8 +51,8 @@ for mode in auto no-p2p no-p2p-no-shm; do
   ( n=0; while :; do scrape "$R/scrapes-$mode/$(printf %03d $n).txt"; n=$((n + 1)); sleep 2; done ) &
   scraper=$!
   # shellcheck disable=SC2086
-  env $modeenv NCCL_DEBUG=INFO python3 scripts/gpu/overhead.py job --ngpu 2 --sizes 8K,256M \
-    --seconds 8 --port $((29800 + i)) > "$R/nccl-$mode.log" 2>&1
+  env $SAFE $modeenv NCCL_DEBUG=INFO python3 scripts/gpu/allreduce.py --ngpu 2 --seconds 15 \
+    --port $((29800 + i)) > "$R/nccl-$mode.log" 2>&1
   echo "job rc=$?" >> "$R/nccl-$mode.log"
   kill $scraper 2>/dev/null
   wait $scraper 2>/dev/null

@@ -182,16 +182,17 @@ struct LiveVerdict {
     collective_bytes: u64,
 }
 
-/// What the GPU link counters looked like when tracing started.
+/// What the GPU link counters looked like when tracing started (also the
+/// agent's, `serve`).
 #[derive(Clone, Copy, Debug)]
-struct LinksBase {
+pub struct LinksBase {
     nvlink_bytes: u64,
     nvlink_between_gpus: bool,
     rdma_nics: usize,
 }
 
 impl LinksBase {
-    fn sample() -> Option<Self> {
+    pub fn sample() -> Option<Self> {
         let nvlink_bytes = nvlink_bytes_now()?;
         let topo = crate::topo::discover();
         Some(Self {
@@ -202,7 +203,7 @@ impl LinksBase {
     }
 
     /// Traffic since the base sample.
-    fn since(&self) -> Option<GpuLinks> {
+    pub fn since(&self) -> Option<GpuLinks> {
         Some(GpuLinks {
             nvlink_between_gpus: self.nvlink_between_gpus,
             nvlink_bytes: nvlink_bytes_now()?.saturating_sub(self.nvlink_bytes),

@@ -168,20 +168,6 @@ struct Meta {
     rescans: Vec<Instant>,
 }
 
-/// NVLink counters when the agent started (steady-state verdicts).
-#[derive(Clone, Copy, Debug)]
-struct LinksBase {
-    nvlink_bytes: u64,
-    nvlink_between_gpus: bool,
-    rdma_nics: usize,
-}
-
-fn nvlink_bytes_now() -> Option<u64> {
-    let gpus = crate::topo::nvlink_traffic()?;
-    let tx: Vec<u64> = gpus.iter().filter_map(|g| g.nvlink_tx_bytes).collect();
-    (!tx.is_empty()).then(|| tx.iter().sum())
-}
-
 struct Agent {
     session: Session,
     agg: Aggregator,
@@ -193,7 +179,8 @@ struct Agent {
     budget: Budget,
     /// NVLink and RDMA devices of the node, read at start (judging).
     facts: HostFacts,
-    links: Option<LinksBase>,
+    /// NVLink counters when the agent started (steady-state verdicts).
+    links: Option<crate::trace::LinksBase>,
     setup_hits: (u64, Instant),
     discovered: BTreeMap<u32, u64>,
     forgotten: u64,
@@ -452,16 +439,11 @@ impl Agent {
     }
 
     /// GPU link traffic since the agent started. Who else had the GPUs
-    /// open is not read: every process that opens them is a target here, so
-    /// the judging function sees the others among the traced processes.
+    /// open is not read (`gpu_processes`): every process that opens them is
+    /// a target here, so the judging function sees the others among the
+    /// traced processes.
     fn links_since(&self) -> Option<GpuLinks> {
-        let b = self.links?;
-        Some(GpuLinks {
-            nvlink_between_gpus: b.nvlink_between_gpus,
-            nvlink_bytes: nvlink_bytes_now()?.saturating_sub(b.nvlink_bytes),
-            rdma_nics: b.rdma_nics,
-            gpu_processes: None,
-        })
+        self.links.and_then(|b| b.since())
     }
 
     /// Every tracked process's verdict, by the report's judging function:
@@ -747,11 +729,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         }
     }
     let facts = HostFacts::read();
-    let links = nvlink_bytes_now().map(|nvlink_bytes| LinksBase {
-        nvlink_bytes,
-        nvlink_between_gpus: facts.nvlink.unwrap_or(false),
-        rdma_nics: facts.rdma_devices.len(),
-    });
+    let links = crate::trace::LinksBase::sample();
     let node = node_name(args.node.as_deref());
     let mut agent = Agent {
         session,
