@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Install what the VM test tier (`cargo xtask vm-*`) needs on a Debian 12 host.
+# Install what the VM test tier (`cargo xtask vm-*`) and the serve tests
+# (a real Prometheus, promtool, kubernetes-validate) need on a Debian 12 host.
 # Idempotent and quiet on success; prints only what it changes or fails on.
 set -euo pipefail
 
 # busybox-static: virtme-ng builds an initramfs with it when the root fs
 # drivers (virtiofs/9p) are modules, as in Debian kernels.
-APT_PKGS=(qemu-system-x86 kmod busybox-static rdma-core ibverbs-utils perftest iproute2)
+# prometheus: Debian's 2.42 with promtool, for tests/tests/serve.rs and deploy.rs.
+APT_PKGS=(qemu-system-x86 kmod busybox-static rdma-core ibverbs-utils perftest iproute2 prometheus)
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "install-vm-deps: must run as root" >&2
@@ -37,23 +39,29 @@ if [ "${#missing[@]}" -gt 0 ]; then
     quiet apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-if ! command -v vng >/dev/null 2>&1; then
-    echo "install-vm-deps: pip install virtme-ng"
+# Installs a PyPI package unless its command is on PATH.
+pip_tool() { # COMMAND PACKAGE
+    command -v "$1" >/dev/null 2>&1 && return 0
+    echo "install-vm-deps: pip install $2"
     if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
         quiet apt-get update -qq
         quiet apt-get install -y -qq --no-install-recommends python3 python3-pip
     fi
     # Debian's system python is "externally managed" (PEP 668); fall back to
     # --break-system-packages there. A pyenv/venv python takes the first form.
-    if ! python3 -m pip install -q --disable-pip-version-check virtme-ng >/dev/null 2>&1; then
-        quiet python3 -m pip install -q --disable-pip-version-check --break-system-packages virtme-ng
+    if ! python3 -m pip install -q --disable-pip-version-check "$2" >/dev/null 2>&1; then
+        quiet python3 -m pip install -q --disable-pip-version-check --break-system-packages "$2"
     fi
     # pyenv shims need a rehash before a new console script is visible.
     if command -v pyenv >/dev/null 2>&1; then
         pyenv rehash >/dev/null 2>&1 || true
     fi
-    if ! command -v vng >/dev/null 2>&1; then
-        echo "install-vm-deps: virtme-ng installed but 'vng' is not on PATH ($(python3 -m site --user-base 2>/dev/null)/bin?)" >&2
+    if ! command -v "$1" >/dev/null 2>&1; then
+        echo "install-vm-deps: $2 installed but '$1' is not on PATH ($(python3 -m site --user-base 2>/dev/null)/bin?)" >&2
         exit 1
     fi
-fi
+}
+
+pip_tool vng virtme-ng
+# Offline validation of deploy/kubernetes/ against the Kubernetes schemas.
+pip_tool kubernetes-validate kubernetes-validate

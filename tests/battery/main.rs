@@ -372,6 +372,17 @@ fn cases(f: &Files) -> Vec<Case> {
         &["drive", "cuda-copy", "--sizes", "1T"],
         &["topo", "--bogus"],
         &["replay"],
+        &["serve", "--cpu-budget", "0"],
+        &["serve", "--cpu-budget", "nan"],
+        &["serve", "--cpu-budget", "-1"],
+        &["serve", "--max-targets", "0"],
+        &["serve", "--max-targets", "-1"],
+        &["serve", "--max-aggregate-rows", "0"],
+        &["serve", "--ringbuf-bytes", "12345"],
+        &["serve", "--listen", "nowhere"],
+        &["serve", "--listen", "127.0.0.1:99999"],
+        &["serve", "--exited-retention", "0"],
+        &["serve", "--duration", "soon"],
     ] {
         v.push(Case::new(format!("args {}", args.join(" ")), args, Code(2)));
     }

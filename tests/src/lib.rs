@@ -135,6 +135,169 @@ pub fn compile(args: &[&str]) {
     );
 }
 
+/// The repository root.
+pub fn repo_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// Whether a command is on PATH; prints `skipping: <why>` if not. Where
+/// the run must trace ([`trace_required`]) a missing tool is a failure:
+/// the test set-up installs it.
+pub fn have(test: &str, command: &str, how: &str) -> bool {
+    let found =
+        std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(command).is_file()));
+    if !found {
+        assert!(
+            !trace_required(),
+            "{test}: `{command}` is not installed ({how}), and this run must trace (CI=true or GDRTRACE_REQUIRE_TRACE=1)"
+        );
+        println!("skipping: {test}: `{command}` is not installed ({how})");
+    }
+    found
+}
+
+/// Percent-encodes a URL query value.
+pub fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A plain HTTP/1.1 GET (no client library: the tests talk to two servers
+/// on 127.0.0.1). Returns the status code, the headers and the body, or the
+/// error text if the server is not there.
+pub fn http_get(addr: &str, path: &str, accept: Option<&str>) -> Result<(u16, String, String), String> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr).map_err(|e| format!("connecting to {addr}: {e}"))?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)
+        .map_err(|e| format!("reading from {addr}: {e}"))?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").ok_or("no HTTP header end")?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or("no HTTP status")?;
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok((status, head.to_string(), body))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Metric names an exposition (text format) defines: each `# TYPE` family,
+/// with `_bucket`, `_sum` and `_count` for histograms.
+pub fn metric_names(exposition: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for line in exposition.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let mut it = rest.split_whitespace();
+        let (Some(name), Some(kind)) = (it.next(), it.next()) else {
+            continue;
+        };
+        out.insert(name.to_string());
+        if kind == "histogram" {
+            for s in ["_bucket", "_sum", "_count"] {
+                out.insert(format!("{name}{s}"));
+            }
+        }
+    }
+    out
+}
+
+/// The metric names in docs/serve.md's table.
+pub fn documented_metrics() -> std::collections::BTreeSet<String> {
+    let doc = std::fs::read_to_string(repo_root().join("docs/serve.md")).expect("docs/serve.md");
+    doc.lines()
+        .filter_map(|l| l.strip_prefix("| `gdrtrace_"))
+        .filter_map(|l| l.split('`').next())
+        .map(|n| format!("gdrtrace_{n}"))
+        .collect()
+}
+
+/// Metric names (`gdrtrace_*`) a PromQL text refers to.
+pub fn promql_metric_names(expr: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let b = expr.as_bytes();
+    let mut i = 0;
+    while let Some(at) = expr[i..].find("gdrtrace_") {
+        let start = i + at;
+        let mut end = start;
+        while end < b.len() && (b[end].is_ascii_alphanumeric() || b[end] == b'_') {
+            end += 1;
+        }
+        // A label value or a word inside an annotation is no metric.
+        let quoted = start > 0 && matches!(b[start - 1], b'"' | b'\'' | b'`');
+        if !quoted {
+            out.insert(expr[start..end].to_string());
+        }
+        i = end;
+    }
+    out
+}
+
+/// YAML documents as JSON, through python3's yaml (kubernetes-validate's
+/// own dependency): one YAML reader, the one the validator uses.
+pub fn yaml(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, json, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
+        ])
+        .arg(path)
+        .output()
+        .expect("running python3");
+    assert!(
+        out.status.success(),
+        "python3 yaml on {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON from python3")
+}
+
+/// `KEY=N` from a workload's summary line (`pin-churn: pid=42 registrations=200 ...`).
+pub fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key}= in {line}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("{key}= in {line}: {e}"))
+}
+
 /// This object's programs loaded in the kernel (by the names the object
 /// gives them; the kernel keeps the first 15 bytes).
 pub fn our_programs() -> usize {

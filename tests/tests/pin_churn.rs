@@ -1,15 +1,7 @@
 //! The first vertical slice: `gdrtrace run -- gdrtrace drive pin-churn`
 //! reports exactly the registrations the workload made, a latency
 //! histogram, and an nr_foll_pin delta consistent with the pages registered.
-use integration_tests::{can_trace, run, stderr, stdout};
-
-fn field(line: &str, key: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-        .unwrap_or_else(|| panic!("no {key}= in {line}"))
-        .parse()
-        .unwrap()
-}
+use integration_tests::{can_trace, field, run, stderr, stdout};
 
 #[test]
 fn run_pin_churn_counts_match_the_workload() {

@@ -47,6 +47,12 @@ pub mod kind {
     /// An entry-only op's record (no return probe, so no duration or return
     /// value): a thread's context change (`op_flags::TRACK_CTX`).
     pub const ENTRY: u32 = 5;
+    /// A process outside the target set opened a file that marks it as a
+    /// GPU or RDMA process (`gdrtrace serve`'s discovery): `args[0]` is the
+    /// `discover::*` reason, `args[1]` the fd the open returned, `args[2]`
+    /// 0 when the kernel has just added the process to the target set, 1
+    /// when it was a target already and opened a library.
+    pub const DISCOVER: u32 = 6;
 }
 
 /// Per-op flags (`OpConfig::flags`).
@@ -72,6 +78,9 @@ pub mod control {
     /// once, so probes that fire while links are being closed neither
     /// record nor count as drops.
     pub const STOPPED: u32 = 0;
+    /// The agent's own tgid (`gdrtrace serve`): discovery never adds it,
+    /// whatever it opens (NVML opens `/dev/nvidiactl`).
+    pub const AGENT_TGID: u32 = 1;
     /// Number of slots.
     pub const COUNT: u32 = 2;
 }
@@ -150,8 +159,121 @@ pub mod counter {
     pub const READ_ERRORS: u32 = 4;
     /// The per-communicator aggregation table was full.
     pub const AGGREGATE_FULL: u32 = 5;
+    /// Discovery could not read the path an `open`/`openat` was given (the
+    /// process may have been a GPU or RDMA process).
+    pub const DISCOVER_READ_ERRORS: u32 = 6;
     /// Number of counters.
     pub const COUNT: u32 = 8;
+}
+
+/// Discovery (`gdrtrace serve`): which opened paths make a process a
+/// target. One matcher serves the kernel (`open`/`openat` tracepoints) and
+/// user space (the `/proc` scan at start), so both agree on what counts.
+pub mod discover {
+    /// Bytes of a path the matcher looks at (longer paths are cut there).
+    pub const PATH_BYTES: usize = 256;
+    /// Threads with a matching open in flight (entered, not yet returned).
+    pub const MAX_PENDING: u32 = 4096;
+
+    /// Reasons, in `Event::args[0]` of `kind::DISCOVER`.
+    pub const NONE: u32 = 0;
+    pub const LIBCUDA: u32 = 1;
+    pub const LIBNCCL: u32 = 2;
+    pub const LIBIBVERBS: u32 = 3;
+    pub const DEV_NVIDIA: u32 = 4;
+    pub const DEV_INFINIBAND: u32 = 5;
+    /// Found by the `/proc` scan at start (user space only).
+    pub const PROC_SCAN: u32 = 6;
+
+    /// Library file names: the name itself or the name followed by a
+    /// version (`libcuda.so.1`, `libcuda.so.580.159.04`), not `libcudart.so`.
+    const LIBS: [(&[u8], u32); 3] = [
+        (b"libcuda.so", LIBCUDA),
+        (b"libnccl.so", LIBNCCL),
+        (b"libibverbs.so", LIBIBVERBS),
+    ];
+
+    /// How far back from the end of a path the file name is looked for: a
+    /// longer file name is none of the table's.
+    pub const NAME_BYTES: usize = 64;
+
+    /// `path[i]`, with the index masked to the buffer so the BPF verifier
+    /// sees the access in bounds. The index goes through a volatile read:
+    /// otherwise LLVM proves the mask useless from the caller's checks and
+    /// drops it, and the verifier, which cannot follow that proof, refuses
+    /// the load.
+    #[inline(always)]
+    fn byte(path: &[u8; PATH_BYTES], i: usize) -> u8 {
+        // SAFETY: reads a local.
+        let i = unsafe { core::ptr::read_volatile(&i) };
+        path[i & (PATH_BYTES - 1)]
+    }
+
+    /// Whether `pat` is at `path[at..len]`.
+    #[inline(always)]
+    fn at(path: &[u8; PATH_BYTES], at: usize, len: usize, pat: &[u8]) -> bool {
+        if at + pat.len() > len {
+            return false;
+        }
+        let mut j = 0;
+        while j < pat.len() {
+            if byte(path, at + j) != pat[j] {
+                return false;
+            }
+            j += 1;
+        }
+        true
+    }
+
+    /// The reason a path of `len` bytes (no NUL) makes its opener a target,
+    /// or `NONE`. Only `path[..len]` is read, so a reused buffer cannot
+    /// match stale text.
+    ///
+    /// The file name is found by walking back from the end at most
+    /// `NAME_BYTES`: a forward scan for the last '/' makes the verifier
+    /// follow every (name start, path end) pair and gives up (E2BIG).
+    #[inline(always)]
+    pub fn match_path(path: &[u8; PATH_BYTES], len: usize) -> u32 {
+        let len = if len > PATH_BYTES - 1 { PATH_BYTES - 1 } else { len };
+        if at(path, 0, len, b"/dev/nvidia") {
+            return DEV_NVIDIA;
+        }
+        if at(path, 0, len, b"/dev/infiniband/") {
+            return DEV_INFINIBAND;
+        }
+        let mut base = len.saturating_sub(NAME_BYTES);
+        let mut k = 0;
+        while k < NAME_BYTES && k < len {
+            let i = len - 1 - k;
+            if byte(path, i) == b'/' {
+                base = i + 1;
+                break;
+            }
+            k += 1;
+        }
+        let mut n = 0;
+        while n < LIBS.len() {
+            let (name, reason) = LIBS[n];
+            let end = base + name.len();
+            if at(path, base, len, name) && (end == len || byte(path, end) == b'.') {
+                return reason;
+            }
+            n += 1;
+        }
+        NONE
+    }
+
+    /// `match_path` for a path held in a byte slice (user space).
+    pub fn match_bytes(path: &[u8]) -> u32 {
+        let mut buf = [0u8; PATH_BYTES];
+        let n = if path.len() < PATH_BYTES {
+            path.len()
+        } else {
+            PATH_BYTES - 1
+        };
+        buf[..n].copy_from_slice(&path[..n]);
+        match_path(&buf, n)
+    }
 }
 
 /// Per-op configuration set by user space (`OP_CONFIG` array).

@@ -3,6 +3,7 @@
 #![no_std]
 #![no_main]
 
+mod discover;
 mod doctor;
 mod kfuncs;
 mod maps;

@@ -19,6 +19,7 @@ Examples:
   gdrtrace drive pin-churn --iterations 500
   gdrtrace baseline record --out base.json     # validate, stored with this machine's profile
   gdrtrace compare base.json current.json --format markdown --html compare.html
+  gdrtrace serve --listen 0.0.0.0:9464        # node agent: Prometheus metrics of every GPU/RDMA process
 ";
 
 const RUN_HELP: &str = "\
@@ -81,6 +82,9 @@ pub enum Command {
     /// Compare a run against a baseline; exit 0 no regression, 1 regression,
     /// 2 could not compare.
     Compare(CompareArgs),
+    /// Node agent: find every GPU or RDMA process as it starts, trace it
+    /// with the cheap plan, and serve Prometheus metrics (docs/serve.md).
+    Serve(crate::serve::ServeArgs),
     /// The tracer's own cost: pipeline throughput and uprobe detach time
     /// (docs/perf.md; `cargo xtask bench` runs the whole set).
     #[command(subcommand)]

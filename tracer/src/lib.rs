@@ -3,7 +3,8 @@
 //! The data path reads top-down: `probes` (catalog + planner) → `events`
 //! (ring buffer, decode) → `model` (memory-region registry) → `classify` →
 //! `stats` → `report`, and reports → `compare` (baselines, regressions).
-//! `drive` holds the workloads, `cmd` one module per subcommand.
+//! `drive` holds the workloads, `cmd` one module per subcommand, `serve`
+//! the node agent (discovery, forgetting, Prometheus metrics).
 // First, so that its printing macros (`out!`, `outln!`, `errln!`) are in
 // scope in every module after it.
 #[macro_use]
@@ -23,6 +24,7 @@ pub mod loader;
 pub mod model;
 pub mod probes;
 pub mod report;
+pub mod serve;
 pub mod session;
 pub mod signals;
 pub mod spawn;

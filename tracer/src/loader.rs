@@ -18,6 +18,9 @@ pub struct LoadOptions {
     pub targets_only: bool,
     /// Ring-buffer fill level (bytes) from which a record wakes the reader.
     pub wakeup_bytes: u32,
+    /// Map sizes other than the compiled-in constants, by map name
+    /// (`serve --max-targets` sizes `TARGETS`).
+    pub max_entries: Vec<(&'static str, u32)>,
 }
 
 impl Default for LoadOptions {
@@ -26,6 +29,7 @@ impl Default for LoadOptions {
             ringbuf_bytes: RINGBUF_BYTES,
             targets_only: true,
             wakeup_bytes: WAKEUP_BYTES,
+            max_entries: Vec::new(),
         }
     }
 }
@@ -127,7 +131,11 @@ pub fn load(opts: &LoadOptions) -> Result<Ebpf> {
     };
     // Wake the reader before the buffer is a quarter full, whatever its size.
     let wakeup = opts.wakeup_bytes.min(ringbuf / 4).max(1);
-    EbpfLoader::new()
+    let mut loader = EbpfLoader::new();
+    for (name, n) in &opts.max_entries {
+        loader.map_max_entries(name, *n);
+    }
+    loader
         .map_max_entries("EVENTS", ringbuf)
         .override_global("WAKEUP_AT", &wakeup, true)
         .override_global("FILTER_MODE", &mode, true)

@@ -59,8 +59,10 @@ fn main() {
             std::process::exit(exit::USAGE);
         }
     };
+    // aya warns about each kernel feature probe it cannot run (without
+    // CAP_BPF every one): noise beside the one line the failure gets.
     let level = match cli.verbose {
-        0 => "warn",
+        0 => "warn,aya=error",
         1 => "info",
         _ => "debug",
     };

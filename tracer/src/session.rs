@@ -201,6 +201,32 @@ impl Session {
         drop(self.planner.drop_setup(&mut self.ebpf, why));
     }
 
+    /// Closes the set-up uprobe links once their hit rate since `last`
+    /// (hits, when) is over `budget_hz`; updates `last`, and returns why
+    /// when it closed them.
+    pub fn budget_setup(&mut self, last: &mut (u64, std::time::Instant), budget_hz: f64) -> Option<String> {
+        if !self.planner.uprobes.has_setup() {
+            return None;
+        }
+        let hits = self.hits().ok()?;
+        let setup: u64 = hits
+            .iter()
+            .filter(|(op, _)| crate::probes::uapi::row_of(**op).is_some_and(|(_, r)| r.hot_setup))
+            .map(|(_, n)| n)
+            .sum();
+        let (before, at) = *last;
+        let secs = at.elapsed().as_secs_f64();
+        *last = (setup, std::time::Instant::now());
+        let rate = setup.saturating_sub(before) as f64 / secs.max(1e-3);
+        if rate <= budget_hz {
+            return None;
+        }
+        let why = format!("{rate:.0} hits/s > {budget_hz:.0}/s after {setup} hits");
+        log::info!("closing the set-up uprobe links: {why}");
+        self.drop_setup(why.clone());
+        Some(why)
+    }
+
     /// Closes every uprobe link now, timed (kernel programs go when the
     /// session drops). With `uprobe_multi` links this takes milliseconds;
     /// per-point links are unregistered one by one behind a grace period.

@@ -25,7 +25,7 @@ const TICK: Duration = Duration::from_millis(250);
 /// How often the ring buffer is drained between wake-ups: records are
 /// submitted without waking the reader until the buffer fills to
 /// `LoadOptions::wakeup_bytes`, so a quiet buffer is read on this beat.
-const DRAIN: Duration = Duration::from_millis(50);
+pub const DRAIN: Duration = Duration::from_millis(50);
 /// Hits per second of the set-up uprobes (`Row::hot_setup`) above which
 /// their link is closed: a job that makes a context current on every API
 /// call pays a trap per call (~5.6 us on the GPU machine), and the context
@@ -182,16 +182,17 @@ struct LiveVerdict {
     collective_bytes: u64,
 }
 
-/// What the GPU link counters looked like when tracing started.
+/// What the GPU link counters looked like when tracing started (also the
+/// agent's, `serve`).
 #[derive(Clone, Copy, Debug)]
-struct LinksBase {
+pub struct LinksBase {
     nvlink_bytes: u64,
     nvlink_between_gpus: bool,
     rdma_nics: usize,
 }
 
 impl LinksBase {
-    fn sample() -> Option<Self> {
+    pub fn sample() -> Option<Self> {
         let nvlink_bytes = nvlink_bytes_now()?;
         let topo = crate::topo::discover();
         Some(Self {
@@ -202,7 +203,7 @@ impl LinksBase {
     }
 
     /// Traffic since the base sample.
-    fn since(&self) -> Option<GpuLinks> {
+    pub fn since(&self) -> Option<GpuLinks> {
         Some(GpuLinks {
             nvlink_between_gpus: self.nvlink_between_gpus,
             nvlink_bytes: nvlink_bytes_now()?.saturating_sub(self.nvlink_bytes),
@@ -257,12 +258,8 @@ impl Trace {
         tokio::pin!(stop);
         loop {
             tokio::select! {
-                r = stream.next_batch(&mut batch) => {
+                r = stream.next_or_beat(&mut batch, &mut drain) => {
                     r.map_err(|e| Error::io("reading the ring buffer", e))?;
-                    self.handle(&mut batch);
-                }
-                _ = drain.tick() => {
-                    stream.drain_now(&mut batch);
                     self.handle(&mut batch);
                 }
                 _ = tick.tick() => self.on_tick(),
@@ -315,23 +312,11 @@ impl Trace {
 
     /// Closes the set-up uprobe links once their hit rate is over budget.
     fn budget_setup(&mut self) {
-        if !self.session.planner.uprobes.has_setup() {
-            return;
-        }
-        let Ok(hits) = self.session.hits() else { return };
-        let setup: u64 = hits
-            .iter()
-            .filter(|(op, _)| crate::probes::uapi::row_of(**op).is_some_and(|(_, r)| r.hot_setup))
-            .map(|(_, n)| n)
-            .sum();
-        let (before, at) = self.setup_hits;
-        let secs = at.elapsed().as_secs_f64();
-        self.setup_hits = (setup, Instant::now());
-        let rate = setup.saturating_sub(before) as f64 / secs.max(1e-3);
-        if rate > SETUP_BUDGET_HZ {
-            let why = format!("{rate:.0} hits/s > {SETUP_BUDGET_HZ:.0}/s after {setup} hits");
-            log::info!("closing the set-up uprobe links: {why}");
-            self.session.drop_setup(why);
+        if self
+            .session
+            .budget_setup(&mut self.setup_hits, SETUP_BUDGET_HZ)
+            .is_some()
+        {
             self.agg.setup_closed();
         }
     }

@@ -14,6 +14,8 @@
 //! - attach + SIGINT on a pin-churn loop: signal to report, signal to exit,
 //!   drops.
 //! - run: from the traced command's exit to the report and to exit.
+//! - soak (only with `--only soak`): `serve` under short-lived traced
+//!   processes for a fixed time, its RSS and CPU (soak.rs).
 use std::{
     io::{BufRead as _, BufReader, Read as _},
     path::PathBuf,
@@ -43,9 +45,15 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     repeats: usize,
     /// Run only these scenarios (comma-separated: pin-churn, pipeline,
-    /// detach, attach-sigint, run-exit).
+    /// detach, attach-sigint, run-exit; soak runs only when named alone).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Minutes of the soak.
+    #[arg(long, default_value_t = 10.0)]
+    soak_minutes: f64,
+    /// Short-lived traced processes started per minute in the soak.
+    #[arg(long, default_value_t = 1000)]
+    soak_per_minute: u32,
 }
 
 pub fn main(a: &Args) -> Result<std::process::ExitCode> {
@@ -56,6 +64,15 @@ pub fn main(a: &Args) -> Result<std::process::ExitCode> {
         );
     }
     let started = Instant::now();
+    let date = util::run_output(Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC"))?;
+    if a.only == ["soak"] {
+        let v = crate::soak::soak(&a.bin, a.soak_minutes, a.soak_per_minute)?;
+        let dir = util::target_dir()?.join("bench");
+        std::fs::write(dir.join("soak.json"), serde_json::to_string_pretty(&v)?)?;
+        println!("{}", crate::soak::markdown(&v, date.trim(), &machine()));
+        eprintln!("xtask bench: results in {}", dir.join("soak.json").display());
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
     let want = |s: &str| a.only.is_empty() || a.only.iter().any(|o| o == s);
     let churn = if want("pin-churn") { pin_churn(a)? } else { Value::Null };
     let pipeline = if want("pipeline") { pipeline(a)? } else { Value::Null };
@@ -68,7 +85,7 @@ pub fn main(a: &Args) -> Result<std::process::ExitCode> {
     let run_exit = if want("run-exit") { run_exit(a)? } else { Value::Null };
     let out = json!({
         "machine": machine(),
-        "date": util::run_output(Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC"))?.trim(),
+        "date": date.trim(),
         "pin_churn": churn,
         "pipeline": pipeline,
         "detach": detach,
@@ -84,7 +101,7 @@ pub fn main(a: &Args) -> Result<std::process::ExitCode> {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let cpus = thread::available_parallelism().map_or(0, |n| n.get());
     format!("{} CPUs, kernel {}", cpus, kernel.trim())
@@ -255,7 +272,7 @@ fn detach(a: &Args) -> Result<Value> {
 }
 
 /// Lines of a child's pipe, each with the moment it arrived.
-fn timed_lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<(Instant, String)> {
+pub(crate) fn timed_lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<(Instant, String)> {
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
         for line in BufReader::new(r).lines().map_while(std::result::Result::ok) {

@@ -101,6 +101,11 @@ pub struct PairDetector {
 }
 
 impl PairDetector {
+    /// Drops the pending downloads of an exited process.
+    pub fn forget(&mut self, pid: u32) {
+        self.last.retain(|(p, _), _| *p != pid);
+    }
+
     /// Feeds one successful copy; returns the staged pair it completes.
     pub fn copy(&mut self, e: &Event, c: &Call, registry: &Registry, comm: &str) -> Option<Transfer> {
         let (_, row) = uapi::row_of(e.op)?;

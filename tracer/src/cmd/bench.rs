@@ -76,11 +76,20 @@ fn pipeline(a: &BenchPipelineArgs) -> Result<i32> {
         targets_only: true,
         wakeup_bytes: u32::try_from(a.wakeup_bytes)
             .map_err(|_| Error::Usage(format!("--wakeup-bytes {} is too large", a.wakeup_bytes)))?,
+        ..LoadOptions::default()
     };
     let mut session = bare_session(load)?;
     let p = &crate::probes::catalog::BENCH_POINT;
     let Session { ebpf, planner } = &mut session;
-    planner.attach_point(ebpf, p).map_err(Error::Usage)?;
+    match planner.attach_point(ebpf, p) {
+        Some(row) if row.status == crate::probes::Status::Attached => {}
+        row => {
+            return Err(Error::Usage(format!(
+                "the benchmark's getppid tracepoint: {}",
+                row.map_or("not a tracepoint".into(), |r| r.summary())
+            )));
+        }
+    }
     let mut trace = Trace::new(session);
     let summary = std::env::temp_dir().join(format!("gdrtrace-bench-{}.json", std::process::id()));
     let exe = std::env::current_exe().map_err(|e| Error::io("locating this executable", e))?;

@@ -8,6 +8,7 @@ pub mod drive;
 pub mod explain;
 pub mod replay;
 pub mod run;
+pub mod serve;
 pub mod topo;
 pub mod validate;
 
@@ -30,6 +31,7 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
         Command::Baseline(crate::cli::BaselineCmd::Record(a)) => baseline::record(&a),
         Command::Compare(a) => compare::compare(&a),
         Command::Bench(b) => bench::bench(&b),
+        Command::Serve(a) => serve::serve(&a),
     }
 }
 

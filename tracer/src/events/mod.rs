@@ -48,6 +48,20 @@ impl EventStream {
         Ok(())
     }
 
+    /// Waits for the kernel's wake-up or the next `beat`, whichever comes
+    /// first, and moves the records there are into `out`: records are
+    /// submitted without waking the reader below a fill level, so a quiet
+    /// buffer is read on the beat.
+    pub async fn next_or_beat(&mut self, out: &mut Vec<Event>, beat: &mut tokio::time::Interval) -> io::Result<()> {
+        tokio::select! {
+            r = self.next_batch(out) => r,
+            _ = beat.tick() => {
+                self.drain_now(out);
+                Ok(())
+            }
+        }
+    }
+
     /// Moves whatever is in the buffer now into `out`, without waiting.
     pub fn drain_now(&mut self, out: &mut Vec<Event>) {
         let ring = self.fd.get_mut();

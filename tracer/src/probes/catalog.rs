@@ -417,6 +417,33 @@ pub static BENCH_POINT: ProbePoint = tp(
     &["bench_sys_enter_getppid"],
 );
 
+/// Discovery points of `gdrtrace serve` (not in the catalog: only the agent
+/// attaches them): a process that opens a GPU or RDMA device node or a
+/// library of the table joins the target set in the kernel
+/// (`tracer-ebpf/src/discover.rs`). `open(2)` is legacy and absent on some
+/// architectures, so only `openat` is required.
+pub static DISCOVERY_POINTS: [ProbePoint; 2] = [
+    tp(
+        "discover:openat",
+        Family::Sched,
+        "syscalls",
+        "sys_enter_openat",
+        op::NONE,
+        &["sys_enter_openat", "sys_exit_openat"],
+    ),
+    ProbePoint {
+        required: false,
+        ..tp(
+            "discover:open",
+            Family::Sched,
+            "syscalls",
+            "sys_enter_open",
+            op::NONE,
+            &["sys_enter_open", "sys_exit_open"],
+        )
+    },
+];
+
 /// The catalog row of a kernel-side op.
 pub fn point_of_op(op: u32) -> Option<&'static ProbePoint> {
     CATALOG

@@ -138,18 +138,25 @@ impl Planner {
     /// Attaches every catalog point of the enabled families.
     pub fn attach_catalog(&mut self, ebpf: &mut Ebpf, enabled: &dyn Fn(Family) -> bool) {
         for point in CATALOG.iter() {
-            if !enabled(point.family) {
-                continue;
+            if enabled(point.family) {
+                self.attach_point(ebpf, point);
             }
-            let row = match point.target {
-                Target::Tracepoint { category, name } => self.tracepoint(ebpf, point, category, name),
-                Target::KernelFn(func) => self.kernel_fn(ebpf, point, func),
-                Target::Procfs(path) => procfs_row(point, path),
-                // Library rows are filled in by `library_rows` once files are known.
-                Target::Library(_) => continue,
-            };
-            self.coverage.push(row);
         }
+    }
+
+    /// Attaches one point by its strategies and keeps its coverage row
+    /// (catalog points, and points only some commands attach, such as
+    /// `serve`'s discovery). Returns the row.
+    pub fn attach_point(&mut self, ebpf: &mut Ebpf, point: &ProbePoint) -> Option<&Coverage> {
+        let row = match point.target {
+            Target::Tracepoint { category, name } => self.tracepoint(ebpf, point, category, name),
+            Target::KernelFn(func) => self.kernel_fn(ebpf, point, func),
+            Target::Procfs(path) => procfs_row(point, path),
+            // Library rows are filled in by `library_rows` once files are known.
+            Target::Library(_) => return None,
+        };
+        self.coverage.push(row);
+        self.coverage.last()
     }
 
     /// A tracepoint point: syscall rows first through the shared raw
@@ -202,21 +209,6 @@ impl Planner {
         let map = ebpf.map_mut("SYSCALL_OPS").ok_or("map SYSCALL_OPS missing")?;
         let mut ops: Array<_, u32> = Array::try_from(map).map_err(|e| describe(&e))?;
         ops.set(nr, &point.op, 0).map_err(|e| describe(&e))
-    }
-
-    /// Attaches a point that is not in the catalog (the benchmark's) the way
-    /// the catalog's are, and adds its coverage row.
-    pub fn attach_point(&mut self, ebpf: &mut Ebpf, point: &ProbePoint) -> Result<(), String> {
-        let Target::Tracepoint { category, name } = point.target else {
-            return Err(format!("{} is not a tracepoint point", point.name));
-        };
-        let row = self.tracepoint(ebpf, point, category, name);
-        let r = match row.status {
-            Status::Attached => Ok(()),
-            Status::Unavailable => Err(row.summary()),
-        };
-        self.coverage.push(row);
-        r
     }
 
     fn kernel_fn(&mut self, ebpf: &mut Ebpf, point: &ProbePoint, func: &str) -> Coverage {

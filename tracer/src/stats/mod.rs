@@ -87,6 +87,9 @@ pub struct SocketTotals {
     pub sockets: u64,
 }
 
+/// Pin-family calls of one thread not yet attributed: (start, end, pages).
+type PendingPins = Vec<(u64, u64, u64)>;
+
 #[derive(Debug)]
 pub struct Aggregator {
     pub ops: BTreeMap<(String, Transport), OpStats>,
@@ -97,9 +100,10 @@ pub struct Aggregator {
     pub undecoded: u64,
     /// Aggregate-only calls from the kernel: (pid, op name, handle) -> (calls, bytes).
     pub collectives: BTreeMap<(u32, String, u64), (u64, u64)>,
-    /// Pin-family calls per thread not yet attributed to an enclosing call:
-    /// (start, end, pages). Inner calls return (and arrive) first.
-    pending_pins: std::collections::HashMap<u32, Vec<(u64, u64, u64)>>,
+    /// Pin-family calls per (process, thread) not yet attributed to an
+    /// enclosing call: (start, end, pages). Inner calls return (and arrive)
+    /// first.
+    pending_pins: std::collections::HashMap<(u32, u32), PendingPins>,
     /// Where process facts come from.
     pub source: Box<dyn ProcSource>,
     /// Writes every input and fact (`--record`).
@@ -303,6 +307,18 @@ impl Aggregator {
         self.registry.contexts_frozen = true;
     }
 
+    /// Drops everything kept about an exited process (its row, registry,
+    /// pending pins and copy pairs), so a long-running agent's memory stays
+    /// flat as processes come and go (`gdrtrace serve`). Totals per
+    /// operation and transfer group keep what it did.
+    pub fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+        self.registry.procs.remove(&pid);
+        self.pending_pins.retain(|(p, _), _| *p != pid);
+        self.pairs.forget(pid);
+        self.collectives.retain(|(p, _, _), _| *p != pid);
+    }
+
     /// Marks processes that no longer exist as exited; true when none is left.
     pub fn check_exited(&mut self) -> bool {
         if let Some(r) = &mut self.recorder {
@@ -445,7 +461,7 @@ impl Aggregator {
         p.errors += c.failed as u64;
         if c.pages > 0 {
             p.pages_pinned += c.pages as u64;
-            let pending = self.pending_pins.entry(e.tid).or_default();
+            let pending = self.pending_pins.entry((e.pid, e.tid)).or_default();
             if pending.len() >= 4096 {
                 pending.remove(0);
             }
@@ -455,7 +471,7 @@ impl Aggregator {
         }
         if e.op == tracer_common::op::IB_UMEM_GET {
             let (start, end) = (e.start_ns, e.start_ns + e.dur_ns);
-            let pending = self.pending_pins.entry(e.tid).or_default();
+            let pending = self.pending_pins.entry((e.pid, e.tid)).or_default();
             let inside: u64 = pending
                 .iter()
                 .filter(|(s, f, _)| *s >= start && *f <= end)

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# GPU machine (2x H200), one device call: `gdrtrace serve` running while the
+# three NCCL modes run one after another as independent torch.distributed
+# jobs (scripts/gpu/allreduce.py: a launcher and one process per rank,
+# torch's own libnccl), with NCCL's log saved per mode and the
+# agent's /metrics scraped every 2 s and after each job. The Debian
+# prometheus is not on that machine: python scrapes.
+#
+# Usage (repository root, the binary brought along):
+#   bash scripts/gpu/serve.sh [BIN]          # BIN defaults to dist/gdrtrace
+# Results under $OUT/serve/ (else /tmp/serve): env.txt, serve.err,
+# nccl-MODE.log, metrics-MODE.txt (after the job), scrapes-MODE/ (during),
+# summary.json and summary.txt (also printed): per mode, the ranks' scraped
+# verdicts next to what NCCL's log says.
+set -u
+SAFE="NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1"
+# shellcheck disable=SC2086
+export $SAFE
+B=${1:-$PWD/dist/gdrtrace}
+R=${OUT:-/tmp}/serve
+rm -rf "$R"
+mkdir -p "$R"
+mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
+{ nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv; uname -r; date -u; } > "$R/env.txt" 2>&1
+PORT=9464
+
+# shellcheck disable=SC2086
+env $SAFE "$B" serve --listen 127.0.0.1:$PORT --exited-retention 600s 2> "$R/serve.err" &
+agent=$!
+for _ in $(seq 600); do
+  grep -q "serving metrics" "$R/serve.err" && break
+  kill -0 $agent 2>/dev/null || break
+  sleep 0.1
+done
+grep -q "serving metrics" "$R/serve.err" || { cat "$R/serve.err"; exit 1; }
+
+scrape() { # FILE
+  python3 -c 'import sys, urllib.request
+open(sys.argv[2], "wb").write(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=20).read())' \
+    "$PORT" "$1" 2>> "$R/scrape-errors.txt"
+}
+
+i=0
+for mode in auto no-p2p no-p2p-no-shm; do
+  case $mode in
+    auto) modeenv="" ;;
+    no-p2p) modeenv="NCCL_P2P_DISABLE=1" ;;
+    no-p2p-no-shm) modeenv="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1" ;;
+  esac
+  mkdir -p "$R/scrapes-$mode"
+  ( n=0; while :; do scrape "$R/scrapes-$mode/$(printf %03d $n).txt"; n=$((n + 1)); sleep 2; done ) &
+  scraper=$!
+  # shellcheck disable=SC2086
+  env $SAFE $modeenv NCCL_DEBUG=INFO python3 scripts/gpu/allreduce.py --ngpu 2 --seconds 15 \
+    --port $((29800 + i)) > "$R/nccl-$mode.log" 2>&1
+  echo "job rc=$?" >> "$R/nccl-$mode.log"
+  kill $scraper 2>/dev/null
+  wait $scraper 2>/dev/null
+  sleep 3
+  scrape "$R/metrics-$mode.txt"
+  i=$((i + 1))
+done
+kill -TERM $agent
+wait $agent
+echo "serve rc=$?" >> "$R/serve.err"
+
+python3 - "$R" <<'PY' | tee "$R/summary.txt"
+import json, re, sys
+R = sys.argv[1]
+want = {"auto": "p2p/nvlink", "no-p2p": "shm", "no-p2p-no-shm": "socket"}
+lab = re.compile(r'(\w+)="([^"]*)"')
+
+def series(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels = dict(lab.findall(line[len(name) + 1:line.rindex("}")]))
+            yield labels, float(line.rsplit(" ", 1)[1])
+
+summary = {}
+for mode, expect in want.items():
+    log = open(f"{R}/nccl-{mode}.log", errors="replace").read()
+    # NCCL INFO lines start with host:PID:TID; the transport lines say "via X".
+    ranks = sorted({int(m.group(1)) for m in re.finditer(r"^\S+:(\d+):\d+ \[\d+\] NCCL INFO", log, re.M)})
+    vias = sorted({m.group(1) for m in re.finditer(r" via (\S+)", log)})
+    try:
+        text = open(f"{R}/metrics-{mode}.txt").read()
+    except OSError as e:
+        summary[mode] = {"error": str(e)}
+        print(f"{mode}: no scrape ({e})")
+        continue
+    verdicts = {}
+    for l, _ in series(text, "gdrtrace_transport_verdict_info"):
+        verdicts.setdefault(int(l["pid"]), set()).add((l["transport"], l["evidence_kind"], l.get("communicator", "")))
+    found = {int(l["pid"]): l.get("discovered_by") for l, _ in series(text, "gdrtrace_process_info")}
+    staged = {int(l["pid"]): v for l, v in series(text, "gdrtrace_host_staged_bytes_total")}
+    moved = {int(l["pid"]): v for l, v in series(text, "gdrtrace_moved_bytes_total")}
+    lost = sum(v for _, v in series(text, "gdrtrace_events_lost_total"))
+    shed = sum(v for _, v in series(text, "gdrtrace_shed_total"))
+    rows = []
+    for pid in ranks:
+        got = sorted({t for t, _, _ in verdicts.get(pid, set())})
+        rows.append({
+            "pid": pid, "discovered_by": found.get(pid), "transports": got,
+            "evidence": sorted({e for _, e, _ in verdicts.get(pid, set())}),
+            "communicators": len({c for _, _, c in verdicts.get(pid, set())}),
+            "moved_bytes": moved.get(pid), "host_staged_bytes": staged.get(pid),
+            "ok": got == [expect],
+        })
+    summary[mode] = {"expect": expect, "nccl_via": vias, "ranks": rows, "events_lost": lost, "shed": shed}
+    print(f"{mode}: NCCL says via {', '.join(vias) or '?'}; expected {expect}; lost {lost:.0f}, shed {shed:.0f}")
+    for r in rows:
+        print(f"  pid {r['pid']} ({r['discovered_by']}): {r['transports']} [{', '.join(r['evidence'])}] "
+              f"{r['communicators']} communicator(s), moved {r['moved_bytes']}, staged {r['host_staged_bytes']} "
+              f"{'ok' if r['ok'] else 'DIFFERS'}")
+json.dump(summary, open(f"{R}/summary.json", "w"), indent=1)
+PY
+tail -3 "$R/serve.err"

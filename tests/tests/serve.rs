@@ -1,0 +1,659 @@
+//! `gdrtrace serve` on this host, with real parts: the agent's BPF
+//! discovery, a real Prometheus (Debian's 2.42, started through
+//! scripts/prometheus.sh) scraping it, `promtool` on its exposition, real
+//! cgroups laid out like a kubelet pod's, and the capability list of the
+//! DaemonSet applied with `setpriv`.
+//!
+//! What is proven:
+//! - a process started after the agent, from a parent that is not traced,
+//!   is found by the kernel's open of libibverbs (`discovered_by`), and
+//!   Prometheus's query API returns exactly the registrations the workload
+//!   made, with every loss and shed counter at 0;
+//! - 2,000 short-lived targets are traced (their syscalls counted) and then
+//!   forgotten: no series, tracked process or kernel aggregation row of
+//!   them is left;
+//! - a process in a pod's cgroup gets the pod's namespace, pod and container;
+//! - the DaemonSet's capabilities are enough, and without CAP_BPF the agent
+//!   says so in one line;
+//! - a full target set and an exhausted CPU budget refuse processes, and
+//!   say how many.
+//!
+//! Timing is never asserted; deadlines only stop a test that would hang.
+use std::{
+    collections::BTreeMap,
+    io::{BufRead as _, BufReader, Write as _},
+    path::PathBuf,
+    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use integration_tests::{
+    can_trace, compile, documented_metrics, field, gdrtrace_path, have, http_get, metric_names, repo_root, url_encode,
+};
+
+const HOW: &str = "bash scripts/setup.sh --vm installs it";
+
+/// Every agent traces the whole machine: one at a time, or each would see
+/// (and count) the others' workloads.
+static ONE_AGENT: Mutex<()> = Mutex::new(());
+
+fn one_agent() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gdrtrace-serve-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Waits for `f` to return Some, or panics with `what` at the deadline.
+fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "gave up waiting for {what} after {limit:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A running agent.
+struct Agent {
+    child: Child,
+    addr: String,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Agent {
+    fn start(args: &[&str]) -> Agent {
+        Self::start_with(Command::new(gdrtrace_path()), args)
+    }
+
+    /// Starts `gdrtrace serve ARGS` through `cmd` (the binary, or a wrapper
+    /// whose last argument is the binary) and waits until it serves.
+    fn start_with(mut cmd: Command, args: &[&str]) -> Agent {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut child = cmd
+            .arg("serve")
+            .args(["--listen", &addr])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning gdrtrace serve");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let pipe = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let mut agent = Agent { child, addr, stderr };
+        let start = Instant::now();
+        while !agent.stderr().contains("serving metrics on") {
+            if let Ok(Some(status)) = agent.child.try_wait() {
+                panic!("gdrtrace serve exited ({status}):\n{}", agent.stderr());
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "the agent did not start:\n{}",
+                agent.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        agent
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn metrics(&self) -> String {
+        let (status, _, body) = http_get(&self.addr, "/metrics", None).expect("scraping the agent");
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// Sums the samples of `name` whose labels contain every `label="value"` of `with`.
+    fn sum(exposition: &str, name: &str, with: &[(&str, &str)]) -> Option<f64> {
+        let mut found = None;
+        for line in exposition.lines().filter(|l| !l.starts_with('#')) {
+            let Some(rest) = line.strip_prefix(name) else { continue };
+            if !(rest.starts_with('{') || rest.starts_with(' ')) {
+                continue;
+            }
+            if !with.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))) {
+                continue;
+            }
+            let v: f64 = rest.rsplit(' ').next()?.parse().ok()?;
+            found = Some(found.unwrap_or(0.0) + v);
+        }
+        found
+    }
+
+    fn stop(mut self) -> String {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().expect("waiting for the agent");
+        std::thread::sleep(Duration::from_millis(100));
+        let err = self.stderr();
+        assert!(status.success(), "gdrtrace serve failed ({status}):\n{err}");
+        assert!(!err.contains("internal error"), "{err}");
+        err
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A shell started before the agent (so neither it nor its children are
+/// followed from a traced parent): each line written to it runs as a
+/// command of its own, and it answers `done STATUS`.
+struct Launcher {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Launcher {
+    fn start() -> Launcher {
+        let mut child = Command::new("sh")
+            .args(["-c", "while read -r line; do sh -c \"$line\"; echo \"done $?\"; done"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawning sh");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Launcher { child, stdin, stdout }
+    }
+
+    /// Runs `cmd` and waits for it; returns its exit status.
+    fn run(&mut self, cmd: &str) -> i32 {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.stdin.flush().unwrap();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "the launcher exited");
+            if let Some(code) = line.trim().strip_prefix("done ") {
+                return code.parse().unwrap();
+            }
+        }
+    }
+}
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The short-lived target (tests/standin/serve_child.c), built once.
+fn serve_child() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gdrtrace-serve-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("serve_child");
+    if !out.is_file() {
+        let src = repo_root().join("tests/standin/serve_child.c");
+        compile(&["-O2", "-o", out.to_str().unwrap(), src.to_str().unwrap(), "-libverbs"]);
+    }
+    out
+}
+
+/// Prometheus started by scripts/prometheus.sh, scraping `target` every second.
+struct Prometheus {
+    child: Child,
+    addr: String,
+    dir: PathBuf,
+}
+
+impl Prometheus {
+    fn start(target: &str) -> Prometheus {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let dir = scratch("prometheus");
+        let child = Command::new("bash")
+            .arg(repo_root().join("scripts/prometheus.sh"))
+            .args(["--target", target, "--listen", &addr, "--scrape-interval", "1s"])
+            .arg("--data")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawning scripts/prometheus.sh");
+        let p = Prometheus { child, addr, dir };
+        wait_for("Prometheus to be ready", Duration::from_secs(120), || {
+            http_get(&p.addr, "/-/ready", None).ok().filter(|r| r.0 == 200)
+        });
+        p
+    }
+
+    /// An instant query: each result's labels and value.
+    fn query(&self, q: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+        let (status, _, body) =
+            http_get(&self.addr, &format!("/api/v1/query?query={}", url_encode(q)), None).expect("querying Prometheus");
+        assert_eq!(status, 200, "{q}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("Prometheus's JSON");
+        assert_eq!(v["status"], "success", "{q}: {body}");
+        v["data"]["result"]
+            .as_array()
+            .expect("a vector")
+            .iter()
+            .map(|r| {
+                let labels = r["metric"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                    .collect();
+                let value = r["value"][1].as_str().and_then(|s| s.parse().ok()).unwrap_or(f64::NAN);
+                (labels, value)
+            })
+            .collect()
+    }
+
+    fn scalar(&self, q: &str) -> Option<f64> {
+        self.query(q).first().map(|r| r.1)
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn prometheus_sees_the_registrations_of_a_discovered_workload() {
+    let test = "prometheus_sees_the_registrations_of_a_discovered_workload";
+    if !can_trace(test) || !have(test, "prometheus", HOW) || !have(test, "promtool", HOW) {
+        return;
+    }
+    let _one = one_agent();
+    let mut launcher = Launcher::start();
+    // Debug builds are several times slower than release: a budget that
+    // leaves this test nothing to shed (shedding has its own test).
+    let agent = Agent::start(&["--exited-retention", "600s", "--cpu-budget", "0.5"]);
+    let prom = Prometheus::start(&agent.addr);
+    let dir = scratch("pin-churn");
+    let out = dir.join("pin-churn.txt");
+    let status = launcher.run(&format!(
+        "exec {} drive pin-churn --iterations 300 --buffers 2 --pages 4 --odirect-mib 0 > {}",
+        gdrtrace_path().display(),
+        out.display()
+    ));
+    assert_eq!(status, 0);
+    let summary = std::fs::read_to_string(&out).unwrap();
+    let line = summary
+        .lines()
+        .find(|l| l.starts_with("pin-churn: pid="))
+        .expect("the workload's summary");
+    let (pid, regs, unregs) = (
+        field(line, "pid"),
+        field(line, "registrations"),
+        field(line, "unregistrations"),
+    );
+    assert_eq!(regs, 300);
+
+    // Through Prometheus: the workload's own counts.
+    let q = format!("sum(gdrtrace_registrations_total{{pid=\"{pid}\"}})");
+    let seen = wait_for("Prometheus to scrape the final count", Duration::from_secs(120), || {
+        prom.scalar(&q).filter(|v| *v == regs as f64)
+    });
+    assert_eq!(seen, regs as f64);
+    let q = format!("sum(gdrtrace_deregistrations_total{{pid=\"{pid}\",backing=\"io_uring\"}})");
+    assert_eq!(prom.scalar(&q), Some(unregs as f64), "{q}");
+    let info = prom.query(&format!("gdrtrace_process_info{{pid=\"{pid}\"}}"));
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert_eq!(
+        info[0].0.get("discovered_by").map(String::as_str),
+        Some("libibverbs"),
+        "found by the kernel's open of libibverbs: {info:?}"
+    );
+    assert_eq!(info[0].0.get("comm").map(String::as_str), Some("gdrtrace"));
+    // Every loss and shed counter exists and is 0.
+    assert_eq!(prom.scalar("count(gdrtrace_events_lost_total)"), Some(6.0));
+    assert_eq!(prom.scalar("sum(gdrtrace_events_lost_total)"), Some(0.0));
+    assert_eq!(
+        prom.scalar("sum(gdrtrace_shed_total)"),
+        Some(0.0),
+        "{:?}",
+        prom.query(
+            "gdrtrace_shed_total > 0 or gdrtrace_agent_shed_level or rate(gdrtrace_agent_cpu_seconds_total[1m])"
+        )
+    );
+    assert_eq!(prom.scalar("sum(gdrtrace_discovery_read_errors_total)"), Some(0.0));
+    // Prometheus asked for OpenMetrics and parsed it; so does promtool's
+    // linter with the classic format.
+    let (_, head, om) = http_get(
+        &agent.addr,
+        "/metrics",
+        Some("application/openmetrics-text; version=1.0.0"),
+    )
+    .unwrap();
+    assert!(
+        head.contains("application/openmetrics-text") && om.ends_with("# EOF\n"),
+        "{head}"
+    );
+    let text = agent.metrics();
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    promtool.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let lint = promtool.wait_with_output().unwrap();
+    let lint_text = String::from_utf8_lossy(&lint.stdout).into_owned() + &String::from_utf8_lossy(&lint.stderr);
+    assert!(lint.status.success() && lint_text.trim().is_empty(), "{lint_text}");
+    let undocumented: Vec<String> = metric_names(&text)
+        .into_iter()
+        .filter(|n| !["_bucket", "_sum", "_count"].iter().any(|s| n.ends_with(s)))
+        .filter(|n| !documented_metrics().contains(n))
+        .collect();
+    assert!(undocumented.is_empty(), "not in docs/serve.md: {undocumented:?}");
+    let err = agent.stop();
+    assert!(err.contains("serve stopped"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn thousands_of_short_lived_targets_are_traced_and_forgotten() {
+    let test = "thousands_of_short_lived_targets_are_traced_and_forgotten";
+    if !can_trace(test) {
+        return;
+    }
+    let _one = one_agent();
+    const N: u64 = 2000;
+    let child = serve_child();
+    let mut launcher = Launcher::start();
+    let agent = Agent::start(&[
+        "--exited-retention",
+        "1s",
+        "--no-installed-libraries",
+        "--cpu-budget",
+        "0.5",
+    ]);
+    let before = agent.metrics();
+    let v = |text: &str, name: &str, with: &[(&str, &str)]| Agent::sum(text, name, with).unwrap_or(0.0);
+    let discovered0 = v(
+        &before,
+        "gdrtrace_targets_discovered_total",
+        &[("reason", "libibverbs")],
+    );
+    let forgotten0 = v(&before, "gdrtrace_targets_forgotten_total", &[]);
+    let sends0 = v(&before, "gdrtrace_probe_hits_total", &[("op", "sendto")]);
+    let rss0 = v(&before, "gdrtrace_agent_resident_memory_bytes", &[]);
+    let status = launcher.run(&format!(
+        "i=0; while [ $i -lt {N} ]; do {}; i=$((i+1)); done",
+        child.display()
+    ));
+    assert_eq!(status, 0);
+    let after = wait_for("the agent to forget the children", Duration::from_secs(300), || {
+        let m = agent.metrics();
+        let forgotten = v(&m, "gdrtrace_targets_forgotten_total", &[]) - forgotten0;
+        let left = Agent::sum(&m, "gdrtrace_process_info", &[("comm", "serve_child")]).unwrap_or(0.0);
+        (forgotten >= N as f64 && left == 0.0).then_some(m)
+    });
+    let discovered = v(&after, "gdrtrace_targets_discovered_total", &[("reason", "libibverbs")]) - discovered0;
+    let sends = v(&after, "gdrtrace_probe_hits_total", &[("op", "sendto")]) - sends0;
+    let lost = v(&after, "gdrtrace_events_lost_total", &[]);
+    let tracked = v(&after, "gdrtrace_tracked_processes", &[]);
+    let rows = v(&after, "gdrtrace_bpf_map_entries", &[("map", "AGGREGATE")]);
+    let rss = v(&after, "gdrtrace_agent_resident_memory_bytes", &[]);
+    println!(
+        "{N} children: discovered {discovered}, sendto hits {sends}, tracked after {tracked}, aggregation rows after {rows}, lost {lost}, agent RSS {:.1} -> {:.1} MiB",
+        rss0 / 1048576.0,
+        rss / 1048576.0
+    );
+    assert!(discovered >= N as f64, "each child was found by its open of libibverbs");
+    assert!(sends >= N as f64, "each child's sendto was traced");
+    assert_eq!(lost, 0.0);
+    // Without forgetting there would be N rows and N processes.
+    assert!(rows < (N / 10) as f64, "{rows} aggregation rows left");
+    assert!(tracked < (N / 10) as f64, "{tracked} processes still tracked");
+    agent.stop();
+}
+
+/// Where cgroup v2 is mounted (the unified hierarchy, on hybrid hosts too).
+fn cgroup2_root() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
+    })
+}
+
+#[test]
+fn a_process_in_a_pod_cgroup_gets_the_pod_labels() {
+    let test = "a_process_in_a_pod_cgroup_gets_the_pod_labels";
+    if !can_trace(test) {
+        return;
+    }
+    let _one = one_agent();
+    let Some(cg_root) = cgroup2_root() else {
+        println!("skipping: {test}: no cgroup v2 hierarchy mounted");
+        return;
+    };
+    let uid = "3c2d9f0e-7a41-4b8e-9d2c-5f6a7b8c9d0e";
+    let cid = "9f".repeat(32);
+    let pod_cg = cg_root
+        .join("kubepods.slice/kubepods-besteffort.slice")
+        .join(format!("kubepods-besteffort-pod{}.slice", uid.replace('-', "_")));
+    let cg = pod_cg.join(format!("cri-containerd-{cid}.scope"));
+    if let Err(e) = std::fs::create_dir_all(&cg) {
+        println!("skipping: {test}: cannot create {}: {e}", cg.display());
+        return;
+    }
+    let logs = scratch("kubelet-logs");
+    std::fs::create_dir_all(logs.join(format!("pods/team-a_trainer-0_{uid}/worker"))).unwrap();
+    std::fs::create_dir_all(logs.join("containers")).unwrap();
+    std::fs::write(logs.join(format!("containers/trainer-0_team-a_worker-{cid}.log")), "").unwrap();
+
+    let child = serve_child();
+    let mut launcher = Launcher::start();
+    let agent = Agent::start(&["--kubelet-log-root", logs.to_str().unwrap()]);
+    // Into the pod's cgroup first, then exec the target (it sleeps 60 s).
+    let procs = cg.join("cgroup.procs");
+    assert_eq!(
+        launcher.run(&format!(
+            "sh -c 'echo $$ > {} && exec {} 60' & echo $! > {}",
+            procs.display(),
+            child.display(),
+            logs.join("pid").display()
+        )),
+        0
+    );
+    let pid: String = wait_for("the target's pid", Duration::from_secs(30), || {
+        std::fs::read_to_string(logs.join("pid"))
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    });
+    let line = wait_for("the pod labels", Duration::from_secs(60), || {
+        agent
+            .metrics()
+            .lines()
+            .find(|l| l.starts_with("gdrtrace_process_info{") && l.contains(&format!("pid=\"{pid}\"")))
+            .map(str::to_string)
+    });
+    for want in ["namespace=\"team-a\"", "pod=\"trainer-0\"", "container=\"worker\""] {
+        assert!(line.contains(want), "{want} missing: {line}");
+    }
+    // SAFETY: signalling the target this test started.
+    unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
+    agent.stop();
+    wait_for("the cgroup to empty", Duration::from_secs(30), || {
+        std::fs::read_to_string(&procs).ok().filter(|s| s.trim().is_empty())
+    });
+    for d in [
+        &cg,
+        &pod_cg,
+        &pod_cg.parent().unwrap().to_path_buf(),
+        &cg_root.join("kubepods.slice"),
+    ] {
+        let _ = std::fs::remove_dir(d);
+    }
+    let _ = std::fs::remove_dir_all(&logs);
+}
+
+/// The capabilities the DaemonSet adds, as `setpriv` names them.
+fn daemonset_capabilities() -> Vec<String> {
+    let ds = &integration_tests::yaml(&repo_root().join("deploy/kubernetes/daemonset.yaml"))[0];
+    ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"]
+        .as_array()
+        .expect("capabilities.add")
+        .iter()
+        .map(|c| c.as_str().unwrap().to_ascii_lowercase())
+        .collect()
+}
+
+fn with_capabilities(caps: &[String]) -> Command {
+    let mut c = Command::new("setpriv");
+    let set: String = caps.iter().map(|c| format!(",+{c}")).collect();
+    c.arg(format!("--bounding-set=-all{set}"))
+        .arg("--")
+        .arg(gdrtrace_path());
+    c
+}
+
+#[test]
+fn serve_with_only_the_daemonset_capabilities() {
+    let test = "serve_with_only_the_daemonset_capabilities";
+    if !can_trace(test) || !have(test, "setpriv", "util-linux") || !have(test, "python3", "Debian's python3") {
+        return;
+    }
+    let _one = one_agent();
+    let caps = daemonset_capabilities();
+    assert!(caps.contains(&"bpf".to_string()), "{caps:?}");
+    let child = serve_child();
+    let mut launcher = Launcher::start();
+    let agent = Agent::start_with(with_capabilities(&caps), &["--exited-retention", "600s"]);
+    let status = launcher.run(&format!("exec {} 0", child.display()));
+    assert_eq!(status, 0);
+    let m = wait_for("the child to be found", Duration::from_secs(60), || {
+        let m = agent.metrics();
+        Agent::sum(
+            &m,
+            "gdrtrace_process_info",
+            &[("discovered_by", "libibverbs"), ("comm", "serve_child")],
+        )
+        .map(|_| m)
+    });
+    assert!(Agent::sum(&m, "gdrtrace_probe_hits_total", &[("op", "sendto")]).unwrap_or(0.0) >= 1.0);
+    agent.stop();
+
+    // Without CAP_BPF: one line that says what is missing, and a failure.
+    let without: Vec<String> = caps.into_iter().filter(|c| c != "bpf").collect();
+    let out = with_capabilities(&without)
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{}", free_port()),
+            "--duration",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.starts_with("gdrtrace: ") && !err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn full_target_set_and_spent_cpu_budget_refuse_and_count() {
+    let test = "full_target_set_and_spent_cpu_budget_refuse_and_count";
+    if !can_trace(test) {
+        return;
+    }
+    let _one = one_agent();
+    let child = serve_child();
+    let mut launcher = Launcher::start();
+    // One entry, and five targets alive at once: at most one gets it.
+    let agent = Agent::start(&["--max-targets", "1", "--exited-retention", "600s"]);
+    let c = child.display();
+    assert_eq!(launcher.run(&format!("for i in 1 2 3 4 5; do {c} 3 & done; wait")), 0);
+    let m = agent.metrics();
+    let full = Agent::sum(
+        &m,
+        "gdrtrace_shed_total",
+        &[("what", "target"), ("reason", "targets-full")],
+    )
+    .unwrap_or(0.0);
+    assert!(full >= 4.0, "{full} refused:\n{m}");
+    assert_eq!(
+        Agent::sum(&m, "gdrtrace_bpf_map_max_entries", &[("map", "TARGETS")]),
+        Some(1.0)
+    );
+    agent.stop();
+
+    // A budget no agent can keep: it sheds to level 2 and refuses newcomers.
+    let agent = Agent::start(&["--cpu-budget", "0.000001", "--exited-retention", "600s"]);
+    wait_for("shed level 2", Duration::from_secs(60), || {
+        (Agent::sum(&agent.metrics(), "gdrtrace_agent_shed_level", &[]) == Some(2.0)).then_some(())
+    });
+    for _ in 0..3 {
+        assert_eq!(launcher.run(&format!("exec {} 0", child.display())), 0);
+    }
+    let m = wait_for("the refusals", Duration::from_secs(60), || {
+        let m = agent.metrics();
+        (Agent::sum(
+            &m,
+            "gdrtrace_shed_total",
+            &[("what", "target"), ("reason", "cpu-budget")],
+        )
+        .unwrap_or(0.0)
+            >= 3.0)
+            .then_some(m)
+    });
+    assert_eq!(
+        Agent::sum(&m, "gdrtrace_process_info", &[("comm", "serve_child")]),
+        None,
+        "a refused process is not tracked"
+    );
+    assert!(
+        Agent::sum(&m, "gdrtrace_shed_total", &[("what", "process-sample")]).is_some(),
+        "process samples are shed and counted at level 1 and above"
+    );
+    agent.stop();
+}
+
+#[test]
+fn bad_options_are_one_line_errors() {
+    for (args, want) in [
+        (vec!["serve", "--cpu-budget", "0"], "--cpu-budget"),
+        (vec!["serve", "--max-targets", "0"], "--max-targets"),
+        (vec!["serve", "--ringbuf-bytes", "1000"], "ring buffer size"),
+        (vec!["serve", "--listen", "not-an-address"], "--listen"),
+        (vec!["serve", "--exited-retention", "soon"], "duration"),
+    ] {
+        let out = integration_tests::run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

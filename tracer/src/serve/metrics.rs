@@ -1,0 +1,868 @@
+//! The exposition: a [`Snapshot`] of what the agent knows, rendered with
+//! `prometheus-client` into OpenMetrics text (what Prometheus asks for) or
+//! the classic text format 0.0.4 (everything else: curl, `promtool check
+//! metrics`). A fresh registry per scrape: series of forgotten processes
+//! disappear with them, and nothing is kept between scrapes.
+//!
+//! Names follow Prometheus conventions (`_total` counters, `_bytes`,
+//! `_seconds`, base units); every name, label and the cardinality bound
+//! is documented in docs/serve.md.
+use hdrhistogram::Histogram;
+use prometheus_client::{
+    encoding::{EncodeMetric, MetricEncoder, NoLabelSet},
+    metrics::{MetricType, TypedMetric, counter::ConstCounter, gauge::ConstGauge},
+    registry::{Registry, Unit},
+};
+use tracer_common::MAX_SLOTS;
+
+use super::k8s::PodLabels;
+use crate::counters::FollPin;
+
+/// Communicators listed per process; the rest are summed into
+/// `communicator="other"` (cardinality bound).
+pub const MAX_COMMUNICATORS: usize = 16;
+
+/// Histogram bucket bounds: powers of four from 256 ns to 68.7 s, on the
+/// in-kernel log2 slot boundaries, so bucket counts are exact.
+const BUCKET_LOG2: std::ops::RangeInclusive<u32> = 8..=36;
+
+/// Label pairs of one series.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// Series of one family.
+#[derive(Debug)]
+struct Rows<M>(Vec<(Labels, M)>);
+
+impl<M: EncodeMetric + TypedMetric> EncodeMetric for Rows<M> {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (labels, m) in &self.0 {
+            m.encode(encoder.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        M::TYPE
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A histogram whose buckets were counted elsewhere (the kernel's log2
+/// slots, an HdrHistogram): per-bucket counts, upper bounds in seconds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Hist {
+    pub buckets: Vec<(f64, u64)>,
+    pub count: u64,
+    pub sum_s: f64,
+}
+
+impl TypedMetric for Hist {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for Hist {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_histogram::<NoLabelSet>(self.sum_s, self.count, &self.buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+impl Hist {
+    /// From the kernel's log2 slots (slot `i` holds `[2^i, 2^(i+1))` ns, the
+    /// last everything longer). The sum is estimated at 1.5 x 2^i per call.
+    pub fn from_slots(slots: &[u64]) -> Self {
+        let mut buckets = Vec::new();
+        let mut next_slot = 0usize;
+        for k in BUCKET_LOG2.step_by(2) {
+            // Calls below 2^k ns: slots 0..k (all their values are < 2^k).
+            let upto = (k as usize).min(slots.len());
+            let n: u64 = slots[next_slot.min(upto)..upto].iter().sum();
+            next_slot = upto;
+            buckets.push(((1u64 << k) as f64 / 1e9, n));
+        }
+        let count = slots.iter().sum();
+        let sum_s = slots
+            .iter()
+            .enumerate()
+            .take(MAX_SLOTS as usize)
+            .map(|(i, c)| *c as f64 * 1.5 * (1u64 << i.min(62)) as f64 / 1e9)
+            .sum();
+        Self { buckets, count, sum_s }
+    }
+
+    /// From an HdrHistogram of nanoseconds.
+    pub fn from_hdr(h: &Histogram<u64>) -> Self {
+        let mut buckets = Vec::new();
+        let mut below = 0u64;
+        for k in BUCKET_LOG2.step_by(2) {
+            let bound = 1u64 << k;
+            let upto: u64 = h
+                .iter_recorded()
+                .filter(|v| v.value_iterated_to() < bound)
+                .map(|v| v.count_at_value())
+                .sum();
+            buckets.push((bound as f64 / 1e9, upto - below));
+            below = upto;
+        }
+        Self {
+            buckets,
+            count: h.len(),
+            sum_s: h.mean() * h.len() as f64 / 1e9,
+        }
+    }
+}
+
+/// The verdict of one process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerdictFigures {
+    pub transport: &'static str,
+    pub host_staged: bool,
+    /// `setup-calls` (peer checks, buffer exports/imports, staging
+    /// allocations seen) or `steady-state` (socket bytes, NVLink counters).
+    pub evidence_kind: &'static str,
+}
+
+/// One communicator's in-kernel totals.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Communicator {
+    pub handle: String,
+    pub op: String,
+    pub calls: u64,
+    pub bytes: u64,
+}
+
+/// What one tracked process did.
+#[derive(Clone, Debug, Default)]
+pub struct ProcessFigures {
+    pub pid: u32,
+    pub comm: String,
+    pub pod: Option<PodLabels>,
+    pub discovered_by: &'static str,
+    pub exited: bool,
+    pub verdict: Option<VerdictFigures>,
+    pub communicators: Vec<Communicator>,
+    pub moved_bytes: u64,
+    pub staged_bytes: u64,
+    /// (backing, registrations, deregistrations).
+    pub registrations: Vec<(&'static str, u64, u64)>,
+    pub pages_pinned: u64,
+    pub pages_unpinned: u64,
+    pub pinned_bytes: Option<u64>,
+    pub cpu_seconds: Option<f64>,
+    pub calls_by_transport: Vec<(&'static str, u64)>,
+    pub socket_sent_bytes: u64,
+    pub socket_received_bytes: u64,
+}
+
+/// One probe point of the coverage table.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    pub point: String,
+    pub family: &'static str,
+    pub status: &'static str,
+    pub via: &'static str,
+}
+
+/// Everything one scrape shows.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub node: String,
+    pub processes: Vec<ProcessFigures>,
+    /// Per op name: the kernel's log2 latency slots (every completed call).
+    pub op_latency: Vec<(String, Vec<u64>)>,
+    /// Registration latency per backing.
+    pub registration_latency: Vec<(&'static str, Hist)>,
+    pub probes: Vec<Probe>,
+    pub probe_hits: Vec<(String, u64)>,
+    pub library_files: u64,
+    pub setup_probes_closed: bool,
+    /// Events lost, per reason.
+    pub lost: Vec<(&'static str, u64)>,
+    pub returns_without_entry: u64,
+    pub discovery_read_errors: u64,
+    /// Work shed, per (what, reason).
+    pub shed: Vec<(&'static str, &'static str, u64)>,
+    pub discovered: Vec<(&'static str, u64)>,
+    pub forgotten: u64,
+    pub events: u64,
+    /// (map, entries, max entries).
+    pub maps: Vec<(&'static str, u64, u64)>,
+    pub node_pins: Option<FollPin>,
+    pub agent_cpu_seconds: f64,
+    pub agent_rss_bytes: u64,
+    pub cpu_budget: f64,
+    pub shed_level: u8,
+    pub tracked: u64,
+}
+
+impl Snapshot {
+    /// A snapshot with every family populated: what the checks of the
+    /// exposition (docs/serve.md's table, the alerting rules, the Grafana
+    /// dashboard, `promtool check metrics`) read without a live agent.
+    pub fn example() -> Self {
+        let mut slots = vec![0u64; MAX_SLOTS as usize];
+        slots[12] = 3;
+        let mut reg = crate::stats::new_histogram();
+        let _ = reg.record(5_000);
+        Snapshot {
+            node: "node-a".into(),
+            processes: vec![ProcessFigures {
+                pid: 4242,
+                comm: "python3".into(),
+                pod: Some(PodLabels {
+                    namespace: "ml".into(),
+                    pod: "trainer-0".into(),
+                    container: "worker".into(),
+                }),
+                discovered_by: "libnccl",
+                exited: false,
+                verdict: Some(VerdictFigures {
+                    transport: "shm",
+                    host_staged: true,
+                    evidence_kind: "setup-calls",
+                }),
+                communicators: vec![Communicator {
+                    handle: "0x55d0c0de".into(),
+                    op: "ncclAllReduce".into(),
+                    calls: 100,
+                    bytes: 1 << 20,
+                }],
+                moved_bytes: 1 << 20,
+                staged_bytes: 1 << 20,
+                registrations: vec![("host", 3, 2)],
+                pages_pinned: 16,
+                pages_unpinned: 16,
+                pinned_bytes: Some(65536),
+                cpu_seconds: Some(1.5),
+                calls_by_transport: vec![("shm", 100)],
+                socket_sent_bytes: 10,
+                socket_received_bytes: 10,
+            }],
+            op_latency: vec![("ibv_reg_mr".into(), slots)],
+            registration_latency: vec![("host", Hist::from_hdr(&reg))],
+            probes: vec![Probe {
+                point: "libibverbs".into(),
+                family: "ibverbs",
+                status: "attached",
+                via: "uprobe_multi",
+            }],
+            probe_hits: vec![("ibv_reg_mr".into(), 3)],
+            library_files: 1,
+            setup_probes_closed: false,
+            lost: vec![("ringbuf_full", 0)],
+            returns_without_entry: 0,
+            discovery_read_errors: 0,
+            shed: vec![("target", "targets-full", 0)],
+            discovered: vec![("libnccl", 1)],
+            forgotten: 0,
+            events: 10,
+            maps: vec![("TARGETS", 1, 16384)],
+            node_pins: Some(FollPin {
+                acquired: 16,
+                released: 16,
+            }),
+            agent_cpu_seconds: 0.5,
+            agent_rss_bytes: 1 << 24,
+            cpu_budget: 0.05,
+            shed_level: 0,
+            tracked: 1,
+        }
+    }
+}
+
+fn proc_labels(p: &ProcessFigures) -> Labels {
+    let mut l: Labels = vec![("pid", p.pid.to_string()), ("comm", p.comm.clone())];
+    if let Some(pod) = &p.pod {
+        for (k, v) in [
+            ("namespace", &pod.namespace),
+            ("pod", &pod.pod),
+            ("container", &pod.container),
+        ] {
+            if !v.is_empty() {
+                l.push((k, v.clone()));
+            }
+        }
+    }
+    l
+}
+
+fn with(mut l: Labels, extra: &[(&'static str, &str)]) -> Labels {
+    l.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+    l
+}
+
+/// The series of one family, registered once collected.
+struct Family<M> {
+    name: &'static str,
+    help: &'static str,
+    unit: Option<Unit>,
+    rows: Vec<(Labels, M)>,
+}
+
+impl<M: EncodeMetric + TypedMetric + Send + Sync + std::fmt::Debug + 'static> Family<M> {
+    fn new(name: &'static str, help: &'static str, unit: Option<Unit>) -> Self {
+        Self {
+            name,
+            help,
+            unit,
+            rows: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, labels: Labels, m: M) -> &mut Self {
+        self.rows.push((labels, m));
+        self
+    }
+
+    fn register(self, reg: &mut Registry) {
+        let rows = Rows(self.rows);
+        match self.unit {
+            Some(u) => reg.register_with_unit(self.name, self.help, u, rows),
+            None => reg.register(self.name, self.help, rows),
+        }
+    }
+}
+
+fn counter(v: u64) -> ConstCounter<u64> {
+    ConstCounter::new(v)
+}
+
+fn counter_f(v: f64) -> ConstCounter<f64> {
+    ConstCounter::new(v)
+}
+
+fn gauge(v: i64) -> ConstGauge<i64> {
+    ConstGauge::new(v)
+}
+
+/// The wire format of a scrape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    OpenMetrics,
+    Text,
+}
+
+impl Format {
+    /// OpenMetrics when the scraper asks for it (Prometheus does), the
+    /// classic text format otherwise.
+    pub fn negotiate(accept: Option<&str>) -> Self {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Text,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Text => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        }
+    }
+}
+
+/// Renders a snapshot.
+pub fn render(s: &Snapshot, format: Format) -> String {
+    let mut reg = Registry::with_prefix_and_labels("gdrtrace", [("node".into(), s.node.clone().into())].into_iter());
+    register(&mut reg, s);
+    let mut out = String::new();
+    let r = match format {
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &reg),
+        Format::Text => prometheus_client::encoding::prometheus_text::encode(&mut out, &reg),
+    };
+    // Writing into a String cannot fail; a label the encoder refuses would
+    // be a bug, and the scrape then says so instead of serving half.
+    if let Err(e) = r {
+        return format!("# gdrtrace: encoding the metrics failed: {e}\n");
+    }
+    out
+}
+
+fn register(reg: &mut Registry, s: &Snapshot) {
+    process_families(reg, s);
+    node_families(reg, s);
+    agent_families(reg, s);
+}
+
+fn process_families(reg: &mut Registry, s: &Snapshot) {
+    let mut info = Family::new(
+        "process_info",
+        "A tracked GPU or RDMA process (value 1): how it was discovered and whether it exited (kept until --exited-retention)",
+        None,
+    );
+    for p in &s.processes {
+        info.add(
+            with(
+                proc_labels(p),
+                &[
+                    ("discovered_by", p.discovered_by),
+                    ("exited", if p.exited { "true" } else { "false" }),
+                ],
+            ),
+            gauge(1),
+        );
+    }
+    info.register(reg);
+
+    let mut verdict = Family::new(
+        "transport_verdict_info",
+        "The transport verdict of a process and its communicators (value 1), with the kind of evidence it rests on",
+        None,
+    );
+    for p in &s.processes {
+        let Some(v) = &p.verdict else { continue };
+        let base = with(
+            proc_labels(p),
+            &[
+                ("transport", v.transport),
+                ("host_staged", if v.host_staged { "true" } else { "false" }),
+                ("evidence_kind", v.evidence_kind),
+            ],
+        );
+        let mut handles: Vec<&str> = p.communicators.iter().map(|c| c.handle.as_str()).collect();
+        handles.dedup();
+        if handles.is_empty() {
+            handles.push("");
+        }
+        for h in handles {
+            verdict.add(with(base.clone(), &[("communicator", h)]), gauge(1));
+        }
+    }
+    verdict.register(reg);
+
+    let mut moved = Family::new(
+        "moved",
+        "Bytes a process moved: copies and collectives (in-kernel totals)",
+        Some(Unit::Bytes),
+    );
+    let mut staged = Family::new(
+        "host_staged",
+        "Bytes a process moved through host memory: pageable or staged copies, and collectives on a host-staged transport (shm, socket)",
+        Some(Unit::Bytes),
+    );
+    for p in &s.processes {
+        moved.add(proc_labels(p), counter(p.moved_bytes));
+        staged.add(proc_labels(p), counter(p.staged_bytes));
+    }
+    moved.register(reg);
+    staged.register(reg);
+
+    let mut calls = Family::new(
+        "collective_calls",
+        "Collective and point-to-point calls per communicator, counted in the kernel",
+        None,
+    );
+    for p in &s.processes {
+        for c in &p.communicators {
+            calls.add(
+                with(proc_labels(p), &[("communicator", &c.handle), ("op", &c.op)]),
+                counter(c.calls),
+            );
+        }
+    }
+    calls.register(reg);
+    let mut bytes = Family::new(
+        "collective",
+        "Bytes of collective and point-to-point calls per communicator (count x data-type size), counted in the kernel",
+        Some(Unit::Bytes),
+    );
+    for p in &s.processes {
+        for c in &p.communicators {
+            bytes.add(
+                with(proc_labels(p), &[("communicator", &c.handle), ("op", &c.op)]),
+                counter(c.bytes),
+            );
+        }
+    }
+    bytes.register(reg);
+
+    let mut regs = Family::new(
+        "registrations",
+        "Memory registrations (MRs, io_uring buffer sets, host registrations) by what backs the memory",
+        None,
+    );
+    for p in &s.processes {
+        for (backing, n, _) in &p.registrations {
+            regs.add(with(proc_labels(p), &[("backing", backing)]), counter(*n));
+        }
+    }
+    regs.register(reg);
+    let mut deregs = Family::new(
+        "deregistrations",
+        "Memory deregistrations by what backs the memory",
+        None,
+    );
+    for p in &s.processes {
+        for (backing, _, n) in &p.registrations {
+            deregs.add(with(proc_labels(p), &[("backing", backing)]), counter(*n));
+        }
+    }
+    deregs.register(reg);
+
+    let mut pinned = Family::new(
+        "process_pinned",
+        "Memory the kernel holds pinned for a process (VmPin)",
+        Some(Unit::Bytes),
+    );
+    let mut cpu = Family::new(
+        "process_cpu",
+        "CPU time of a tracked process (user + system)",
+        Some(Unit::Seconds),
+    );
+    for p in &s.processes {
+        if let Some(b) = p.pinned_bytes {
+            pinned.add(proc_labels(p), gauge(b as i64));
+        }
+        if let Some(c) = p.cpu_seconds {
+            cpu.add(proc_labels(p), counter_f(c));
+        }
+    }
+    pinned.register(reg);
+    cpu.register(reg);
+
+    let mut pin_pages = Family::new(
+        "pinned_pages",
+        "Pages pinned by the kernel's pinning functions for a process (kernel probes; only where fentry or kprobes load)",
+        None,
+    );
+    let mut unpin_pages = Family::new(
+        "unpinned_pages",
+        "Pages unpinned by the kernel's unpinning functions for a process (kernel probes)",
+        None,
+    );
+    let mut by_transport = Family::new(
+        "calls",
+        "Traced calls of a process by the transport verdict of each call",
+        None,
+    );
+    let mut socket = Family::new(
+        "socket",
+        "Bytes through a process's socket send/recv syscalls (in-kernel totals), by direction",
+        Some(Unit::Bytes),
+    );
+    for p in &s.processes {
+        if p.pages_pinned + p.pages_unpinned > 0 {
+            pin_pages.add(proc_labels(p), counter(p.pages_pinned));
+            unpin_pages.add(proc_labels(p), counter(p.pages_unpinned));
+        }
+        for (t, n) in &p.calls_by_transport {
+            by_transport.add(with(proc_labels(p), &[("transport", t)]), counter(*n));
+        }
+        if p.socket_sent_bytes + p.socket_received_bytes > 0 {
+            socket.add(
+                with(proc_labels(p), &[("direction", "sent")]),
+                counter(p.socket_sent_bytes),
+            );
+            socket.add(
+                with(proc_labels(p), &[("direction", "received")]),
+                counter(p.socket_received_bytes),
+            );
+        }
+    }
+    pin_pages.register(reg);
+    unpin_pages.register(reg);
+    by_transport.register(reg);
+    socket.register(reg);
+}
+
+fn node_families(reg: &mut Registry, s: &Snapshot) {
+    let mut lat = Family::new(
+        "operation_duration",
+        "Latency of traced operations on this node, from the in-kernel log2 slots (every completed call; _sum estimated at slot midpoints)",
+        Some(Unit::Seconds),
+    );
+    for (op, slots) in &s.op_latency {
+        lat.add(vec![("op", op.clone())], Hist::from_slots(slots));
+    }
+    lat.register(reg);
+    let mut reg_lat = Family::new(
+        "registration_duration",
+        "Latency of memory registrations on this node, by backing",
+        Some(Unit::Seconds),
+    );
+    for (backing, h) in &s.registration_latency {
+        reg_lat.add(vec![("backing", backing.to_string())], h.clone());
+    }
+    reg_lat.register(reg);
+
+    if let Some(p) = s.node_pins {
+        reg.register(
+            "node_pinned_pages",
+            "Pages pinned on the whole node (/proc/vmstat nr_foll_pin_acquired)",
+            counter(p.acquired),
+        );
+        reg.register(
+            "node_unpinned_pages",
+            "Pages unpinned on the whole node (/proc/vmstat nr_foll_pin_released)",
+            counter(p.released),
+        );
+    }
+
+    let mut probes = Family::new(
+        "probe_info",
+        "Probe coverage (value 1): each probe point, whether it attached and how",
+        None,
+    );
+    for p in &s.probes {
+        probes.add(
+            vec![
+                ("point", p.point.clone()),
+                ("family", p.family.into()),
+                ("status", p.status.into()),
+                ("via", p.via.into()),
+            ],
+            gauge(1),
+        );
+    }
+    probes.register(reg);
+    let mut hits = Family::new(
+        "probe_hits",
+        "Probe entries of traced processes per operation (every trap, aggregated ones included)",
+        None,
+    );
+    for (op, n) in &s.probe_hits {
+        hits.add(vec![("op", op.clone())], counter(*n));
+    }
+    hits.register(reg);
+    reg.register(
+        "library_files_attached",
+        "Library files (libcuda, libibverbs, libnccl copies) with uprobes attached",
+        gauge(s.library_files as i64),
+    );
+    reg.register(
+        "setup_probes_closed",
+        "1 once the set-up uprobe links (context switches) were closed over their hit-rate budget",
+        gauge(s.setup_probes_closed as i64),
+    );
+
+    let mut lost = Family::new(
+        "events_lost",
+        "Events lost, by reason: ring buffer full, in-flight table full, probe read errors, aggregation table full, malformed or undecodable records. Any non-zero value means figures are lower bounds",
+        None,
+    );
+    for (reason, n) in &s.lost {
+        lost.add(vec![("reason", reason.to_string())], counter(*n));
+    }
+    lost.register(reg);
+    reg.register(
+        "returns_without_entry",
+        "Returns whose entry was not seen (a call in flight when its process was discovered); not a loss of completed calls",
+        counter(s.returns_without_entry),
+    );
+    reg.register(
+        "discovery_read_errors",
+        "Opens whose path discovery could not read (a GPU or RDMA process may have been missed)",
+        counter(s.discovery_read_errors),
+    );
+}
+
+fn agent_families(reg: &mut Registry, s: &Snapshot) {
+    reg.register(
+        "build_info",
+        "The agent's version (value 1)",
+        Rows(vec![(
+            vec![("version", env!("CARGO_PKG_VERSION").to_string())],
+            gauge(1),
+        )]),
+    );
+    let mut discovered = Family::new(
+        "targets_discovered",
+        "Processes that became targets, by what gave them away (a library or device node they opened, or the /proc scan at start); their children follow in the kernel",
+        None,
+    );
+    for (reason, n) in &s.discovered {
+        discovered.add(vec![("reason", reason.to_string())], counter(*n));
+    }
+    discovered.register(reg);
+    reg.register(
+        "targets_forgotten",
+        "Exited processes whose state was dropped after --exited-retention",
+        counter(s.forgotten),
+    );
+    let mut shed = Family::new(
+        "shed",
+        "Work not done to stay within bounds, by what and why: targets refused (target set full, CPU budget), library rescans and process samples skipped (CPU budget)",
+        None,
+    );
+    for (what, reason, n) in &s.shed {
+        shed.add(
+            vec![("what", what.to_string()), ("reason", reason.to_string())],
+            counter(*n),
+        );
+    }
+    shed.register(reg);
+    reg.register("events", "Ring-buffer records decoded", counter(s.events));
+    let mut entries = Family::new("bpf_map_entries", "Entries in the agent's BPF maps.", None);
+    for (map, n, _) in &s.maps {
+        entries.add(vec![("map", map.to_string())], gauge(*n as i64));
+    }
+    entries.register(reg);
+    let mut max = Family::new(
+        "bpf_map_max_entries",
+        "Capacity of the agent's BPF maps (--max-targets, --max-aggregate-rows)",
+        None,
+    );
+    for (map, _, m) in &s.maps {
+        max.add(vec![("map", map.to_string())], gauge(*m as i64));
+    }
+    max.register(reg);
+    reg.register(
+        "tracked_processes",
+        "Processes the agent keeps state for (live, and exited within --exited-retention)",
+        gauge(s.tracked as i64),
+    );
+    reg.register_with_unit(
+        "agent_cpu",
+        "CPU time the agent used (user + system)",
+        Unit::Seconds,
+        counter_f(s.agent_cpu_seconds),
+    );
+    reg.register_with_unit(
+        "agent_resident_memory",
+        "Resident memory of the agent (VmRSS)",
+        Unit::Bytes,
+        gauge(s.agent_rss_bytes as i64),
+    );
+    reg.register(
+        "agent_cpu_budget_ratio",
+        "CPU the agent may use, as a fraction of one CPU (--cpu-budget)",
+        ConstGauge::new(s.cpu_budget),
+    );
+    reg.register(
+        "agent_shed_level",
+        "0: within the CPU budget; 1: process samples and library rescans skipped; 2: new targets refused too",
+        gauge(s.shed_level as i64),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            node: "node-a".into(),
+            processes: vec![ProcessFigures {
+                pid: 42,
+                comm: "python3".into(),
+                pod: Some(PodLabels {
+                    namespace: "team-a".into(),
+                    pod: "trainer-0".into(),
+                    container: "worker".into(),
+                }),
+                discovered_by: "libnccl",
+                verdict: Some(VerdictFigures {
+                    transport: "shm",
+                    host_staged: true,
+                    evidence_kind: "setup-calls",
+                }),
+                communicators: vec![Communicator {
+                    handle: "0x55d0".into(),
+                    op: "ncclAllReduce".into(),
+                    calls: 10,
+                    bytes: 4096,
+                }],
+                moved_bytes: 4096,
+                staged_bytes: 4096,
+                registrations: vec![("io_uring", 3, 2)],
+                ..Default::default()
+            }],
+            op_latency: vec![("ibv_reg_mr".into(), {
+                let mut s = vec![0; MAX_SLOTS as usize];
+                s[12] = 3;
+                s[20] = 1;
+                s
+            })],
+            lost: vec![("ringbuf_full", 0)],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn names_units_and_labels_follow_the_conventions() {
+        let text = render(&snapshot(), Format::Text);
+        for want in [
+            "gdrtrace_registrations_total{node=\"node-a\",pid=\"42\",comm=\"python3\",namespace=\"team-a\",pod=\"trainer-0\",container=\"worker\",backing=\"io_uring\"} 3",
+            "gdrtrace_deregistrations_total{node=\"node-a\",pid=\"42\",comm=\"python3\",namespace=\"team-a\",pod=\"trainer-0\",container=\"worker\",backing=\"io_uring\"} 2",
+            "gdrtrace_host_staged_bytes_total{",
+            "gdrtrace_moved_bytes_total{",
+            "transport=\"shm\",host_staged=\"true\",evidence_kind=\"setup-calls\",communicator=\"0x55d0\"} 1",
+            "gdrtrace_collective_bytes_total{",
+            "# TYPE gdrtrace_operation_duration_seconds histogram",
+            "gdrtrace_events_lost_total{node=\"node-a\",reason=\"ringbuf_full\"} 0",
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+        let om = render(&snapshot(), Format::OpenMetrics);
+        assert!(om.ends_with("# EOF\n"), "OpenMetrics ends with EOF");
+        assert!(om.contains("# UNIT gdrtrace_moved_bytes bytes"));
+    }
+
+    #[test]
+    fn log2_slots_become_exact_power_of_four_buckets() {
+        let mut slots = vec![0u64; MAX_SLOTS as usize];
+        slots[12] = 3; // [4096, 8192) ns: below 2^14 = 16.4 us
+        slots[13] = 2; // [8192, 16384): below 2^14 too
+        slots[14] = 1; // [16384, 32768): below 2^16
+        slots[39] = 1; // clamped: only +Inf
+        let h = Hist::from_slots(&slots);
+        let at = |secs: f64| h.buckets.iter().find(|(b, _)| (*b - secs).abs() < 1e-15).map(|b| b.1);
+        assert_eq!(at(16384e-9), Some(5));
+        assert_eq!(at(65536e-9), Some(1));
+        assert_eq!(
+            h.buckets.iter().map(|b| b.1).sum::<u64>(),
+            6,
+            "the clamped slot is in +Inf only"
+        );
+        assert_eq!(h.count, 7);
+        let text = render(
+            &Snapshot {
+                op_latency: vec![("op".into(), slots)],
+                ..Default::default()
+            },
+            Format::Text,
+        );
+        assert!(
+            text.contains("gdrtrace_operation_duration_seconds_bucket{node=\"\",op=\"op\",le=\"1.6384e-05\"} 5"),
+            "{text}"
+        );
+        assert!(text.contains("le=\"+Inf\"} 7"), "{text}");
+    }
+
+    #[test]
+    fn hdr_histograms_bin_like_the_slots() {
+        let mut h = crate::stats::new_histogram();
+        h.record(5_000).unwrap();
+        h.record(5_000).unwrap();
+        h.record(70_000).unwrap();
+        let x = Hist::from_hdr(&h);
+        assert_eq!(x.count, 3);
+        assert_eq!(x.buckets.iter().map(|b| b.1).sum::<u64>(), 3);
+        assert_eq!(
+            x.buckets.iter().find(|b| b.0 > 1.6e-5 && b.0 < 1.7e-5).map(|b| b.1),
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn a_process_without_communicators_has_one_verdict_series() {
+        let mut s = snapshot();
+        s.processes[0].communicators.clear();
+        let text = render(&s, Format::Text);
+        assert_eq!(text.matches("gdrtrace_transport_verdict_info{").count(), 1);
+        assert!(text.contains("communicator=\"\"} 1"));
+    }
+
+    #[test]
+    fn format_follows_the_accept_header() {
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(Format::negotiate(Some(prometheus)), Format::OpenMetrics);
+        assert_eq!(Format::negotiate(Some("*/*")), Format::Text);
+        assert_eq!(Format::negotiate(None), Format::Text);
+    }
+}

@@ -1,0 +1,805 @@
+//! `gdrtrace serve`: the node agent. It finds every GPU or RDMA process as
+//! it appears (in the kernel, `discover.rs`; in `/proc` at start), traces
+//! it with the same cheap plan as `attach` (uprobe_multi links per library
+//! file, entry-only hot rows, set-up links closed over budget, records
+//! drained on a beat), forgets it a while after it exits, and serves what
+//! it knows as Prometheus metrics (docs/serve.md).
+//!
+//! Its cost is bounded by its options: the target set's size
+//! (`--max-targets`), the kernel tables' sizes, and a CPU budget above
+//! which it sheds work. Everything refused or skipped is a counter
+//! (`gdrtrace_shed_total`), every lost event too (`gdrtrace_events_lost_total`).
+pub mod discover;
+pub mod http;
+pub mod k8s;
+pub mod kernel;
+pub mod metrics;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    future::Future,
+    net::SocketAddr,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use tokio::sync::mpsc;
+use tracer_common::{Event, counter, discover as reason, kind};
+
+use self::{
+    http::Scrape,
+    k8s::{PodIndex, PodLabels},
+    metrics::{Communicator, ProcessFigures, Snapshot, VerdictFigures},
+};
+use crate::{
+    classify::{Transport, comm::Basis, judge, steady::GpuLinks},
+    cli::parse_duration,
+    error::{Error, Result},
+    events::recording::HostFacts,
+    loader::{self, LoadOptions},
+    probes::{Status, catalog::DISCOVERY_POINTS},
+    session::{Session, SessionOptions},
+    stats::Aggregator,
+};
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address of the metrics endpoint (`/metrics`).
+    #[arg(long, default_value = "127.0.0.1:9464")]
+    pub listen: SocketAddr,
+    /// The `node` label (default: $NODE_NAME, else the host name).
+    #[arg(long)]
+    pub node: Option<String>,
+    /// Entries of the kernel's target set: discovered processes, their
+    /// children and their threads. Beyond it new processes are refused
+    /// and counted (gdrtrace_shed_total{what="target"}).
+    #[arg(long, default_value_t = tracer_common::MAX_TARGETS)]
+    pub max_targets: u32,
+    /// Rows of the in-kernel aggregation (process, op, communicator).
+    #[arg(long, default_value_t = tracer_common::MAX_AGG_ROWS)]
+    pub max_aggregate_rows: u32,
+    /// Traced calls in flight at once.
+    #[arg(long, default_value_t = tracer_common::MAX_INFLIGHT)]
+    pub max_inflight: u32,
+    /// Event ring buffer size in bytes (a power of two, at least one page).
+    #[arg(long, default_value_t = tracer_common::RINGBUF_BYTES as u64)]
+    pub ringbuf_bytes: u64,
+    /// CPU the agent may use, as a fraction of one CPU. Above it, it skips
+    /// process samples and library rescans, then refuses new targets
+    /// (each counted in gdrtrace_shed_total).
+    #[arg(long, default_value_t = 0.05)]
+    pub cpu_budget: f64,
+    /// How long an exited process's series stay (its final counts must
+    /// outlive a scrape interval) before its state is dropped.
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    pub exited_retention: Duration,
+    /// Directory holding the kubelet's `pods/` and `containers/` logs, for
+    /// the namespace, pod and container labels.
+    #[arg(long, default_value = "/var/log")]
+    pub kubelet_log_root: PathBuf,
+    /// Do not attach uprobes to the installed libcuda/libibverbs/libnccl up
+    /// front (copies processes map are attached as they are found).
+    #[arg(long)]
+    pub no_installed_libraries: bool,
+    /// Stop after this long (default: run until SIGINT or SIGTERM).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+}
+
+/// How often the agent does its housekeeping.
+const TICK: Duration = Duration::from_secs(1);
+/// The CPU budget's window: long enough that one busy moment (a scrape, a
+/// burst of discoveries) does not shed work by itself.
+const BUDGET_WINDOW: Duration = Duration::from_secs(10);
+/// How often the agent checks that its processes are alive (an exit record
+/// lost to a full ring buffer must not keep a process forever).
+const ALIVE_EVERY: Duration = Duration::from_secs(5);
+/// When a process's libraries are looked up again after it was discovered
+/// or exec'd, or opened a library: the loader maps a file right after
+/// opening it, `dlopen` at any time.
+const RESCANS: [Duration; 4] = [
+    Duration::ZERO,
+    Duration::from_millis(200),
+    Duration::from_secs(1),
+    Duration::from_secs(5),
+];
+/// Records kept room for between batches: a burst (the agent descheduled
+/// while the ring buffer filled) grows the batch to the buffer's size, and
+/// that memory goes back once the burst is handled.
+const BATCH_KEEP: usize = 4096;
+/// Distinct registered ranges remembered per process: the agent exports no
+/// re-registration figure, and a process registering fresh buffers for
+/// days would grow the table without end.
+const SEEN_RANGES: usize = 65_536;
+
+/// The CPU budget: measured over windows; over budget sheds a level of
+/// work, under half of it gives one back.
+#[derive(Debug)]
+pub struct Budget {
+    /// Fraction of one CPU.
+    pub limit: f64,
+    window: Duration,
+    since: Option<(Instant, f64)>,
+    pub level: u8,
+}
+
+impl Budget {
+    pub fn new(limit: f64, window: Duration) -> Self {
+        Self {
+            limit,
+            window,
+            since: None,
+            level: 0,
+        }
+    }
+
+    /// Feeds the agent's CPU seconds at `now`; returns the new level when it
+    /// changed.
+    pub fn update(&mut self, now: Instant, cpu_seconds: f64) -> Option<u8> {
+        let Some((t0, c0)) = self.since else {
+            self.since = Some((now, cpu_seconds));
+            return None;
+        };
+        let wall = now.duration_since(t0);
+        if wall < self.window {
+            return None;
+        }
+        self.since = Some((now, cpu_seconds));
+        let used = (cpu_seconds - c0).max(0.0) / wall.as_secs_f64();
+        let before = self.level;
+        if used > self.limit {
+            self.level = (self.level + 1).min(2);
+        } else if used < self.limit / 2.0 {
+            self.level = self.level.saturating_sub(1);
+        }
+        (self.level != before).then_some(self.level)
+    }
+}
+
+/// What the agent keeps per process besides the aggregator's row.
+#[derive(Debug, Default)]
+struct Meta {
+    /// `discover::*` reason (`NONE`: followed from a parent).
+    reason: u32,
+    exited_at: Option<Instant>,
+    /// Looked up once (`Some(None)`: not in a pod).
+    pod: Option<Option<PodLabels>>,
+    /// Library rescans still due.
+    rescans: Vec<Instant>,
+}
+
+struct Agent {
+    session: Session,
+    agg: Aggregator,
+    meta: BTreeMap<u32, Meta>,
+    pods: PodIndex,
+    node: String,
+    me: u32,
+    retention: Duration,
+    budget: Budget,
+    /// NVLink and RDMA devices of the node, read at start (judging).
+    facts: HostFacts,
+    /// NVLink counters when the agent started (steady-state verdicts).
+    links: Option<crate::trace::LinksBase>,
+    setup_hits: (u64, Instant),
+    discovered: BTreeMap<u32, u64>,
+    forgotten: u64,
+    /// Work shed in user space, per (what, reason).
+    shed: BTreeMap<(&'static str, &'static str), u64>,
+    discover_events: u64,
+    malformed: u64,
+    last_alive: Instant,
+    /// Processes refused (shed) whose records may still be in flight: they
+    /// are not tracked, and their exit clears them.
+    refused: BTreeSet<u32>,
+}
+
+fn agent_cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct we own.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut r) };
+    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+    t(r.ru_utime) + t(r.ru_stime)
+}
+
+fn agent_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| crate::counters::parse_status_kib(&s, "VmRSS:"))
+        .unwrap_or(0)
+        * 1024
+}
+
+/// The node label: `--node`, else `$NODE_NAME` (the DaemonSet sets it from
+/// `spec.nodeName`), else the host name.
+fn node_name(arg: Option<&str>) -> String {
+    if let Some(n) = arg {
+        return n.to_string();
+    }
+    if let Ok(n) = std::env::var("NODE_NAME")
+        && !n.is_empty()
+    {
+        return n;
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+impl Agent {
+    fn meta(&mut self, pid: u32) -> &mut Meta {
+        self.meta.entry(pid).or_default()
+    }
+
+    /// Reads a process's pod while it is there to read (a short-lived one
+    /// is gone by the next scrape).
+    fn label(&mut self, pid: u32) {
+        if self.meta.get(&pid).is_none_or(|m| m.pod.is_none()) {
+            let pod = self.pods.of_pid(pid);
+            self.meta(pid).pod = Some(pod);
+        }
+    }
+
+    fn schedule_rescans(&mut self, pid: u32) {
+        let now = Instant::now();
+        self.meta(pid).rescans = RESCANS.iter().map(|d| now + *d).collect();
+    }
+
+    /// A new target (the kernel added it already, or the scan found it).
+    fn adopt(&mut self, pid: u32, why: u32) {
+        if self.meta.contains_key(&pid) && self.agg.procs.contains_key(&pid) {
+            return;
+        }
+        *self.discovered.entry(why).or_default() += 1;
+        self.agg.add_process(pid, None);
+        self.meta(pid).reason = why;
+        self.label(pid);
+        self.session.attach_libraries_of(pid);
+        self.schedule_rescans(pid);
+    }
+
+    /// Shed a new target: out of the kernel's set, counted.
+    fn refuse(&mut self, pid: u32, why: &'static str) {
+        let _ = kernel::remove_target(&mut self.session.ebpf, pid);
+        *self.shed.entry(("target", why)).or_default() += 1;
+        self.refused.insert(pid);
+    }
+
+    fn handle(&mut self, batch: &mut Vec<Event>) {
+        for e in batch.drain(..) {
+            if self.refused.contains(&e.pid) {
+                // What it did before it left the kernel's set; a library it
+                // opens later puts it back there, and a child forked in the
+                // meantime is in it: out again, without counting twice.
+                match e.kind {
+                    kind::EXIT => {
+                        self.refused.remove(&e.pid);
+                        let _ = kernel::drop_aggregate_rows(&mut self.session.ebpf, &BTreeSet::from([e.pid]));
+                    }
+                    kind::DISCOVER if e.args[2] == 0 => {
+                        let _ = kernel::remove_target(&mut self.session.ebpf, e.pid);
+                    }
+                    kind::FORK => {
+                        let child = e.args[0] as u32;
+                        let _ = kernel::remove_target(&mut self.session.ebpf, child);
+                        self.refused.insert(child);
+                    }
+                    _ => {}
+                }
+                continue;
+            }
+            match e.kind {
+                kind::DISCOVER => {
+                    self.discover_events += 1;
+                    if e.args[2] != 0 {
+                        // A target opened a library: map it once mapped.
+                        self.schedule_rescans(e.pid);
+                    } else if self.budget.level >= 2 {
+                        self.refuse(e.pid, "cpu-budget");
+                    } else {
+                        self.adopt(e.pid, e.args[0] as u32);
+                    }
+                }
+                kind::FORK => {
+                    self.agg.push(&e);
+                    let child = e.args[0] as u32;
+                    if self.agg.procs.contains_key(&child) {
+                        self.label(child);
+                    }
+                }
+                kind::EXEC => {
+                    self.agg.push(&e);
+                    self.schedule_rescans(e.pid);
+                }
+                kind::EXIT => {
+                    self.agg.push(&e);
+                    self.meta(e.pid).exited_at.get_or_insert_with(Instant::now);
+                }
+                _ => self.agg.push(&e),
+            }
+        }
+    }
+
+    /// Processes running when the agent started.
+    fn scan(&mut self) -> usize {
+        let found = discover::scan(self.me);
+        for (pid, _) in &found {
+            match self.session.add_target(*pid) {
+                Ok(()) => self.adopt(*pid, reason::PROC_SCAN),
+                Err(_) => *self.shed.entry(("target", "targets-full")).or_default() += 1,
+            }
+        }
+        found.len()
+    }
+
+    fn on_tick(&mut self) {
+        let now = Instant::now();
+        if let Some(level) = self.budget.update(now, agent_cpu_seconds()) {
+            log::info!(
+                "CPU budget {:.1}% of a CPU: shed level {level}",
+                self.budget.limit * 100.0
+            );
+        }
+        self.rescan_due(now);
+        if let Ok(rows) = self.session.aggregates() {
+            self.agg.set_aggregates(&rows);
+        }
+        if self
+            .session
+            .budget_setup(&mut self.setup_hits, crate::trace::SETUP_BUDGET_HZ)
+            .is_some()
+        {
+            self.agg.setup_closed();
+        }
+        if now.duration_since(self.last_alive) >= ALIVE_EVERY {
+            self.last_alive = now;
+            self.check_alive(now);
+        }
+        self.forget_expired(now);
+        self.trim();
+    }
+
+    fn rescan_due(&mut self, now: Instant) {
+        let mut due = Vec::new();
+        let shedding = self.budget.level >= 1;
+        for (pid, m) in self.meta.iter_mut() {
+            let before = m.rescans.len();
+            m.rescans.retain(|t| *t > now);
+            let n = before - m.rescans.len();
+            if n > 0 {
+                due.push(*pid);
+            }
+            if shedding && !m.rescans.is_empty() {
+                *self.shed.entry(("library-rescan", "cpu-budget")).or_default() += m.rescans.len() as u64;
+                m.rescans.clear();
+            }
+        }
+        for pid in due {
+            self.session.attach_libraries_of(pid);
+        }
+    }
+
+    fn check_alive(&mut self, now: Instant) {
+        self.refused
+            .retain(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
+        self.agg.check_exited();
+        for (pid, m) in self.meta.iter_mut().filter(|(_, m)| m.exited_at.is_none()) {
+            let gone = match self.agg.procs.get(pid) {
+                Some(p) => p.exited,
+                // Known only from a record (a library opened): ask /proc.
+                None => !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            };
+            if gone {
+                m.exited_at = Some(now);
+            }
+        }
+        for (pid, p) in &self.agg.procs {
+            if p.exited {
+                self.meta.entry(*pid).or_default().exited_at.get_or_insert(now);
+            }
+        }
+    }
+
+    /// Drops the state of processes that exited more than `retention` ago,
+    /// in user space and in the kernel maps.
+    fn forget_expired(&mut self, now: Instant) {
+        let gone: BTreeSet<u32> = self
+            .meta
+            .iter()
+            .filter(|(_, m)| m.exited_at.is_some_and(|t| now.duration_since(t) >= self.retention))
+            .map(|(pid, _)| *pid)
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        for pid in &gone {
+            self.agg.forget(*pid);
+            self.meta.remove(pid);
+            self.session.planner.proc_libs.remove(pid);
+            let _ = kernel::remove_target(&mut self.session.ebpf, *pid);
+        }
+        self.forgotten += gone.len() as u64;
+        let _ = kernel::drop_aggregate_rows(&mut self.session.ebpf, &gone);
+        let meta = &self.meta;
+        let _ = kernel::sweep_inflight(&mut self.session.ebpf, &|tgid| {
+            meta.get(&tgid).is_some_and(|m| m.exited_at.is_none())
+                || std::path::Path::new(&format!("/proc/{tgid}")).exists()
+        });
+    }
+
+    /// Per-process logs the agent exports nothing of, kept bounded.
+    fn trim(&mut self) {
+        for p in self.agg.registry.procs.values_mut() {
+            p.churn.lifetimes_ns.clear();
+            if p.seen_ranges.len() > SEEN_RANGES {
+                p.seen_ranges.clear();
+            }
+        }
+    }
+
+    /// GPU link traffic since the agent started. Who else had the GPUs
+    /// open is not read (`gpu_processes`): every process that opens them is
+    /// a target here, so the judging function sees the others among the
+    /// traced processes.
+    fn links_since(&self) -> Option<GpuLinks> {
+        self.links.and_then(|b| b.since())
+    }
+
+    /// Every tracked process's verdict, by the report's judging function:
+    /// its set-up calls, or, when those were not seen (it ran before the
+    /// agent), its steady state against the other tracked processes.
+    fn verdicts(&self) -> BTreeMap<u32, VerdictFigures> {
+        let inputs = judge::Inputs::of_aggregator(&self.agg, self.links_since(), Some(self.facts.clone()));
+        judge::verdicts(&inputs)
+            .into_iter()
+            .map(|v| {
+                let evidence_kind = match (v.transport, v.basis) {
+                    (Transport::Unknown, _) => "none",
+                    (_, Basis::SetUp) => "setup-calls",
+                    (_, Basis::SteadyState) => "steady-state",
+                };
+                let f = VerdictFigures {
+                    transport: v.transport.name(),
+                    host_staged: v.host_staged,
+                    evidence_kind,
+                };
+                (v.pid, f)
+            })
+            .collect()
+    }
+
+    fn process(&mut self, pid: u32, verdict: Option<VerdictFigures>, sample: bool) -> Option<ProcessFigures> {
+        self.label(pid);
+        let pod = self.meta.get(&pid).and_then(|m| m.pod.clone()).flatten();
+        let meta = self.meta.get(&pid)?;
+        let p = self.agg.procs.get(&pid)?;
+        let mut by_handle: BTreeMap<u64, Vec<(&str, u64, u64)>> = BTreeMap::new();
+        for ((cp, op, handle), (calls, bytes)) in &self.agg.collectives {
+            if *cp == pid {
+                by_handle.entry(*handle).or_default().push((op, *calls, *bytes));
+            }
+        }
+        let collective_bytes: u64 = by_handle.values().flatten().map(|(_, _, b)| b).sum();
+        // The busiest communicators by name, the rest as `other`.
+        let mut handles: Vec<(u64, u64)> = by_handle
+            .iter()
+            .map(|(h, ops)| (*h, ops.iter().map(|o| o.2).sum()))
+            .collect();
+        handles.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let named: BTreeSet<u64> = handles.iter().take(metrics::MAX_COMMUNICATORS).map(|h| h.0).collect();
+        let mut communicators: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+        for (h, ops) in &by_handle {
+            let name = if named.contains(h) {
+                format!("{h:#x}")
+            } else {
+                "other".into()
+            };
+            for (op, calls, bytes) in ops {
+                let c = communicators.entry((name.clone(), op.to_string())).or_default();
+                c.0 += calls;
+                c.1 += bytes;
+            }
+        }
+        let staged_collectives = if verdict.as_ref().is_some_and(|v| v.host_staged) {
+            collective_bytes
+        } else {
+            0
+        };
+        let live = !p.exited && sample;
+        let registrations = self
+            .agg
+            .registry
+            .procs
+            .get(&pid)
+            .map(|r| {
+                r.churn
+                    .by_backing
+                    .iter()
+                    .map(|(b, c)| (*b, c.registrations, c.deregistrations))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(ProcessFigures {
+            pid,
+            comm: if p.comm.is_empty() { "?".into() } else { p.comm.clone() },
+            pod,
+            discovered_by: discover::reason_name(meta.reason),
+            exited: p.exited,
+            verdict,
+            communicators: communicators
+                .into_iter()
+                .map(|((handle, op), (calls, bytes))| Communicator {
+                    handle,
+                    op,
+                    calls,
+                    bytes,
+                })
+                .collect(),
+            moved_bytes: p.moved_bytes + collective_bytes,
+            staged_bytes: p.staged_bytes + staged_collectives,
+            registrations,
+            pages_pinned: p.pages_pinned,
+            pages_unpinned: p.pages_unpinned,
+            pinned_bytes: live
+                .then(|| crate::counters::vm_pin_kib(pid))
+                .flatten()
+                .map(|k| k * 1024),
+            cpu_seconds: if live {
+                crate::counters::cpu_seconds(pid).or(p.cpu_seconds)
+            } else {
+                p.cpu_seconds
+            },
+            calls_by_transport: p.transports.iter().map(|(t, n)| (*t, *n)).collect(),
+            socket_sent_bytes: p.socket.bytes_sent,
+            socket_received_bytes: p.socket.bytes_received,
+        })
+    }
+
+    fn snapshot(&mut self) -> Snapshot {
+        let mut verdicts = self.verdicts();
+        let sample = self.budget.level == 0;
+        let pids: Vec<u32> = self.agg.procs.keys().copied().collect();
+        if !sample {
+            let live = pids.iter().filter(|p| !self.agg.procs[*p].exited).count() as u64;
+            *self.shed.entry(("process-sample", "cpu-budget")).or_default() += live;
+        }
+        let processes = pids
+            .into_iter()
+            .filter_map(|pid| self.process(pid, verdicts.remove(&pid), sample))
+            .collect();
+        let ebpf = &self.session.ebpf;
+        let c = kernel::counters(ebpf).unwrap_or_else(|_| vec![0; counter::COUNT as usize]);
+        let mut shed: Vec<(&'static str, &'static str, u64)> = vec![
+            ("target", "targets-full", c[counter::TARGETS_FULL as usize]),
+            ("target", "cpu-budget", 0),
+        ];
+        for ((what, why), n) in &self.shed {
+            match shed.iter_mut().find(|s| s.0 == *what && s.1 == *why) {
+                Some(s) => s.2 += n,
+                None => shed.push((what, why, *n)),
+            }
+        }
+        let planner = &self.session.planner;
+        Snapshot {
+            node: self.node.clone(),
+            processes,
+            op_latency: self
+                .session
+                .kernel_slots()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(op, s)| (crate::report::op_name(op), s))
+                .collect(),
+            registration_latency: self
+                .agg
+                .reg_latency
+                .iter()
+                .map(|(b, h)| (*b, metrics::Hist::from_hdr(h)))
+                .collect(),
+            probes: planner
+                .table()
+                .iter()
+                .map(|r| metrics::Probe {
+                    point: r.point.clone(),
+                    family: r.family.name(),
+                    status: match r.status {
+                        Status::Attached => "attached",
+                        Status::Unavailable => "unavailable",
+                    },
+                    via: r.via.unwrap_or(""),
+                })
+                .collect(),
+            probe_hits: self
+                .session
+                .hits()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(op, n)| (crate::report::op_name(op), n))
+                .collect(),
+            library_files: planner.libs.len() as u64,
+            setup_probes_closed: planner.setup_dropped.is_some(),
+            lost: vec![
+                ("ringbuf_full", c[counter::RINGBUF_DROPS as usize]),
+                ("inflight_full", c[counter::INFLIGHT_FULL as usize]),
+                ("read_error", c[counter::READ_ERRORS as usize]),
+                ("aggregate_full", c[counter::AGGREGATE_FULL as usize]),
+                ("malformed", self.malformed),
+                ("undecoded", self.agg.undecoded),
+            ],
+            returns_without_entry: c[counter::RETURN_WITHOUT_ENTRY as usize],
+            discovery_read_errors: c[counter::DISCOVER_READ_ERRORS as usize],
+            shed,
+            discovered: discover::REASONS
+                .iter()
+                .map(|r| (discover::reason_name(*r), self.discovered.get(r).copied().unwrap_or(0)))
+                .collect(),
+            forgotten: self.forgotten,
+            events: self.agg.events + self.discover_events,
+            maps: ["TARGETS", "AGGREGATE", "INFLIGHT"]
+                .into_iter()
+                .filter_map(|m| kernel::fill(ebpf, m).map(|(n, max)| (m, n, max)))
+                .collect(),
+            node_pins: crate::counters::FollPin::read(),
+            agent_cpu_seconds: agent_cpu_seconds(),
+            agent_rss_bytes: agent_rss_bytes(),
+            cpu_budget: self.budget.limit,
+            shed_level: self.budget.level,
+            tracked: self.agg.procs.len() as u64,
+        }
+    }
+
+    async fn run(&mut self, mut scrapes: mpsc::Receiver<Scrape>, stop: impl Future<Output = ()>) -> Result<()> {
+        let mut stream = self.session.events()?;
+        let mut batch = Vec::new();
+        let mut tick = tokio::time::interval(TICK);
+        let mut drain = tokio::time::interval(crate::trace::DRAIN);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                r = stream.next_or_beat(&mut batch, &mut drain) => {
+                    r.map_err(|e| Error::io("reading the ring buffer", e))?;
+                    self.handle(&mut batch);
+                    batch.shrink_to(BATCH_KEEP);
+                }
+                _ = tick.tick() => self.on_tick(),
+                Some(s) = scrapes.recv() => {
+                    // A scrape sees everything up to now.
+                    stream.drain_now(&mut batch);
+                    self.handle(&mut batch);
+                    if let Ok(rows) = self.session.aggregates() {
+                        self.agg.set_aggregates(&rows);
+                    }
+                    self.malformed = stream.malformed;
+                    let body = metrics::render(&self.snapshot(), s.format);
+                    let _ = s.reply.send(body);
+                }
+                () = &mut stop => break,
+            }
+        }
+        self.session.stop()
+    }
+}
+
+pub fn serve(args: &ServeArgs) -> Result<i32> {
+    if !(args.cpu_budget > 0.0 && args.cpu_budget.is_finite()) {
+        return Err(Error::Usage(format!(
+            "--cpu-budget {} must be a positive fraction of one CPU (e.g. 0.05 for 5%)",
+            args.cpu_budget
+        )));
+    }
+    for (name, v) in [
+        ("--max-targets", args.max_targets),
+        ("--max-aggregate-rows", args.max_aggregate_rows),
+        ("--max-inflight", args.max_inflight),
+    ] {
+        if v == 0 {
+            return Err(Error::Usage(format!("{name} must be at least 1")));
+        }
+    }
+    let me = std::process::id();
+    let opts = SessionOptions {
+        load: LoadOptions {
+            ringbuf_bytes: loader::check_ringbuf_size(args.ringbuf_bytes)?,
+            targets_only: true,
+            max_entries: vec![
+                ("TARGETS", args.max_targets),
+                ("AGGREGATE", args.max_aggregate_rows),
+                ("INFLIGHT", args.max_inflight),
+            ],
+            ..LoadOptions::default()
+        },
+        families: None,
+        installed_libraries: !args.no_installed_libraries,
+    };
+    let mut session = Session::open(&opts)?;
+    kernel::set_agent(&mut session.ebpf, me)?;
+    for point in DISCOVERY_POINTS.iter() {
+        let Some(row) = session.planner.attach_point(&mut session.ebpf, point) else {
+            continue;
+        };
+        if point.required && row.status == Status::Unavailable {
+            return Err(Error::Usage(format!(
+                "cannot discover new processes: {} is {}",
+                row.point,
+                row.summary()
+            )));
+        }
+    }
+    let facts = HostFacts::read();
+    let links = crate::trace::LinksBase::sample();
+    let node = node_name(args.node.as_deref());
+    let mut agent = Agent {
+        session,
+        agg: Aggregator::default(),
+        meta: BTreeMap::new(),
+        pods: PodIndex::new(args.kubelet_log_root.clone()),
+        node: node.clone(),
+        me,
+        retention: args.exited_retention,
+        budget: Budget::new(args.cpu_budget, BUDGET_WINDOW),
+        facts,
+        links,
+        setup_hits: (0, Instant::now()),
+        discovered: BTreeMap::new(),
+        forgotten: 0,
+        shed: BTreeMap::new(),
+        discover_events: 0,
+        malformed: 0,
+        last_alive: Instant::now(),
+        refused: BTreeSet::new(),
+    };
+    let rt = crate::cmd::runtime()?;
+    rt.block_on(async {
+        let (tx, rx) = mpsc::channel(8);
+        let (addr, server) = http::bind(args.listen, tx).await.map_err(|e| {
+            Error::Usage(format!(
+                "cannot listen on {}: {e} (another agent running? choose another --listen)",
+                args.listen
+            ))
+        })?;
+        let stop = crate::cmd::stop_signal(args.duration)?;
+        let running = agent.scan();
+        tokio::spawn(server);
+        errln!(
+            "gdrtrace: serving metrics on http://{addr}/metrics (node {node}; {running} GPU/RDMA process(es) already running, traced from now on)"
+        );
+        agent.run(rx, stop).await
+    })?;
+    crate::cmd::report_close(&mut agent.session);
+    errln!(
+        "gdrtrace: serve stopped: {} process(es) discovered, {} forgotten",
+        agent.discovered.values().sum::<u64>(),
+        agent.forgotten
+    );
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_sheds_a_level_per_window_over_and_gives_it_back_under_half() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut b = Budget::new(0.10, Duration::from_secs(5));
+        assert_eq!(b.update(s(0), 0.0), None, "the first sample opens a window");
+        assert_eq!(b.update(s(2), 5.0), None, "a window is not over before 5 s");
+        assert_eq!(b.update(s(5), 1.0), Some(1), "0.2 CPU over a 0.1 budget");
+        assert_eq!(b.update(s(10), 2.0), Some(2));
+        assert_eq!(b.update(s(15), 3.0), None, "two levels at most");
+        assert_eq!(b.update(s(20), 3.4), None, "0.08: under budget but not under half");
+        assert_eq!(b.update(s(25), 3.5), Some(1), "0.02: one level back");
+        assert_eq!(b.update(s(30), 3.5), Some(0));
+        assert_eq!(b.update(s(35), 3.5), None);
+    }
+
+    #[test]
+    fn node_name_prefers_the_flag_then_the_environment() {
+        assert_eq!(node_name(Some("n1")), "n1");
+        assert!(!node_name(None).is_empty());
+    }
+}
