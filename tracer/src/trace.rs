@@ -26,10 +26,11 @@ const TICK: Duration = Duration::from_millis(250);
 /// submitted without waking the reader until the buffer fills to
 /// `LoadOptions::wakeup_bytes`, so a quiet buffer is read on this beat.
 const DRAIN: Duration = Duration::from_millis(50);
-/// Hits per second of the set-up uprobes (`Row::hot_setup`) above which
-/// their link is closed: a job that makes a context current on every API
-/// call pays a trap per call (~5.6 us on the GPU machine), and the context
-/// is known by then (docs/perf.md).
+/// Hits per second of the set-up uprobes (`Row::group` `Setup`: context
+/// switches, registration-cache lookups) above which their link is closed:
+/// a job that makes a context current on every API call, or looks up the
+/// registration cache on every send, pays a trap per call (~5.6 us on the
+/// GPU machine), and the set-up facts are known by then (docs/perf.md).
 pub const SETUP_BUDGET_HZ: f64 = 500.0;
 
 /// A periodic summary (`attach --interval`).
@@ -308,7 +309,10 @@ impl Trace {
         let Ok(hits) = self.session.hits() else { return };
         let setup: u64 = hits
             .iter()
-            .filter(|(op, _)| crate::probes::uapi::row_of(**op).is_some_and(|(_, r)| r.hot_setup))
+            .filter(|(op, _)| {
+                crate::probes::uapi::row_of(**op)
+                    .is_some_and(|(_, r)| r.group() == crate::probes::uprobes::Group::Setup)
+            })
             .map(|(_, n)| n)
             .sum();
         let (before, at) = self.setup_hits;
