@@ -1,7 +1,7 @@
 //! `gdrtrace drive ...`: run a workload without tracing.
 use crate::{
     cli::Drive,
-    drive::{cuda_copy, nccl, pin_churn, syscalls, verbs},
+    drive::{cuda_copy, nccl, pin_churn, syscalls, ucx, verbs},
     error::{Error, Result},
 };
 
@@ -53,6 +53,11 @@ pub fn drive(d: &Drive) -> Result<i32> {
             Ok(0)
         }
         Drive::Nccl(o) if o.is_rank() => Ok(nccl::run_rank(o)),
+        Drive::Ucx(o) => {
+            let s = ucx::run(o).map_err(|e| Error::Workload(e.to_string()))?;
+            report(&[s.line()], &s, o.summary.as_deref())?;
+            Ok(0)
+        }
         Drive::Nccl(o) => {
             let r = nccl::run(o).map_err(|e| Error::Workload(e.to_string()))?;
             report(&r.summary_lines(), &r, o.summary.as_deref())?;

@@ -34,8 +34,12 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
         Some(p) => Some(std::fs::read_to_string(p).map_err(|e| Error::io(format!("reading {}", p.display()), e))?),
         None => None,
     };
+    let ucx_log = match &args.ucx_log {
+        Some(p) => Some(std::fs::read_to_string(p).map_err(|e| Error::io(format!("reading {}", p.display()), e))?),
+        None => None,
+    };
     let first = text.lines().next().unwrap_or("");
-    let r: serde_json::Value = if first.contains("\"gdrtrace.recording/") {
+    let mut r: serde_json::Value = if first.contains("\"gdrtrace.recording/") {
         let rec = match crate::events::recording::parse(&text) {
             Ok(r) => r,
             Err(e) => {
@@ -43,13 +47,16 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
                 return Ok(2);
             }
         };
-        let report = match super::replay::rebuild(&rec, log.as_deref()) {
+        let mut report = match super::replay::rebuild(&rec, log.as_deref()) {
             Ok((r, _)) => r,
             Err(e) => {
                 eprintln!("gdrtrace: {name}: {e}");
                 return Ok(2);
             }
         };
+        if let Some(l) = &ucx_log {
+            report.corroborate_ucx(l);
+        }
         serde_json::to_value(&report).map_err(|e| Error::Workload(format!("serializing the report: {e}")))?
     } else {
         let mut r: serde_json::Value = serde_json::from_str(&text)
@@ -66,6 +73,9 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
         }
         r
     };
+    if let (Some(l), false) = (&ucx_log, first.contains("\"gdrtrace.recording/")) {
+        corroborate_ucx(&mut r, l);
+    }
     let e = explain::explain(&r);
     for v in r["verdicts"].as_array().map_or(&[][..], |a| a.as_slice()) {
         println!(
@@ -157,5 +167,14 @@ fn corroborate(r: &mut serde_json::Value, log: &str) {
     }
     if let Ok(v) = serde_json::to_value(&per) {
         r["nccl_log"] = v;
+    }
+}
+
+/// Compares a saved report's UCX paths with a UCX log.
+fn corroborate_ucx(r: &mut serde_json::Value, log: &str) {
+    let mut ux: crate::classify::ucx::UcxReport = serde_json::from_value(r["ucx"].clone()).unwrap_or_default();
+    crate::classify::ucx_log::corroborate(&mut ux, log, r["facts"]["nvlink"].as_bool());
+    if let Ok(v) = serde_json::to_value(&ux) {
+        r["ucx"] = v;
     }
 }

@@ -107,6 +107,7 @@ pub fn replay(args: &ReplayArgs) -> Result<i32> {
         args.json.as_deref(),
         args.format,
         None,
+        args.ucx_log.as_deref(),
         rec.header.facts.nvlink,
         &report,
     )?;

@@ -109,7 +109,14 @@ pub fn emit(t: &TraceArgs, report: &Report) -> Result<()> {
         crate::events::recording::append_workloads(path, &report.workloads)?;
     }
     let nvlink = crate::topo::discover().nvlink();
-    emit_with(t.json.as_deref(), t.format, t.nccl_log.as_deref(), nvlink, report)
+    emit_with(
+        t.json.as_deref(),
+        t.format,
+        t.nccl_log.as_deref(),
+        t.ucx_log.as_deref(),
+        nvlink,
+        report,
+    )
 }
 
 /// Judges the report (unless judged already) with the given NVLink fact,
@@ -118,17 +125,21 @@ pub fn emit_with(
     json_path: Option<&Path>,
     format: Format,
     nccl_log: Option<&Path>,
+    ucx_log: Option<&Path>,
     nvlink: Option<bool>,
     report: &Report,
 ) -> Result<()> {
+    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| Error::io(format!("reading {}", p.display()), e));
     let mut judged;
-    let report = if !report.judged {
+    let report = if !report.judged || ucx_log.is_some() {
         judged = report.clone();
-        let log = match nccl_log {
-            Some(p) => Some(std::fs::read_to_string(p).map_err(|e| Error::io(format!("reading {}", p.display()), e))?),
-            None => None,
-        };
-        judged.judge_with(log.as_deref(), nvlink);
+        if !judged.judged {
+            let log = nccl_log.map(read).transpose()?;
+            judged.judge_with(log.as_deref(), nvlink);
+        }
+        if let Some(p) = ucx_log {
+            judged.corroborate_ucx(&read(p)?);
+        }
         &judged
     } else {
         report
