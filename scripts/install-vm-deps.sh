@@ -4,8 +4,10 @@
 set -euo pipefail
 
 # busybox-static: virtme-ng builds an initramfs with it when the root fs
-# drivers (virtiofs/9p) are modules, as in Debian kernels.
-APT_PKGS=(qemu-system-x86 kmod busybox-static rdma-core ibverbs-utils perftest iproute2)
+# drivers (virtiofs/9p) are modules, as in Debian kernels. ucx-utils:
+# ucx_perftest and libucx0 1.13 (the UCX checks; the guest uses the host's
+# root filesystem, so the host tier's UCX tests use it too).
+APT_PKGS=(qemu-system-x86 kmod busybox-static rdma-core ibverbs-utils perftest iproute2 ucx-utils)
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "install-vm-deps: must run as root" >&2

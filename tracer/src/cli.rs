@@ -250,6 +250,10 @@ pub struct ValidateArgs {
     /// Iterations of the pin-churn workload.
     #[arg(long, default_value_t = 200)]
     pub iterations: u32,
+    /// Leave out the UCX workloads (ucx_perftest), e.g. where a dedicated
+    /// check covers them.
+    #[arg(long)]
+    pub no_ucx: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -149,6 +149,9 @@ pub struct IntervalProcess {
     pub registrations_per_s: f64,
     /// The process's transport verdict so far (None: no GPU communication seen).
     pub verdict: Option<&'static str>,
+    /// Why the verdict is `unknown`, when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
     pub vm_pin_kib: u64,
 }
 
@@ -173,11 +176,14 @@ pub struct Trace {
     setup_hits: (u64, Instant),
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct LiveVerdict {
     transport: &'static str,
     host_staged: bool,
+    /// Bytes that crossed host memory beyond the process's staged bytes
+    /// (collectives of a host-staged transport, UCX's staging copies).
     collective_bytes: u64,
+    why: Option<String>,
 }
 
 /// What the GPU link counters looked like when tracing started.
@@ -356,7 +362,11 @@ impl Trace {
             let verdict = self.live_verdict(*pid, links);
             // Collective bytes of a process on a host-staged transport
             // crossed host memory.
-            let staged = p.staged_bytes + verdict.filter(|v| v.host_staged).map_or(0, |v| v.collective_bytes);
+            let staged = p.staged_bytes
+                + verdict
+                    .as_ref()
+                    .filter(|v| v.host_staged)
+                    .map_or(0, |v| v.collective_bytes);
             let (pc, ps, pr) = prev.insert(*pid, (calls, staged, p.registrations)).unwrap_or((0, 0, 0));
             processes.push(IntervalProcess {
                 pid: *pid,
@@ -366,6 +376,7 @@ impl Trace {
                 transports: p.transports.clone(),
                 staged_bytes_per_s: staged.saturating_sub(ps) as f64 / secs,
                 registrations_per_s: p.registrations.saturating_sub(pr) as f64 / secs,
+                why: verdict.as_ref().and_then(|v| v.why.clone()),
                 verdict: verdict.map(|v| v.transport),
                 vm_pin_kib: crate::counters::vm_pin_kib(*pid).unwrap_or(0),
             });
@@ -382,6 +393,15 @@ impl Trace {
     /// its steady state when the set-up happened before the probes were live.
     fn live_verdict(&self, pid: u32, links: Option<GpuLinks>) -> Option<LiveVerdict> {
         let p = self.agg.procs.get(&pid)?;
+        let nvlink = self.links_base.map(|b| b.nvlink_between_gpus);
+        if let Some((t, host_staged, extra, why)) = crate::classify::ucx::live(&self.agg, pid, nvlink, links) {
+            return Some(LiveVerdict {
+                transport: t.name(),
+                host_staged,
+                collective_bytes: extra,
+                why,
+            });
+        }
         let steady = steady::from_aggregator(&self.agg, pid, links)?;
         let setup = crate::classify::comm::verdict(&crate::classify::comm::Evidence {
             pid,
@@ -398,6 +418,7 @@ impl Trace {
             transport: v.transport.name(),
             host_staged: v.host_staged,
             collective_bytes: steady.collective_bytes,
+            why: None,
         })
     }
 

@@ -722,7 +722,9 @@ fn host_path(u: &UcxProcess, cx: &Context, bytes: u64) -> UcxPath {
         cause: None,
         log: None,
     };
-    if cx.socket_bytes > 0 && ratio(cx.socket_bytes, bytes) >= CARRIED {
+    if bytes == 0 {
+        p.evidence.push("data calls moved no bytes".into());
+    } else if cx.socket_bytes > 0 && ratio(cx.socket_bytes, bytes) >= CARRIED {
         p.transport = Transport::Socket;
         p.path = "tcp".into();
         p.evidence.push(format!(
@@ -737,7 +739,7 @@ fn host_path(u: &UcxProcess, cx: &Context, bytes: u64) -> UcxPath {
             "{} MRs on host memory (verbs probes), {} UCT registrations: the NIC moves host memory directly (RDMA)",
             cx.host_mrs, u.registrations
         ));
-    } else if bytes > 0 {
+    } else {
         p.transport = Transport::Shm;
         p.path = "shm".into();
         p.evidence.push(format!(
@@ -745,8 +747,6 @@ fn host_path(u: &UcxProcess, cx: &Context, bytes: u64) -> UcxPath {
             gb(bytes),
             gb(cx.socket_bytes)
         ));
-    } else {
-        p.evidence.push("no data calls with bytes were seen".into());
     }
     p
 }
@@ -754,14 +754,20 @@ fn host_path(u: &UcxProcess, cx: &Context, bytes: u64) -> UcxPath {
 /// The paths of one process: one per memory type its data had.
 pub fn paths(u: &UcxProcess, cx: &Context) -> Vec<UcxPath> {
     let mut out = Vec::new();
-    let gpu = cx.memories.contains("cuda")
-        || (cx.memories.contains("unknown") && (u.copies.total() > 0 || cx.gpu_mrs + cx.dmabuf_mrs > 0))
-        || (cx.memories.is_empty() && (u.copies.total() > 0 || cx.gpu_mrs + cx.dmabuf_mrs > 0));
+    // GPU data: a buffer in a GPU allocation, or (memory not seen allocated)
+    // copies through libcuda, GPU MRs, or NVLink busy with the data's bytes.
+    let gpu_signs = u.copies.total() > 0
+        || cx.gpu_mrs + cx.dmabuf_mrs > 0
+        || cx
+            .links
+            .is_some_and(|l| u.data_bytes > 0 && ratio(l.nvlink_bytes, u.data_bytes) >= CARRIED);
+    let gpu =
+        cx.memories.contains("cuda") || ((cx.memories.contains("unknown") || cx.memories.is_empty()) && gpu_signs);
     if gpu {
         out.push(gpu_path(u, cx));
     }
     let host = cx.memories.contains("host") || (!gpu && !cx.memories.is_empty());
-    if host || (out.is_empty() && (u.data_calls + u.receives > 0 || cx.socket_bytes > 0)) {
+    if host || (out.is_empty() && u.data_calls + u.receives > 0) {
         // A receiver's data is what its posted buffers could hold.
         out.push(host_path(u, cx, u.data_bytes.max(u.receive_bytes)));
     }
@@ -1137,7 +1143,7 @@ pub mod rules {
                     "UCX_IB_REG_METHODS={v} in the process environment: the InfiniBand memory domain registers without its cache"
                 ));
             }
-            if ev.is_empty() || u(&up["registrations"]) < 4 {
+            if ev.is_empty() || u(&up["registrations"]) == 0 {
                 continue;
             }
             ev.push(counts(up));
@@ -1340,6 +1346,40 @@ mod tests {
         let p = paths(&u, &c);
         assert_eq!(p[0].transport, Transport::Unknown);
         assert!(p[0].evidence.iter().any(|e| e.contains("not enough")));
+    }
+
+    #[test]
+    fn an_attached_sender_without_copies_is_told_by_nvlink() {
+        // cuda_ipc attached after set-up: the receiver copies, the sender
+        // only sends; its buffer was allocated before the tracer came.
+        let u = UcxProcess {
+            traced_from_start: false,
+            ..proc_(MB64, Copies::default())
+        };
+        let mut c = cx("unknown", &[], &[], 0);
+        c.links = Some(GpuLinks {
+            nvlink_between_gpus: true,
+            nvlink_bytes: MB64,
+            rdma_nics: 0,
+        });
+        let p = paths(&u, &c);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(
+            (p[0].memory.as_str(), p[0].transport, p[0].inferred),
+            ("cuda", Transport::P2pNvlink, true)
+        );
+        // No NVLink traffic and no copies: host memory.
+        c.links = None;
+        assert_eq!(paths(&u, &c)[0].memory, "host");
+    }
+
+    #[test]
+    fn no_data_no_path() {
+        let u = UcxProcess {
+            data_calls: 0,
+            ..proc_(0, Copies::default())
+        };
+        assert!(paths(&u, &Context::default()).is_empty());
     }
 
     #[test]

@@ -215,10 +215,21 @@ pub fn parse(text: &str) -> BTreeMap<u32, LogProcess> {
         } else if m.starts_with('|') {
             let cells: Vec<&str> = m.trim_matches('|').split('|').map(str::trim).collect();
             match cells.as_slice() {
+                // 1.14-1.16: `| cfg | operation |`.
                 [config, operation] => {
                     let memory = memory_of(operation).unwrap_or_else(|| "unknown".into());
                     table.insert(pid, (config.to_string(), operation.to_string(), memory));
                 }
+                // 1.17+: the configuration and the operation on rows of their own.
+                [one] => match memory_of(one) {
+                    Some(memory) => {
+                        let config = table.get(&pid).map(|t| t.0.clone()).unwrap_or_default();
+                        table.insert(pid, (config, one.to_string(), memory));
+                    }
+                    None => {
+                        table.insert(pid, (one.to_string(), String::new(), "unknown".into()));
+                    }
+                },
                 [range, protocol, tls] if range.ends_with("inf") => {
                     let Some((config, operation, memory)) = table.get(&pid) else {
                         continue;
@@ -352,6 +363,37 @@ mod tests {
         assert_eq!(b.says["host"], vec!["shm"]);
         assert_eq!(b.protocols[0].protocol, "rendezvous pipeline cuda_copy, fragment 512K");
         assert!(b.warnings[0].contains("cuda_ipc"));
+    }
+
+    // ucx_perftest tag_bw over tcp with PyPI's libucx-cu12 1.22.0 on this
+    // host (UCX_PROTO_INFO=y UCX_LOG_LEVEL=info), lines as printed.
+    const LOG_122_TCP: &str = "\
+[1796091168.510625] [vm:28235:0]     ucp_context.c:2725 UCX  INFO  Version 1.22.0 (loaded from /tmp/ugpu/libucx/lib/libucp.so.0)
+[1796091168.517177] [vm:28235:0]      ucp_worker.c:1991 UCX  INFO    perftest intra-node cfg#0 tag(tcp/lo tcp/eth0)
+[1796091168.523295] [vm:28235:0]   +-----------+-------------------------------------------------+-----------------------------------+
+[1796091168.523295] [vm:28235:0]   | perftest intra-node cfg#0                                                                       |
+[1796091168.523295] [vm:28235:0]   | tagged message by ucp_tag_send* from host memory                                                |
+[1796091168.523295] [vm:28235:0]   +-----------+-------------------------------------------------+-----------------------------------+
+[1796091168.523295] [vm:28235:0]   |   Range   |                   Description                   |              Config               |
+[1796091168.523295] [vm:28235:0]   +-----------+-------------------------------------------------+-----------------------------------+
+[1796091168.523295] [vm:28235:0]   |         0 | eager short                                     | tcp/lo                            |
+[1796091168.523295] [vm:28235:0]   |   1..8339 | eager zero-copy copy-out                        | tcp/lo                            |
+[1796091168.523295] [vm:28235:0]   | 8340..inf | (?) rendezvous zero-copy fenced write to remote | 52% on tcp/lo and 48% on tcp/eth0 |
+[1796091168.523295] [vm:28235:0]   +-----------+-------------------------------------------------+-----------------------------------+
+";
+
+    #[test]
+    fn proto_tables_of_ucx_1_22() {
+        let l = parse(LOG_122_TCP);
+        let p = &l[&28235];
+        assert_eq!(p.protocols.len(), 1);
+        let x = &p.protocols[0];
+        assert_eq!(x.config, "perftest intra-node cfg#0");
+        assert_eq!(x.operation, "tagged message by ucp_tag_send* from host memory");
+        assert_eq!((x.memory.as_str(), x.range.as_str()), ("host", "8340..inf"));
+        assert_eq!(x.protocol, "rendezvous zero-copy fenced write to remote");
+        assert_eq!(x.class, "socket");
+        assert_eq!(p.says["host"], vec!["socket"]);
     }
 
     #[test]

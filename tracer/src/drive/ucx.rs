@@ -50,8 +50,12 @@ pub enum UcxMode {
     HostTcp,
     /// Host memory, UCX_TLS=posix (shared memory).
     HostShm,
-    /// Host memory, UCX_TLS=rc on the first RDMA device (rxe0 in the VM tier).
+    /// Host memory, UCX_TLS=rc on the first RDMA device.
     HostRc,
+    /// Host memory over rc_verbs on the first RDMA device through UCX's
+    /// transport layer alone (UCT `put_bw`, zero-copy RDMA WRITE): what
+    /// Soft-RoCE under emulation carries (UCP's wire-up over it times out).
+    HostRcUct,
     /// CUDA memory, UCX's own choice (cuda_ipc between local GPUs).
     Cuda,
     /// CUDA memory with UCX_TLS=^cuda_ipc: cuda_copy staging through host memory.
@@ -59,10 +63,11 @@ pub enum UcxMode {
 }
 
 impl UcxMode {
-    pub const ALL: [UcxMode; 5] = [
+    pub const ALL: [UcxMode; 6] = [
         UcxMode::HostTcp,
         UcxMode::HostShm,
         UcxMode::HostRc,
+        UcxMode::HostRcUct,
         UcxMode::Cuda,
         UcxMode::CudaNoIpc,
     ];
@@ -72,6 +77,7 @@ impl UcxMode {
             UcxMode::HostTcp => "host-tcp",
             UcxMode::HostShm => "host-shm",
             UcxMode::HostRc => "host-rc",
+            UcxMode::HostRcUct => "host-rc-uct",
             UcxMode::Cuda => "cuda",
             UcxMode::CudaNoIpc => "cuda-no-ipc",
         }
@@ -91,9 +97,15 @@ impl UcxMode {
             UcxMode::HostTcp => Some("tcp"),
             UcxMode::HostShm => Some("posix"),
             UcxMode::HostRc => Some("rc"),
+            UcxMode::HostRcUct => None,
             UcxMode::Cuda => None,
             UcxMode::CudaNoIpc => Some("^cuda_ipc"),
         }
+    }
+
+    /// The UCT transport a UCT-level mode drives (no UCP endpoints).
+    pub fn uct(self) -> Option<&'static str> {
+        (self == UcxMode::HostRcUct).then_some("rc_verbs")
     }
 
     /// The verdicts the mode should produce for the sender's memory.
@@ -101,7 +113,7 @@ impl UcxMode {
         match self {
             UcxMode::HostTcp => &["socket"],
             UcxMode::HostShm => &["shm"],
-            UcxMode::HostRc => &["host-only"],
+            UcxMode::HostRc | UcxMode::HostRcUct => &["host-only"],
             UcxMode::Cuda => &["p2p/nvlink", "p2p/pcie"],
             UcxMode::CudaNoIpc => &["host-staged"],
         }
@@ -252,6 +264,11 @@ fn rdma_device() -> Option<String> {
     devs.into_iter().next().map(|d| format!("{d}:1"))
 }
 
+fn rdma() -> Result<String, UcxError> {
+    rdma_device()
+        .ok_or_else(|| UcxError::Usage("the rc modes need an RDMA device (/sys/class/infiniband is empty)".into()))
+}
+
 /// A free TCP port for the perftest's own connection.
 fn free_port() -> Result<u16, UcxError> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(io_err("finding a free port"))?;
@@ -288,9 +305,7 @@ fn mode_env(o: &UcxOpts) -> Result<BTreeMap<String, String>, UcxError> {
         env.insert("UCX_TLS".into(), tls.into());
     }
     if o.mode == UcxMode::HostRc {
-        let dev = rdma_device()
-            .ok_or_else(|| UcxError::Usage("host-rc needs an RDMA device (/sys/class/infiniband is empty)".into()))?;
-        env.insert("UCX_NET_DEVICES".into(), dev);
+        env.insert("UCX_NET_DEVICES".into(), rdma()?);
     }
     if o.rcache == Rcache::Off {
         env.insert("UCX_RCACHE_ENABLE".into(), "n".into());
@@ -402,12 +417,17 @@ pub fn run(o: &UcxOpts) -> Result<UcxSummary, UcxError> {
         std::thread::sleep(Duration::from_millis(20));
     }
     let memory = o.mode.memory();
-    let args: Vec<String> = [
+    // UCT modes run UCT's put test with zero-copy (registered buffers).
+    let test = match o.mode.uct() {
+        Some(_) if o.test == "tag_bw" => "put_bw".to_string(),
+        _ => o.test.clone(),
+    };
+    let mut args: Vec<String> = [
         "127.0.0.1",
         "-p",
         &port.to_string(),
         "-t",
-        &o.test,
+        &test,
         "-s",
         &o.size.to_string(),
         "-n",
@@ -419,6 +439,16 @@ pub fn run(o: &UcxOpts) -> Result<UcxSummary, UcxError> {
     ]
     .map(String::from)
     .to_vec();
+    if let Some(tl) = o.mode.uct() {
+        args.extend([
+            "-d".to_string(),
+            rdma()?,
+            "-x".into(),
+            tl.into(),
+            "-D".into(),
+            "zcopy".into(),
+        ]);
+    }
     let mut client = spawn(&perftest, &args, &env, client_gpu)?;
     let (server_pid, client_pid) = (server.id(), client.id());
     let client_status = wait_until(&mut client, deadline)?;
@@ -449,7 +479,7 @@ pub fn run(o: &UcxOpts) -> Result<UcxSummary, UcxError> {
         .ok_or_else(|| UcxError::Perftest(format!("no Final: line in the client's output: {}", last(&client_out))))?;
     Ok(UcxSummary {
         mode: o.mode,
-        test: o.test.clone(),
+        test,
         memory: memory.into(),
         env,
         perftest: perftest.display().to_string(),

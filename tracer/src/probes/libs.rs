@@ -114,6 +114,12 @@ pub fn installed() -> Vec<LibFile> {
     out
 }
 
+/// The identity of a file (device, inode).
+pub fn file_id(path: &Path) -> std::io::Result<(u64, u64)> {
+    let m = fs::metadata(path)?;
+    Ok((m.dev(), m.ino()))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -130,10 +136,4 @@ mod tests {
         assert_eq!(ucx_module("/venv/site-packages/libucx/lib/libuct.so.0"), None);
         assert_eq!(ucx_module("/opt/x/libuct_cuda.so.0"), None, "not in a ucx/ directory");
     }
-}
-
-/// The identity of a file (device, inode).
-pub fn file_id(path: &Path) -> std::io::Result<(u64, u64)> {
-    let m = fs::metadata(path)?;
-    Ok((m.dev(), m.ino()))
 }
