@@ -17,6 +17,7 @@
 //!   first interval record.
 use std::{
     io::{BufRead as _, BufReader},
+    os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
 };
@@ -196,7 +197,8 @@ fn attach_after_set_up_gives_the_transport_in_the_first_interval() {
     if !can_trace("ucx attach") || !perftest("ucx attach") {
         return;
     }
-    // A long perftest: 30000 x 64 KiB over tcp (seconds, not asserted).
+    // A long perftest (300000 x 64 KiB over tcp, far longer than the test),
+    // in a process group of its own: killed with its perftests at the end.
     let mut job = gdrtrace()
         .args([
             "drive",
@@ -206,10 +208,11 @@ fn attach_after_set_up_gives_the_transport_in_the_first_interval() {
             "--size",
             "64K",
             "--iterations",
-            "30000",
+            "300000",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
+        .process_group(0)
         .spawn()
         .expect("starting drive ucx");
     // Past its set-up: both perftest processes exist and the client has
@@ -246,7 +249,8 @@ fn attach_after_set_up_gives_the_transport_in_the_first_interval() {
         .map_while(Result::ok)
         .collect::<Vec<_>>();
     let status = attach.wait().unwrap();
-    let _ = job.kill();
+    // SAFETY: signals our own child's process group.
+    unsafe { libc::kill(-(job.id() as i32), libc::SIGKILL) };
     let _ = job.wait();
     assert!(status.success(), "attach failed: {}", out.join("\n"));
     let first: serde_json::Value = serde_json::from_str(

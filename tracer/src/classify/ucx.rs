@@ -41,6 +41,10 @@ const CARRIED: f64 = 0.10;
 const IDLE: f64 = 0.01;
 /// Pending region inserts kept per thread while waiting for their lookup.
 const PENDING: usize = 64;
+/// Missed ranges remembered per process to recognise a repeat miss (a job
+/// that misses on ever new ranges stops adding past this; repeats of the
+/// remembered ones are still counted).
+const MISSED: usize = 1 << 16;
 
 /// Copies a process made through libcuda, by what the two sides are.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -309,8 +313,11 @@ impl Tracker {
                     .unwrap_or(0);
                 if inside > 0 {
                     s.misses += 1;
-                    if !s.missed.insert((e.args[1], e.args[2])) {
+                    let range = (e.args[1], e.args[2]);
+                    if s.missed.contains(&range) {
                         s.repeat_misses += 1;
+                    } else if s.missed.len() < MISSED {
+                        s.missed.insert(range);
                     }
                 }
             }
@@ -1403,6 +1410,109 @@ mod tests {
         c.gpu_mrs = 0;
         c.dmabuf_mrs = 2;
         assert_eq!(paths(&u, &c)[0].transport, Transport::GdrDmabuf);
+    }
+
+    /// A report's JSON with one UCX process and one path.
+    fn report_json(
+        env: serde_json::Value,
+        calls: serde_json::Value,
+        path: serde_json::Value,
+        rcache: serde_json::Value,
+    ) -> serde_json::Value {
+        serde_json::json!({
+            "processes": [{"pid": 7, "comm": "ucx_perftest", "env": env, "calls": calls}],
+            "facts": {"nvlink": true, "modules": [], "memory_peers": false, "rdma_devices": []},
+            "ucx": {"processes": [{
+                "pid": 7, "comm": "ucx_perftest", "registrations": 40, "deregistrations": 40, "data_calls": 40,
+                "registrations_per_data_call": 1.0, "modules": ["libuct_cma.so.0"], "rcache": rcache, "paths": [path]
+            }]}
+        })
+    }
+
+    fn fired(r: &serde_json::Value) -> Vec<&'static str> {
+        crate::classify::explain::findings(r).iter().map(|f| f.rule).collect()
+    }
+
+    #[test]
+    fn rules_on_staged_gpu_data() {
+        let staged = serde_json::json!({"memory": "cuda", "transport": "host-staged", "path": "cuda_copy+shm",
+            "host_staged": true, "staged_bytes": 1024});
+        let no_cache = serde_json::json!({"gets": 0, "misses": 0, "repeat_misses": 0});
+        let r = report_json(
+            serde_json::json!({"UCX_TLS": "^cuda_ipc"}),
+            serde_json::json!({}),
+            staged.clone(),
+            no_cache.clone(),
+        );
+        let f = fired(&r);
+        assert!(
+            f.contains(&"ucx-tls-excludes-direct") && !f.contains(&"ucx-cuda-ipc-unavailable"),
+            "{f:?}"
+        );
+        let r = report_json(
+            serde_json::json!({}),
+            serde_json::json!({}),
+            staged.clone(),
+            no_cache.clone(),
+        );
+        let findings = crate::classify::explain::findings(&r);
+        let ipc = findings
+            .iter()
+            .find(|f| f.rule == "ucx-cuda-ipc-unavailable")
+            .expect("cuda_ipc unavailable");
+        assert!(
+            ipc.evidence
+                .iter()
+                .any(|e| e.contains("libuct_cuda") && e.contains("not loaded")),
+            "{ipc:?}"
+        );
+        // CUDA IPC handles were exchanged: something else staged the data.
+        let r = report_json(
+            serde_json::json!({}),
+            serde_json::json!({"cuIpcGetMemHandle": 2}),
+            staged,
+            no_cache.clone(),
+        );
+        assert!(!fired(&r).contains(&"ucx-cuda-ipc-unavailable"));
+        let rdma = serde_json::json!({"memory": "cuda", "transport": "host-staged", "path": "cuda_copy+rc/ud",
+            "host_staged": true, "staged_bytes": 1024});
+        let r = report_json(
+            serde_json::json!({"UCX_TLS": "rc,cuda_copy,cuda_ipc"}),
+            serde_json::json!({}),
+            rdma,
+            no_cache,
+        );
+        assert!(fired(&r).contains(&"ucx-gpu-rdma-without-peer-memory"));
+    }
+
+    #[test]
+    fn rules_on_the_registration_cache() {
+        let host =
+            serde_json::json!({"memory": "host", "transport": "host-only", "path": "rc/ud", "host_staged": false});
+        let thrash = serde_json::json!({"gets": 40, "misses": 30, "repeat_misses": 12});
+        let r = report_json(serde_json::json!({}), serde_json::json!({}), host.clone(), thrash);
+        let f = fired(&r);
+        assert!(
+            f.contains(&"ucx-rcache-thrashing") && !f.contains(&"ucx-rcache-disabled"),
+            "{f:?}"
+        );
+        let warm = serde_json::json!({"gets": 40, "misses": 2, "repeat_misses": 0});
+        assert!(
+            fired(&report_json(
+                serde_json::json!({}),
+                serde_json::json!({}),
+                host.clone(),
+                warm.clone()
+            ))
+            .is_empty()
+        );
+        let off = report_json(
+            serde_json::json!({"UCX_RCACHE_ENABLE": "n"}),
+            serde_json::json!({}),
+            host,
+            warm,
+        );
+        assert_eq!(fired(&off), vec!["ucx-rcache-disabled"]);
     }
 
     #[test]
