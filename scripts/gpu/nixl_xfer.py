@@ -62,12 +62,18 @@ def wait_for(path, timeout=120.0):
         time.sleep(0.05)
 
 
+def registered(ag, a, fill):
+    """A buffer filled with FILL, registered with the agent: (buffer,
+    registration, transfer descriptors)."""
+    buf, descs = buffer(a.memory, a.size, fill)
+    if a.memory == "vram":
+        return buf, ag.register_memory(descs), ag.get_xfer_descs(descs)
+    return buf, ag.register_memory(descs, "DRAM"), ag.get_xfer_descs([d[:3] for d in descs], "DRAM")
+
+
 def target(a):
     ag = agent("target")
-    buf, descs = buffer(a.memory, a.size, 0)
-    mem = "VRAM" if a.memory == "vram" else "DRAM"
-    reg = ag.register_memory(descs, None if a.memory == "vram" else mem)
-    xfer = ag.get_xfer_descs(descs if a.memory == "vram" else [d[:3] for d in descs], None if a.memory == "vram" else mem)
+    buf, reg, xfer = registered(ag, a, 0)
     tmp = os.path.join(a.dir, "target.tmp")
     with open(tmp, "wb") as f:
         f.write(ag.get_agent_metadata())
@@ -90,10 +96,7 @@ def target(a):
 
 def initiator(a):
     ag = agent("initiator")
-    buf, descs = buffer(a.memory, a.size, 7)
-    mem = "VRAM" if a.memory == "vram" else "DRAM"
-    reg = ag.register_memory(descs, None if a.memory == "vram" else mem)
-    local = ag.get_xfer_descs(descs if a.memory == "vram" else [d[:3] for d in descs], None if a.memory == "vram" else mem)
+    _, reg, local = registered(ag, a, 7)
     wait_for(os.path.join(a.dir, "target.descs"))
     with open(os.path.join(a.dir, "target.meta"), "rb") as f:
         peer = ag.add_remote_agent(f.read())

@@ -52,6 +52,27 @@ fn bytes(v: u64) -> String {
     }
 }
 
+/// A verdict's evidence lines, its cause, and what the library's own log
+/// said of it: (log name, what it says, whether it agrees).
+fn evidence_block(
+    o: &mut String,
+    indent: &str,
+    evidence: &[String],
+    cause: Option<&str>,
+    log: Option<(&str, &str, bool)>,
+) {
+    for e in evidence {
+        let _ = writeln!(o, "{indent}evidence: {e}");
+    }
+    if let Some(c) = cause {
+        let _ = writeln!(o, "{indent}cause: {c}");
+    }
+    if let Some((name, says, agrees)) = log {
+        let agree = if agrees { "agrees" } else { "DISAGREES" };
+        let _ = writeln!(o, "{indent}{name}: {says} ({agree})");
+    }
+}
+
 /// Verdicts with their evidence, cause and NCCL-log agreement (shared by
 /// the report and `explain`).
 pub fn verdicts(vs: &[crate::classify::comm::Verdict], indent: &str) -> String {
@@ -59,16 +80,14 @@ pub fn verdicts(vs: &[crate::classify::comm::Verdict], indent: &str) -> String {
     for v in vs {
         let staged = if v.host_staged { " (host-staged)" } else { "" };
         let _ = writeln!(o, "{indent}pid {} {}: {}{staged}", v.pid, v.comm, v.transport.name());
-        for e in &v.evidence {
-            let _ = writeln!(o, "{indent}  evidence: {e}");
-        }
-        if let Some(c) = &v.cause {
-            let _ = writeln!(o, "{indent}  cause: {c}");
-        }
-        if let Some(l) = &v.nccl_log {
-            let agree = if l.agrees { "agrees" } else { "DISAGREES" };
-            let _ = writeln!(o, "{indent}  NCCL log: via {} ({agree})", l.nccl_says);
-        }
+        let via = v.nccl_log.as_ref().map(|l| (format!("via {}", l.nccl_says), l.agrees));
+        evidence_block(
+            &mut o,
+            &format!("{indent}  "),
+            &v.evidence,
+            v.cause.as_deref(),
+            via.as_ref().map(|(says, agrees)| ("NCCL log", says.as_str(), *agrees)),
+        );
     }
     o
 }
@@ -125,16 +144,13 @@ pub fn ucx(u: &crate::classify::ucx::UcxReport) -> String {
                     ""
                 }
             );
-            for e in &path.evidence {
-                let _ = writeln!(o, "      evidence: {e}");
-            }
-            if let Some(c) = &path.cause {
-                let _ = writeln!(o, "      cause: {c}");
-            }
-            if let Some(l) = &path.log {
-                let agree = if l.agrees { "agrees" } else { "DISAGREES" };
-                let _ = writeln!(o, "      UCX log: {} ({agree})", l.ucx_says);
-            }
+            evidence_block(
+                &mut o,
+                "      ",
+                &path.evidence,
+                path.cause.as_deref(),
+                path.log.as_ref().map(|l| ("UCX log", l.ucx_says.as_str(), l.agrees)),
+            );
         }
     }
     for e in &u.endpoints {
