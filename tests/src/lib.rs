@@ -2,14 +2,79 @@
 //! the README's test command; kernel-probe tests run in the VM tier).
 use std::process::{Command, Output};
 
-/// Whether the tests can use BPF here; prints `skipping: <reason>` if not.
-pub fn can_trace(test: &str) -> bool {
+/// Whether this run must trace: under CI (`CI=true`) or wherever
+/// `GDRTRACE_REQUIRE_TRACE=1` says the suite is meant to.
+pub fn trace_required() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true") || std::env::var("GDRTRACE_REQUIRE_TRACE").is_ok_and(|v| v == "1")
+}
+
+/// Why this process cannot use BPF and tracefs, if it cannot.
+pub fn trace_privilege() -> Result<(), String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        println!("skipping: {test}: needs root (BPF and tracefs)");
-        return false;
+        return Err("needs root (BPF and tracefs)".into());
     }
-    true
+    // Root without the capabilities (a restricted container) cannot either.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        .unwrap_or(0);
+    const CAP_SYS_ADMIN: u64 = 1 << 21;
+    const CAP_BPF: u64 = 1 << 39;
+    if eff & (CAP_SYS_ADMIN | CAP_BPF) == 0 {
+        return Err(format!("root without CAP_SYS_ADMIN or CAP_BPF (CapEff {eff:x})"));
+    }
+    Ok(())
+}
+
+/// Whether the tests can use BPF here. Where the suite must trace
+/// ([`trace_required`]) a missing privilege fails the test, so a CI run
+/// cannot pass having traced nothing; elsewhere it prints
+/// `skipping: <reason>` and the test returns.
+pub fn can_trace(test: &str) -> bool {
+    match trace_privilege() {
+        Ok(()) => true,
+        Err(why) if trace_required() => {
+            panic!("{test}: {why}, and this run must trace (CI=true or GDRTRACE_REQUIRE_TRACE=1)")
+        }
+        Err(why) => {
+            println!("skipping: {test}: {why}");
+            false
+        }
+    }
+}
+
+/// Runs `cmd` with its output captured, killing it (and its process group)
+/// after `limit`: returns the output and whether it had to be killed.
+pub fn run_bounded(cmd: &mut Command, limit: std::time::Duration) -> (Output, bool) {
+    use std::os::unix::process::CommandExt as _;
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("spawning");
+    let pid = child.id() as i32;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d = done.clone();
+    let killer = std::thread::spawn(move || {
+        let until = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < until {
+            if d.load(std::sync::atomic::Ordering::Relaxed) {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // SAFETY: signalling the process group we started.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+        true
+    });
+    let out = child.wait_with_output().expect("waiting");
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let killed = killer.join().unwrap_or(false);
+    (out, killed)
 }
 
 /// The gdrtrace binary of this build (`$GDRTRACE_BIN`, or next to the test
@@ -68,4 +133,38 @@ pub fn compile(args: &[&str]) {
         args.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// This object's programs loaded in the kernel (by the names the object
+/// gives them; the kernel keeps the first 15 bytes).
+pub fn our_programs() -> usize {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| {
+            p.name_as_str().is_some_and(|n| {
+                [
+                    "sched_process_f",
+                    "sys_enter_io_ur",
+                    "sys_exit_io_uri",
+                    "sys_enter_sendt",
+                    "sys_exit_recvms",
+                    "uapi_entry",
+                    "uapi_return",
+                ]
+                .contains(&n)
+            })
+        })
+        .count()
+}
+
+/// BPF links in the kernel (all of them: callers run alone), and the
+/// tracefs probe entries (legacy kprobe/uprobe attach writes them).
+pub fn links_and_probe_events() -> (usize, usize) {
+    let links = aya::programs::loaded_links().filter_map(Result::ok).count();
+    let events = ["/sys/kernel/tracing/uprobe_events", "/sys/kernel/tracing/kprobe_events"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .map(|t| t.lines().count())
+        .sum();
+    (links, events)
 }

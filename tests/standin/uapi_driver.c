@@ -160,6 +160,9 @@ int main(int argc, char **argv)
 		if (cuda)
 			hc = load(cuda);
 	}
+	/* Line-buffered from here: a reader sees each call's line as it is
+	 * made (the SIGKILL test reads the progress at the kill). */
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("ready pid=%d lib=%s\n", (int)getpid(), lib);
 	fflush(stdout);
 	if (read(0, &go, 1) != 1)

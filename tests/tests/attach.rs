@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{can_trace, compile, gdrtrace_path, run, stderr};
+use integration_tests::{can_trace, compile, gdrtrace_path, links_and_probe_events, our_programs, run, stderr};
 
 /// The tests here count this object's programs loaded in the kernel, so they
 /// must not overlap.
@@ -16,40 +16,6 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Our programs currently loaded in the kernel (by the names the object
-/// gives them; the kernel keeps the first 15 bytes).
-fn our_programs() -> usize {
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|p| {
-            p.name_as_str().is_some_and(|n| {
-                [
-                    "sched_process_f",
-                    "sys_enter_io_ur",
-                    "sys_exit_io_uri",
-                    "sys_enter_sendt",
-                    "sys_exit_recvms",
-                    "uapi_entry",
-                    "uapi_return",
-                ]
-                .contains(&n)
-            })
-        })
-        .count()
-}
-
-/// BPF links in the kernel (all of them: the tests run alone), and the
-/// tracefs probe entries (legacy kprobe/uprobe attach writes them).
-fn links_and_probe_events() -> (usize, usize) {
-    let links = aya::programs::loaded_links().filter_map(Result::ok).count();
-    let events = ["/sys/kernel/tracing/uprobe_events", "/sys/kernel/tracing/kprobe_events"]
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(p).ok())
-        .map(|t| t.lines().count())
-        .sum();
-    (links, events)
 }
 
 fn wait_programs(n: usize) -> usize {

@@ -84,3 +84,51 @@ fn help_has_examples() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("Examples:") && out.contains("gdrtrace run --"), "{out}");
 }
+
+/// Under CI (`CI=true`) a test that needs BPF fails without the privilege
+/// instead of passing having run nothing; elsewhere it says `skipping:`.
+/// This test binary runs one of its own tests again as nobody.
+#[test]
+fn missing_privilege_fails_under_ci() {
+    if !can_trace("missing_privilege_fails_under_ci") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("gdrtrace-ci-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let copy = dir.join("cli-tests");
+    std::fs::copy(std::env::current_exe().expect("test binary"), &copy).expect("copying the test binary");
+    let _ = std::process::Command::new("chmod")
+        .arg("755")
+        .arg(&dir)
+        .arg(&copy)
+        .status();
+    for (ci, must_pass, expect) in [
+        ("true", false, "this run must trace"),
+        ("false", true, "skipping: not_root_no_bpf_permission: needs root"),
+    ] {
+        let Ok(o) = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+            .arg(&copy)
+            .args([
+                "--exact",
+                "not_root_no_bpf_permission",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("CI", ci)
+            .env_remove("GDRTRACE_REQUIRE_TRACE")
+            .output()
+        else {
+            println!("skipping: missing_privilege_fails_under_ci: setpriv is not installed");
+            return;
+        };
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(o.status.success(), must_pass, "CI={ci}: {all}");
+        assert!(all.contains(expect), "CI={ci}: want '{expect}' in {all}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -677,9 +677,15 @@ fn library_in_another_mount_namespace_resolves_through_proc_root() {
 
 /// The tracer is killed with SIGKILL while the target is inside (and
 /// between) probed calls: the target finishes every call, with the right
-/// results, and exits normally.
+/// results, and exits normally. The kill is proven to land mid-loop: the
+/// target's progress (its line per call, line-buffered) is read at the
+/// kill and must be past the first call and short of the last.
 #[test]
 fn sigkill_of_the_tracer_mid_call_leaves_the_target_intact() {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    };
     if !can_trace("sigkill_of_the_tracer_mid_call_leaves_the_target_intact") {
         return;
     }
@@ -697,9 +703,22 @@ fn sigkill_of_the_tracer_mid_call_leaves_the_target_intact() {
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert!(line.starts_with("ready pid="), "{line}");
+    let done = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(AtomicBool::new(false));
+    let (d, f) = (done.clone(), finished.clone());
     let reader = std::thread::spawn(move || {
         let mut rest = String::new();
-        out.read_to_string(&mut rest).unwrap();
+        let mut l = String::new();
+        while out.read_line(&mut l).unwrap_or(0) > 0 {
+            if l.starts_with("mr ") {
+                d.fetch_add(1, Ordering::SeqCst);
+            }
+            if l.trim_end() == "done" {
+                f.store(true, Ordering::SeqCst);
+            }
+            rest.push_str(&l);
+            l.clear();
+        }
         rest
     });
     let mut tracer = Command::new(integration_tests::gdrtrace_path())
@@ -718,13 +737,24 @@ fn sigkill_of_the_tracer_mid_call_leaves_the_target_intact() {
         }
     }
     stdin.write_all(b"g").unwrap();
-    // uprobe hits cost ~12 us here: 40000 registrations take about a second.
-    std::thread::sleep(Duration::from_millis(300));
+    // Wait (bounded) for the first traced call, then kill at once: uprobe
+    // hits cost ~12 us here, so the 40000 calls take about half a second.
+    let until = Instant::now() + Duration::from_secs(30);
+    while done.load(Ordering::SeqCst) == 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     // SAFETY: signalling our own child.
     unsafe { libc::kill(tracer.id() as i32, libc::SIGKILL) };
+    let at_kill = done.load(Ordering::SeqCst);
+    let finished_at_kill = finished.load(Ordering::SeqCst);
     let _ = tracer.wait();
     let status = target.wait().unwrap();
     let rest = reader.join().unwrap();
+    assert!(
+        at_kill > 0 && at_kill < 2 * CALLS && !finished_at_kill,
+        "the kill did not land mid-loop: {at_kill} of {} calls done",
+        2 * CALLS
+    );
     assert!(status.success(), "target exited with {status}");
     let mrs = rest.lines().filter(|l| l.starts_with("mr ")).count();
     assert_eq!(mrs, 2 * CALLS, "every registration returned an MR");

@@ -24,12 +24,29 @@ Examples:
   gdrtrace compare base.json current.json --format markdown --html compare.html
 ";
 
+const RUN_HELP: &str = "\
+Signals and exit status:
+  The exit status is the command's (128+N when signal N ended it).
+  SIGINT or SIGTERM is passed on to the command (a Ctrl-C from the terminal
+  already reached it) and tracing goes on until it exits; a second signal
+  prints the report at once and exits 128+signal, leaving the command running.
+  --duration: at the deadline the report is printed and the command (with
+  every process traced with it) gets SIGTERM, SIGKILL 10 s later if still
+  running; the exit status is the command's own.
+  Before the command starts: 126 not executable, 127 not found, 2 bad
+  usage or an output file that cannot be written (nothing is run then).
+";
+
 #[derive(Debug, Parser)]
 #[command(name = "gdrtrace", version, about = "eBPF transport tracer for GPU communication: which path did each transfer take?", after_help = EXAMPLES)]
 pub struct Cli {
     /// More log output (repeat for more).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// Largest input file read (reports, recordings, baselines, thresholds,
+    /// NCCL logs), counted after gzip decompression (e.g. 512M, 4G).
+    #[arg(long, global = true, value_name = "SIZE", value_parser = crate::units::parse_size, default_value = "1G")]
+    pub max_input_size: u64,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -40,6 +57,7 @@ pub enum Command {
     /// program kinds load and attach, capabilities, probe targets.
     Doctor(DoctorArgs),
     /// Trace a command and its children, then print the report.
+    #[command(after_help = RUN_HELP)]
     Run(RunArgs),
     /// Attach to running processes (and their descendants) and trace them
     /// until Ctrl-C, --duration, or the last target exits.
@@ -148,7 +166,9 @@ pub struct TraceArgs {
     /// Event ring buffer size in bytes (a power of two, at least one page).
     #[arg(long, default_value_t = tracer_common::RINGBUF_BYTES as u64)]
     pub ringbuf_bytes: u64,
-    /// NCCL log (NCCL_DEBUG=INFO output) to corroborate the verdicts with.
+    /// NCCL log (NCCL_DEBUG=INFO output) to corroborate the verdicts with;
+    /// read at the end, but it must exist when tracing starts (create it
+    /// first when the job writes it: `touch nccl.log`).
     #[arg(long, value_name = "FILE")]
     pub nccl_log: Option<PathBuf>,
     /// UCX log (UCX_PROTO_INFO=y and/or UCX_LOG_LEVEL=info output) to
@@ -173,8 +193,9 @@ pub struct TraceArgs {
 pub struct RunArgs {
     #[command(flatten)]
     pub trace: TraceArgs,
-    /// The command to trace, after `--`.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    /// The command to trace, after `--` (flags before `--` are gdrtrace's:
+    /// an unknown one is an error, never taken for the command).
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
@@ -247,8 +268,8 @@ pub struct ValidateArgs {
     /// regression runs where kernel probes are expected).
     #[arg(long)]
     pub require_kernel_probes: bool,
-    /// Iterations of the pin-churn workload.
-    #[arg(long, default_value_t = 200)]
+    /// Iterations of the pin-churn workload (at least 1).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
     pub iterations: u32,
     /// Leave out the UCX workloads (ucx_perftest), e.g. where a dedicated
     /// check covers them.
@@ -316,24 +337,4 @@ pub struct BenchDetachArgs {
     pub per_point: bool,
 }
 
-/// Parses `500ms`, `10s`, `2m`, `1h` or plain seconds.
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((s, "s"), |i| s.split_at(i));
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration '{s}' (use e.g. 500ms, 10s, 2m)"))?;
-    let secs = match unit {
-        "ms" => v / 1000.0,
-        "s" | "" => v,
-        "m" => v * 60.0,
-        "h" => v * 3600.0,
-        _ => return Err(format!("invalid duration unit in '{s}' (use ms, s, m or h)")),
-    };
-    if !(secs > 0.0 && secs.is_finite()) {
-        return Err(format!("duration must be positive: '{s}'"));
-    }
-    Ok(std::time::Duration::from_secs_f64(secs))
-}
+pub use crate::units::parse_duration;

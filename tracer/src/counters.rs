@@ -66,6 +66,33 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     Some((utime + stime) / hz.max(1.0))
 }
 
+/// The fields of `/proc/PID/stat` after the command name (state first),
+/// or None when the process is gone.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// Whether a process still runs: it exists and is not a zombie (exited,
+/// waiting for its parent to reap it) or dead.
+pub fn running(pid: u32) -> bool {
+    stat_fields(pid).is_some_and(|f| !matches!(f.first().map(String::as_str), Some("Z" | "X" | "x")))
+}
+
+/// Whether a task is a kernel thread (`PF_KTHREAD` in its flags).
+pub fn kernel_thread(pid: u32) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    stat_fields(pid)
+        .and_then(|f| f.get(6)?.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
 /// Command name of a process.
 pub fn comm(pid: u32) -> Option<String> {
     Some(fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim().to_string())
@@ -89,6 +116,51 @@ pub fn comm_env(pid: u32) -> std::collections::BTreeMap<String, String> {
         .collect()
 }
 
+/// A process's address space (`/proc/PID/maps`, with VmPin), when it maps
+/// NVIDIA devices: what its CUDA state was before the probes were live.
+pub fn address_space(pid: u32) -> Option<crate::model::AddressSpace> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    crate::model::AddressSpace::parse(&maps, vm_pin_kib(pid))
+}
+
+/// Parent pid of a process (`/proc/PID/stat`).
+pub fn ppid(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every process with a CUDA context, this one aside: who could be moving
+/// bytes over the GPUs' links. A CUDA context opens (and maps) the UVM
+/// device `/dev/nvidia-uvm`; daemons that only watch the GPUs
+/// (nvidia-persistenced, NVML clients) open `/dev/nvidiactl` and
+/// `/dev/nvidiaN` but not it, and move nothing.
+pub fn gpu_processes() -> Vec<crate::classify::steady::GpuProcess> {
+    const UVM: &str = "/dev/nvidia-uvm";
+    let me = std::process::id();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let uvm_fd = |pid: u32| {
+        fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+            fds.flatten()
+                .any(|fd| fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == UVM))
+        })
+    };
+    let mut out: Vec<crate::classify::steady::GpuProcess> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(UVM)) || uvm_fd(*pid))
+        .map(|pid| crate::classify::steady::GpuProcess {
+            pid,
+            parent: ppid(pid),
+            comm: comm(pid).unwrap_or_default(),
+        })
+        .collect();
+    out.sort_by_key(|g| g.pid);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +177,27 @@ mod tests {
         );
         assert_eq!(parse_vmstat("nr_free_pages 1\n"), None);
         assert_eq!(parse_status_kib("Name:\tx\nVmPin:\t     256 kB\n", "VmPin:"), Some(256));
+    }
+
+    #[test]
+    fn running_zombies_and_kernel_threads() {
+        assert!(running(std::process::id()));
+        assert!(!kernel_thread(std::process::id()));
+        // pid 2 is kthreadd on Linux, unless this runs in a pid namespace.
+        if comm(2).as_deref() == Some("kthreadd") {
+            assert!(kernel_thread(2));
+        }
+        let mut child = std::process::Command::new("true").spawn().expect("spawning true");
+        let pid = child.id();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while running(pid) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(!running(pid), "an exited, unreaped child is a zombie, not running");
+        assert!(
+            std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "still listed until reaped"
+        );
+        child.wait().expect("reaping");
     }
 }

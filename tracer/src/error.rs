@@ -31,13 +31,66 @@ pub enum Error {
     Permission(String),
     #[error("{0}")]
     Usage(String),
+    /// An input file (report, recording, baseline, thresholds, NCCL log)
+    /// that cannot be read or is not what it claims to be.
+    #[error("{0}")]
+    Input(String),
+    /// `run`'s command does not exist (as a shell says: exit 127).
+    #[error("{0}")]
+    CommandNotFound(String),
+    /// `run`'s command exists but cannot be executed (exit 126).
+    #[error("{0}")]
+    CommandNotExecutable(String),
+    /// A signal ended the command before it got going.
+    #[error("interrupted by {name} before the command started")]
+    Interrupted { name: &'static str, signo: i32 },
     #[error("{0}")]
     Workload(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Exit statuses of every command (the README's table). `run` otherwise
+/// exits with its command's status, so its own failures before the command
+/// starts use the shell's 126 and 127, as `env`, `nohup` and `timeout` do.
+pub mod exit {
+    /// Done; for `compare`, no regression.
+    pub const OK: i32 = 0;
+    /// The tool ran and the result is a failure: a runtime error, a failed
+    /// `validate` check, a `compare` regression, nothing traced, an output
+    /// file that could not be written at the end.
+    pub const FAILURE: i32 = 1;
+    /// Bad usage or unreadable input: an unknown flag, a bad value, an input
+    /// file that is missing, not a regular file, too large or malformed; for
+    /// `compare`, could not compare.
+    pub const USAGE: i32 = 2;
+    /// `validate --require-kernel-probes`: a kernel probe family is unavailable.
+    pub const KERNEL_PROBES: i32 = 3;
+    /// Not permitted to use BPF (run as root or with CAP_BPF and CAP_PERFMON).
+    pub const NOT_PERMITTED: i32 = 4;
+    /// `run`: the command exists but cannot be executed.
+    pub const NOT_EXECUTABLE: i32 = 126;
+    /// `run`: the command was not found.
+    pub const NOT_FOUND: i32 = 127;
+    /// Standard output was closed (EPIPE): printing stopped, files named by
+    /// flags were still written. 128 + SIGPIPE, what a shell reports for a
+    /// writer that a closed pipe ended.
+    pub const STDOUT_CLOSED: i32 = 141;
+}
+
 impl Error {
+    /// The exit status this error ends the command with.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Usage(_) | Error::Input(_) => exit::USAGE,
+            Error::Permission(_) => exit::NOT_PERMITTED,
+            Error::CommandNotFound(_) => exit::NOT_FOUND,
+            Error::CommandNotExecutable(_) => exit::NOT_EXECUTABLE,
+            Error::Interrupted { signo, .. } => 128 + signo,
+            _ => exit::FAILURE,
+        }
+    }
+
     pub fn io(what: impl Into<String>, source: io::Error) -> Self {
         Error::Io {
             what: what.into(),
@@ -79,6 +132,13 @@ pub fn errno_name(code: i32) -> &'static str {
         libc::EEXIST => "EEXIST",
         libc::ENODEV => "ENODEV",
         libc::EINVAL => "EINVAL",
+        libc::EISDIR => "EISDIR",
+        libc::ENOTDIR => "ENOTDIR",
+        libc::EROFS => "EROFS",
+        libc::ENXIO => "ENXIO",
+        libc::EPIPE => "EPIPE",
+        libc::EFBIG => "EFBIG",
+        libc::EDQUOT => "EDQUOT",
         libc::ENOSPC => "ENOSPC",
         libc::ENOSYS => "ENOSYS",
         libc::EOPNOTSUPP => "EOPNOTSUPP",

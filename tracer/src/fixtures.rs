@@ -266,7 +266,7 @@ mod tests {
             // One pageable case staged; the pinned case and the pinned half
             // of g2g-staged are direct DMA.
             assert_eq!(calls(name, "host-staged"), per_case, "{name} pageable");
-            assert_eq!(calls(name, "host-only"), 2 * per_case, "{name} pinned");
+            assert_eq!(calls(name, "gpu-host-dma"), 2 * per_case, "{name} pinned");
         }
         assert_eq!(
             calls("cuMemcpyPeer", "p2p/nvlink"),
@@ -383,8 +383,8 @@ mod tests {
         let (r, _) = replay_fixture("standin-peer-copy-enabled");
         assert_eq!(op(&r, "cuMemcpyPeer", "p2p/nvlink").map(|o| o.calls), Some(5));
         // Pinned copies are direct DMA; together they stage one GPU-to-GPU transfer.
-        assert!(op(&r, "cuMemcpyDtoH", "host-only").is_some());
-        assert!(op(&r, "cuMemcpyHtoD", "host-only").is_some());
+        assert!(op(&r, "cuMemcpyDtoH", "gpu-host-dma").is_some());
+        assert!(op(&r, "cuMemcpyHtoD", "gpu-host-dma").is_some());
         let pair = transfer(&r, "cuMemcpyDtoH+cuMemcpyHtoD");
         assert_eq!((pair.transport, pair.count, pair.bytes), ("host-staged", 1, 16 << 20));
         assert!(
@@ -472,6 +472,128 @@ mod tests {
         let l = r.nccl_log.as_ref().unwrap();
         let c: Vec<_> = l.communicators.iter().map(|c| (c.pid, c.agrees)).collect();
         assert_eq!(c, vec![(4100, Some(true)), (4101, Some(false))]);
+    }
+
+    /// Every report under `tests/fixtures/reports/` that carries verdicts
+    /// (drop a full `attach --json` report there, with its NCCL log as
+    /// `tests/fixtures/logs/<name>.log` and its `--record` recording as
+    /// `tests/fixtures/recordings/<name>.rec[.gz]`, and it is checked too):
+    /// - judged again from the inputs it holds (what `explain` does), it
+    ///   reaches the verdicts the live trace wrote;
+    /// - with its log, no rank and no communicator disagrees with NCCL, and
+    ///   every decided rank agrees;
+    /// - its recording, replayed, reaches the same verdicts.
+    #[test]
+    fn saved_reports_are_judged_alike_by_explain_and_replay() {
+        let root = dir().join("..");
+        let mut checked = Vec::new();
+        for entry in std::fs::read_dir(root.join("reports")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let name = path.file_stem().unwrap().to_str().unwrap().to_string();
+            let mut r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let Some(carried) = r["verdicts"].as_array().cloned() else {
+                continue;
+            };
+            let pairs = |v: &[serde_json::Value]| -> Vec<(u64, String)> {
+                v.iter()
+                    .map(|v| (v["pid"].as_u64().unwrap(), v["transport"].as_str().unwrap().to_string()))
+                    .collect()
+            };
+            let log = std::fs::read_to_string(root.join("logs").join(format!("{name}.log"))).ok();
+            let notes = crate::cmd::explain::rejudge(&mut r, log.as_deref());
+            assert!(notes.is_empty(), "{name}: {notes:?}");
+            assert_eq!(pairs(r["verdicts"].as_array().unwrap()), pairs(&carried), "{name}");
+            if log.is_some() {
+                for v in r["verdicts"].as_array().unwrap() {
+                    let decided = !matches!(v["transport"].as_str(), Some("unknown" | "ambiguous"));
+                    if let Some(l) = v["nccl_log"].as_object() {
+                        assert!(!decided || l["agrees"] == true, "{name}: {v}");
+                    }
+                }
+                for c in r["nccl_log"]["communicators"].as_array().unwrap() {
+                    assert_ne!(c["agrees"], false, "{name}: {c}");
+                }
+            }
+            let rec = ["rec", "rec.gz"]
+                .iter()
+                .map(|x| dir().join(format!("{name}.{x}")))
+                .find(|p| p.exists());
+            if let Some(rec) = rec {
+                let rec = crate::cmd::replay::load(&rec).unwrap();
+                let (replayed, _) = crate::cmd::replay::rebuild(&rec, log.as_deref()).unwrap();
+                let v = serde_json::to_value(&replayed.verdicts).unwrap();
+                assert_eq!(pairs(v.as_array().unwrap()), pairs(&carried), "{name}: replay");
+            }
+            checked.push(name);
+        }
+        for want in [
+            "standin-attach-no-p2p-no-shm",
+            "standin-attach-no-p2p",
+            "standin-attach-auto",
+            "standin-attach-two-jobs",
+        ] {
+            assert!(checked.iter().any(|c| c == want), "{want} not checked: {checked:?}");
+        }
+    }
+
+    /// Two jobs on the same GPUs under one attach (issue 12), replayed from
+    /// the real two-job recording (a default job and an NCCL_P2P_DISABLE=1
+    /// one, over the libnccl stand-in) with the GPU link counters a GPU
+    /// machine would have given (none here): NVLink busy, no NIC.
+    #[test]
+    fn two_jobs_sharing_gpus_replayed() {
+        use crate::{classify::steady::GpuLinks, stats::source::Fact};
+        let path = dir().join("standin-attach-two-jobs.rec");
+        let with_links = |strip_p2p_env: bool| {
+            let mut rec = crate::cmd::replay::load(&path).unwrap();
+            rec.footer.gpu_links = Some(GpuLinks {
+                nvlink_between_gpus: true,
+                nvlink_bytes: 500 << 30,
+                rdma_nics: 0,
+                gpu_processes: None,
+            });
+            if strip_p2p_env {
+                // As if NCCL_P2P_DISABLE came from an nccl.conf (not in the environment).
+                for (_, facts) in &mut rec.inputs {
+                    for f in facts {
+                        if let Fact::Process { env, .. } | Fact::Env { env, .. } = f {
+                            env.remove("NCCL_P2P_DISABLE");
+                        }
+                    }
+                }
+            }
+            crate::cmd::replay::rebuild(&rec, None).unwrap().0
+        };
+        let (live, _) = replay_fixture("standin-attach-two-jobs");
+        let p2p_off: Vec<u32> = live
+            .processes
+            .iter()
+            .filter(|p| p.env.contains_key("NCCL_P2P_DISABLE"))
+            .map(|p| p.pid)
+            .collect();
+        assert_eq!(p2p_off.len(), 3, "launcher and two ranks of the SHM job");
+
+        // The SHM job's own environment rules it off NVLink: the counters
+        // are the other job's.
+        let r = with_links(false);
+        assert_eq!(r.verdicts.len(), 4);
+        for v in &r.verdicts {
+            let want = if p2p_off.contains(&v.pid) { "shm" } else { "p2p/nvlink" };
+            assert_eq!(v.transport.name(), want, "{v:?}");
+        }
+        // Nothing of its own decides: neither job is labelled.
+        let r = with_links(true);
+        for v in &r.verdicts {
+            assert_eq!(v.transport.name(), "ambiguous", "{v:?}");
+            assert!(
+                v.evidence.iter().any(|e| e.contains("another job, traced")),
+                "{:?}",
+                v.evidence
+            );
+        }
     }
 
     #[test]

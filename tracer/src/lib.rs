@@ -4,6 +4,10 @@
 //! (ring buffer, decode) → `model` (memory-region registry) → `classify` →
 //! `stats` → `report`, and reports → `compare` (baselines, regressions).
 //! `drive` holds the workloads, `cmd` one module per subcommand.
+// First, so that its printing macros (`out!`, `outln!`, `errln!`) are in
+// scope in every module after it.
+#[macro_use]
+pub mod output;
 pub mod classify;
 pub mod cli;
 pub mod cmd;
@@ -14,15 +18,18 @@ pub mod error;
 pub mod events;
 #[cfg(test)]
 pub mod fixtures;
+pub mod input;
 pub mod loader;
 pub mod model;
 pub mod probes;
 pub mod report;
 pub mod session;
+pub mod signals;
 pub mod spawn;
 pub mod stats;
 pub mod topo;
 pub mod trace;
+pub mod units;
 
 /// A function for uprobe self-tests (`doctor`): a stable, non-inlined target
 /// in the tracer's own binary.

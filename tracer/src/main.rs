@@ -1,6 +1,11 @@
 //! `gdrtrace`: parse, dispatch, and turn every failure into one line.
 use clap::Parser as _;
-use gdrtrace::{cli::Cli, cmd};
+use gdrtrace::{
+    cli::Cli,
+    cmd, errln,
+    error::{describe, exit},
+    input, output,
+};
 
 /// Keeps the uprobe self-test target in the binary (`doctor` attaches to it).
 #[used]
@@ -19,7 +24,7 @@ fn main() {
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
             .unwrap_or_default();
-        eprintln!("gdrtrace: internal error{at}: {msg} (this is a bug)");
+        errln!("gdrtrace: internal error{at}: {msg} (this is a bug)");
     }));
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -29,11 +34,19 @@ fn main() {
                 e.kind(),
                 DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand
             ) {
-                let _ = e.print();
-                std::process::exit(if e.kind() == DisplayHelpOnMissingArgumentOrSubcommand {
-                    2
+                let to_stdout = e.kind() != DisplayHelpOnMissingArgumentOrSubcommand;
+                if to_stdout {
+                    gdrtrace::out!("{}", e.render());
                 } else {
-                    0
+                    errln!("{}", e.render().to_string().trim_end());
+                }
+                output::flush_stdout();
+                std::process::exit(if !to_stdout {
+                    exit::USAGE
+                } else if output::stdout_closed() {
+                    exit::STDOUT_CLOSED
+                } else {
+                    exit::OK
                 });
             }
             let text = e.render().to_string();
@@ -42,8 +55,8 @@ fn main() {
                 .next()
                 .unwrap_or("invalid arguments")
                 .trim_start_matches("error: ");
-            eprintln!("gdrtrace: {first} (see 'gdrtrace --help')");
-            std::process::exit(2);
+            errln!("gdrtrace: {first} (see 'gdrtrace --help')");
+            std::process::exit(exit::USAGE);
         }
     };
     let level = match cli.verbose {
@@ -54,12 +67,22 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
         .format_timestamp(None)
         .init();
+    input::set_limit(cli.max_input_size);
     let code = match cmd::dispatch(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gdrtrace: {}", gdrtrace::error::describe(&e));
-            1
+            errln!("gdrtrace: {}", describe(&e));
+            e.exit_code()
         }
+    };
+    output::flush_stdout();
+    let code = match output::stdout_error() {
+        Some(e) => {
+            errln!("gdrtrace: writing to standard output: {e}");
+            if code == exit::OK { exit::FAILURE } else { code }
+        }
+        None if output::stdout_closed() => exit::STDOUT_CLOSED,
+        None => code,
     };
     std::process::exit(code);
 }

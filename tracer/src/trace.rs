@@ -11,7 +11,7 @@ use serde::Serialize;
 use tracer_common::kind;
 
 use crate::{
-    classify::steady::{self, GpuLinks},
+    classify::steady::GpuLinks,
     counters::FollPin,
     error::{Error, Result},
     events::recording,
@@ -172,6 +172,9 @@ pub struct Trace {
     links_window: Option<GpuLinks>,
     /// Host facts (read once: at `record`, else when the report is built).
     facts: Option<recording::HostFacts>,
+    /// Files that failed while the report was built (`--record`,
+    /// `--transfers`); the report is still returned, the command exits non-zero.
+    pub late_errors: Vec<Error>,
     /// Set-up uprobe hits at the last tick, and when.
     setup_hits: (u64, Instant),
 }
@@ -211,6 +214,7 @@ impl LinksBase {
             nvlink_between_gpus: self.nvlink_between_gpus,
             nvlink_bytes: nvlink_bytes_now()?.saturating_sub(self.nvlink_bytes),
             rdma_nics: self.rdma_nics,
+            gpu_processes: None,
         })
     }
 }
@@ -235,6 +239,7 @@ impl Trace {
             links_base: LinksBase::sample(),
             links_window: None,
             facts: None,
+            late_errors: Vec::new(),
             setup_hits: (0, Instant::now()),
         }
     }
@@ -279,7 +284,11 @@ impl Trace {
         self.handle(&mut batch);
         self.agg.undecoded += stream.malformed;
         self.on_tick();
-        self.links_window = self.links_base.and_then(|b| b.since());
+        // Who else had the GPUs open: the counters are theirs too.
+        self.links_window = self.links_base.and_then(|b| b.since()).map(|mut l| {
+            l.gpu_processes = Some(crate::counters::gpu_processes());
+            l
+        });
         Ok(())
     }
 
@@ -300,6 +309,10 @@ impl Trace {
         }
         if self.stop_when_targets_exit && !self.agg.procs.is_empty() && self.agg.check_exited() {
             self.finished = true;
+        }
+        if self.interval.is_some() && self.facts.is_none() {
+            // The interval verdicts read the host facts the report will (no RDMA NIC, NVLink).
+            self.facts = Some(recording::HostFacts::read());
         }
         self.interval_tick();
         for pid in self.agg.live_pids() {
@@ -355,11 +368,11 @@ impl Trace {
 
     fn interval_record(&self, prev: &mut BTreeMap<u32, (u64, u64, u64)>, since: Duration) -> IntervalRecord {
         let secs = since.as_secs_f64().max(1e-9);
-        let links = self.links_base.and_then(|b| b.since());
+        let verdicts = self.live_verdicts();
         let mut processes = Vec::new();
         for (pid, p) in &self.agg.procs {
             let calls: u64 = p.calls.values().sum();
-            let verdict = self.live_verdict(*pid, links);
+            let verdict = verdicts.get(pid);
             // Collective bytes of a process on a host-staged transport
             // crossed host memory.
             let staged = p.staged_bytes
@@ -389,37 +402,28 @@ impl Trace {
         }
     }
 
-    /// A process's transport verdict so far: from its set-up calls, or from
-    /// its steady state when the set-up happened before the probes were live.
-    fn live_verdict(&self, pid: u32, links: Option<GpuLinks>) -> Option<LiveVerdict> {
-        let p = self.agg.procs.get(&pid)?;
-        let nvlink = self.links_base.map(|b| b.nvlink_between_gpus);
-        if let Some((t, host_staged, extra, why)) = crate::classify::ucx::live(&self.agg, pid, nvlink, links) {
-            return Some(LiveVerdict {
-                transport: t.name(),
-                host_staged,
-                collective_bytes: extra,
-                why,
-            });
-        }
-        let steady = steady::from_aggregator(&self.agg, pid, links)?;
-        let setup = crate::classify::comm::verdict(&crate::classify::comm::Evidence {
-            pid,
-            comm: p.comm.clone(),
-            calls: p.calls.clone(),
-            env: p.env.clone(),
-            nvlink: self.links_base.map(|b| b.nvlink_between_gpus),
-        });
-        let v = match setup {
-            Some(v) if v.transport != crate::classify::Transport::Unknown => v,
-            _ => steady::verdict(&steady)?,
-        };
-        Some(LiveVerdict {
-            transport: v.transport.name(),
-            host_staged: v.host_staged,
-            collective_bytes: steady.collective_bytes,
-            why: None,
-        })
+    /// Every process's transport verdict so far, by the report's judging
+    /// function (set-up calls, else the steady state against the other
+    /// processes of the window; UCX processes by their UCX paths).
+    fn live_verdicts(&self) -> BTreeMap<u32, LiveVerdict> {
+        let links = self.links_base.and_then(|b| b.since());
+        let inputs = crate::classify::judge::Inputs::of_aggregator(&self.agg, links, self.facts.clone());
+        crate::classify::judge::verdicts(&inputs)
+            .into_iter()
+            .map(|v| {
+                let extra = inputs.collectives_of(v.pid).1 + crate::classify::ucx::extra_staged(&inputs, v.pid);
+                let live = LiveVerdict {
+                    transport: v.transport.name(),
+                    host_staged: v.host_staged,
+                    collective_bytes: extra,
+                    // The last line of evidence says what was missing.
+                    why: matches!(v.transport, crate::classify::Transport::Unknown)
+                        .then(|| v.evidence.last().cloned())
+                        .flatten(),
+                };
+                (v.pid, live)
+            })
+            .collect()
     }
 
     /// Opens the `--record` and `--transfers` files of a command.
@@ -453,7 +457,10 @@ impl Trace {
         let loss = self.session.loss(0, self.agg.undecoded)?;
         let inputs = Inputs {
             command,
-            gpu_links: self.links_window.or_else(|| self.links_base.and_then(|b| b.since())),
+            gpu_links: self
+                .links_window
+                .clone()
+                .or_else(|| self.links_base.and_then(|b| b.since())),
             host: report::host(),
             facts: self.facts.take().unwrap_or_else(recording::HostFacts::read),
             duration_s: (self.started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
@@ -475,12 +482,15 @@ impl Trace {
         };
         if let Some(rec) = self.agg.recorder.take() {
             let events = rec.events;
-            rec.finish(&recording::footer(&inputs, &self.agg, events))?;
+            if let Err(e) = rec.finish(&recording::footer(&inputs, &self.agg, events)) {
+                self.late_errors.push(e);
+            }
         }
         let nvlink = inputs.facts.nvlink;
         let r = report::build(&self.agg, inputs);
-        report::accounting::finish_transfers(&mut self.agg, &r, nvlink)
-            .map_err(|e| Error::io("writing the transfer records", e))?;
+        if let Err(e) = report::accounting::finish_transfers(&mut self.agg, &r, nvlink) {
+            self.late_errors.push(Error::io("writing the transfer records", e));
+        }
         Ok(r)
     }
 }

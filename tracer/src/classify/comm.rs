@@ -15,7 +15,7 @@
 //! the only source of a verdict.
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Transport;
 
@@ -31,12 +31,28 @@ pub struct Evidence {
     pub nvlink: Option<bool>,
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+/// What kind of evidence decided a verdict.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Basis {
+    /// The set-up calls the probes saw (peer checks, buffer exports and
+    /// imports, staging allocations around the communicator's creation).
+    #[default]
+    SetUp,
+    /// What the process did while running (socket bytes, GPU link
+    /// counters), for a process whose set-up happened before tracing.
+    SteadyState,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Verdict {
     pub pid: u32,
     pub comm: String,
     pub transport: Transport,
     pub host_staged: bool,
+    /// Reports written before this field existed read as `set-up`.
+    #[serde(default)]
+    pub basis: Basis,
     pub evidence: Vec<String>,
     /// Why a fallback happened (an environment variable that forced it), if known.
     pub cause: Option<String>,
@@ -44,7 +60,7 @@ pub struct Verdict {
     pub nccl_log: Option<LogAgreement>,
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct LogAgreement {
     pub nccl_says: String,
     pub agrees: bool,
@@ -54,7 +70,7 @@ fn n(e: &Evidence, op: &str) -> u64 {
     e.calls.get(op).copied().unwrap_or(0)
 }
 
-fn env_set(env: &BTreeMap<String, String>, k: &str) -> bool {
+pub fn env_set(env: &BTreeMap<String, String>, k: &str) -> bool {
     env.get(k).is_some_and(|v| v != "0" && !v.is_empty())
 }
 
@@ -83,6 +99,13 @@ pub fn verdict(e: &Evidence) -> Option<Verdict> {
     let export = n(e, "cuMemExportToShareableHandle") + n(e, "cuIpcGetMemHandle");
     let host_alloc = n(e, "cuMemHostAlloc") + n(e, "cuMemAllocHost");
     if !nccl && import == 0 && export == 0 {
+        return None;
+    }
+    // NCCL decides its transport while it creates a communicator: without
+    // that call the set-up was not seen (attach), and the calls that are
+    // seen are the application's (torch allocates pinned host memory and
+    // checks peer access at any time), not evidence of NCCL's choice.
+    if nccl && !e.calls.keys().any(|k| k.starts_with("ncclCommInit")) {
         return None;
     }
     let mut evidence = Vec::new();
@@ -118,6 +141,7 @@ pub fn verdict(e: &Evidence) -> Option<Verdict> {
         comm: e.comm.clone(),
         transport,
         host_staged: staged,
+        basis: Basis::SetUp,
         evidence,
         cause,
         nccl_log: None,
@@ -320,7 +344,9 @@ pub fn nccl_log_against(text: &str, tracer: &dyn Fn(u32, &str) -> Option<&'stati
         says.dedup();
         c.nccl_says = says;
         c.tracer_says = tracer(c.pid, &c.communicator);
-        c.agrees = c.tracer_says.filter(|_| !c.vias.is_empty()).map(|t| {
+        // An undecided verdict (unknown, ambiguous) neither agrees nor disagrees.
+        let decided = |t: &&str| !matches!(Transport::from_name(t), Transport::Unknown | Transport::Ambiguous);
+        c.agrees = c.tracer_says.filter(|t| !c.vias.is_empty() && decided(t)).map(|t| {
             c.vias.iter().all(|via| {
                 let n = transport_of_via(via);
                 n.name() == t || (n == Transport::P2pNvlink && t == Transport::P2pPcie.name())
@@ -385,6 +411,9 @@ mod tests {
         assert!(v.cause.as_deref().unwrap().contains("NCCL_SHM_DISABLE=1"));
 
         assert!(verdict(&ev(&[("cuMemAlloc", 3)], &[])).is_none());
+        // Attached after set-up: collectives and the application's own pinned
+        // allocations are no evidence of NCCL's choice (no socket verdict).
+        assert!(verdict(&ev(&[("ncclAllReduce", 900), ("cuMemHostAlloc", 4)], &[])).is_none());
     }
 
     #[test]
@@ -403,6 +432,7 @@ mod tests {
             comm: String::new(),
             transport: Transport::P2pNvlink,
             host_staged: false,
+            basis: Basis::SetUp,
             evidence: vec![],
             cause: None,
             nccl_log: None,
@@ -442,6 +472,7 @@ mod tests {
             comm: String::new(),
             transport: Transport::Socket,
             host_staged: true,
+            basis: Basis::SetUp,
             evidence: vec![],
             cause: None,
             nccl_log: None,

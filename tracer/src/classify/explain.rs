@@ -661,7 +661,7 @@ const UCX_REG_RULES: &[&str] = &["ucx-rcache-disabled", "ucx-rcache-thrashing"];
 pub fn paths(r: &Value, findings: &[Finding]) -> Vec<Path> {
     let mut out: Vec<(u32, String, &[&str])> = Vec::new();
     for v in arr(&r["verdicts"]) {
-        if v["host_staged"] == true || s(&v["transport"]) == "unknown" {
+        if v["host_staged"] == true || matches!(s(&v["transport"]), "unknown" | "ambiguous") {
             out.push((
                 pid_of(v),
                 format!("communication verdict {}", s(&v["transport"])),

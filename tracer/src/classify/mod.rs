@@ -3,6 +3,7 @@
 //! `unknown` is an honest answer; a wrong verdict is not.
 pub mod comm;
 pub mod explain;
+pub mod judge;
 pub mod steady;
 pub mod transfer;
 pub mod ucx;
@@ -21,7 +22,7 @@ use crate::{
 };
 
 /// The transport verdict vocabulary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Transport {
     #[serde(rename = "gpudirect-rdma/peer-mem")]
     GdrPeerMem,
@@ -37,14 +38,30 @@ pub enum Transport {
     Shm,
     #[serde(rename = "socket")]
     Socket,
+    /// DMA between a GPU and pinned host memory (a copy, not staging).
+    #[serde(rename = "gpu-host-dma")]
+    GpuHostDma,
+    /// No GPU involved (io_uring buffers, host MRs, pinned host pages).
     #[serde(rename = "host-only")]
     HostOnly,
+    /// The evidence fits more than one transport (the verdict's evidence says which).
+    #[serde(rename = "ambiguous")]
+    Ambiguous,
     #[serde(rename = "unknown")]
     Unknown,
 }
 
+/// Reports name verdicts; readers of any version map the names back (an
+/// unknown name reads as `unknown`, never as an error).
+impl<'de> serde::Deserialize<'de> for Transport {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Ok(Transport::from_name(&name))
+    }
+}
+
 impl Transport {
-    pub const ALL: [Transport; 9] = [
+    pub const ALL: [Transport; 11] = [
         Transport::GdrPeerMem,
         Transport::GdrDmabuf,
         Transport::HostStaged,
@@ -52,7 +69,9 @@ impl Transport {
         Transport::P2pPcie,
         Transport::Shm,
         Transport::Socket,
+        Transport::GpuHostDma,
         Transport::HostOnly,
+        Transport::Ambiguous,
         Transport::Unknown,
     ];
 
@@ -73,9 +92,28 @@ impl Transport {
             Transport::P2pPcie => "p2p/pcie",
             Transport::Shm => "shm",
             Transport::Socket => "socket",
+            Transport::GpuHostDma => "gpu-host-dma",
             Transport::HostOnly => "host-only",
+            Transport::Ambiguous => "ambiguous",
             Transport::Unknown => "unknown",
         }
+    }
+
+    /// The current name of an operation's transport as a report of any
+    /// version wrote it: reports before `gpu-host-dma` existed labelled
+    /// copies between a GPU and pinned host memory `host-only`, which now
+    /// means "no GPU involved" (docs/report-schema.md, vocabulary changes).
+    pub fn current_name<'a>(op: &str, name: &'a str) -> &'a str {
+        if name == "host-only" && op.starts_with("cuMemcpy") {
+            Transport::GpuHostDma.name()
+        } else {
+            name
+        }
+    }
+
+    /// Whether bytes on this transport went through host memory.
+    pub fn staged(self) -> bool {
+        matches!(self, Transport::HostStaged | Transport::Shm | Transport::Socket)
     }
 }
 
@@ -220,8 +258,7 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
     };
     match row.kind {
         Kind::Copy if row.args.len() >= 3 && row.args[2] == Arg::Bytes => {
-            let dst = registry.backing(e.pid, e.args[0]);
-            let src = registry.backing(e.pid, e.args[1]);
+            let (dst, src) = copy_sides(e, row.name, registry);
             (c.transport, c.evidence) = match (src, dst) {
                 (Backing::Gpu { device: a }, Backing::Gpu { device: b }) if a >= 0 && b >= 0 && a != b => {
                     cross_device_verdict(e, row.name, a, b, registry)
@@ -232,6 +269,18 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
                 ),
                 _ => crate::model::copy_verdict(row.name, src, dst),
             };
+            // Say where a side's backing came from when it predates the trace.
+            for addr in [e.args[1], e.args[0]] {
+                if let Some(w) = registry.whence(e.pid, addr) {
+                    c.evidence.push_str(&format!("; {w}"));
+                }
+            }
+            if let Some(kib) = registry
+                .vm_pin_before(e.pid)
+                .filter(|_| c.transport == Transport::Unknown)
+            {
+                c.evidence.push_str(&format!("; VmPin when tracing began: {kib} kB"));
+            }
         }
         // cuMemcpyPeer(dst, dstCtx, src, srcCtx, n): between two contexts.
         Kind::Copy if row.args.len() >= 5 && row.args[1] == Arg::Handle && row.args[3] == Arg::Handle => {
@@ -281,7 +330,7 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
                             region.map_or(addr, |r| r.start)
                         );
                     }
-                    Backing::HostPinned | Backing::Host => {
+                    Backing::HostPinned | Backing::Host | Backing::HostPreExisting => {
                         c.transport = Transport::HostOnly;
                         c.evidence = format!("{keys}covers host memory {addr:#x} ({source})");
                     }
@@ -298,6 +347,19 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
         _ => {}
     }
     Some(c)
+}
+
+/// What backs each side of a sized copy, (destination, source): the
+/// registry's answer, where the API itself does not say the side is device
+/// memory (`cuMemcpyHtoD`'s destination is, whatever was seen allocated).
+pub fn copy_sides(e: &Event, name: &str, registry: &Registry) -> (Backing, Backing) {
+    let (dst_dev, src_dev) = crate::model::copy_direction(name);
+    let side = |addr: u64, device: Option<bool>| match registry.backing(e.pid, addr) {
+        Backing::Gpu { device } => Backing::Gpu { device },
+        _ if device == Some(true) => Backing::Gpu { device: -1 },
+        b => b,
+    };
+    (side(e.args[0], dst_dev), side(e.args[1], src_dev))
 }
 
 /// A device-to-device copy between allocations of two devices (devices
@@ -355,5 +417,188 @@ fn peer_copy_verdict(e: &Event, name: &str, registry: &Registry) -> (Transport, 
                 "{name} from context {sctx:#x} to {dctx:#x} without cuCtxEnablePeerAccess for that pair earlier in the process: the driver stages the copy through host memory"
             ),
         )
+    }
+}
+
+/// Builds a job's trace call by call, for tests of verdicts and accounting:
+/// events as the probes deliver them, through the aggregator, into a
+/// judged report.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use tracer_common::{Event, kind};
+
+    use crate::{
+        report::Report,
+        stats::{
+            Aggregator,
+            source::{Fact, Recorded},
+        },
+    };
+
+    pub struct Job {
+        pub agg: Aggregator,
+        pending: std::rc::Rc<std::cell::RefCell<Vec<Fact>>>,
+        t: u64,
+    }
+
+    impl Job {
+        /// A job whose processes the tracer saw from their start.
+        pub fn new() -> Self {
+            let source = Recorded::default();
+            let pending = source.pending.clone();
+            Job {
+                agg: Aggregator::with_source(Box::new(source)),
+                pending,
+                t: 1_000_000,
+            }
+        }
+
+        /// Adds a process, with the facts `/proc` would have answered.
+        pub fn process(&mut self, pid: u32, facts: Vec<Fact>) -> &mut Self {
+            *self.pending.borrow_mut() = facts;
+            self.agg.add_process(pid, None);
+            self
+        }
+
+        /// One successful library call of `pid` (args as the probes read them).
+        pub fn call(&mut self, pid: u32, name: &str, args: &[u64]) -> &mut Self {
+            self.call_ret(pid, name, args, 0)
+        }
+
+        pub fn call_ret(&mut self, pid: u32, name: &str, args: &[u64], ret: i64) -> &mut Self {
+            let op = crate::events::recording::op_code(name).unwrap_or_else(|| panic!("no op {name}"));
+            let mut e = Event {
+                kind: kind::CALL,
+                op,
+                pid,
+                tid: pid,
+                start_ns: self.t,
+                dur_ns: 10_000,
+                ret,
+                ..Default::default()
+            };
+            e.args[..args.len()].copy_from_slice(args);
+            e.comm[..3].copy_from_slice(b"job");
+            self.t += 50_000;
+            self.agg.push(&e);
+            self
+        }
+
+        /// The judged report.
+        pub fn report(&self) -> Report {
+            let mut r = crate::report::tests_support::report_of(&self.agg);
+            r.judge_with(None, None);
+            r
+        }
+    }
+}
+
+/// Attach after allocation (issue 12): copies of buffers that existed
+/// before the probes, classified from the address space at attach.
+#[cfg(test)]
+mod pre_existing_tests {
+    use super::tests_support::Job;
+    use crate::{
+        model::{AddressSpace, MapKind, Mapping},
+        stats::source::Fact,
+    };
+
+    const P: u32 = 200;
+    const N: u64 = 1 << 20;
+    const RESERVED: u64 = 0x2_0000_0000; // CUDA's device address reservation (---p)
+    const DRIVER: u64 = 0x3_0020_0000; // /dev/nvidiactl: pinned host allocations
+    const HEAP: u64 = 0x55d0_c000_0000; // ordinary host memory then
+    const LATER: u64 = 0x7e00_0000_0000; // mapped after attach
+
+    fn attached() -> Job {
+        let m = |start, end, kind, path: &str| Mapping {
+            start,
+            end,
+            kind,
+            path: path.into(),
+        };
+        let space = AddressSpace {
+            vm_pin_kib: Some(0),
+            mappings: vec![
+                m(RESERVED, 0x3_0020_0000, MapKind::NoAccess, ""),
+                m(DRIVER, 0x3_0060_0000, MapKind::NvidiaDriver, "/dev/nvidiactl"),
+                m(HEAP, HEAP + (64 << 20), MapKind::Host, ""),
+            ],
+        };
+        let mut j = Job::new();
+        j.process(P, vec![Fact::Space { pid: P, space }]);
+        j
+    }
+
+    fn op<'a>(r: &'a crate::report::Report, name: &str) -> &'a crate::report::Operation {
+        r.operations
+            .iter()
+            .find(|o| o.name == name)
+            .unwrap_or_else(|| panic!("no {name}: {:?}", r.operations))
+    }
+
+    #[test]
+    fn pinned_buffer_allocated_before_attach_is_dma() {
+        let mut j = attached();
+        j.call(P, "cuMemcpyHtoDAsync", &[RESERVED + 4096, DRIVER + 64, N, 0]);
+        let r = j.report();
+        let o = op(&r, "cuMemcpyHtoDAsync");
+        assert_eq!(o.transport, "gpu-host-dma", "{}", o.evidence);
+        assert!(o.evidence.contains("/dev/nvidiactl mapping"), "{}", o.evidence);
+        assert_eq!(r.staging.processes[0].staged_bytes, 0);
+    }
+
+    #[test]
+    fn host_memory_mapped_before_attach_is_unknown_with_the_reason() {
+        let mut j = attached();
+        j.call(P, "cuMemcpyHtoD", &[RESERVED + 4096, HEAP + 128, N]);
+        let r = j.report();
+        let o = op(&r, "cuMemcpyHtoD");
+        assert_eq!(o.transport, "unknown");
+        for part in [
+            "unless cuMemHostRegister pinned it",
+            "ordinary host memory",
+            "VmPin when tracing began: 0 kB",
+        ] {
+            assert!(o.evidence.contains(part), "{part}: {}", o.evidence);
+        }
+    }
+
+    #[test]
+    fn memory_mapped_after_attach_follows_the_usual_rules() {
+        let mut j = attached();
+        j.call(P, "cuMemcpyDtoH", &[LATER, RESERVED + 4096, N]);
+        let r = j.report();
+        let o = op(&r, "cuMemcpyDtoH");
+        assert_eq!(o.transport, "host-staged", "{}", o.evidence);
+        assert!(o.evidence.contains("mapped after tracing began"), "{}", o.evidence);
+    }
+
+    /// A unified-addressing copy (cuMemcpyAsync) names no direction: the
+    /// device side is known from the reservation, or from an earlier typed
+    /// copy of the same range.
+    #[test]
+    fn unified_copies_of_pre_existing_buffers() {
+        let mut j = attached();
+        j.call(P, "cuMemcpyAsync", &[RESERVED + 4096, DRIVER, N, 0]);
+        // A device range outside any mapping seen at attach (cuMemMap'd later):
+        // the typed copy says it is device memory, the unified one reuses it.
+        j.call(P, "cuMemcpyDtoH", &[DRIVER, LATER, N])
+            .call(P, "cuMemcpyAsync", &[DRIVER, LATER + 512, 4096, 0]);
+        let r = j.report();
+        let unified: Vec<_> = r.operations.iter().filter(|o| o.name == "cuMemcpyAsync").collect();
+        assert_eq!(unified.len(), 1, "{unified:?}");
+        assert_eq!((unified[0].transport, unified[0].calls), ("gpu-host-dma", 2));
+    }
+
+    /// Not attached (traced from the start): an unseen host address is
+    /// pageable, as before.
+    #[test]
+    fn without_an_address_space_unseen_host_memory_is_pageable() {
+        let mut j = Job::new();
+        j.process(P, Vec::new())
+            .call(P, "cuMemAlloc", &[RESERVED, N])
+            .call(P, "cuMemcpyHtoD", &[RESERVED, HEAP, N]);
+        assert_eq!(op(&j.report(), "cuMemcpyHtoD").transport, "host-staged");
     }
 }

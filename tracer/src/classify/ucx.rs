@@ -223,7 +223,7 @@ pub struct Tracker {
 fn memory_of(b: Backing) -> &'static str {
     match b {
         Backing::Gpu { .. } => "cuda",
-        Backing::HostPinned | Backing::Host => "host",
+        Backing::HostPinned | Backing::Host | Backing::HostPreExisting => "host",
         Backing::Unknown => "unknown",
     }
 }
@@ -608,8 +608,8 @@ fn gpu_path(u: &UcxProcess, cx: &Context) -> UcxPath {
             c.calls,
             gb(c.unknown_bytes)
         ));
-        let nv = cx.links.map(|l| l.nvlink_bytes);
-        match cx.links {
+        let nv = cx.links.as_ref().map(|l| l.nvlink_bytes);
+        match &cx.links {
             Some(l) if ratio(l.nvlink_bytes, c.unknown_bytes) >= CARRIED => {
                 let (t, _) = p2p();
                 p.transport = t;
@@ -622,7 +622,7 @@ fn gpu_path(u: &UcxProcess, cx: &Context) -> UcxPath {
             }
             _ if ratio(cx.socket_bytes, c.unknown_bytes) >= CARRIED
                 || tls_excludes(&cx.env, "cuda_ipc") == Some(true)
-                || cx.links.is_some_and(|l| {
+                || cx.links.as_ref().is_some_and(|l| {
                     l.nvlink_between_gpus && l.rdma_nics == 0 && ratio(l.nvlink_bytes, c.unknown_bytes) < IDLE
                 }) =>
             {
@@ -643,6 +643,7 @@ fn gpu_path(u: &UcxProcess, cx: &Context) -> UcxPath {
         }
     } else if let Some(l) = cx
         .links
+        .as_ref()
         .filter(|l| u.data_bytes > 0 && ratio(l.nvlink_bytes, u.data_bytes) >= CARRIED)
     {
         let (t, _) = p2p();
@@ -767,6 +768,7 @@ pub fn paths(u: &UcxProcess, cx: &Context) -> Vec<UcxPath> {
         || cx.gpu_mrs + cx.dmabuf_mrs > 0
         || cx
             .links
+            .as_ref()
             .is_some_and(|l| u.data_bytes > 0 && ratio(l.nvlink_bytes, u.data_bytes) >= CARRIED);
     let gpu =
         cx.memories.contains("cuda") || ((cx.memories.contains("unknown") || cx.memories.is_empty()) && gpu_signs);
@@ -781,8 +783,9 @@ pub fn paths(u: &UcxProcess, cx: &Context) -> Vec<UcxPath> {
     out
 }
 
-/// The context of one process of a report.
-fn context_of(r: &crate::report::Report, p: &crate::report::Process, nvlink: Option<bool>) -> Context {
+/// The context of one process, from the judging inputs (a report's, or
+/// the live aggregator's).
+fn context_of(i: &super::judge::Inputs, p: &super::judge::ProcessIn, ux: &UcxReport) -> Context {
     let by = |k: &str| {
         p.churn
             .as_ref()
@@ -796,10 +799,28 @@ fn context_of(r: &crate::report::Report, p: &crate::report::Process, nvlink: Opt
         gpu_mrs: by("gpu/peer-mem"),
         dmabuf_mrs: by("gpu/dma-buf"),
         host_mrs: by("host"),
-        nvlink,
-        links: r.gpu_links,
-        memories: BTreeSet::new(),
+        nvlink: i.facts.as_ref().and_then(|f| f.nvlink),
+        links: i.gpu_links.clone(),
+        memories: ux
+            .endpoints
+            .iter()
+            .filter(|e| e.pid == p.pid && (e.bytes > 0 || e.calls > 0))
+            .map(|e| e.memory.clone())
+            .collect(),
     }
+}
+
+/// Each UCX process's paths, with its context (None: not in the inputs).
+fn judged<'a>(
+    i: &'a super::judge::Inputs,
+    ux: &'a UcxReport,
+) -> impl Iterator<Item = (&'a UcxProcess, Context, Vec<UcxPath>)> + 'a {
+    ux.processes.iter().filter_map(move |u| {
+        let p = i.processes.iter().find(|p| p.pid == u.pid)?;
+        let cx = context_of(i, p, ux);
+        let paths = paths(u, &cx);
+        Some((u, cx, paths))
+    })
 }
 
 /// The verdict a process's paths stand for (GPU data first).
@@ -821,37 +842,69 @@ fn verdict_of(u: &UcxProcess, paths: &[UcxPath]) -> Option<comm::Verdict> {
         comm: u.comm.clone(),
         transport: p.transport,
         host_staged: p.host_staged,
+        basis: if p.inferred {
+            comm::Basis::SteadyState
+        } else {
+            comm::Basis::SetUp
+        },
         evidence,
         cause: p.cause.clone(),
         nccl_log: None,
     })
 }
 
-/// Judges the report's UCX section: each process's paths and endpoints,
-/// staged bytes into the process accounting, and a verdict for every UCX
-/// process that is not an NCCL rank (NCCL keeps its own).
-pub fn judge(r: &mut crate::report::Report, nvlink: Option<bool>) -> Vec<comm::Verdict> {
-    let Some(mut ux) = r.ucx.take() else {
-        return Vec::new();
-    };
-    let mut verdicts = Vec::new();
-    for u in &mut ux.processes {
-        let Some(p) = r.processes.iter().find(|p| p.pid == u.pid) else {
+/// The UCX processes' verdicts, in the judging function (`judge::verdicts`):
+/// a UCX process that is not an NCCL rank takes its UCX verdict, since the
+/// IPC handles and copies NCCL's rules read mean something else there.
+pub fn verdicts(i: &super::judge::Inputs, out: &mut Vec<comm::Verdict>) {
+    let Some(ux) = &i.ucx else { return };
+    for (u, cx, paths) in judged(i, ux) {
+        if cx.nccl() {
             continue;
-        };
-        let mut cx = context_of(r, p, nvlink);
-        cx.memories = ux
-            .endpoints
-            .iter()
-            .filter(|e| e.pid == u.pid && (e.bytes > 0 || e.calls > 0))
-            .map(|e| e.memory.clone())
-            .collect();
-        u.paths = paths(u, &cx);
-        if !cx.nccl()
-            && let Some(v) = verdict_of(u, &u.paths)
-        {
-            verdicts.push(v);
         }
+        let Some(v) = verdict_of(u, &paths) else { continue };
+        match out.iter().position(|x| x.pid == v.pid) {
+            Some(k) => out[k] = v,
+            None => out.push(v),
+        }
+    }
+    let order: Vec<u32> = i.processes.iter().map(|p| p.pid).collect();
+    out.sort_by_key(|v| order.iter().position(|p| *p == v.pid).unwrap_or(usize::MAX));
+}
+
+/// Bytes of a UCX process's staging that the copy classifier did not count
+/// as staged (pinned bounce buffers, or sides unknown).
+pub fn extra_staged(i: &super::judge::Inputs, pid: u32) -> u64 {
+    let Some(ux) = &i.ucx else { return 0 };
+    judged(i, ux)
+        .filter(|(u, _, _)| u.pid == pid)
+        .map(|(u, _, paths)| {
+            paths
+                .iter()
+                .filter(|p| p.host_staged)
+                .map(|p| p.staged_bytes.saturating_sub(u.copies.already_staged_bytes))
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+/// Fills the report's UCX section: each process's paths, each endpoint's
+/// path, and the staged bytes into the process accounting (the verdicts
+/// came from the same decision in `judge::verdicts`).
+pub fn judge(r: &mut crate::report::Report) {
+    let Some(mut ux) = r.ucx.take() else { return };
+    let inputs = super::judge::Inputs::of_report(r);
+    let mut extra = BTreeMap::new();
+    let decided: BTreeMap<u32, Vec<UcxPath>> = judged(&inputs, &ux).map(|(u, _, p)| (u.pid, p)).collect();
+    for u in &mut ux.processes {
+        u.paths = decided.get(&u.pid).cloned().unwrap_or_default();
+        let staged: u64 = u
+            .paths
+            .iter()
+            .filter(|p| p.host_staged)
+            .map(|p| p.staged_bytes.saturating_sub(u.copies.already_staged_bytes))
+            .sum();
+        extra.insert(u.pid, staged);
     }
     for e in &mut ux.endpoints {
         let Some(u) = ux.processes.iter().find(|u| u.pid == e.pid) else {
@@ -869,21 +922,10 @@ pub fn judge(r: &mut crate::report::Report, nvlink: Option<bool>) -> Vec<comm::V
     }
     // Host-staged GPU data: the copies the copy classifier did not count
     // (pinned bounce buffers, or sides unknown) are staged bytes too.
-    for u in &ux.processes {
-        let extra: u64 = u
-            .paths
-            .iter()
-            .filter(|p| p.host_staged)
-            .map(|p| p.staged_bytes.saturating_sub(u.copies.already_staged_bytes))
-            .sum();
-        if extra > 0
-            && let Some(p) = r.processes.iter_mut().find(|p| p.pid == u.pid)
-        {
-            p.staged_bytes += extra;
-        }
+    for p in &mut r.processes {
+        p.staged_bytes += extra.get(&p.pid).copied().unwrap_or(0);
     }
     r.ucx = Some(ux);
-    verdicts
 }
 
 /// One transfer record per (process, op, endpoint) of the data calls, with
@@ -909,40 +951,6 @@ pub fn transfers(ux: &UcxReport, comms: &BTreeMap<u32, String>) -> Vec<Transfer>
             calls: Some(e.calls),
         })
         .collect()
-}
-
-/// A running process's UCX verdict so far (`attach --interval`): the
-/// transport, whether GPU data is host-staged, the staged bytes the copy
-/// classifier did not count, and why when unknown.
-pub fn live(
-    agg: &crate::stats::Aggregator,
-    pid: u32,
-    nvlink: Option<bool>,
-    links: Option<GpuLinks>,
-) -> Option<(Transport, bool, u64, Option<String>)> {
-    let u = agg.ucx.process(agg, pid)?;
-    let p = agg.procs.get(&pid)?;
-    let churn = agg.registry.procs.get(&pid).map(|r| &r.churn);
-    let by = |k: &str| churn.and_then(|c| c.by_backing.get(k)).map_or(0, |b| b.registrations);
-    let cx = Context {
-        calls: p.calls.clone(),
-        env: p.env.clone(),
-        socket_bytes: p.socket.bytes_sent + p.socket.bytes_received,
-        gpu_mrs: by("gpu/peer-mem"),
-        dmabuf_mrs: by("gpu/dma-buf"),
-        host_mrs: by("host"),
-        nvlink,
-        links,
-        memories: agg.ucx.endpoints(agg, &u).into_iter().map(|e| e.memory).collect(),
-    };
-    if cx.nccl() {
-        return None;
-    }
-    let paths = paths(&u, &cx);
-    let first = paths.first()?;
-    let why = (first.transport == Transport::Unknown).then(|| first.evidence.join("; "));
-    let extra = first.staged_bytes.saturating_sub(u.copies.already_staged_bytes);
-    Some((first.transport, first.host_staged, extra, why))
 }
 
 /// The explain rules about UCX (registered in `explain::RULES`). Like every
@@ -1336,6 +1344,7 @@ mod tests {
             nvlink_between_gpus: true,
             nvlink_bytes: MB64,
             rdma_nics: 0,
+            gpu_processes: None,
         });
         let p = paths(&u, &c);
         assert_eq!((p[0].transport, p[0].inferred), (Transport::P2pNvlink, true));
@@ -1343,6 +1352,7 @@ mod tests {
             nvlink_between_gpus: true,
             nvlink_bytes: 0,
             rdma_nics: 0,
+            gpu_processes: None,
         });
         let p = paths(&u, &c);
         assert_eq!(
@@ -1368,6 +1378,7 @@ mod tests {
             nvlink_between_gpus: true,
             nvlink_bytes: MB64,
             rdma_nics: 0,
+            gpu_processes: None,
         });
         let p = paths(&u, &c);
         assert_eq!(p.len(), 1, "{p:?}");

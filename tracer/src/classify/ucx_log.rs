@@ -147,7 +147,7 @@ fn class_of_transport(t: Transport) -> &'static str {
         Transport::Socket => "socket",
         Transport::Shm => "shm",
         Transport::HostOnly => "rdma",
-        Transport::Unknown => "unknown",
+        Transport::GpuHostDma | Transport::Ambiguous | Transport::Unknown => "unknown",
     }
 }
 

@@ -15,8 +15,9 @@ use std::{
 use crate::{
     cli::AttachArgs,
     counters,
-    error::{Error, Result},
+    error::{Error, Result, describe},
     loader::{self, LoadOptions},
+    output::OutputFile,
     session::{Session, SessionOptions},
     trace::{Interval, IntervalRecord, Trace},
 };
@@ -108,6 +109,8 @@ struct PreExisting {
 }
 
 impl PreExisting {
+    /// From the same `/proc/PID/maps` reading the aggregator keeps (the
+    /// address space that classifies copies of these buffers).
     fn read(pid: u32) -> Self {
         let mut p = PreExisting {
             pid,
@@ -115,19 +118,11 @@ impl PreExisting {
             ..Default::default()
         };
         let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-        for line in maps.lines() {
-            let mut f = line.split_whitespace();
-            let range = f.next().unwrap_or("");
-            let path = f.nth(4).unwrap_or("");
-            if path.starts_with("/dev/nvidia") {
-                if let Some((a, b)) = range.split_once('-')
-                    && let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16))
-                {
-                    p.nvidia_mappings += 1;
-                    p.nvidia_mapped_bytes += b.saturating_sub(a);
-                }
-            } else if path.contains("libnccl") {
-                p.nccl_mapped = true;
+        p.nccl_mapped = maps.lines().any(|l| l.contains("libnccl"));
+        if let Some(space) = crate::model::AddressSpace::parse(&maps, p.vm_pin_kib) {
+            for m in space.mappings.iter().filter(|m| !m.path.is_empty()) {
+                p.nvidia_mappings += 1;
+                p.nvidia_mapped_bytes += m.end - m.start;
             }
         }
         p
@@ -154,10 +149,11 @@ fn interval_line(rec: &IntervalRecord) -> String {
             .collect();
         s.push_str(&format!("  hot: {}", hot.join(", ")));
     }
+    // The verdict column is the transport; the per-call mix of evented
+    // calls (empty for aggregated collectives) stays in --jsonl.
     for p in &rec.processes {
-        let mix: Vec<String> = p.transports.iter().map(|(t, n)| format!("{t}:{n}")).collect();
         s.push_str(&format!(
-            "\n  pid {:>7} {:<15} {:<12} {:>9.1} calls/s  staged {:>10.0} B/s  reg {:>7.1}/s  VmPin {:>8} kB  transports [{}]{}",
+            "\n  pid {:>7} {:<15} {:<12} {:>9.1} calls/s  staged {:>10.0} B/s  reg {:>7.1}/s  VmPin {:>8} kB{}",
             p.pid,
             p.comm,
             match (&p.why, p.verdict) {
@@ -168,24 +164,129 @@ fn interval_line(rec: &IntervalRecord) -> String {
             p.staged_bytes_per_s,
             p.registrations_per_s,
             p.vm_pin_kib,
-            mix.join(" "),
             if p.exited { "  (exited)" } else { "" }
         ));
     }
     s
 }
 
+/// Why `pid` cannot be a target, if it cannot.
+fn refused(pid: u32) -> Option<String> {
+    let name = || counters::comm(pid).map_or_else(String::new, |c| format!(" ({c})"));
+    if pid == std::process::id() {
+        Some(format!("pid {pid} is this gdrtrace itself: not traced"))
+    } else if !Path::new(&format!("/proc/{pid}")).is_dir() {
+        Some(format!("pid {pid}: no such process"))
+    } else if counters::kernel_thread(pid) {
+        Some(format!(
+            "pid {pid}{} is a kernel thread: kernel threads make no library or registration calls of their own; attach to the process that does",
+            name()
+        ))
+    } else if !counters::running(pid) {
+        Some(format!(
+            "pid {pid}{} has exited (a zombie its parent has not reaped): nothing to trace",
+            name()
+        ))
+    } else {
+        None
+    }
+}
+
+/// The targets: the roots and their descendants, less what cannot be
+/// traced (each with its reason in `notes`, kernel threads counted).
+fn targets(roots: &[u32], notes: &mut Vec<String>) -> BTreeSet<u32> {
+    // A refused root brings no descendants: `--pid 0` (no such process)
+    // must not become "every child of the kernel", i.e. the whole machine.
+    let roots: Vec<u32> = roots
+        .iter()
+        .copied()
+        .filter(|pid| match refused(*pid) {
+            None => true,
+            Some(why) => {
+                notes.push(why);
+                false
+            }
+        })
+        .collect();
+    let mut kthreads = 0;
+    let out = with_descendants(&roots)
+        .into_iter()
+        .filter(|pid| match refused(*pid) {
+            None => true,
+            Some(_) => {
+                if counters::kernel_thread(*pid) {
+                    kthreads += 1;
+                }
+                false
+            }
+        })
+        .collect();
+    if kthreads > 0 {
+        notes.push(format!("{kthreads} kernel threads among the descendants left out"));
+    }
+    out
+}
+
+/// Where `--jsonl` records go; the first write error is kept (reported at
+/// the end, non-zero exit) and the records after it are counted as lost.
+struct Jsonl {
+    file: OutputFile,
+    written: u64,
+    lost: u64,
+    error: Option<std::io::Error>,
+}
+
+impl Jsonl {
+    fn write(&mut self, rec: &IntervalRecord) {
+        if self.error.is_some() {
+            self.lost += 1;
+            return;
+        }
+        let line = match serde_json::to_string(rec) {
+            Ok(l) => l,
+            Err(e) => {
+                self.error = Some(e.into());
+                self.lost += 1;
+                return;
+            }
+        };
+        let f = self.file.file();
+        match writeln!(f, "{line}").and_then(|()| f.flush()) {
+            Ok(()) => self.written += 1,
+            Err(e) => {
+                errln!(
+                    "gdrtrace: {} {}: {}; interval records from here on are lost",
+                    self.file.flag,
+                    self.file.path.display(),
+                    describe(&e)
+                );
+                self.error = Some(e);
+                self.lost += 1;
+            }
+        }
+    }
+
+    fn result(&self) -> Option<Error> {
+        self.error.as_ref().map(|e| {
+            Error::Workload(format!(
+                "{} {}: {} of {} interval records were not written ({})",
+                self.file.flag,
+                self.file.path.display(),
+                self.lost,
+                self.lost + self.written,
+                describe(e)
+            ))
+        })
+    }
+}
+
 pub fn attach(args: &AttachArgs) -> Result<i32> {
     let started = Instant::now();
     let mut notes = Vec::new();
-    let mut roots: Vec<u32> = Vec::new();
-    for pid in &args.pid {
-        if Path::new(&format!("/proc/{pid}")).is_dir() {
-            roots.push(*pid);
-        } else {
-            notes.push(format!("pid {pid}: no such process (skipped)"));
-        }
+    if args.pid.is_empty() && args.cgroup.is_none() && args.comm.is_none() && !args.all {
+        return Err(Error::Usage("attach needs --pid, --cgroup, --comm or --all".into()));
     }
+    let mut roots: Vec<u32> = args.pid.clone();
     if let Some(cg) = &args.cgroup {
         let m = cgroup_members(cg)?;
         if m.is_empty() {
@@ -200,14 +301,23 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         }
         roots.extend(m);
     }
-    if args.pid.is_empty() && args.cgroup.is_none() && args.comm.is_none() && !args.all {
-        return Err(Error::Usage("attach needs --pid, --cgroup, --comm or --all".into()));
-    }
-    let me = std::process::id();
-    let targets: BTreeSet<u32> = with_descendants(&roots).into_iter().filter(|p| *p != me).collect();
+    let targets = targets(&roots, &mut notes);
+    // Parents tell the ranks of one job (a launcher's children) from
+    // another job's, which the GPU link counters cannot.
+    let parents: std::collections::BTreeMap<u32, u32> = process_table().into_iter().collect();
     if targets.is_empty() && !args.all {
-        return Err(Error::Usage(format!("no process to attach to ({})", notes.join("; "))));
+        return Err(Error::Usage(format!("no process to attach to: {}", notes.join("; "))));
     }
+    // Every file is checked before any BPF is loaded.
+    let files = super::run::Outputs::open(&args.trace)?;
+    let jsonl = OutputFile::open_opt("--jsonl", args.jsonl.as_deref())?.map(|file| {
+        Rc::new(RefCell::new(Jsonl {
+            file,
+            written: 0,
+            lost: 0,
+            error: None,
+        }))
+    });
     let opts = SessionOptions {
         load: LoadOptions {
             ringbuf_bytes: loader::check_ringbuf_size(args.trace.ringbuf_bytes)?,
@@ -228,7 +338,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         let before = PreExisting::read(*pid);
         let vm_pin = before.vm_pin_kib;
         pre_existing.push(before);
-        if trace.add_target(*pid, None).is_err() {
+        if trace.add_target(*pid, parents.get(pid).copied()).is_err() {
             notes.push(format!("pid {pid}: could not be added to the target set"));
             continue;
         }
@@ -236,68 +346,103 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         if let Some(p) = trace.agg.procs.get_mut(pid) {
             p.vm_pin_kib_at_attach = vm_pin;
         }
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            notes.push(format!("pid {pid}: exited during attach"));
-        }
         attached.push((*pid, libs));
     }
+    if args.all {
+        // Copies of the libraries that running processes map outside the
+        // installed paths (a torch job's own libnccl) are attached now, so
+        // their collectives are counted from the start; a process shows up
+        // in the report once it calls them.
+        for (pid, _) in process_table() {
+            if pid != std::process::id() {
+                trace.session.attach_libraries_of(pid);
+            }
+        }
+    }
     let latency = started.elapsed();
+    // A target that exited while the probes went live was never traced.
+    let live: Vec<u32> = attached
+        .iter()
+        .map(|(p, _)| *p)
+        .filter(|p| counters::running(*p))
+        .collect();
+    for (pid, _) in attached.iter().filter(|(p, _)| !live.contains(p)) {
+        notes.push(format!("pid {pid}: exited during attach, before the probes were live"));
+    }
+    if live.is_empty() && !args.all {
+        return Err(Error::Workload(format!(
+            "nothing traced: every target exited during attach ({})",
+            notes.join("; ")
+        )));
+    }
     // Signal handlers go in before the user (or a script) is told the probes
     // are live: a Ctrl-C right after that must end the trace cleanly.
     let rt = super::runtime()?;
-    let stop = {
+    let signals = {
         let _guard = rt.enter();
         super::stop_signal(args.trace.duration)?
     };
-    eprintln!(
+    errln!(
         "gdrtrace: attached to {} process(es) in {:.1} ms (all probes live); events before that moment are not seen: state that existed then is reported as pre-existing (VmPin at attach)",
-        attached.len(),
+        live.len(),
         latency.as_secs_f64() * 1e3
     );
     for n in &notes {
-        eprintln!("gdrtrace: note: {n}");
+        errln!("gdrtrace: note: {n}");
     }
     if !args.all && trace.session.planner.libs.is_empty() {
-        eprintln!(
+        errln!(
             "gdrtrace: note: no target maps libcuda, libibverbs or libnccl (yet); kernel and syscall probes still apply"
         );
     }
     trace.stop_when_targets_exit = !args.all;
-    let jsonl = match &args.jsonl {
-        Some(p) => Some(Rc::new(RefCell::new(
-            fs::File::create(p).map_err(|e| Error::io(format!("creating {}", p.display()), e))?,
-        ))),
-        None => None,
-    };
+    // A closed standard output (`attach --interval 1s | head -1`) ends the
+    // trace as SIGPIPE would have, but the files are still written.
+    let stdout_gone = Rc::new(tokio::sync::Notify::new());
     if let Some(every) = args.interval {
         let jsonl = jsonl.clone();
+        let gone = stdout_gone.clone();
         trace.interval = Some(Interval::new(
             every,
             Box::new(move |rec| {
-                println!("{}", interval_line(rec));
-                if let Some(f) = &jsonl
-                    && let Ok(line) = serde_json::to_string(rec)
-                {
-                    let _ = writeln!(f.borrow_mut(), "{line}");
+                if !outln!("{}", interval_line(rec)) && crate::output::stdout_closed() {
+                    gone.notify_one();
+                }
+                if let Some(j) = &jsonl {
+                    j.borrow_mut().write(rec);
                 }
             }),
         ));
+    } else if jsonl.is_some() {
+        notes.push("--jsonl without --interval: no interval records".into());
     }
+    let stop = async {
+        tokio::select! {
+            () = signals => {}
+            () = stdout_gone.notified() => {}
+        }
+    };
     rt.block_on(async { trace.run_until(stop).await })?;
     // The window is closed in the kernel (the stop switch): the report comes
     // first, the links are closed after it (timed, on stderr).
     let mut report = trace.report(std::env::args().collect())?;
+    let mut errors = std::mem::take(&mut trace.late_errors);
     report.workloads.push(serde_json::json!({
         "attach": {
             "latency_ms": latency.as_secs_f64() * 1e3,
             "uprobe_mode": trace.session.planner.uprobes.mode(),
-            "targets": attached.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            "targets": live,
             "notes": notes,
             "missing_before_attach": "calls made before the probes were live (NCCL set-up, MRs registered earlier); pre_existing lists what /proc showed at attach, and a job past its set-up gets a steady-state verdict (socket syscalls, NVLink counters)",
             "pre_existing": pre_existing,
         }
     }));
-    super::run::emit(&args.trace, &report)?;
+    if let Some(e) = jsonl.and_then(|j| j.borrow().result()) {
+        errors.push(e);
+    }
+    if let Err(e) = super::run::emit(&args.trace, files, &report) {
+        errors.push(e);
+    }
     super::report_close(&mut trace.session);
-    Ok(0)
+    super::finish(0, errors)
 }

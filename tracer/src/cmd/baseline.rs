@@ -4,17 +4,21 @@ use crate::{
     cli::BaselineRecordArgs,
     compare::{self, Run},
     error::{Error, Result},
+    input,
+    output::OutputFile,
 };
 
 pub fn record(args: &BaselineRecordArgs) -> Result<i32> {
+    // Without --from, validate runs first: --out is opened before it.
+    let mut out = match &args.from {
+        Some(_) => None,
+        None => Some(OutputFile::open("--out", &args.out)?),
+    };
     let (runs, source, code) = match &args.from {
         Some(path) => {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-            let v: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| Error::Usage(format!("{} is not a JSON report: {e}", path.display())))?;
+            let v = input::read_json(path)?;
             compare::check_report(&v)
-                .map_err(|e| Error::Usage(format!("{} is not a usable report: {e}", path.display())))?;
+                .map_err(|e| Error::Input(format!("{} is not a usable report: {e}", path.display())))?;
             let name = path
                 .file_name()
                 .map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned());
@@ -39,13 +43,17 @@ pub fn record(args: &BaselineRecordArgs) -> Result<i32> {
     };
     let (baseline, note) = compare::record(runs, source);
     if let Some(n) = note {
-        eprintln!("gdrtrace: note: {n}");
+        errln!("gdrtrace: note: {n}");
     }
     let json = serde_json::to_string_pretty(&baseline)
         .map_err(|e| Error::Workload(format!("serializing the baseline: {e}")))?;
-    std::fs::write(&args.out, json).map_err(|e| Error::io(format!("writing {}", args.out.display()), e))?;
+    let out = match out.take() {
+        Some(f) => f,
+        None => OutputFile::open("--out", &args.out)?,
+    };
+    out.write(json.as_bytes())?;
     let p = &baseline.profile;
-    println!(
+    outln!(
         "baseline: {} run(s) ({}) written to {}; kernel {}, lockdown {}, gpu {}, nic {}, probe catalog {}",
         baseline.runs.len(),
         baseline
@@ -62,7 +70,7 @@ pub fn record(args: &BaselineRecordArgs) -> Result<i32> {
         p.probe_catalog
     );
     if code != 0 {
-        eprintln!("gdrtrace: note: the validate run behind this baseline exited {code}");
+        errln!("gdrtrace: note: the validate run behind this baseline exited {code}");
     }
     Ok(code)
 }

@@ -46,9 +46,9 @@ fn cpu_seconds() -> f64 {
 }
 
 fn print<T: Serialize>(v: &T, line: String) -> Result<i32> {
-    eprintln!("{line}");
+    errln!("{line}");
     let json = serde_json::to_string(v).map_err(|e| Error::Workload(format!("serializing: {e}")))?;
-    println!("{json}");
+    outln!("{json}");
     Ok(0)
 }
 
@@ -106,11 +106,10 @@ fn pipeline(a: &BenchPipelineArgs) -> Result<i32> {
     rt.block_on(async {
         let gated = spawn::spawn_gated(&argv)?;
         trace.add_target(gated.pid, None)?;
-        let pid = gated.release()?;
-        let waiter = tokio::task::spawn_blocking(move || spawn::wait(pid));
+        let mut child = gated.release()?;
         trace
             .run_until(async move {
-                let _ = waiter.await;
+                child.exited().await;
             })
             .await
     })?;

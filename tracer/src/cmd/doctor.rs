@@ -60,6 +60,9 @@ pub struct Doctor {
     /// the others did not.
     pub coverage: Vec<crate::probes::Coverage>,
     pub usable: bool,
+    /// False when BPF is not permitted to this user: the finding, not a
+    /// failure of doctor (exit 4, as every command that needs BPF).
+    pub permitted: bool,
     pub reason: String,
 }
 
@@ -298,6 +301,7 @@ pub fn collect() -> Doctor {
     let tracefs = loader::tracefs().ok().map(|p| p.display().to_string());
     let (cap_eff, capabilities) = capabilities();
     let loaded = loader::load(&LoadOptions::default());
+    let permitted = !matches!(loaded, Err(crate::error::Error::Permission(_)));
     let (program_kinds, ring_buffer) = match loaded {
         Ok(mut ebpf) => {
             let k = kinds(&mut ebpf, btf.as_ref());
@@ -323,7 +327,21 @@ pub fn collect() -> Doctor {
     };
     let probe_points = points(btf.as_ref());
     let tp_ok = program_kinds.iter().any(|k| k.kind == "tracepoint" && k.available);
-    let (usable, reason) = if !ring_buffer.available {
+    let (usable, reason) = if !permitted {
+        (
+            false,
+            format!(
+                "BPF not permitted: uid {} has {} (CapEff {cap_eff}); run as root or with CAP_BPF and CAP_PERFMON",
+                // SAFETY: geteuid has no preconditions.
+                unsafe { libc::geteuid() },
+                if capabilities.is_empty() {
+                    "no capabilities".to_string()
+                } else {
+                    capabilities.join(" ")
+                }
+            ),
+        )
+    } else if !ring_buffer.available {
         (
             false,
             format!(
@@ -364,6 +382,7 @@ pub fn collect() -> Doctor {
         probe_points,
         coverage: coverage_now().unwrap_or_default(),
         usable,
+        permitted,
         reason,
     }
 }
@@ -371,13 +390,20 @@ pub fn collect() -> Doctor {
 pub fn doctor(args: &DoctorArgs) -> Result<i32> {
     let d = collect();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&d).unwrap_or_default());
+        match serde_json::to_string_pretty(&d) {
+            Ok(j) => outln!("{j}"),
+            Err(e) => return Err(crate::error::Error::Workload(format!("encoding the findings: {e}"))),
+        };
     } else {
-        print!("{}", render(&d));
+        out!("{}", render(&d));
+    }
+    if !d.permitted {
+        errln!("gdrtrace: {}", d.reason);
+        return Ok(crate::error::exit::NOT_PERMITTED);
     }
     if !d.usable {
-        eprintln!("gdrtrace: {}", d.reason);
-        return Ok(1);
+        errln!("gdrtrace: {}", d.reason);
+        return Ok(crate::error::exit::FAILURE);
     }
     Ok(0)
 }

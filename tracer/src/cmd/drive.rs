@@ -8,7 +8,7 @@ use crate::{
 /// Prints a workload's summary lines and writes its JSON summary if asked.
 fn report(lines: &[String], summary: &impl serde::Serialize, path: Option<&std::path::Path>) -> Result<()> {
     for line in lines {
-        println!("{line}");
+        outln!("{line}");
     }
     if let Some(path) = path {
         let text = serde_json::to_string_pretty(summary).map_err(|e| Error::Workload(e.to_string()))?;
@@ -21,11 +21,11 @@ pub fn drive(d: &Drive) -> Result<i32> {
     match d {
         Drive::PinChurn(o) => {
             let s = pin_churn::run(o)?;
-            println!("{}", s.line());
+            outln!("{}", s.line());
             if let Some(note) = &s.odirect_note {
-                println!("pin-churn: note: {note}");
+                outln!("pin-churn: note: {note}");
             }
-            println!(
+            outln!(
                 "pin-churn: elapsed {:.3} s, mean register latency {:.1} us",
                 s.elapsed_s,
                 s.register_ns_total as f64 / s.registrations.max(1) as f64 / 1e3

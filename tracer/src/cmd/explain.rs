@@ -1,21 +1,18 @@
 //! `gdrtrace explain [REPORT.json | RECORDING]`.
-use std::io::Read as _;
+use std::path::PathBuf;
 
 use crate::{
-    classify::explain,
+    classify::{Transport, explain},
     cli::ExplainArgs,
     error::{Error, Result},
-    topo,
+    input::{self, Input},
 };
 
 /// Explains a saved report (or a recording, replayed first; or a report on
 /// stdin). Verdicts are recomputed when an NCCL log is given.
 pub fn explain(args: &ExplainArgs) -> Result<i32> {
-    let (name, text) = match &args.report {
-        Some(p) => (
-            p.display().to_string(),
-            std::fs::read_to_string(p).map_err(|e| Error::io(format!("reading {}", p.display()), e))?,
-        ),
+    let path = match &args.report {
+        Some(p) => p.clone(),
         None => {
             // SAFETY: isatty has no preconditions.
             if unsafe { libc::isatty(0) } == 1 {
@@ -23,124 +20,104 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
                     "explain needs a report (--json FILE of run, attach, validate or replay), a recording, or a report on stdin".into(),
                 ));
             }
-            let mut t = String::new();
-            std::io::stdin()
-                .read_to_string(&mut t)
-                .map_err(|e| Error::io("reading the report from stdin", e))?;
-            ("stdin".to_string(), t)
+            PathBuf::from("-")
         }
     };
-    let log = match &args.nccl_log {
-        Some(p) => Some(std::fs::read_to_string(p).map_err(|e| Error::io(format!("reading {}", p.display()), e))?),
-        None => None,
-    };
-    let ucx_log = match &args.ucx_log {
-        Some(p) => Some(std::fs::read_to_string(p).map_err(|e| Error::io(format!("reading {}", p.display()), e))?),
-        None => None,
-    };
-    let first = text.lines().next().unwrap_or("");
-    let mut r: serde_json::Value = if first.contains("\"gdrtrace.recording/") {
-        let rec = match crate::events::recording::parse(&text) {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("gdrtrace: {name}: {e}");
-                return Ok(2);
-            }
-        };
-        let mut report = match super::replay::rebuild(&rec, log.as_deref()) {
-            Ok((r, _)) => r,
-            Err(e) => {
-                eprintln!("gdrtrace: {name}: {e}");
-                return Ok(2);
-            }
-        };
+    let log = args.nccl_log.as_deref().map(input::read_to_string).transpose()?;
+    let ucx_log = args.ucx_log.as_deref().map(input::read_to_string).transpose()?;
+    // One reader for both kinds (gzip, size limit, regular files): the first
+    // line tells a recording from a report.
+    let mut input = Input::open(&path)?;
+    let mut first = String::new();
+    input.next_line(&mut first).map_err(|e| input.error(e))?;
+    let recording = first.contains("\"gdrtrace.recording/");
+    input.unread(first + "\n");
+    let mut r: serde_json::Value = if recording {
+        let rec = crate::events::recording::read(&mut input).map_err(|e| input.error(e))?;
+        let (mut report, _) = super::replay::rebuild(&rec, log.as_deref()).map_err(|e| input.error(e))?;
         if let Some(l) = &ucx_log {
             report.corroborate_ucx(l);
         }
         serde_json::to_value(&report).map_err(|e| Error::Workload(format!("serializing the report: {e}")))?
     } else {
-        let mut r: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| Error::Usage(format!("{name} is not a JSON report or a recording: {e}")))?;
+        let mut r = input::json_of(&mut input)?;
         if r["schema"] != crate::report::SCHEMA {
-            return Err(Error::Usage(format!(
-                "{name} has schema {} (expected {} or a recording)",
+            return Err(Error::Input(format!(
+                "{} has schema {} (expected {} or a recording)",
+                input.name(),
                 r["schema"],
                 crate::report::SCHEMA
             )));
         }
-        if let Some(log) = &log {
-            corroborate(&mut r, log);
+        for note in rejudge(&mut r, log.as_deref()) {
+            errln!("gdrtrace: note: {}: {note}", input.name());
         }
         r
     };
-    if let (Some(l), false) = (&ucx_log, first.contains("\"gdrtrace.recording/")) {
+    if let (Some(l), false) = (&ucx_log, recording) {
         corroborate_ucx(&mut r, l);
     }
     let e = explain::explain(&r);
-    for v in r["verdicts"].as_array().map_or(&[][..], |a| a.as_slice()) {
-        println!(
-            "pid {} {}: {}{}",
-            v["pid"],
-            v["comm"].as_str().unwrap_or(""),
-            v["transport"].as_str().unwrap_or("unknown"),
-            if v["host_staged"] == true { " (host-staged)" } else { "" }
-        );
-        for ev in v["evidence"].as_array().map_or(&[][..], |a| a.as_slice()) {
-            println!("  evidence: {}", ev.as_str().unwrap_or(""));
-        }
-        if let Some(c) = v["cause"].as_str() {
-            println!("  cause: {c}");
-        }
-        if let Some(l) = v["nccl_log"].as_object() {
-            let agree = if l.get("agrees") == Some(&serde_json::Value::Bool(true)) {
-                "agrees"
-            } else {
-                "DISAGREES"
-            };
-            println!("  NCCL log: via {} ({agree})", l["nccl_says"].as_str().unwrap_or(""));
-        }
-    }
-    print!("{}", explain::render(&r, &e));
+    let verdicts: Vec<crate::classify::comm::Verdict> =
+        serde_json::from_value(r["verdicts"].clone()).unwrap_or_default();
+    out!("{}", crate::report::text::verdicts(&verdicts, ""));
+    out!("{}", explain::render(&r, &e));
     Ok(0)
 }
 
-/// Recomputes a saved report's verdicts from its processes and compares
-/// them, and each communicator, with an NCCL log.
-fn corroborate(r: &mut serde_json::Value, log: &str) {
+/// The verdicts of a saved report, judged again from the inputs it holds by
+/// the function that judged them live (`classify::judge`), corroborated
+/// with an NCCL log when given. The report's own verdicts are what the live
+/// trace printed, and they stay; where this build judges the same evidence
+/// differently (a report of another version), a note says so.
+pub fn rejudge(r: &mut serde_json::Value, log: Option<&str>) -> Vec<String> {
     use crate::classify::{
-        Transport,
-        comm::{self, Evidence},
+        comm::{self, Verdict},
+        judge,
     };
-    let nvlink = r["facts"]["nvlink"].as_bool().or_else(|| topo::discover().nvlink());
-    let map = |v: &serde_json::Value| -> std::collections::BTreeMap<String, u64> {
-        v.as_object()
-            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_u64()?))).collect())
-            .unwrap_or_default()
+    let mut notes = Vec::new();
+    let inputs: judge::Inputs = match serde_json::from_value(r.clone()) {
+        Ok(i) => i,
+        Err(e) => {
+            notes.push(format!(
+                "its processes cannot be read for judging ({e}): its verdicts are shown as written"
+            ));
+            judge::Inputs::default()
+        }
     };
-    let strings = |v: &serde_json::Value| -> std::collections::BTreeMap<String, String> {
-        v.as_object()
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                    .collect()
-            })
-            .unwrap_or_default()
+    let again = judge::verdicts(&inputs);
+    let carried: Option<Vec<Verdict>> = serde_json::from_value(r["verdicts"].clone()).ok();
+    let mut verdicts = match carried {
+        Some(carried) => {
+            for v in &again {
+                match carried.iter().find(|c| c.pid == v.pid) {
+                    Some(c) if c.transport != v.transport => notes.push(format!(
+                        "pid {}: the report says {}, this gdrtrace judges the same evidence {}",
+                        v.pid,
+                        c.transport.name(),
+                        v.transport.name()
+                    )),
+                    None => notes.push(format!(
+                        "pid {}: no verdict in the report, this gdrtrace judges it {}",
+                        v.pid,
+                        v.transport.name()
+                    )),
+                    Some(_) => {}
+                }
+            }
+            carried
+        }
+        None => again,
     };
-    let evidence: Vec<Evidence> = r["processes"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|p| Evidence {
-                    pid: p["pid"].as_u64().unwrap_or(0) as u32,
-                    comm: p["comm"].as_str().unwrap_or("").to_string(),
-                    calls: map(&p["calls"]),
-                    env: strings(&p["env"]),
-                    nvlink,
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut verdicts: Vec<_> = evidence.iter().filter_map(comm::verdict).collect();
+    let Some(log) = log else {
+        if let Ok(v) = serde_json::to_value(&verdicts) {
+            r["verdicts"] = v;
+        }
+        return notes;
+    };
+    for v in &mut verdicts {
+        v.nccl_log = None;
+    }
     comm::corroborate(&mut verdicts, &comm::parse_nccl_log(log));
     let coll: Vec<(u32, String, &'static str)> = r["collectives"]
         .as_array()
@@ -168,6 +145,7 @@ fn corroborate(r: &mut serde_json::Value, log: &str) {
     if let Ok(v) = serde_json::to_value(&per) {
         r["nccl_log"] = v;
     }
+    notes
 }
 
 /// Compares a saved report's UCX paths with a UCX log.

@@ -11,7 +11,10 @@ pub mod run;
 pub mod topo;
 pub mod validate;
 
-use crate::{cli::Command, error::Result};
+use crate::{
+    cli::Command,
+    error::{Error, Result, describe},
+};
 
 /// Runs a subcommand; returns the process exit status.
 pub fn dispatch(cmd: Command) -> Result<i32> {
@@ -25,7 +28,7 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
         Command::Replay(a) => replay::replay(&a),
         Command::Drive(d) => drive::drive(&d),
         Command::Baseline(crate::cli::BaselineCmd::Record(a)) => baseline::record(&a),
-        Command::Compare(a) => Ok(compare::compare(&a)),
+        Command::Compare(a) => compare::compare(&a),
         Command::Bench(b) => bench::bench(&b),
     }
 }
@@ -36,9 +39,11 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
 pub fn report_close(session: &mut crate::session::Session) {
     let c = session.close_uprobes();
     if c.links > 0 {
-        eprintln!(
+        errln!(
             "gdrtrace: closed {} uprobe link(s) holding {} probe point(s) in {:.0} ms",
-            c.links, c.points, c.ms
+            c.links,
+            c.points,
+            c.ms
         );
     }
 }
@@ -52,19 +57,15 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| crate::error::Error::io("starting the tokio runtime", e))
 }
 
-/// Completes on `--duration`, Ctrl-C (SIGINT) or SIGTERM, whichever first.
-/// Both handlers are installed when this is called (it must be inside the
-/// runtime), not when the future is first polled, so a signal that arrives
-/// right after the caller announces readiness is not fatal.
+/// Completes on `--duration`, Ctrl-C (SIGINT) or SIGTERM, whichever first
+/// (`attach`'s stop). The handlers are installed when this is called, not
+/// when the future is first polled, so a signal that arrives right after
+/// the caller announces readiness is not lost.
 pub fn stop_signal(
     duration: Option<std::time::Duration>,
 ) -> crate::error::Result<impl std::future::Future<Output = ()>> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let install = |kind, name: &str| {
-        signal(kind).map_err(|e| crate::error::Error::io(format!("installing the {name} handler"), e))
-    };
-    let mut sigterm = install(SignalKind::terminate(), "SIGTERM")?;
-    let mut sigint = install(SignalKind::interrupt(), "SIGINT")?;
+    let signals = crate::signals::Signals::install()
+        .map_err(|e| crate::error::Error::io("installing the SIGINT and SIGTERM handlers", e))?;
     Ok(async move {
         let sleep = async {
             match duration {
@@ -74,8 +75,31 @@ pub fn stop_signal(
         };
         tokio::select! {
             () = sleep => {}
-            _ = sigint.recv() => {}
-            _ = sigterm.recv() => {}
+            _ = signals.recv() => {}
         }
+    })
+}
+
+/// Prints every error but the first, and returns the first (or Ok).
+pub fn first_error(mut errors: Vec<Error>) -> Result<()> {
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let first = errors.remove(0);
+    for e in errors {
+        errln!("gdrtrace: {}", describe(&e));
+    }
+    Err(first)
+}
+
+/// The exit status of a command whose result says `code` but that hit
+/// `errors` on the way (printed here): never 0 when there were any.
+pub fn finish(code: i32, errors: Vec<Error>) -> Result<i32> {
+    for e in &errors {
+        errln!("gdrtrace: {}", describe(e));
+    }
+    Ok(match errors.first() {
+        Some(e) if code == 0 => e.exit_code(),
+        _ => code,
     })
 }

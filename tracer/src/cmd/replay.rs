@@ -68,46 +68,28 @@ pub fn rebuild_with(
     Ok((r, agg))
 }
 
-/// Reads and parses a recording; the error is one line naming the file.
-pub fn load(path: &Path) -> std::result::Result<Recording, String> {
-    let mut text = std::fs::read(path).map_err(|e| format!("cannot read the recording {}: {e}", path.display()))?;
-    // gzip (`gzip -9 job.rec`: recordings of GPU jobs compress ~25x).
-    if text.starts_with(&[0x1f, 0x8b]) {
-        let mut plain = Vec::new();
-        std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(&text[..]), &mut plain)
-            .map_err(|e| format!("{}: not a complete gzip file: {e}", path.display()))?;
-        text = plain;
-    }
-    let text = String::from_utf8(text)
-        .map_err(|_| format!("{}: not a gdrtrace recording (not UTF-8 text)", path.display()))?;
-    recording::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+/// Reads and parses a recording through the one input reader (gzip by
+/// magic, size limit, regular files only), line by line; the error is one
+/// line naming the file.
+pub fn load(path: &Path) -> Result<Recording> {
+    let mut input = crate::input::Input::open(path)?;
+    recording::read(&mut input).map_err(|e| input.error(e))
 }
 
 pub fn replay(args: &ReplayArgs) -> Result<i32> {
-    let log = match &args.nccl_log {
-        Some(p) => match std::fs::read_to_string(p) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                eprintln!("gdrtrace: cannot read the NCCL log {}: {e}", p.display());
-                return Ok(2);
-            }
-        },
-        None => None,
-    };
-    let rebuilt =
-        load(&args.recording).and_then(|rec| Ok((rebuild_with(&rec, log.as_deref(), args.transfers.as_deref())?, rec)));
-    let ((report, _agg), rec) = match rebuilt {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("gdrtrace: {e}");
-            return Ok(2);
-        }
-    };
+    // Files first: nothing is read or built for an output that cannot be written.
+    let log = args.nccl_log.as_deref().map(crate::input::read_to_string).transpose()?;
+    let ucx_log = args.ucx_log.as_deref().map(crate::input::read_to_string).transpose()?;
+    crate::output::check_writable("--transfers", args.transfers.as_deref())?;
+    let json = crate::output::OutputFile::open_opt("--json", args.json.as_deref())?;
+    let rec = load(&args.recording)?;
+    let (report, _agg) = rebuild_with(&rec, log.as_deref(), args.transfers.as_deref())
+        .map_err(|e| crate::error::Error::Input(format!("{}: {e}", args.recording.display())))?;
     super::run::emit_with(
-        args.json.as_deref(),
+        json,
         args.format,
         None,
-        args.ucx_log.as_deref(),
+        ucx_log.as_deref(),
         rec.header.facts.nvlink,
         &report,
     )?;

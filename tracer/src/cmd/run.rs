@@ -1,15 +1,33 @@
 //! `gdrtrace run -- CMD...`: trace a command and its children.
-use std::{cell::Cell, path::Path, rc::Rc};
+//!
+//! What ends a run, and its exit status (also in `--help` and the README):
+//! - the command exits: report, then exit with its status;
+//! - SIGINT or SIGTERM: passed on to the command (unless the terminal sent
+//!   it to the whole process group, the command included), tracing goes on
+//!   until the command exits, then report and its status;
+//! - a second SIGINT or SIGTERM: report what was traced and exit at once
+//!   with 128+signal, leaving the command running;
+//! - `--duration`: report at the deadline; the command and every process
+//!   traced with it get SIGTERM there (as with `perf stat --timeout` and
+//!   timeout(1): nothing is left running untraced), SIGKILL [`KILL_AFTER`]
+//!   later if still running, and the command's status is the exit status.
+use std::{cell::Cell, time::Duration};
 
 use crate::{
     cli::{Format, RunArgs, TraceArgs},
     error::{Error, Result},
+    input,
     loader::{self, LoadOptions},
+    output::{self, OutputFile},
     report::{Report, text},
     session::{Session, SessionOptions},
-    spawn,
+    signals::{Received, Signals},
+    spawn::{self, Child, Waited},
     trace::Trace,
 };
+
+/// How long a command has between the SIGTERM of `--duration` and SIGKILL.
+pub const KILL_AFTER: Duration = Duration::from_secs(10);
 
 pub fn run(args: &RunArgs) -> Result<i32> {
     if args.command.is_empty() {
@@ -17,34 +35,120 @@ pub fn run(args: &RunArgs) -> Result<i32> {
             "run needs a command after '--' (e.g. gdrtrace run -- ib_write_bw -d rxe0)".into(),
         ));
     }
+    // Everything that can be refused is, before any BPF is loaded or the
+    // command started: the command, then the files.
+    spawn::resolve(&args.command[0])?;
+    let files = Outputs::open(&args.trace)?;
     let mut out = trace_command(&args.trace, &args.command)?;
-    emit(&args.trace, &out.report)?;
+    let mut errors = std::mem::take(&mut out.errors);
+    if let Err(e) = emit(&args.trace, files, &out.report) {
+        errors.push(e);
+    }
     super::report_close(&mut out.session);
-    Ok(out.exit_code)
+    let code = out.end.finish();
+    super::finish(code, errors)
+}
+
+/// The files named by a command's trace flags, checked or opened up front.
+pub struct Outputs {
+    pub json: Option<OutputFile>,
+}
+
+impl Outputs {
+    /// No `--json` (validate's secondary workloads).
+    pub fn none() -> Self {
+        Outputs { json: None }
+    }
+
+    /// Checks `--nccl-log` (read at the end), `--record` and `--transfers`
+    /// (created when tracing starts), and opens `--json`.
+    pub fn open(t: &TraceArgs) -> Result<Self> {
+        if let Some(p) = &t.nccl_log {
+            input::Input::open(p)?;
+        }
+        output::check_writable("--record", t.record.as_deref())?;
+        output::check_writable("--transfers", t.transfers.as_deref())?;
+        Ok(Outputs {
+            json: OutputFile::open_opt("--json", t.json.as_deref())?,
+        })
+    }
+}
+
+/// How tracing the command ended.
+#[derive(Debug)]
+pub enum End {
+    /// The command exited with this shell-style status.
+    Exited(i32),
+    /// `--duration` passed: the command and its traced descendants (the
+    /// pids) got SIGTERM; the command is still to be waited for.
+    Deadline(Child, Vec<u32>),
+    /// A second signal ended the trace; the command still runs.
+    Abandoned(Received),
+}
+
+impl End {
+    /// The exit status: the command's (waiting for it after `--duration`,
+    /// SIGKILL after [`KILL_AFTER`]), or 128+signal when a signal cut it short.
+    pub fn finish(self) -> i32 {
+        match self {
+            End::Exited(code) => code,
+            End::Abandoned(s) => s.exit_code(),
+            End::Deadline(mut child, descendants) => {
+                output::flush_stdout();
+                let Ok(signals) = Signals::install() else {
+                    return spawn::wait(child.pid);
+                };
+                match child.wait_or_signal(&signals, KILL_AFTER) {
+                    Waited::Exited(code) => code,
+                    Waited::Signal(s) => s.exit_code(),
+                    Waited::TimedOut => {
+                        errln!(
+                            "gdrtrace: the command (pid {}) was still running {} s after SIGTERM: sent SIGKILL",
+                            child.pid,
+                            KILL_AFTER.as_secs()
+                        );
+                        child.signal(libc::SIGKILL);
+                        signal_running(&descendants, libc::SIGKILL);
+                        match child.wait_or_signal(&signals, Duration::from_secs(3600)) {
+                            Waited::Exited(code) => code,
+                            Waited::Signal(s) => s.exit_code(),
+                            Waited::TimedOut => 128 + libc::SIGKILL,
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sends `sig` to those of `pids` still running.
+fn signal_running(pids: &[u32], sig: i32) {
+    for pid in pids {
+        if crate::counters::running(*pid) {
+            // SAFETY: kill(2) on a traced process that is still running.
+            unsafe { libc::kill(*pid as i32, sig) };
+        }
+    }
 }
 
 /// What tracing a command produced.
 pub struct Outcome {
     pub report: Report,
     pub pid: u32,
-    /// The command's exit status (128+signal), or 0 if tracing stopped first.
-    pub exit_code: i32,
+    pub end: End,
+    /// Files that failed at the end (the report is complete regardless).
+    pub errors: Vec<Error>,
     /// The session, window closed: its links are closed after the report
     /// is out (or when this is dropped).
     pub session: Session,
 }
 
-/// Fails early, before any BPF work, when the command cannot be found.
-fn check_command(argv0: &str) -> Result<()> {
-    let found = if argv0.contains('/') {
-        Path::new(argv0).is_file()
-    } else {
-        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(argv0).is_file()))
-    };
-    if found {
-        Ok(())
-    } else {
-        Err(Error::Usage(format!("cannot run '{argv0}': command not found")))
+impl Outcome {
+    /// The report, the command's exit status (see [`End::finish`]) and the
+    /// files that failed.
+    pub fn finish(self) -> (Report, i32, Vec<Error>) {
+        let code = self.end.finish();
+        (self.report, code, self.errors)
     }
 }
 
@@ -60,19 +164,34 @@ pub fn session_options(t: &TraceArgs) -> Result<SessionOptions> {
     })
 }
 
+/// Why the stop future completed.
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    Exited(i32),
+    Deadline,
+    Abandoned(Received),
+}
+
 /// Starts `argv` held, adds it to the target set, releases it, and traces
-/// until it exits (or `--duration`, SIGINT, SIGTERM).
+/// until it exits, `--duration` passes, or a second signal (see the module
+/// documentation).
 pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
-    check_command(&argv[0])?;
+    spawn::resolve(&argv[0])?;
+    // Handlers first: a signal while the programs load must not be lost.
+    let signals = Signals::install().map_err(|e| Error::io("installing the SIGINT and SIGTERM handlers", e))?;
     let opts = session_options(t)?;
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
     trace.outputs(t)?;
     let rt = super::runtime()?;
-    let code = Rc::new(Cell::new(None::<i32>));
-    let pid = rt.block_on(async {
-        // Handlers first: a signal while the command starts must end the trace cleanly.
-        let signals = super::stop_signal(t.duration)?;
+    let stopped = Cell::new(None::<Stop>);
+    let (pid, child) = rt.block_on(async {
+        if let Some(s) = signals.try_recv() {
+            return Err(Error::Interrupted {
+                name: s.name(),
+                signo: s.signo,
+            });
+        }
         let gated = spawn::spawn_gated(argv)?;
         let gpid = gated.pid;
         if let Err(e) = trace.add_target(gpid, None) {
@@ -81,82 +200,127 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
             spawn::wait(gpid);
             return Err(e);
         }
-        let pid = gated.release()?;
-        let mut waiter = tokio::task::spawn_blocking(move || spawn::wait(pid));
-        let code2 = code.clone();
-        let stop = async move {
-            tokio::select! {
-                r = &mut waiter => code2.set(Some(r.unwrap_or(1))),
-                () = signals => {}
+        let mut child = gated.release()?;
+        let pid = child.pid;
+        let stop = async {
+            let deadline = async {
+                match t.duration {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(deadline);
+            let mut first = None;
+            loop {
+                tokio::select! {
+                    code = child.exited() => return stopped.set(Some(Stop::Exited(code))),
+                    () = &mut deadline => {
+                        // SAFETY: our child; not reaped yet (its exit is
+                        // reaped only by `exited`), so the pid is still its.
+                        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+                        return stopped.set(Some(Stop::Deadline));
+                    }
+                    r = signals.recv() => {
+                        let Ok(s) = r else { return std::future::pending().await };
+                        if first.is_some() {
+                            return stopped.set(Some(Stop::Abandoned(s)));
+                        }
+                        first = Some(s);
+                        if !s.from_terminal {
+                            // SAFETY: as above.
+                            unsafe { libc::kill(pid as i32, s.signo) };
+                        }
+                        errln!(
+                            "gdrtrace: {}{}: reporting when the command (pid {pid}) exits; a second signal reports and exits at once",
+                            s.name(),
+                            if s.from_terminal { "" } else { " passed on to the command" }
+                        );
+                    }
+                }
             }
         };
         trace.run_until(stop).await?;
-        Ok::<u32, Error>(pid)
+        Ok::<_, Error>((pid, child))
     })?;
     let report = trace.report(argv.to_vec())?;
+    let end = match stopped.get() {
+        Some(Stop::Exited(code)) => End::Exited(code),
+        Some(Stop::Abandoned(s)) => End::Abandoned(s),
+        Some(Stop::Deadline) => {
+            let descendants: Vec<u32> = trace.agg.live_pids().into_iter().filter(|p| *p != pid).collect();
+            signal_running(&descendants, libc::SIGTERM);
+            End::Deadline(child, descendants)
+        }
+        None => End::Exited(spawn::wait(child.pid)),
+    };
     Ok(Outcome {
         report,
         pid,
-        exit_code: code.get().unwrap_or(0),
+        end,
+        errors: std::mem::take(&mut trace.late_errors),
         session: trace.session,
     })
 }
 
-/// Prints the report (text or JSON) and writes `--json FILE`; appends the
-/// workloads' summaries to `--record FILE`.
-pub fn emit(t: &TraceArgs, report: &Report) -> Result<()> {
-    if let Some(path) = &t.record {
-        crate::events::recording::append_workloads(path, &report.workloads)?;
+/// Prints the report (text or JSON) and writes `--json`; appends the
+/// workloads' summaries to `--record FILE`. Every step is tried; the first
+/// failure is returned, the others printed.
+pub fn emit(t: &TraceArgs, files: Outputs, report: &Report) -> Result<()> {
+    let mut errors = Vec::new();
+    if let Some(path) = &t.record
+        && let Err(e) = crate::events::recording::append_workloads(path, &report.workloads)
+    {
+        errors.push(e);
     }
+    let log = match &t.nccl_log {
+        Some(p) => input::read_to_string(p).map_err(|e| errors.push(e)).ok(),
+        None => None,
+    };
     let nvlink = crate::topo::discover().nvlink();
-    emit_with(
-        t.json.as_deref(),
-        t.format,
-        t.nccl_log.as_deref(),
-        t.ucx_log.as_deref(),
-        nvlink,
-        report,
-    )
+    let ucx = match &t.ucx_log {
+        Some(p) => input::read_to_string(p).map_err(|e| errors.push(e)).ok(),
+        None => None,
+    };
+    if let Err(e) = emit_with(files.json, t.format, log.as_deref(), ucx.as_deref(), nvlink, report) {
+        errors.push(e);
+    }
+    super::first_error(errors)
 }
 
-/// Judges the report (unless judged already) with the given NVLink fact,
-/// prints it and writes `json`.
+/// Judges the report (unless judged already) with the given NCCL log and
+/// NVLink fact, compares it with a UCX log if given, prints it, then writes
+/// `json` (even when standard output is closed).
 pub fn emit_with(
-    json_path: Option<&Path>,
+    json: Option<OutputFile>,
     format: Format,
-    nccl_log: Option<&Path>,
-    ucx_log: Option<&Path>,
+    nccl_log: Option<&str>,
+    ucx_log: Option<&str>,
     nvlink: Option<bool>,
     report: &Report,
 ) -> Result<()> {
-    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| Error::io(format!("reading {}", p.display()), e));
     let mut judged;
     let report = if !report.judged || ucx_log.is_some() {
         judged = report.clone();
-        if !judged.judged {
-            let log = nccl_log.map(read).transpose()?;
-            judged.judge_with(log.as_deref(), nvlink);
-        }
-        if let Some(p) = ucx_log {
-            judged.corroborate_ucx(&read(p)?);
+        judged.judge_with(nccl_log, nvlink);
+        if let Some(l) = ucx_log {
+            judged.corroborate_ucx(l);
         }
         &judged
     } else {
         report
     };
-    let json =
+    let text_json =
         serde_json::to_string_pretty(report).map_err(|e| Error::Workload(format!("serializing the report: {e}")))?;
-    if let Some(path) = json_path {
-        std::fs::write(path, &json).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
-    }
     match format {
-        Format::Json => println!("{json}"),
+        Format::Json => {
+            outln!("{text_json}");
+        }
         Format::Text => {
-            print!("{}", text::render(report));
-            if let Ok(v) = serde_json::to_value(report) {
-                print!("\n{}", crate::classify::explain::render(&v, &report.explain));
-            }
+            out!("{}", text::render(report));
         }
     }
-    Ok(())
+    match json {
+        Some(f) => f.write(text_json.as_bytes()),
+        None => Ok(()),
+    }
 }

@@ -8,12 +8,12 @@ use crate::{
 pub fn topo(args: &DoctorArgs) -> Result<i32> {
     let t = topo::discover();
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&t).map_err(|e| Error::Workload(format!("encoding the topology: {e}")))?
         );
     } else {
-        print!("{}", topo::render(&t));
+        out!("{}", topo::render(&t));
     }
     Ok(0)
 }

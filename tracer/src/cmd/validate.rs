@@ -2,6 +2,7 @@
 //! tracer and hold the tracer to the workloads' own counts.
 use std::path::PathBuf;
 
+use super::run::Outputs;
 use crate::{
     cli::{TraceArgs, ValidateArgs},
     drive::pin_churn::PinChurnSummary,
@@ -110,13 +111,21 @@ fn sub(trace: &TraceArgs, name: &str) -> TraceArgs {
     }
 }
 
+/// A failed check per output file that could not be written.
+fn written(errors: impl IntoIterator<Item = Error>) -> Vec<Check> {
+    errors
+        .into_iter()
+        .map(|e| check("output files written", false, crate::error::describe(&e)))
+        .collect()
+}
+
 fn temp_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("gdrtrace-{}-{name}", std::process::id()))
 }
 
 fn print_checks(checks: &[Check]) {
     for c in checks {
-        println!("  {} {:<48} {}", if c.ok { "ok  " } else { "FAIL" }, c.name, c.detail);
+        outln!("  {} {:<48} {}", if c.ok { "ok  " } else { "FAIL" }, c.name, c.detail);
     }
 }
 
@@ -301,15 +310,16 @@ fn verbs(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Re
     let mut churn = base.clone();
     churn.extend(["--registrations", "32", "--pages", "16", "--writes", "0", "--summary"].map(String::from));
     churn.push(summary.display().to_string());
-    let out = super::run::trace_command(&sub(trace, "verbs-churn"), &churn)?;
+    let (report, churn_code, errors) = super::run::trace_command(&sub(trace, "verbs-churn"), &churn)?.finish();
     let text = std::fs::read_to_string(&summary).map_err(|e| Error::io(format!("reading {}", summary.display()), e));
     let _ = std::fs::remove_file(&summary);
     let mut checks = vec![check(
         "verbs churn exited cleanly",
-        out.exit_code == 0,
-        format!("exit status {}", out.exit_code),
+        churn_code == 0,
+        format!("exit status {churn_code}"),
     )];
-    let mut report = out.report;
+    checks.extend(written(errors));
+    let mut report = report;
     if let Ok(text) = text {
         let v: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| Error::Workload(format!("verbs summary: {e}")))?;
@@ -318,17 +328,20 @@ fn verbs(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Re
             .workloads
             .push(serde_json::json!({ "workload": "verbs-churn", "summary": v }));
     }
-    super::run::emit(&sub(trace, "verbs-churn"), &report)?;
+    checks.extend(written(
+        super::run::emit(&sub(trace, "verbs-churn"), Outputs::none(), &report).err(),
+    ));
     reports.push(("verbs-churn".into(), judged(report)));
     let mut write = base;
     write.extend(["--registrations", "2", "--pages", "16", "--writes", "16"].map(String::from));
-    let w = super::run::trace_command(&sub(trace, "verbs-write"), &write)?;
+    let (_, write_code, errors) = super::run::trace_command(&sub(trace, "verbs-write"), &write)?.finish();
     checks.push(check(
         "RDMA WRITE between two RC QPs verified",
-        w.exit_code == 0,
-        format!("exit status {}", w.exit_code),
+        write_code == 0,
+        format!("exit status {write_code}"),
     ));
-    println!("\nvalidate: verbs");
+    checks.extend(written(errors));
+    outln!("\nvalidate: verbs");
     print_checks(&checks);
     Ok(checks)
 }
@@ -341,11 +354,11 @@ fn traced_workload(trace: &TraceArgs, argv: Vec<String>, name: &str) -> Result<(
     argv.push("--summary".into());
     argv.push(summary.display().to_string());
     let trace = sub(trace, name);
-    let out = super::run::trace_command(&trace, &argv)?;
+    let (report, code, errors) = super::run::trace_command(&trace, &argv)?.finish();
     let text = std::fs::read_to_string(&summary).unwrap_or_default();
     let _ = std::fs::remove_file(&summary);
     let v: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
-    let mut report = out.report;
+    let mut report = report;
     report.judge(None);
     report
         .workloads
@@ -353,7 +366,10 @@ fn traced_workload(trace: &TraceArgs, argv: Vec<String>, name: &str) -> Result<(
     if let Some(path) = &trace.record {
         crate::events::recording::append_workloads(path, &report.workloads)?;
     }
-    Ok((report, v, out.exit_code))
+    for e in errors {
+        errln!("gdrtrace: {}", crate::error::describe(&e));
+    }
+    Ok((report, v, code))
 }
 
 fn op_calls_transport(r: &Report, name: &str, transport: &str) -> u64 {
@@ -404,7 +420,7 @@ pub fn cuda_copy_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
     }
     for (case, op) in [("h2d-pinned", "cuMemcpyHtoD"), ("d2h-pinned", "cuMemcpyDtoH")] {
         let want = case_calls(case);
-        let got = op_calls_transport(r, op, "host-only");
+        let got = op_calls_transport(r, op, "gpu-host-dma");
         out.push(check(
             &format!("{case} copies are not staged"),
             got >= want && want > 0,
@@ -479,8 +495,8 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
     ));
     checks.extend(cuda_copy_checks(&r, &v));
     reports.push(("cuda-copy".into(), r));
-    println!("\nvalidate: cuda-copy (largest size per case)");
-    println!("  {:<14} {:>10} {:>12} {:>14}", "CASE", "GB/s", "CPU ms/GB", "VERDICT");
+    outln!("\nvalidate: cuda-copy (largest size per case)");
+    outln!("  {:<14} {:>10} {:>12} {:>14}", "CASE", "GB/s", "CPU ms/GB", "VERDICT");
     if let Some(results) = v["results"].as_array() {
         let mut last: std::collections::BTreeMap<String, &serde_json::Value> = Default::default();
         for x in results {
@@ -494,7 +510,7 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
             } else {
                 "direct"
             };
-            println!(
+            outln!(
                 "  {case:<14} {:>10.1} {:>12.1} {verdict:>14}",
                 x["gbps"].as_f64().unwrap_or(0.0),
                 x["cpu_s_per_gb"].as_f64().unwrap_or(0.0) * 1e3
@@ -502,10 +518,15 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
         }
     }
     let nvlink = crate::topo::discover().nvlink();
-    println!("\nvalidate: nccl all-reduce by transport mode");
-    println!(
+    outln!("\nvalidate: nccl all-reduce by transport mode");
+    outln!(
         "  {:<14} {:<12} {:>12} {:>12} {:>14} {:>16}",
-        "MODE", "VERDICT", "busbw GB/s", "8K us/call", "CPU us/call", "host-staged B"
+        "MODE",
+        "VERDICT",
+        "busbw GB/s",
+        "8K us/call",
+        "CPU us/call",
+        "host-staged B"
     );
     for mode in ["auto", "no-p2p", "no-p2p-no-shm"] {
         let mut argv = base("nccl");
@@ -520,7 +541,7 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
         let sizes = v["sizes"].as_array().cloned().unwrap_or_default();
         let big = sizes.last().cloned().unwrap_or_default();
         let small = sizes.first().cloned().unwrap_or_default();
-        println!(
+        outln!(
             "  {mode:<14} {:<12} {:>12.1} {:>12.1} {:>14.1} {:>16}",
             r.verdicts.first().map_or("unknown", |x| x.transport.name()),
             big["busbw"].as_f64().unwrap_or(0.0),
@@ -530,12 +551,12 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
         );
         for x in &r.verdicts {
             if let Some(c) = &x.cause {
-                println!("  {:<14}   pid {}: {c}", "", x.pid);
+                outln!("  {:<14}   pid {}: {c}", "", x.pid);
             }
         }
         reports.push((format!("nccl-{mode}"), r));
     }
-    println!("\nvalidate: GPU checks");
+    outln!("\nvalidate: GPU checks");
     print_checks(&checks);
     Ok(checks)
 }
@@ -758,34 +779,37 @@ pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)>
         summary.display().to_string(),
     ];
     let trace: &TraceArgs = &args.trace;
-    let out = super::run::trace_command(trace, &argv)?;
+    // Every file is checked before any BPF is loaded.
+    let files = Outputs::open(trace)?;
+    let (report, code, errors) = super::run::trace_command(trace, &argv)?.finish();
     let text_summary =
         std::fs::read_to_string(&summary).map_err(|e| Error::io(format!("reading {}", summary.display()), e));
     let _ = std::fs::remove_file(&summary);
     let s: PinChurnSummary =
         serde_json::from_str(&text_summary?).map_err(|e| Error::Workload(format!("pin-churn summary: {e}")))?;
-    let mut report = out.report;
+    let mut report = report;
     report
         .workloads
         .push(serde_json::json!({ "workload": "pin-churn", "summary": s }));
     let mut checks = vec![check(
         "pin-churn exited cleanly",
-        out.exit_code == 0,
-        format!("exit status {}", out.exit_code),
+        code == 0,
+        format!("exit status {code}"),
     )];
     checks.extend(pin_churn_checks(&report, &s));
-    super::run::emit(trace, &report)?;
-    println!("\nvalidate: pin-churn ({})", s.line());
+    checks.extend(written(errors));
+    checks.extend(written(super::run::emit(trace, files, &report).err()));
+    outln!("\nvalidate: pin-churn ({})", s.line());
     print_checks(&checks);
     reports.push(("pin-churn".to_string(), judged(report.clone())));
     if crate::topo::discover().gpus.is_empty() {
-        println!("validate: cuda-copy, nccl: skipping: no GPU (/proc/driver/nvidia/gpus is absent)");
+        outln!("validate: cuda-copy, nccl: skipping: no GPU (/proc/driver/nvidia/gpus is absent)");
     } else {
         let gpu_checks = gpu(&args.trace, &exe, &mut reports)?;
         checks.extend(gpu_checks);
     }
     if rdma_devices().is_empty() {
-        println!(
+        outln!(
             "validate: verbs: skipping: no RDMA device (/sys/class/infiniband is empty; load rdma_rxe for Soft-RoCE)"
         );
     } else {
@@ -820,15 +844,15 @@ pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)>
         .map(|f| f.name())
         .collect();
     let failed = checks.iter().filter(|c| !c.ok).count();
-    println!("validate: {} checks passed, {} failed", checks.len() - failed, failed);
+    outln!("validate: {} checks passed, {} failed", checks.len() - failed, failed);
     if !missing_kernel.is_empty() {
-        println!(
-            "validate: kernel probe families unavailable here: {} (see the coverage table)",
+        outln!(
+            "validate: kernel probe families unavailable here: {} (see Signals; each point with -v)",
             missing_kernel.join(", ")
         );
     }
     if !not_in_kernel.is_empty() {
-        println!(
+        outln!(
             "validate: kernel probe families whose functions this kernel does not have (module not loaded?): {}",
             not_in_kernel.join(", ")
         );
@@ -837,7 +861,7 @@ pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)>
         return Ok((1, reports));
     }
     if args.require_kernel_probes && !missing_kernel.is_empty() {
-        eprintln!(
+        errln!(
             "gdrtrace: kernel probe families unavailable: {}",
             missing_kernel.join(", ")
         );

@@ -95,24 +95,88 @@ fn schema_version(schema: &str) -> Option<u32> {
     schema.rsplit_once("/v")?.1.parse().ok()
 }
 
+/// A field that must be a count (a non-negative integer) when present.
+fn count_at(v: &Value, at: &str) -> Result<(), String> {
+    if v.is_null() || v.is_u64() {
+        Ok(())
+    } else {
+        Err(format!("`{at}` is {v}, not a count (a non-negative integer)"))
+    }
+}
+
+/// A field that must be a non-negative number when present.
+fn amount_at(v: &Value, at: &str) -> Result<(), String> {
+    match v {
+        Value::Null => Ok(()),
+        Value::Number(n) if n.as_f64().is_some_and(|x| x >= 0.0) => Ok(()),
+        _ => Err(format!("`{at}` is {v}, not a non-negative number")),
+    }
+}
+
+/// A field that must be a string.
+fn string_at<'a>(v: &'a Value, at: &str) -> Result<&'a str, String> {
+    v.as_str().ok_or_else(|| format!("`{at}` is {v}, not a string"))
+}
+
+/// An array field (required).
+fn array_at<'a>(r: &'a Value, field: &str) -> Result<&'a Vec<Value>, String> {
+    r[field]
+        .as_array()
+        .ok_or_else(|| format!("missing or invalid `{field}` (expected an array)"))
+}
+
 /// Checks that a JSON value is a `gdrtrace.report/v1` report with the parts
-/// `compare` reads, and that its serialized histograms decode.
+/// `compare` reads, each of the type it must have: counts are non-negative
+/// integers, percentiles are ordered, errors are no more than calls, and
+/// serialized histograms decode. The error names the field
+/// (`operations[0].calls`), so an edited or corrupted report is refused
+/// rather than compared as if it held zeros.
 pub fn check_report(r: &Value) -> Result<(), String> {
     if r["schema"] != crate::report::SCHEMA {
         return Err(format!("schema {} is not {}", r["schema"], crate::report::SCHEMA));
     }
-    for field in ["operations", "coverage"] {
-        if !r[field].is_array() {
-            return Err(format!("missing or invalid `{field}` (expected an array)"));
+    string_at(&r["host"]["kernel"], "host.kernel").map_err(|_| "missing `host.kernel`".to_string())?;
+    amount_at(&r["duration_s"], "duration_s")?;
+    for (i, o) in array_at(r, "operations")?.iter().enumerate() {
+        let at = |f: &str| format!("operations[{i}].{f}");
+        let name = string_at(&o["name"], &at("name")).map_err(|_| format!("operations[{i}] has no `name`"))?;
+        if !o["transport"].is_null() {
+            string_at(&o["transport"], &at("transport"))?;
         }
-    }
-    if !r["host"]["kernel"].is_string() {
-        return Err("missing `host.kernel`".into());
-    }
-    for o in r["operations"].as_array().into_iter().flatten() {
-        let name = o["name"].as_str().ok_or("an operation has no `name`")?;
+        for f in ["calls", "errors", "bytes"] {
+            count_at(&o[f], &at(f))?;
+        }
+        // Signed: pages pinned count up, pages unpinned down.
+        if !(o["pages"].is_null() || o["pages"].is_i64()) {
+            return Err(format!("`{}` is {}, not an integer", at("pages"), o["pages"]));
+        }
+        if o["errors"].as_u64() > o["calls"].as_u64() {
+            return Err(format!(
+                "`{}` is {}, more than its {} calls",
+                at("errors"),
+                o["errors"],
+                o["calls"]
+            ));
+        }
         if !o["latency"].is_object() {
             return Err(format!("operation {name} has no `latency`"));
+        }
+        let l = &o["latency"];
+        for f in ["count", "min", "p50", "p90", "p99", "p999", "max"] {
+            count_at(&l[f], &at(&format!("latency.{f}")))?;
+        }
+        let ordered = ["p50", "p90", "p99", "max"]
+            .windows(2)
+            .all(|w| l[w[0]].as_u64().unwrap_or(0) <= l[w[1]].as_u64().unwrap_or(u64::MAX));
+        if !ordered {
+            return Err(format!(
+                "`{}` is not ordered (p50 {} p90 {} p99 {} max {})",
+                at("latency"),
+                l["p50"],
+                l["p90"],
+                l["p99"],
+                l["max"]
+            ));
         }
         if let Some(h) = o.get("histogram").filter(|h| !h.is_null()) {
             let h = h
@@ -121,24 +185,54 @@ pub fn check_report(r: &Value) -> Result<(), String> {
             decode_hist(h).map_err(|e| format!("operation {name}: histogram does not decode: {e}"))?;
         }
     }
+    for (i, c) in array_at(r, "coverage")?.iter().enumerate() {
+        string_at(&c["point"], &format!("coverage[{i}].point"))?;
+        string_at(&c["status"], &format!("coverage[{i}].status"))?;
+    }
+    for (i, p) in array_at(r, "processes")?.iter().enumerate() {
+        let at = |f: &str| format!("processes[{i}].{f}");
+        count_at(&p["pid"], &at("pid"))?;
+        count_at(&p["registrations"], &at("registrations"))?;
+        amount_at(&p["cpu_seconds"], &at("cpu_seconds"))?;
+        for (op, n) in p["calls"].as_object().into_iter().flatten() {
+            count_at(n, &at(&format!("calls.{op}")))?;
+        }
+    }
+    for (i, v) in array_at(r, "verdicts")?.iter().enumerate() {
+        string_at(&v["transport"], &format!("verdicts[{i}].transport"))?;
+    }
+    if !r["collectives"].is_null() {
+        for (i, c) in array_at(r, "collectives")?.iter().enumerate() {
+            count_at(&c["calls"], &format!("collectives[{i}].calls"))?;
+            count_at(&c["bytes"], &format!("collectives[{i}].bytes"))?;
+        }
+    }
+    for (i, w) in r["workloads"].as_array().into_iter().flatten().enumerate() {
+        for key in ["results", "sizes"] {
+            for (j, x) in w["summary"][key].as_array().into_iter().flatten().enumerate() {
+                let at = |f: &str| format!("workloads[{i}].summary.{key}[{j}].{f}");
+                count_at(&x["size"], &at("size"))?;
+                for f in ["gbps", "busbw", "cpu_s_per_gb", "cpu_s", "iters"] {
+                    amount_at(&x[f], &at(f))?;
+                }
+            }
+        }
+    }
     Ok(())
 }
 
-/// Reads a baseline, or a report as a one-run baseline. Every failure is
-/// one line naming the file.
-pub fn load(path: &Path) -> Result<Document, String> {
-    let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {name}: {e}"))?;
-    if text.trim().is_empty() {
-        return Err(format!("{name} is empty"));
-    }
-    let v: Value = serde_json::from_str(&text).map_err(|e| {
-        if e.classify() == serde_json::error::Category::Eof {
-            format!("{name} is truncated: {e}")
-        } else {
-            format!("{name} is not valid JSON: {e}")
-        }
-    })?;
+/// Reads a baseline, or a report as a one-run baseline, through the one
+/// input reader (size limit, gzip, regular files only). Every failure is
+/// one line naming the file (`Error::Input`: exit 2).
+pub fn load(path: &Path) -> crate::error::Result<Document> {
+    let mut input = crate::input::Input::open(path)?;
+    let v = crate::input::json_of(&mut input)?;
+    document(input.name(), v).map_err(crate::error::Error::Input)
+}
+
+/// A parsed baseline or report, checked (see [`check_report`]).
+pub fn document(name: &str, v: Value) -> Result<Document, String> {
+    let name = name.to_string();
     let schema = v["schema"].as_str().unwrap_or("").to_string();
     let newer = |kind: &str, ours: &str| {
         let theirs = schema_version(&schema).unwrap_or(0);
@@ -301,7 +395,10 @@ impl Metrics {
         }
         for o in r["operations"].as_array().into_iter().flatten() {
             let name = o["name"].as_str().unwrap_or("?").to_string();
-            let transport = o["transport"].as_str().unwrap_or("unknown").to_string();
+            // Old baselines name GPU<->pinned copies `host-only`: read as today's name.
+            let transport =
+                crate::classify::Transport::current_name(&name, o["transport"].as_str().unwrap_or("unknown"))
+                    .to_string();
             let calls = o["calls"].as_u64().unwrap_or(0);
             *m.op_transports
                 .entry(name.clone())
@@ -508,6 +605,9 @@ impl Comparison {
                     .join("; ")
             ));
         }
+        if self.missing_fails && !self.missing.is_empty() {
+            parts.push(format!("workloads missing: {}", self.missing.join(", ")));
+        }
         if self.probe_lost_fails && !self.lost_probes.is_empty() {
             parts.push(format!("{} probe points became unavailable", self.lost_probes.len()));
         }
@@ -573,10 +673,26 @@ pub fn fmt_size(b: u64) -> String {
     format!("{b}")
 }
 
+/// A metric the baseline has and the current run lacks: a regression (the
+/// work it measured was not done, or not seen).
+fn missing(metric: String, baseline: String) -> Row {
+    Row {
+        metric,
+        baseline,
+        current: "not seen".into(),
+        change: "missing".into(),
+        limit: "present".into(),
+        status: Status::Regression,
+    }
+}
+
 /// A metric where up is bad: regression when it grows by more than `pct`.
+/// Falling to 0 from a positive value is a regression too, not an
+/// improvement: the workload ran, so what it counted went unseen.
 fn up_is_bad(metric: String, a: f64, b: f64, pct: f64, fmt: impl Fn(f64) -> String) -> Row {
     let c = pct_change(a, b);
     let status = match c {
+        _ if a > 0.0 && b == 0.0 => Status::Regression,
         Some(c) if c > pct => Status::Regression,
         Some(c) if c < -pct => Status::Better,
         _ => Status::Ok,
@@ -586,7 +702,11 @@ fn up_is_bad(metric: String, a: f64, b: f64, pct: f64, fmt: impl Fn(f64) -> Stri
         baseline: fmt(a),
         current: fmt(b),
         change: fmt_pct(c),
-        limit: format!("+{pct}%"),
+        limit: if a > 0.0 && b == 0.0 {
+            "falling to 0".into()
+        } else {
+            format!("+{pct}%")
+        },
         status,
     }
 }
@@ -647,18 +767,12 @@ fn compare_runs(
             });
         }
     }
-    // Operations only one side made (a probe point that appeared or went,
-    // a code path no longer taken): shown, judged through the probe matrix.
+    // Operations the baseline made and the current run did not (a probe
+    // point that went, a code path no longer taken): regressions. New ones
+    // are shown.
     for (op, ta) in &a.op_transports {
         if !b.op_transports.contains_key(op) {
-            rows.push(Row {
-                metric: format!("{op} calls"),
-                baseline: ta.values().sum::<u64>().to_string(),
-                current: "not seen".into(),
-                change: "-".into(),
-                limit: "-".into(),
-                status: Status::Info,
-            });
+            rows.push(missing(format!("{op} calls"), ta.values().sum::<u64>().to_string()));
         }
     }
     for (op, tb) in &b.op_transports {
@@ -693,6 +807,7 @@ fn compare_runs(
             });
         }
         (None, None) => {}
+        (Some(x), None) => rows.push(missing("host-staged share of bytes".into(), format!("{x:.2}%"))),
         (x, y) => rows.push(Row {
             metric: "host-staged share of bytes".into(),
             baseline: x.map_or("no bytes moved".into(), |x| format!("{x:.2}%")),
@@ -722,24 +837,42 @@ fn compare_runs(
             });
         }
     }
-    if let (Some(x), Some(y)) = (a.cpu_per_gb(), b.cpu_per_gb()) {
-        rows.push(up_is_bad(
+    match (a.cpu_per_gb(), b.cpu_per_gb()) {
+        (Some(x), Some(y)) => rows.push(up_is_bad(
             "CPU per GB moved (traced processes)".into(),
             x,
             y,
             l.cpu_per_gb_increase_pct,
             |v| format!("{v:.3} s/GB"),
-        ));
+        )),
+        (Some(x), None) => rows.push(missing(
+            "CPU per GB moved (traced processes)".into(),
+            format!("{x:.3} s/GB"),
+        )),
+        _ => {}
     }
     // Bandwidth per series and size; CPU per GB at each series' largest size.
     for (series, pa) in &a.bandwidth {
-        let Some(pb) = b.bandwidth.get(series) else { continue };
+        let Some(pb) = b.bandwidth.get(series) else {
+            for p in pa {
+                rows.push(missing(
+                    format!("{series} {} bandwidth", fmt_size(p.size)),
+                    format!("{:.2} GB/s", p.gbps),
+                ));
+            }
+            continue;
+        };
         for p in pa {
             let Some(q) = pb.iter().find(|q| q.size == p.size) else {
+                rows.push(missing(
+                    format!("{series} {} bandwidth", fmt_size(p.size)),
+                    format!("{:.2} GB/s", p.gbps),
+                ));
                 continue;
             };
             let c = pct_change(p.gbps, q.gbps);
             let status = match c {
+                _ if p.gbps > 0.0 && q.gbps == 0.0 => Status::Regression,
                 Some(c) if c < -l.bandwidth_decrease_pct => Status::Regression,
                 Some(c) if c > l.bandwidth_decrease_pct => Status::Better,
                 _ => Status::Ok,
@@ -889,12 +1022,6 @@ pub fn compare(
     if rb.is_empty() || workloads.is_empty() {
         probe_lost_fails = t.for_workload("").probe_lost_fails;
     }
-    if !missing.is_empty() && cur.plain_report {
-        notes.push(format!(
-            "the current report traced one workload; not compared: {}",
-            missing.join(", ")
-        ));
-    }
     Ok(Comparison {
         baseline: base.name.clone(),
         current: cur.name.clone(),
@@ -906,7 +1033,7 @@ pub fn compare(
         transport_changes,
         workloads,
         notes,
-        missing_fails: !cur.plain_report,
+        missing_fails: true,
         missing,
     })
 }
@@ -957,8 +1084,8 @@ mod tests {
 
     #[test]
     fn exact_percentiles_from_the_serialized_histogram() {
-        let m = Metrics::of(&report("host-only", 10_000));
-        let l = &m.latency["cuMemcpyHtoD [host-only]"];
+        let m = Metrics::of(&report("gpu-host-dma", 10_000));
+        let l = &m.latency["cuMemcpyHtoD [gpu-host-dma]"];
         assert!(l.exact);
         assert_eq!(l.count, 100);
         assert!(l.p50 >= 10_040 && l.p50 <= 10_060, "{}", l.p50);
@@ -967,7 +1094,7 @@ mod tests {
     #[test]
     fn direct_to_staged_is_a_regression_naming_the_change() {
         let c = compare(
-            &doc(report("host-only", 10_000)),
+            &doc(report("gpu-host-dma", 10_000)),
             &doc(report("host-staged", 10_000)),
             &Thresholds::default(),
             false,
@@ -976,7 +1103,7 @@ mod tests {
         assert_eq!(c.exit_code(), 1);
         assert_eq!(c.transport_changes.len(), 1);
         assert!(
-            c.headline().contains("host-only (100) -> host-staged (100)"),
+            c.headline().contains("gpu-host-dma (100) -> host-staged (100)"),
             "{}",
             c.headline()
         );
@@ -988,12 +1115,27 @@ mod tests {
         assert_eq!(staged.status, Status::Regression);
     }
 
+    /// Baselines recorded before `gpu-host-dma` named GPU<->pinned copies
+    /// `host-only`: compared with a report of today, that is no change.
+    #[test]
+    fn old_host_only_copies_read_as_gpu_host_dma() {
+        let c = compare(
+            &doc(report("host-only", 10_000)),
+            &doc(report("gpu-host-dma", 10_000)),
+            &Thresholds::default(),
+            false,
+        )
+        .expect("same profile");
+        assert!(c.transport_changes.is_empty(), "{:?}", c.transport_changes);
+        assert_eq!(c.exit_code(), 0, "{}", c.headline());
+    }
+
     #[test]
     fn same_run_is_no_regression_and_latency_threshold_applies() {
-        let a = doc(report("host-only", 10_000));
+        let a = doc(report("gpu-host-dma", 10_000));
         let c = compare(&a, &a, &Thresholds::default(), false).expect("same profile");
         assert_eq!(c.exit_code(), 0, "{:?}", c.workloads[0].rows);
-        let slow = doc(report("host-only", 20_000));
+        let slow = doc(report("gpu-host-dma", 20_000));
         let c = compare(&a, &slow, &Thresholds::default(), false).expect("same profile");
         assert_eq!(c.exit_code(), 1);
         assert!(
@@ -1009,8 +1151,8 @@ mod tests {
 
     #[test]
     fn profile_change_is_refused_unless_allowed() {
-        let a = doc(report("host-only", 10_000));
-        let mut r = report("host-only", 10_000);
+        let a = doc(report("gpu-host-dma", 10_000));
+        let mut r = report("gpu-host-dma", 10_000);
         r["host"]["kernel"] = "6.12.0-test".into();
         r["coverage"][0]["status"] = "unavailable".into();
         let b = doc(r);

@@ -91,6 +91,20 @@ struct File {
     workloads: BTreeMap<String, Partial>,
 }
 
+/// Workload names every baseline may hold: validate's (docs/compare.md)
+/// and `attach`'s. A `[workloads.NAME]` table must name one of these or a
+/// workload of the documents compared; anything else is a typo that would
+/// silently leave the defaults in force.
+pub const KNOWN_WORKLOADS: &[&str] = &[
+    "pin-churn",
+    "verbs-churn",
+    "cuda-copy",
+    "nccl-auto",
+    "nccl-no-p2p",
+    "nccl-no-p2p-no-shm",
+    "attach",
+];
+
 /// Defaults plus the file's overrides.
 #[derive(Clone, Debug, Default)]
 pub struct Thresholds {
@@ -127,6 +141,29 @@ impl Thresholds {
             }
         }
         Ok(Thresholds { file })
+    }
+
+    /// Refuses `[workloads.NAME]` tables that name no known workload and
+    /// none of `present` (the workloads of the documents compared).
+    pub fn check_workloads(&self, present: &[&str]) -> Result<(), String> {
+        let unknown: Vec<&str> = self
+            .file
+            .workloads
+            .keys()
+            .map(String::as_str)
+            .filter(|w| !KNOWN_WORKLOADS.contains(w) && !present.contains(w))
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let mut known: Vec<&str> = KNOWN_WORKLOADS.iter().chain(present).copied().collect();
+        known.sort_unstable();
+        known.dedup();
+        Err(format!(
+            "[workloads.{}] names no workload (known: {})",
+            unknown.join("], [workloads."),
+            known.join(", ")
+        ))
     }
 
     /// The limits for one workload.
@@ -193,5 +230,21 @@ mod tests {
         assert!(e.contains("non-negative"), "{e}");
         let e = Thresholds::parse("[defaults\n").expect_err("syntax error refused");
         assert!(!e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn unknown_workload_tables_are_refused() {
+        let t = Thresholds::parse("[workloads.nosuch]\nbandwidth_decrease_pct = 5\n[workloads.pin-churn]\n")
+            .expect("valid TOML");
+        let e = t.check_workloads(&["ib_write_bw"]).expect_err("nosuch is a typo");
+        assert!(
+            e.contains("[workloads.nosuch]") && e.contains("pin-churn") && e.contains("ib_write_bw"),
+            "{e}"
+        );
+        let t = Thresholds::parse("[workloads.ib_write_bw]\n[workloads.nccl-auto]\n").expect("valid");
+        assert!(
+            t.check_workloads(&["ib_write_bw"]).is_ok(),
+            "a workload of the documents is known"
+        );
     }
 }

@@ -52,28 +52,7 @@ impl std::fmt::Display for SizeList {
     }
 }
 
-/// Parses a byte size: a plain number, or one with a K, M or G suffix
-/// (powers of 1024; `KiB`, `KB`, `k` are accepted the same). Must be > 0.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid size '{s}' (use e.g. 4096, 64K, 16M, 1G)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return Err(format!("invalid size unit in '{s}' (use K, M or G)")),
-    };
-    let v = n.checked_mul(mult).ok_or_else(|| format!("size '{s}' is too large"))?;
-    if v == 0 {
-        return Err(format!("size must be positive: '{s}'"));
-    }
-    Ok(v)
-}
+pub use crate::units::parse_size;
 
 /// Parses a comma-separated list of sizes (see [`parse_size`]).
 pub fn parse_sizes(s: &str) -> Result<SizeList, String> {

@@ -705,7 +705,7 @@ pub fn run_rank(opts: &NcclOpts) -> i32 {
             .is_some_and(|text| std::fs::write(path, text).is_ok())
     });
     if !written {
-        eprintln!(
+        errln!(
             "gdrtrace: nccl rank {rank}: could not write the result file; {}",
             outcome.error.as_deref().unwrap_or("no error")
         );

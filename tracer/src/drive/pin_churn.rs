@@ -109,6 +109,22 @@ pub fn run(opts: &PinChurnOpts) -> Result<PinChurnSummary> {
     if opts.buffers == 0 || opts.pages == 0 {
         return Err(Error::Usage("--buffers and --pages must be at least 1".into()));
     }
+    // Checked before the churn: a named directory that cannot hold the
+    // O_DIRECT file fails the run, never skips its part silently.
+    if let Some(dir) = &opts.dir
+        && opts.odirect_mib > 0
+        && !dir.is_dir()
+    {
+        return Err(Error::Usage(format!(
+            "--dir {}: {}",
+            dir.display(),
+            if dir.exists() {
+                "not a directory"
+            } else {
+                "no such directory"
+            }
+        )));
+    }
     let page = page_size();
     let started = Instant::now();
     let mut s = PinChurnSummary {
@@ -156,6 +172,16 @@ pub fn run(opts: &PinChurnOpts) -> Result<PinChurnSummary> {
 
 fn odirect(opts: &PinChurnOpts, buf: &mut Aligned, s: &mut PinChurnSummary) -> Result<()> {
     let dir = opts.dir.clone().unwrap_or_else(|| PathBuf::from("/var/tmp"));
+    // The default directory may lack O_DIRECT (tmpfs): noted, and skipped.
+    // A directory the user named must work: its failure is an error.
+    let named = |s: &mut PinChurnSummary, what: String| -> Result<()> {
+        if opts.dir.is_some() {
+            Err(Error::Workload(format!("--dir {}: {what}", dir.display())))
+        } else {
+            s.odirect_note = Some(what);
+            Ok(())
+        }
+    };
     let path = dir.join(format!("gdrtrace-pin-churn-{}.dat", std::process::id()));
     let file = match OpenOptions::new()
         .read(true)
@@ -166,10 +192,7 @@ fn odirect(opts: &PinChurnOpts, buf: &mut Aligned, s: &mut PinChurnSummary) -> R
         .open(&path)
     {
         Ok(f) => f,
-        Err(e) => {
-            s.odirect_note = Some(format!("O_DIRECT unavailable in {}: {e}", dir.display()));
-            return Ok(());
-        }
+        Err(e) => return named(s, format!("O_DIRECT unavailable in {}: {e}", dir.display())),
     };
     let chunk = buf.len;
     let total = opts.odirect_mib as u64 * 1024 * 1024;
@@ -194,7 +217,7 @@ fn odirect(opts: &PinChurnOpts, buf: &mut Aligned, s: &mut PinChurnSummary) -> R
             s.odirect_bytes = 2 * total;
             s.odirect_pages = s.odirect_bytes / s.page_size;
         }
-        Err(e) => s.odirect_note = Some(format!("O_DIRECT I/O failed in {}: {e}", dir.display())),
+        Err(e) => return named(s, format!("O_DIRECT I/O failed in {}: {e}", dir.display())),
     }
     Ok(())
 }

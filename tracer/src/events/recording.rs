@@ -235,7 +235,7 @@ pub fn footer(inputs: &Inputs, agg: &Aggregator, events: u64) -> Footer {
             .iter()
             .filter_map(|(pid, p)| Some((*pid, p.vm_pin_kib_at_attach?)))
             .collect(),
-        gpu_links: inputs.gpu_links,
+        gpu_links: inputs.gpu_links.clone(),
         probe_hits: inputs
             .probe_hits
             .iter()
@@ -251,7 +251,7 @@ pub fn footer(inputs: &Inputs, agg: &Aggregator, events: u64) -> Footer {
 pub fn inputs_of(header: &Header, footer: &Footer) -> std::result::Result<Inputs, String> {
     Ok(Inputs {
         command: footer.command.clone(),
-        gpu_links: footer.gpu_links,
+        gpu_links: footer.gpu_links.clone(),
         host: header.host.clone(),
         facts: header.facts.clone(),
         duration_s: footer.duration_s,
@@ -696,8 +696,28 @@ pub struct Recording {
 
 /// Why a recording cannot be replayed: one line, with the line number.
 pub fn parse(text: &str) -> std::result::Result<Recording, String> {
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
-    let (_, first) = lines.next().ok_or("empty file (no header line)")?;
+    read(&mut text.as_bytes())
+}
+
+/// Parses a recording line by line from `r` (the text is never held whole:
+/// recordings of long jobs are large). Lines are bounded (`input::MAX_LINE`).
+pub fn read(r: &mut dyn std::io::BufRead) -> std::result::Result<Recording, String> {
+    let mut n = 0usize;
+    let mut buf = String::new();
+    // The next non-blank line and its number, or None at the end.
+    let mut next = |buf: &mut String| -> std::result::Result<Option<usize>, String> {
+        loop {
+            n += 1;
+            match crate::input::next_line(r, buf) {
+                Ok(None) => return Ok(None),
+                Ok(Some(())) if buf.trim().is_empty() => continue,
+                Ok(Some(())) => return Ok(Some(n)),
+                Err(e) => return Err(format!("line {n}: {e}")),
+            }
+        }
+    };
+    next(&mut buf)?.ok_or("empty file (no header line)")?;
+    let first = buf.as_str();
     let h: Value = serde_json::from_str(first)
         .map_err(|e| format!("not a gdrtrace recording: line 1 is not a JSON header ({e})"))?;
     let schema = h["schema"].as_str().unwrap_or("");
@@ -721,8 +741,8 @@ pub fn parse(text: &str) -> std::result::Result<Recording, String> {
     let mut inputs: Vec<(Input, Vec<Fact>)> = Vec::new();
     let mut footer = None;
     let mut workloads = Vec::new();
-    for (i, line) in lines {
-        let n = i + 1;
+    while let Some(n) = next(&mut buf)? {
+        let line = buf.as_str();
         let v: Value = serde_json::from_str(line).map_err(|e| format!("line {n}: not JSON ({e})"))?;
         let ty = v["type"]
             .as_str()
@@ -748,7 +768,7 @@ pub fn parse(text: &str) -> std::result::Result<Recording, String> {
             "alive-check" => Input::AliveCheck,
             "setup-closed" => Input::SetupClosed,
             "aggregates" => Input::Aggregates(agg_of(&v).map_err(|e| format!("line {n}: {e}"))?),
-            "process" | "env" | "sample" | "gone" => {
+            "process" | "env" | "sample" | "gone" | "space" => {
                 let f: Fact = serde_json::from_value(v).map_err(|e| format!("line {n}: {ty}: {e}"))?;
                 match inputs.last_mut() {
                     Some((_, facts)) => facts.push(f),

@@ -5,7 +5,7 @@
 //! pinned-bytes high-water).
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tracer_common::{Event, op};
 
 use crate::{
@@ -17,10 +17,139 @@ use crate::{
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Backing {
-    Gpu { device: i32 },
+    Gpu {
+        device: i32,
+    },
     HostPinned,
     Host,
+    /// Host memory that was mapped before tracing began (attach): pageable,
+    /// or pinned by a `cuMemHostRegister` the probes could not see.
+    HostPreExisting,
     Unknown,
+}
+
+/// What a range of a process's address space is, as `/proc/PID/maps` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MapKind {
+    /// A mapping of `/dev/nvidiactl` or `/dev/nvidiaN`: memory the driver
+    /// allocated and mapped into the process (pinned host allocations).
+    NvidiaDriver,
+    /// A mapping of `/dev/nvidia-uvm`: managed memory, mapped by the UVM
+    /// driver at the GPU's own virtual address.
+    NvidiaUvm,
+    /// No access (`---p`), 1 MiB or more: addresses the CPU cannot touch,
+    /// so no host buffer lies there (CUDA reserves its device address range
+    /// this way).
+    NoAccess,
+    /// Anything else: host memory.
+    Host,
+}
+
+/// One range of a process's address space (`/proc/PID/maps`, adjacent
+/// lines of one kind merged).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mapping {
+    #[serde(with = "hex_u64")]
+    pub start: u64,
+    #[serde(with = "hex_u64")]
+    pub end: u64,
+    pub kind: MapKind,
+    /// The device file, for driver mappings.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub path: String,
+}
+
+/// Addresses as `"0x…"` strings, like every address in a recording (exact
+/// in any JSON tool); plain integers read too.
+mod hex_u64 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{v:#x}"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Num {
+            N(u64),
+            S(String),
+        }
+        match Num::deserialize(d)? {
+            Num::N(n) => Ok(n),
+            Num::S(s) => s
+                .strip_prefix("0x")
+                .and_then(|h| u64::from_str_radix(h, 16).ok())
+                .ok_or_else(|| serde::de::Error::custom(format!("not a 0x address: {s}"))),
+        }
+    }
+}
+
+/// A process's address space as it was when the tracer first saw it, kept
+/// when the NVIDIA devices were mapped then: its CUDA state (allocations,
+/// pinned buffers) predates the probes, and this is what is known of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddressSpace {
+    /// `VmPin` then (KiB): memory pinned by registrations before tracing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_pin_kib: Option<u64>,
+    /// Sorted, non-overlapping.
+    pub mappings: Vec<Mapping>,
+}
+
+impl AddressSpace {
+    /// Reads `/proc/PID/maps` text; None when no NVIDIA device is mapped
+    /// (nothing of CUDA predates the trace).
+    pub fn parse(maps: &str, vm_pin_kib: Option<u64>) -> Option<Self> {
+        const RESERVATION: u64 = 1 << 20;
+        let mut out: Vec<Mapping> = Vec::new();
+        let mut nvidia = false;
+        for line in maps.lines() {
+            let mut f = line.split_whitespace();
+            let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+                continue;
+            };
+            let path = f.nth(3).unwrap_or("");
+            let Some((a, b)) = range.split_once('-') else { continue };
+            let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+                continue;
+            };
+            let kind = if path == "/dev/nvidia-uvm" {
+                MapKind::NvidiaUvm
+            } else if path == "/dev/nvidiactl"
+                || path
+                    .strip_prefix("/dev/nvidia")
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()))
+            {
+                MapKind::NvidiaDriver
+            } else if perms.starts_with("---") && path.is_empty() && end - start >= RESERVATION {
+                MapKind::NoAccess
+            } else {
+                MapKind::Host
+            };
+            nvidia |= matches!(kind, MapKind::NvidiaDriver | MapKind::NvidiaUvm);
+            let path = if kind == MapKind::NvidiaDriver || kind == MapKind::NvidiaUvm {
+                path.to_string()
+            } else {
+                String::new()
+            };
+            match out.last_mut() {
+                Some(m) if m.end == start && m.kind == kind && m.path == path => m.end = end,
+                _ => out.push(Mapping { start, end, kind, path }),
+            }
+        }
+        nvidia.then_some(AddressSpace {
+            vm_pin_kib,
+            mappings: out,
+        })
+    }
+
+    /// The mapping that held `addr`, if any.
+    pub fn find(&self, addr: u64) -> Option<&Mapping> {
+        let i = self.mappings.partition_point(|m| m.end <= addr);
+        self.mappings.get(i).filter(|m| m.start <= addr)
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -126,9 +255,14 @@ pub struct Process {
     pub uring: HashMap<u64, (u64, u64, u64)>,
     /// Failed registrations (at most `FAILED_LOG`).
     pub failed: Vec<FailedRegistration>,
+    /// The address space when tracing began, if CUDA state predates it.
+    pub before: Option<AddressSpace>,
     /// Kernel registration paths that failed, by `op: errno` (e.g. `ib_umem_get: EFAULT`).
     pub kernel_failures: BTreeMap<String, u64>,
 }
+
+/// Regions kept per process before typed copies stop adding inferred ones.
+pub const INFERRED_REGIONS: usize = 1 << 16;
 
 /// Failed registrations kept per process.
 pub const FAILED_LOG: usize = 64;
@@ -151,9 +285,77 @@ impl Registry {
         self.procs.get(&pid)?.dmabufs.get(&fd).copied()
     }
 
-    /// What backs `addr` in process `pid`, from what was seen.
+    /// What backs `addr` in process `pid`: a region seen allocated, else
+    /// the address space as it was when tracing began (what predates it).
     pub fn backing(&self, pid: u32, addr: u64) -> Backing {
-        self.region(pid, addr).map_or(Backing::Unknown, |r| r.backing)
+        if let Some(r) = self.region(pid, addr) {
+            return r.backing;
+        }
+        match self.mapped_before(pid, addr).map(|m| m.kind) {
+            Some(MapKind::NvidiaDriver) => Backing::HostPinned,
+            Some(MapKind::NvidiaUvm | MapKind::NoAccess) => Backing::Gpu { device: -1 },
+            Some(MapKind::Host) => Backing::HostPreExisting,
+            None => Backing::Unknown,
+        }
+    }
+
+    /// The mapping that held `addr` when tracing began, for an address no
+    /// allocation seen since covers.
+    pub fn mapped_before(&self, pid: u32, addr: u64) -> Option<&Mapping> {
+        if self.region(pid, addr).is_some() {
+            return None;
+        }
+        self.procs.get(&pid)?.before.as_ref()?.find(addr)
+    }
+
+    /// How `addr`'s backing was inferred, when it came from the address space
+    /// at the start rather than from an allocation seen (for evidence).
+    pub fn whence(&self, pid: u32, addr: u64) -> Option<String> {
+        let space = self.procs.get(&pid)?.before.as_ref()?;
+        if self.region(pid, addr).is_some() {
+            return None;
+        }
+        Some(match space.find(addr) {
+            Some(m) => {
+                let what = match m.kind {
+                    MapKind::NvidiaDriver => {
+                        format!("a {} mapping (memory the driver allocated and mapped: pinned)", m.path)
+                    }
+                    MapKind::NvidiaUvm => format!("a {} mapping (managed memory at its GPU address)", m.path),
+                    MapKind::NoAccess => {
+                        "a range the CPU cannot access (---p: CUDA's device address reservation)".into()
+                    }
+                    MapKind::Host => "ordinary host memory".into(),
+                };
+                format!(
+                    "{addr:#x} lies in {what}, {:#x}-{:#x}, mapped before tracing began",
+                    m.start, m.end
+                )
+            }
+            None => format!(
+                "{addr:#x} was mapped after tracing began, and no allocation or registration seen since covers it"
+            ),
+        })
+    }
+
+    /// Records what a process's address space held when tracing began.
+    pub fn set_before(&mut self, pid: u32, space: Option<AddressSpace>) {
+        if space.is_some() {
+            self.procs.entry(pid).or_default().before = space;
+        }
+    }
+
+    /// A new program image: nothing of the old address space holds.
+    pub fn exec(&mut self, pid: u32) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.regions.clear();
+            p.before = None;
+        }
+    }
+
+    /// The VmPin of a process when tracing began, if its address space was kept.
+    pub fn vm_pin_before(&self, pid: u32) -> Option<u64> {
+        self.procs.get(&pid)?.before.as_ref()?.vm_pin_kib
     }
 
     /// The region that holds `addr` in process `pid`, if seen.
@@ -319,6 +521,37 @@ impl Registry {
             Kind::DmabufExport => {
                 p.dmabufs.insert(e.args[0] as u32 as i32, (e.args[1], e.args[2]));
             }
+            // A typed copy names its device side (cuMemcpyHtoD's destination,
+            // cuMemcpyDtoH's source): later copies of a range allocated
+            // before tracing (or mapped by cuMemMap) know it is GPU memory.
+            Kind::Copy => {
+                let (dst_dev, src_dev) = copy_direction(row.name);
+                let n = if row.args.get(2) == Some(&uapi::Arg::Bytes) {
+                    e.args[2]
+                } else {
+                    0
+                };
+                for (addr, device) in [(e.args[0], dst_dev), (e.args[1], src_dev)] {
+                    let known = p
+                        .regions
+                        .range(..=addr)
+                        .next_back()
+                        .is_some_and(|(_, r)| addr < r.start + r.len.max(1));
+                    // Bounded: a process copying to ever new addresses keeps the first ones.
+                    if device == Some(true) && n > 0 && !known && p.regions.len() < INFERRED_REGIONS {
+                        p.regions.insert(
+                            addr,
+                            Region {
+                                start: addr,
+                                len: n,
+                                backing: Backing::Gpu { device: -1 },
+                                source: row.name,
+                                since_ns: e.start_ns,
+                            },
+                        );
+                    }
+                }
+            }
             // cuIpcOpenMemHandle maps a peer's allocation at the returned
             // address (size not in the call: one page recorded).
             Kind::IpcImport if row.name == "cuIpcOpenMemHandle" => add(p, e.args[0], 4096, Backing::Gpu { device: -1 }),
@@ -435,6 +668,22 @@ impl Process {
     }
 }
 
+/// Which side of a copy is device memory by the API's own contract:
+/// (destination, source), `Some(true)` for device, `Some(false)` for host,
+/// None for unified-addressing copies (`cuMemcpy`, `cuMemcpyAsync`) that
+/// take either.
+pub fn copy_direction(name: &str) -> (Option<bool>, Option<bool>) {
+    if name.starts_with("cuMemcpyHtoD") {
+        (Some(true), Some(false))
+    } else if name.starts_with("cuMemcpyDtoH") {
+        (Some(false), Some(true))
+    } else if name.starts_with("cuMemcpyDtoD") {
+        (Some(true), Some(true))
+    } else {
+        (None, None)
+    }
+}
+
 /// The verdict of a copy from what backs its source and destination.
 pub fn copy_verdict(name: &str, src: Backing, dst: Backing) -> (Transport, String) {
     use Backing::*;
@@ -452,8 +701,14 @@ pub fn copy_verdict(name: &str, src: Backing, dst: Backing) -> (Transport, Strin
             format!("{name}: device to device; peer path not yet known"),
         ),
         (HostPinned, Gpu { .. }) | (Gpu { .. }, HostPinned) => (
-            Transport::HostOnly,
+            Transport::GpuHostDma,
             format!("{name}: DMA between GPU and pinned host memory"),
+        ),
+        (HostPreExisting, Gpu { .. }) | (Gpu { .. }, HostPreExisting) => (
+            Transport::Unknown,
+            format!(
+                "{name}: the host side is memory mapped before tracing began: pageable (staged through the driver's bounce buffer) unless cuMemHostRegister pinned it before then, which /proc/PID/maps does not show"
+            ),
         ),
         (Host | Unknown, Gpu { .. }) => staged("source"),
         (Gpu { .. }, Host | Unknown) => staged("destination"),
@@ -461,5 +716,48 @@ pub fn copy_verdict(name: &str, src: Backing, dst: Backing) -> (Transport, Strin
             Transport::Unknown,
             format!("{name}: neither side is a GPU allocation seen by the tracer"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines as a CUDA process shows them (layout of a torch job: device
+    /// address reservation, driver and UVM mappings, heap, libraries).
+    const MAPS: &str = "\
+200000000-300200000 ---p 00000000 00:00 0 
+300200000-300400000 rw-s 00000000 00:05 12 /dev/nvidiactl
+300400000-300600000 rw-s 00000000 00:05 12 /dev/nvidiactl
+300600000-302000000 ---p 00000000 00:00 0 
+55d0c0000000-55d0c4000000 rw-p 00000000 00:00 0 [heap]
+7f0000000000-7f0000200000 rw-s 00000000 00:05 13 /dev/nvidia-uvm
+7f1000000000-7f1000001000 ---p 00000000 00:00 0 
+7f1000001000-7f1000801000 rw-p 00000000 00:00 0 
+7f2000000000-7f2000010000 rw-s 00000000 00:05 14 /dev/nvidia0
+7f3000000000-7f3000100000 r-xp 00000000 08:01 99 /usr/lib/libcuda.so.1
+";
+
+    #[test]
+    fn address_space_at_first_sight() {
+        let s = AddressSpace::parse(MAPS, Some(12)).expect("NVIDIA devices mapped");
+        let kind = |a: u64| s.find(a).map(|m| m.kind);
+        assert_eq!(kind(0x2_1000_0000), Some(MapKind::NoAccess));
+        assert_eq!(kind(0x3_0030_0000), Some(MapKind::NvidiaDriver));
+        // Two adjacent nvidiactl lines are one range.
+        assert_eq!(
+            s.find(0x3_0030_0000).map(|m| (m.start, m.end)),
+            Some((0x3_0020_0000, 0x3_0060_0000))
+        );
+        assert_eq!(kind(0x7f00_0000_1000), Some(MapKind::NvidiaUvm));
+        assert_eq!(kind(0x7f20_0000_0000), Some(MapKind::NvidiaDriver));
+        assert_eq!(kind(0x55d0_c000_0100), Some(MapKind::Host));
+        // A guard page is no reservation; it merges with the host memory after it.
+        assert_eq!(kind(0x7f10_0000_0800), Some(MapKind::Host));
+        assert_eq!(kind(0x1000), None, "not mapped then");
+        assert!(AddressSpace::parse("55d0c0000000-55d0c4000000 rw-p 00000000 00:00 0 [heap]\n", None).is_none());
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains("\"start\":\"0x200000000\""), "{json}");
+        assert_eq!(serde_json::from_str::<AddressSpace>(&json).unwrap(), s);
     }
 }

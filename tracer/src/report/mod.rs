@@ -152,6 +152,9 @@ impl std::ops::DerefMut for Process {
 #[derive(Clone, Debug, Serialize)]
 pub struct Signal {
     pub signal: &'static str,
+    /// The probe family behind it (the coverage rows of that family).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub family: Option<Family>,
     /// `probe` or `counter`.
     pub source: &'static str,
     pub how: String,
@@ -264,32 +267,22 @@ fn informational(var: &str) -> bool {
 }
 
 impl Report {
-    /// Evidence of each process, for the verdict rules.
-    pub fn evidence(&self, nvlink: Option<bool>) -> Vec<crate::classify::comm::Evidence> {
-        self.processes
-            .iter()
-            .map(|p| crate::classify::comm::Evidence {
-                pid: p.pid,
-                comm: p.comm.clone(),
-                calls: p.calls.clone(),
-                env: p.env.clone(),
-                nvlink,
-            })
-            .collect()
-    }
-
     /// Recomputes the verdicts (and corroborates them with an NCCL log).
     pub fn judge(&mut self, nccl_log: Option<&str>) {
         self.judge_with(nccl_log, crate::topo::discover().nvlink());
     }
 
-    /// As `judge`, with the NVLink fact given (a recording's, on replay).
+    /// As `judge`, with the NVLink fact given (a recording's, on replay),
+    /// used only where the report's host facts do not say.
     pub fn judge_with(&mut self, nccl_log: Option<&str>, nvlink: Option<bool>) {
         if self.judged {
             return;
         }
         self.judged = true;
-        self.judge_verdicts(nccl_log, nvlink);
+        if self.facts.nvlink.is_none() {
+            self.facts.nvlink = nvlink;
+        }
+        self.judge_verdicts(nccl_log);
         // Collective transfers take their process's verdict.
         let comms: BTreeMap<u32, String> = self.processes.iter().map(|p| (p.pid, p.comm.clone())).collect();
         self.transfers
@@ -343,34 +336,11 @@ impl Report {
         self.explain_again();
     }
 
-    fn judge_verdicts(&mut self, nccl_log: Option<&str>, nvlink: Option<bool>) {
-        self.verdicts = self
-            .evidence(nvlink)
-            .iter()
-            .filter_map(crate::classify::comm::verdict)
-            .collect();
-        // Processes whose set-up the probes did not see (attached later):
-        // infer from what they do while running.
-        for p in &self.processes {
-            let setup = self.verdicts.iter().position(|v| v.pid == p.pid);
-            if setup.is_some_and(|i| self.verdicts[i].transport != crate::classify::Transport::Unknown) {
-                continue;
-            }
-            if let Some(v) = crate::classify::steady::verdict(&crate::classify::steady::from_report(self, p)) {
-                match setup {
-                    Some(i) => self.verdicts[i] = v,
-                    None => self.verdicts.push(v),
-                }
-            }
-        }
-        // UCX processes (not NCCL ranks) take their UCX verdict: the IPC
-        // handles and copies NCCL's rules read mean something else there.
-        for v in crate::classify::ucx::judge(self, nvlink) {
-            match self.verdicts.iter().position(|x| x.pid == v.pid) {
-                Some(i) => self.verdicts[i] = v,
-                None => self.verdicts.push(v),
-            }
-        }
+    fn judge_verdicts(&mut self, nccl_log: Option<&str>) {
+        self.verdicts = crate::classify::judge::verdicts(&crate::classify::judge::Inputs::of_report(self));
+        // The UCX section's paths per process and endpoint, by the same
+        // decision the UCX processes' verdicts came from.
+        crate::classify::ucx::judge(self);
         if let Some(text) = nccl_log {
             crate::classify::comm::corroborate(&mut self.verdicts, &crate::classify::comm::parse_nccl_log(text));
         }
@@ -564,7 +534,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
 
 /// Which signals came from probes and which from counters, and whether each
 /// was available on this run.
-fn signals(coverage: &[Coverage], vmstat: bool) -> Vec<Signal> {
+pub(crate) fn signals(coverage: &[Coverage], vmstat: bool) -> Vec<Signal> {
     let attached = |family: Family| {
         let rows: Vec<_> = coverage
             .iter()
@@ -588,6 +558,7 @@ fn signals(coverage: &[Coverage], vmstat: bool) -> Vec<Signal> {
     let (ok, how) = attached(Family::Syscall);
     out.push(Signal {
         signal: "registration syscalls: counts and latency",
+        family: Some(Family::Syscall),
         source: "probe",
         how,
         available: ok,
@@ -605,6 +576,7 @@ fn signals(coverage: &[Coverage], vmstat: bool) -> Vec<Signal> {
         let (ok, how) = attached(family);
         out.push(Signal {
             signal,
+            family: Some(family),
             source: "probe",
             how,
             available: ok,
@@ -612,12 +584,14 @@ fn signals(coverage: &[Coverage], vmstat: bool) -> Vec<Signal> {
     }
     out.push(Signal {
         signal: "pinned pages, system-wide",
+        family: None,
         source: "counter",
         how: "/proc/vmstat nr_foll_pin_acquired/nr_foll_pin_released sampled before and after".into(),
         available: vmstat,
     });
     out.push(Signal {
         signal: "pinned memory per process",
+        family: None,
         source: "counter",
         how: "/proc/PID/status VmPin sampled while the process ran".into(),
         available: true,
@@ -631,8 +605,13 @@ pub(crate) mod tests_support {
 
     /// A report of nothing, for tests that fill in what they need.
     pub fn empty_report() -> Report {
+        report_of(&Aggregator::default())
+    }
+
+    /// The (unjudged) report of what an aggregator holds.
+    pub fn report_of(agg: &Aggregator) -> Report {
         build(
-            &Aggregator::default(),
+            agg,
             Inputs {
                 command: Vec::new(),
                 gpu_links: None,

@@ -2,7 +2,7 @@
 use std::fmt::Write as _;
 
 use super::{Bucket, Report};
-use crate::probes::Status;
+use crate::probes::{Family, Status};
 
 /// bpftrace's power-of-two labels: 512, 1K, 2M, 4G.
 pub fn human(v: u64) -> String {
@@ -79,15 +79,33 @@ pub fn verdicts(vs: &[crate::classify::comm::Verdict], indent: &str) -> String {
     let mut o = String::new();
     for v in vs {
         let staged = if v.host_staged { " (host-staged)" } else { "" };
-        let _ = writeln!(o, "{indent}pid {} {}: {}{staged}", v.pid, v.comm, v.transport.name());
-        let via = v.nccl_log.as_ref().map(|l| (format!("via {}", l.nccl_says), l.agrees));
-        evidence_block(
-            &mut o,
-            &format!("{indent}  "),
-            &v.evidence,
-            v.cause.as_deref(),
-            via.as_ref().map(|(says, agrees)| ("NCCL log", says.as_str(), *agrees)),
+        let basis = match v.basis {
+            crate::classify::comm::Basis::SetUp => "",
+            crate::classify::comm::Basis::SteadyState => " [steady state]",
+        };
+        let _ = writeln!(
+            o,
+            "{indent}pid {} {}: {}{staged}{basis}",
+            v.pid,
+            v.comm,
+            v.transport.name()
         );
+        for e in &v.evidence {
+            let _ = writeln!(o, "{indent}  evidence: {e}");
+        }
+        if let Some(c) = &v.cause {
+            let _ = writeln!(o, "{indent}  cause: {c}");
+        }
+        if let Some(l) = &v.nccl_log {
+            let agree = match v.transport {
+                crate::classify::Transport::Unknown | crate::classify::Transport::Ambiguous => {
+                    "the tracer did not decide"
+                }
+                _ if l.agrees => "agrees",
+                _ => "DISAGREES",
+            };
+            let _ = writeln!(o, "{indent}  NCCL log: via {} ({agree})", l.nccl_says);
+        }
     }
     o
 }
@@ -195,25 +213,123 @@ pub fn ucx(u: &crate::classify::ucx::UcxReport) -> String {
     o
 }
 
-pub fn render(r: &Report) -> String {
-    let mut o = String::new();
+/// Upper bound of the `q` quantile of log2 buckets (kernel slots hold
+/// durations in `[2^i, 2^(i+1))`, so the bound is the slot's top).
+fn quantile_at_most(buckets: &[Bucket], q: f64) -> Option<u64> {
+    let total: u64 = buckets.iter().map(|b| b.count).sum();
+    if total == 0 {
+        return None;
+    }
+    let target = ((total as f64 * q).ceil() as u64).max(1);
+    let mut seen = 0;
+    buckets.iter().find_map(|b| {
+        seen += b.count;
+        (seen >= target).then_some(b.max)
+    })
+}
+
+/// Coverage rows of one family grouped by outcome: (status, text, points).
+fn coverage_groups<'a>(r: &'a Report, family: Family) -> Vec<(Status, String, Vec<&'a str>)> {
+    let mut groups: Vec<(Status, String, Vec<&'a str>)> = Vec::new();
+    for c in r.coverage.iter().filter(|c| c.family == family) {
+        let key = match c.status {
+            Status::Attached => format!("via {}", c.via.unwrap_or("?")),
+            Status::Unavailable => c.reason.clone().unwrap_or_else(|| "unknown".into()),
+        };
+        match groups.iter_mut().find(|(s, k, _)| *s == c.status && *k == key) {
+            Some((_, _, points)) => points.push(&c.point),
+            None => groups.push((c.status, key, vec![&c.point])),
+        }
+    }
+    groups
+}
+
+/// `io_uring_register via tracepoint`, `14 points: reason`.
+fn group_text(status: Status, key: &str, points: &[&str]) -> String {
+    match (status, points) {
+        (Status::Attached, [one]) => format!("{one} {key}"),
+        (Status::Attached, many) => format!("{} points {key}", many.len()),
+        (Status::Unavailable, [one]) if key.starts_with(one) => key.to_string(),
+        (Status::Unavailable, [one]) => format!("{one}: {key}"),
+        (Status::Unavailable, many) => format!("{} points: {key}", many.len()),
+    }
+}
+
+/// Signals, with the probe coverage behind each one grouped by family and
+/// outcome: one line per family, every unavailable family named with its
+/// reason (each point with `detail`).
+fn signals(o: &mut String, r: &Report) {
     let _ = writeln!(
         o,
-        "gdrtrace report ({}) kernel {} lockdown {}",
-        r.schema, r.host.kernel, r.host.lockdown
+        "Signals (probe points grouped by family and outcome; each point with -v and in the JSON)"
     );
-    if !r.command.is_empty() {
-        let _ = writeln!(o, "command: {}", r.command.join(" "));
-    }
-    let _ = writeln!(o, "duration: {:.3} s\n", r.duration_s);
-
-    let _ = writeln!(o, "Signals");
+    let row = |o: &mut String, signal: &str, source: &str, available: bool, how: &str| {
+        let state = if available { "measured" } else { "unavailable" };
+        let _ = writeln!(o, "  {signal:<46} {source:<8} {state:<12} {how}");
+    };
+    let mut shown = Vec::new();
     for s in &r.signals {
-        let state = if s.available { "measured" } else { "unavailable" };
-        let _ = writeln!(o, "  {:<46} {:<8} {:<12} {}", s.signal, s.source, state, s.how);
+        let groups = s.family.map(|f| coverage_groups(r, f)).unwrap_or_default();
+        shown.extend(s.family);
+        let unavailable: Vec<String> = groups
+            .iter()
+            .filter(|(st, _, _)| *st == Status::Unavailable)
+            .map(|(st, k, p)| group_text(*st, k, p))
+            .collect();
+        if s.available || unavailable.is_empty() {
+            row(o, s.signal, s.source, s.available, &s.how);
+            for u in &unavailable {
+                let _ = writeln!(o, "  {:<46} {:<8} {:<12} also {u}", "", "", "");
+            }
+        } else {
+            row(o, s.signal, s.source, false, &unavailable[0]);
+            for u in &unavailable[1..] {
+                let _ = writeln!(o, "  {:<46} {:<8} {:<12} {u}", "", "", "");
+            }
+        }
+    }
+    // Families behind no signal row (process tracking, socket syscalls,
+    // procfs counters): one line per outcome, so nothing unavailable hides.
+    let mut rest: Vec<Family> = r
+        .coverage
+        .iter()
+        .map(|c| c.family)
+        .filter(|f| !shown.contains(f))
+        .collect();
+    rest.sort();
+    rest.dedup();
+    for f in rest {
+        for (st, key, points) in coverage_groups(r, f) {
+            let what = match f {
+                Family::Sched => "process tracking (fork, exec, exit)",
+                Family::Socket => "socket data syscalls (bytes per process)",
+                Family::Counters => "procfs counters",
+                _ => f.name(),
+            };
+            row(o, what, "probe", st == Status::Attached, &group_text(st, &key, &points));
+        }
     }
     let _ = writeln!(o);
+}
 
+/// The full coverage table, one row per probe point (`-v`).
+fn coverage_detail(o: &mut String, r: &Report) {
+    let _ = writeln!(o, "Probe coverage");
+    for c in &r.coverage {
+        let _ = writeln!(o, "  {:<36} {:<10} {}", c.point, c.family.name(), c.summary());
+        if c.status == Status::Attached {
+            for d in &c.detail {
+                let _ = writeln!(o, "  {:<36} {:<10}   {d}", "", "");
+            }
+        }
+    }
+    let _ = writeln!(o);
+}
+
+/// Operations: the evented calls with their histograms' percentiles, and
+/// the calls aggregated in the kernel (collectives), with the log2 slots'
+/// upper bounds.
+fn operations(o: &mut String, r: &Report) {
     let _ = writeln!(o, "Operations");
     let _ = writeln!(
         o,
@@ -235,33 +351,66 @@ pub fn render(r: &Report) -> String {
             ns(op.latency.max)
         );
     }
-    if r.operations.is_empty() {
+    // Per (op, transport): the kernel counted the calls of every communicator.
+    let mut agg: Vec<(&str, &str, u64, u64)> = Vec::new();
+    for c in &r.collectives {
+        match agg.iter_mut().find(|(op, t, _, _)| *op == c.op && *t == c.transport) {
+            Some(x) => {
+                x.2 += c.calls;
+                x.3 += c.bytes;
+            }
+            None => agg.push((&c.op, c.transport, c.calls, c.bytes)),
+        }
+    }
+    for (op, transport, calls, b) in &agg {
+        let buckets = r
+            .kernel_histograms
+            .iter()
+            .find(|h| h.name == *op)
+            .map_or(&[][..], |h| h.buckets.as_slice());
+        let at_most = |q: f64| quantile_at_most(buckets, q).map_or("-".to_string(), |v| format!("<={}", ns(v)));
+        let _ = writeln!(
+            o,
+            "  {:<40} {:<24} {:>8} {:>6} {:>10} {:>9} {:>9} {:>9} {:>9}",
+            format!("{op} (kernel)"),
+            transport,
+            calls,
+            "-",
+            bytes(*b),
+            at_most(0.5),
+            at_most(0.9),
+            at_most(0.99),
+            at_most(1.0)
+        );
+    }
+    if r.operations.is_empty() && agg.is_empty() {
         let _ = writeln!(o, "  (no traced calls)");
+    } else if !agg.is_empty() {
+        let _ = writeln!(
+            o,
+            "  (kernel): counted in the kernel per process and communicator; latency as log2-slot upper bounds"
+        );
     }
     let _ = writeln!(o);
-    for op in &r.operations {
-        let mark = if op.incomplete {
-            " [incomplete: events were dropped]"
-        } else {
-            ""
-        };
-        histogram(
-            &mut o,
-            &format!("@{}[{}] latency (ns){mark}:", op.name, op.transport),
-            &op.latency.buckets,
-        );
+}
+
+/// The report as text, with the detail a person reads first on one screen
+/// (signals, operations, verdicts, staging, explain) and the histograms
+/// after it. `detail` adds the per-point coverage table (`-v`).
+pub fn render_with(r: &Report, detail: bool) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "gdrtrace report ({}) kernel {} lockdown {}",
+        r.schema, r.host.kernel, r.host.lockdown
+    );
+    if !r.command.is_empty() {
+        let _ = writeln!(o, "command: {}", r.command.join(" "));
     }
-    for h in r
-        .kernel_histograms
-        .iter()
-        .filter(|h| !r.operations.iter().any(|o| o.name.starts_with(&h.name)))
-    {
-        histogram(
-            &mut o,
-            &format!("@{} latency (ns), aggregated in kernel:", h.name),
-            &h.buckets,
-        );
-    }
+    let _ = writeln!(o, "duration: {:.3} s\n", r.duration_s);
+
+    signals(&mut o, r);
+    operations(&mut o, r);
 
     if !r.verdicts.is_empty() {
         let _ = writeln!(o, "Transport verdicts (per process)");
@@ -324,68 +473,7 @@ pub fn render(r: &Report) -> String {
         }
         let _ = writeln!(o);
     }
-    let registering: Vec<_> = r
-        .registration
-        .processes
-        .iter()
-        .filter(|p| !p.by_backing.is_empty() || !p.failed_registrations.is_empty() || !p.kernel_failures.is_empty())
-        .collect();
-    if !registering.is_empty() {
-        let _ = writeln!(o, "Registrations");
-        for p in registering {
-            let per: Vec<String> = p
-                .by_backing
-                .iter()
-                .map(|(k, b)| {
-                    format!(
-                        "{k} {}/{} ({:.1}/s)",
-                        b.registrations, b.deregistrations, b.registrations_per_s
-                    )
-                })
-                .collect();
-            let _ = writeln!(
-                o,
-                "  pid {} {}: reg/dereg {}; re-registered ranges {}; pinned high-water {}{}",
-                p.pid,
-                p.comm,
-                if per.is_empty() { "-".into() } else { per.join(", ") },
-                p.reregistrations_of_seen_range,
-                bytes(p.pinned_bytes_high_water),
-                p.lifetime
-                    .as_ref()
-                    .map_or(String::new(), |l| format!("; lifetime p50 {}", ns(l.p50)))
-            );
-            for f in &p.failed_registrations {
-                let backing = match f.backing {
-                    crate::model::Backing::Gpu { .. } => "GPU memory",
-                    crate::model::Backing::HostPinned => "pinned host memory",
-                    crate::model::Backing::Host => "host memory",
-                    crate::model::Backing::Unknown => "memory not seen allocated",
-                };
-                let _ = writeln!(
-                    o,
-                    "    failed: {} {:#x}+{} ({backing}{})",
-                    f.op,
-                    f.addr,
-                    f.length,
-                    f.source.map_or(String::new(), |s| format!(", {s}"))
-                );
-            }
-            for (k, n) in &p.kernel_failures {
-                let _ = writeln!(o, "    kernel: {k} x{n}");
-            }
-        }
-        for (k, l) in &r.registration.latency_by_backing {
-            let _ = writeln!(
-                o,
-                "  latency {k}: p50 {} p99 {} ({} calls)",
-                ns(l.p50),
-                ns(l.p99),
-                l.count
-            );
-        }
-        let _ = writeln!(o);
-    }
+    registrations(&mut o, r);
     let _ = writeln!(o, "Processes");
     let _ = writeln!(
         o,
@@ -415,32 +503,21 @@ pub fn render(r: &Report) -> String {
         Some(d) => {
             let _ = writeln!(
                 o,
-                "Pinned pages, system-wide (counter /proc/vmstat): acquired +{} released +{}\n",
+                "Pinned pages, system-wide (counter /proc/vmstat): acquired +{} released +{}",
                 d.acquired, d.released
             );
         }
         None => {
             let _ = writeln!(
                 o,
-                "Pinned pages, system-wide: unavailable (/proc/vmstat has no nr_foll_pin_*)\n"
+                "Pinned pages, system-wide: unavailable (/proc/vmstat has no nr_foll_pin_*)"
             );
         }
     }
-
-    let _ = writeln!(o, "Probe coverage");
-    for c in &r.coverage {
-        let _ = writeln!(o, "  {:<36} {:<10} {}", c.point, c.family.name(), c.summary());
-        if c.status == Status::Attached {
-            for d in &c.detail {
-                let _ = writeln!(o, "  {:<36} {:<10}   {d}", "", "");
-            }
-        }
-    }
-    let _ = writeln!(o);
     let l = &r.loss;
     let _ = writeln!(
         o,
-        "Loss: ring buffer drops {}, in-flight table full {}, returns without entry {}, target set full {}, read errors {}, malformed {}, undecoded {} ({})",
+        "Loss: ring buffer drops {}, in-flight table full {}, returns without entry {}, target set full {}, read errors {}, malformed {}, undecoded {} ({})\n",
         l.ringbuf_drops,
         l.inflight_full,
         l.return_without_entry,
@@ -450,7 +527,111 @@ pub fn render(r: &Report) -> String {
         l.undecoded_events,
         if l.complete { "complete" } else { "INCOMPLETE" }
     );
+    if let Ok(v) = serde_json::to_value(r) {
+        o.push_str(&crate::classify::explain::render(&v, &r.explain));
+        let _ = writeln!(o);
+    }
+    if detail {
+        coverage_detail(&mut o, r);
+    }
+
+    for op in &r.operations {
+        let mark = if op.incomplete {
+            " [incomplete: events were dropped]"
+        } else {
+            ""
+        };
+        histogram(
+            &mut o,
+            &format!("@{}[{}] latency (ns){mark}:", op.name, op.transport),
+            &op.latency.buckets,
+        );
+    }
+    for h in r
+        .kernel_histograms
+        .iter()
+        .filter(|h| !r.operations.iter().any(|o| o.name.starts_with(&h.name)))
+    {
+        histogram(
+            &mut o,
+            &format!("@{} latency (ns), aggregated in kernel:", h.name),
+            &h.buckets,
+        );
+    }
     o
+}
+
+/// The report as text; the per-point coverage table with `-v` (log level
+/// info or more, which `-v` sets).
+pub fn render(r: &Report) -> String {
+    render_with(r, log::log_enabled!(log::Level::Info))
+}
+
+fn registrations(o: &mut String, r: &Report) {
+    let registering: Vec<_> = r
+        .registration
+        .processes
+        .iter()
+        .filter(|p| !p.by_backing.is_empty() || !p.failed_registrations.is_empty() || !p.kernel_failures.is_empty())
+        .collect();
+    if registering.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "Registrations");
+    for p in registering {
+        let per: Vec<String> = p
+            .by_backing
+            .iter()
+            .map(|(k, b)| {
+                format!(
+                    "{k} {}/{} ({:.1}/s)",
+                    b.registrations, b.deregistrations, b.registrations_per_s
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "  pid {} {}: reg/dereg {}; re-registered ranges {}; pinned high-water {}{}",
+            p.pid,
+            p.comm,
+            if per.is_empty() { "-".into() } else { per.join(", ") },
+            p.reregistrations_of_seen_range,
+            bytes(p.pinned_bytes_high_water),
+            p.lifetime
+                .as_ref()
+                .map_or(String::new(), |l| format!("; lifetime p50 {}", ns(l.p50)))
+        );
+        for f in &p.failed_registrations {
+            let backing = match f.backing {
+                crate::model::Backing::Gpu { .. } => "GPU memory",
+                crate::model::Backing::HostPinned => "pinned host memory",
+                crate::model::Backing::Host => "host memory",
+                crate::model::Backing::HostPreExisting => "host memory mapped before tracing",
+                crate::model::Backing::Unknown => "memory not seen allocated",
+            };
+            let _ = writeln!(
+                o,
+                "    failed: {} {:#x}+{} ({backing}{})",
+                f.op,
+                f.addr,
+                f.length,
+                f.source.map_or(String::new(), |s| format!(", {s}"))
+            );
+        }
+        for (k, n) in &p.kernel_failures {
+            let _ = writeln!(o, "    kernel: {k} x{n}");
+        }
+    }
+    for (k, l) in &r.registration.latency_by_backing {
+        let _ = writeln!(
+            o,
+            "  latency {k}: p50 {} p99 {} ({} calls)",
+            ns(l.p50),
+            ns(l.p99),
+            l.count
+        );
+    }
+    let _ = writeln!(o);
 }
 
 #[cfg(test)]
@@ -482,5 +663,123 @@ mod tests {
         assert!(s.contains("[1K, 2K)"), "{s}");
         assert!(s.contains(&format!("|{}|", "@".repeat(52))), "{s}");
         assert!(s.contains(&format!("|{}{}|", "@".repeat(26), " ".repeat(26))), "{s}");
+    }
+
+    /// Issue 12: the report of `validate` on this kind of host (no fentry,
+    /// no kprobes) fits on one screen above the histograms, with each
+    /// unavailable family named once with its reason.
+    #[test]
+    fn coverage_grouped_and_summary_on_one_screen() {
+        let (r, _) = crate::fixtures::replay_fixture("pin-churn");
+        let text = render_with(&r, false);
+        let summary: Vec<&str> = text.lines().take_while(|l| !l.starts_with('@')).collect();
+        assert!(summary.len() <= 50, "{} lines:\n{}", summary.len(), summary.join("\n"));
+        for (family, signal) in [
+            (crate::probes::Family::Pinning, "kernel page pinning"),
+            (crate::probes::Family::DmaBuf, "dma-buf attach/map"),
+        ] {
+            let points = r.coverage.iter().filter(|c| c.family == family).count();
+            let reason = r
+                .coverage
+                .iter()
+                .find(|c| c.family == family)
+                .and_then(|c| c.reason.clone())
+                .unwrap();
+            let line = summary
+                .iter()
+                .find(|l| l.contains(signal))
+                .unwrap_or_else(|| panic!("{signal} missing:\n{text}"));
+            assert!(
+                line.contains(&format!("unavailable  {points} points: {reason}")),
+                "{line}"
+            );
+        }
+        assert!(
+            !summary.iter().any(|l| l.contains("pin_user_pages_fast")),
+            "points only with -v"
+        );
+        let detail = render_with(&r, true);
+        assert!(detail.contains("pin_user_pages_fast"), "-v lists each point");
+    }
+
+    /// A family partly attached (a VM kernel: fentry for some functions,
+    /// others missing): measured, with the missing points named once.
+    #[test]
+    fn a_partly_attached_family_names_what_is_missing() {
+        use crate::probes::{Coverage, Family};
+        let mut r = crate::report::tests_support::empty_report();
+        let point = |name: &str, status, via, reason: Option<&str>| Coverage {
+            point: name.into(),
+            family: Family::Pinning,
+            status,
+            via,
+            reason: reason.map(String::from),
+            tried: Vec::new(),
+            detail: Vec::new(),
+        };
+        r.coverage = vec![
+            point("pin_user_pages_fast", Status::Attached, Some("fentry/fexit"), None),
+            point("unpin_user_pages", Status::Attached, Some("fentry/fexit"), None),
+            point("unpin_folio", Status::Unavailable, None, Some("not in /proc/kallsyms")),
+            point(
+                "unpin_user_folio",
+                Status::Unavailable,
+                None,
+                Some("not in /proc/kallsyms"),
+            ),
+        ];
+        r.signals = crate::report::signals(&r.coverage, true);
+        let text = render_with(&r, false);
+        let line = text.lines().find(|l| l.contains("kernel page pinning")).expect(&text);
+        assert!(
+            line.contains("measured") && line.contains("pin_user_pages_fast (fentry/fexit)"),
+            "{line}"
+        );
+        assert!(
+            text.contains("also 2 points: not in /proc/kallsyms"),
+            "the missing points stay named:\n{text}"
+        );
+    }
+
+    /// The kernel counted the collectives: the operations table shows them.
+    #[test]
+    fn aggregated_collectives_in_the_operations_table() {
+        let mut r = crate::report::tests_support::empty_report();
+        for (pid, comm) in [(7, "0x1"), (8, "0x2")] {
+            r.collectives.push(crate::report::Collective {
+                pid,
+                op: "ncclAllReduce".into(),
+                communicator: comm.into(),
+                calls: 14_500,
+                bytes: 1 << 30,
+                transport: "p2p/nvlink",
+            });
+        }
+        r.kernel_histograms.push(crate::report::KernelHistogram {
+            name: "ncclAllReduce".into(),
+            calls: 29_000,
+            unit: "ns",
+            buckets: vec![
+                Bucket {
+                    min: 8192,
+                    max: 16384,
+                    count: 28_000,
+                },
+                Bucket {
+                    min: 65536,
+                    max: 131072,
+                    count: 1_000,
+                },
+            ],
+        });
+        let text = render_with(&r, false);
+        assert!(!text.contains("(no traced calls)"), "{text}");
+        let row = text
+            .lines()
+            .find(|l| l.contains("ncclAllReduce (kernel)"))
+            .expect(&text);
+        for part in ["p2p/nvlink", "29000", "2.00GiB", "<=16.4us", "<=131.1us"] {
+            assert!(row.contains(part), "{part}: {row}");
+        }
     }
 }

@@ -204,6 +204,9 @@ impl Aggregator {
     }
 
     fn add_looked(&mut self, pid: u32, parent: Option<u32>, look: Option<Look>) {
+        if !self.procs.contains_key(&pid) {
+            self.first_sight(pid);
+        }
         let needs = self.procs.get(&pid).is_none_or(|p| p.comm.is_empty() || !p.env_read);
         let look = match look {
             Some(l) => Some(l),
@@ -231,6 +234,18 @@ impl Aggregator {
         }
         if p.parent.is_none() {
             p.parent = parent;
+        }
+    }
+
+    /// What predates the trace of a process seen for the first time: its
+    /// address space, when CUDA state (NVIDIA device mappings) is there.
+    fn first_sight(&mut self, pid: u32) {
+        if let Some(space) = self.source.space(pid) {
+            self.note(Fact::Space {
+                pid,
+                space: space.clone(),
+            });
+            self.registry.set_before(pid, Some(space));
         }
     }
 
@@ -330,6 +345,7 @@ impl Aggregator {
                 }
             }
             kind::EXEC => {
+                self.registry.exec(e.pid);
                 let p = self.procs.entry(e.pid).or_default();
                 p.comm = comm_of(e);
                 p.env_read = false;
@@ -346,6 +362,10 @@ impl Aggregator {
     }
 
     fn call(&mut self, e: &Event) {
+        // A process first seen by its calls (attach --all) was running before.
+        if !self.procs.contains_key(&e.pid) {
+            self.first_sight(e.pid);
+        }
         // The first call of an aggregated row: a sample of its arguments,
         // not a call (the kernel counts those).
         if e.kind == kind::ENTRY && crate::probes::uapi::row_of(e.op).is_some_and(|(_, r)| r.aggregate) {
@@ -489,6 +509,24 @@ impl Aggregator {
             let e = self.collectives.entry((k.tgid, name, k.handle)).or_default();
             e.0 += v.calls;
             e.1 += v.bytes;
+        }
+        // A process running collectives that no target set announced
+        // (`attach --all`): it gets its row, name, environment and parent.
+        let new: std::collections::BTreeSet<u32> = self
+            .collectives
+            .keys()
+            .map(|(pid, _, _)| *pid)
+            .filter(|pid| !self.procs.contains_key(pid))
+            .collect();
+        for pid in new {
+            let l = self.source.look(pid);
+            self.note(Fact::Process {
+                pid,
+                parent: l.parent,
+                comm: l.comm.clone(),
+                env: l.env.clone(),
+            });
+            self.add_looked(pid, l.parent, Some(l));
         }
         let mut per: BTreeMap<(u32, String), u64> = BTreeMap::new();
         for ((pid, name, _), (calls, _)) in &self.collectives {

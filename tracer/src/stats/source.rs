@@ -6,7 +6,7 @@ use std::{cell::RefCell, collections::BTreeMap, rc::Rc};
 
 use serde::{Deserialize, Serialize};
 
-use crate::counters;
+use crate::{counters, model::AddressSpace};
 
 /// One process-facts answer, as the live source gave it and as a recording
 /// holds it (a line with `"type"` set to the variant's name).
@@ -39,12 +39,19 @@ pub enum Fact {
     },
     /// The process no longer exists (checked by `attach` to stop).
     Gone { pid: u32 },
+    /// Its address space when first seen, written only when NVIDIA devices
+    /// were mapped then: its CUDA state predates the trace (attach).
+    Space { pid: u32, space: AddressSpace },
 }
 
 impl Fact {
     pub fn pid(&self) -> u32 {
         match self {
-            Fact::Process { pid, .. } | Fact::Env { pid, .. } | Fact::Sample { pid, .. } | Fact::Gone { pid } => *pid,
+            Fact::Process { pid, .. }
+            | Fact::Env { pid, .. }
+            | Fact::Sample { pid, .. }
+            | Fact::Gone { pid }
+            | Fact::Space { pid, .. } => *pid,
         }
     }
 }
@@ -54,6 +61,8 @@ impl Fact {
 pub struct Look {
     pub comm: Option<String>,
     pub env: BTreeMap<String, String>,
+    /// Its parent, for a process first seen by what it does (`attach --all`).
+    pub parent: Option<u32>,
 }
 
 /// The questions the aggregator asks about processes.
@@ -71,6 +80,9 @@ pub trait ProcSource: std::fmt::Debug {
     fn alive(&mut self, pid: u32) -> bool;
     /// NVLink between the GPUs (host fact; None when unknown).
     fn nvlink(&mut self) -> Option<bool>;
+    /// The address space of a process seen for the first time, when it has
+    /// NVIDIA devices mapped (`/proc/PID/maps`, VmPin).
+    fn space(&mut self, pid: u32) -> Option<AddressSpace>;
 }
 
 /// The live source: `/proc`.
@@ -82,6 +94,7 @@ impl ProcSource for LiveProc {
         Look {
             comm: counters::comm(pid),
             env: counters::comm_env(pid),
+            parent: counters::ppid(pid),
         }
     }
 
@@ -101,11 +114,17 @@ impl ProcSource for LiveProc {
     }
 
     fn alive(&mut self, pid: u32) -> bool {
-        std::path::Path::new(&format!("/proc/{pid}")).exists()
+        // A zombie is listed in /proc until its parent reaps it, which a
+        // parent that is not traced may never do.
+        counters::running(pid)
     }
 
     fn nvlink(&mut self) -> Option<bool> {
         crate::topo::discover().nvlink()
+    }
+
+    fn space(&mut self, pid: u32) -> Option<AddressSpace> {
+        counters::address_space(pid)
     }
 }
 
@@ -130,14 +149,14 @@ impl Recorded {
 impl ProcSource for Recorded {
     fn look(&mut self, pid: u32) -> Look {
         match self.take(pid, |f| matches!(f, Fact::Process { .. })) {
-            Some(Fact::Process { comm, env, .. }) => Look { comm, env },
+            Some(Fact::Process { comm, env, parent, .. }) => Look { comm, env, parent },
             _ => Look::default(),
         }
     }
 
     fn look_child(&mut self, child: u32) -> Option<Look> {
         match self.take(child, |f| matches!(f, Fact::Process { .. })) {
-            Some(Fact::Process { comm, env, .. }) => Some(Look { comm, env }),
+            Some(Fact::Process { comm, env, parent, .. }) => Some(Look { comm, env, parent }),
             _ => None,
         }
     }
@@ -166,5 +185,12 @@ impl ProcSource for Recorded {
 
     fn nvlink(&mut self) -> Option<bool> {
         self.nvlink
+    }
+
+    fn space(&mut self, pid: u32) -> Option<AddressSpace> {
+        match self.take(pid, |f| matches!(f, Fact::Space { .. })) {
+            Some(Fact::Space { space, .. }) => Some(space),
+            _ => None,
+        }
     }
 }

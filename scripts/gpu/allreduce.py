@@ -1,0 +1,46 @@
+"""An independent torch.distributed job (not `gdrtrace drive nccl`): one
+process per GPU started by torch.multiprocessing.spawn under a launcher,
+all-reducing a float32 buffer until --seconds pass. The transport mode comes
+from the caller's environment (NCCL_P2P_DISABLE, NCCL_SHM_DISABLE), as users
+set it. Rank 0 prints "ready launcher=PID" once the communicator exists and
+one all-reduce completed (the set-up is over).
+"""
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def rank_main(rank, nranks, args):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(args.port)
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=nranks)
+    x = torch.ones(args.mib * (1 << 20) // 4, device="cuda")
+    dist.all_reduce(x)
+    torch.cuda.synchronize()
+    if rank == 0:
+        print(f"ready launcher={os.getppid()} rank0={os.getpid()}", flush=True)
+    end = time.time() + args.seconds
+    calls = 0
+    while time.time() < end:
+        dist.all_reduce(x)
+        calls += 1
+        if calls % 8 == 0:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    print(f"rank {rank} calls={calls}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ngpu", type=int, default=torch.cuda.device_count())
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--port", type=int, default=29500)
+    a = ap.parse_args()
+    mp.spawn(rank_main, args=(a.ngpu, a), nprocs=a.ngpu)

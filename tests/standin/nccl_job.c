@@ -1,0 +1,128 @@
+/*
+ * A two-rank "job" over the libnccl STAND-IN, for gdrtrace's attach tests:
+ * shaped like a torch.multiprocessing job (a launcher process and one
+ * process per rank, its children), so attach sees what it sees of a real
+ * one, minus the GPUs.
+ *
+ *   nccl_job LIBNCCL SECONDS [KIB]
+ *
+ * The launcher makes a socket pair and forks two ranks. Each rank dlopens
+ * LIBNCCL, creates its communicator (ncclCommInitRank), prints
+ * "rank R ready pid=P", then calls ncclAllReduce on KIB KiB (default 1024)
+ * until SECONDS have passed, and prints "rank R calls=N". The transport
+ * comes from the environment, as for NCCL: NCCL_P2P_DISABLE=1 and
+ * NCCL_SHM_DISABLE=1 move the bytes over the socket pair. With
+ * NCCL_DEBUG=INFO the stand-in prints NCCL's INFO lines on stdout.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct { char internal[128]; } ncclUniqueId;
+typedef int (*init_fn)(void **comm, int nranks, ncclUniqueId id, int rank);
+typedef int (*allreduce_fn)(const void *s, void *r, size_t count, int dt, int op, void *comm, void *stream);
+typedef int (*destroy_fn)(void *comm);
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* The call index both ranks stop at (shared by the launcher's mapping):
+ * rank 0 sets it when time is up, one past the call it is about to make;
+ * its peer, at most in that same call (each call needs both), stops there
+ * too, so neither is left waiting on the other. */
+static long *stop_at;
+
+static int rank_main(const char *lib, int rank, int fd, double secs, size_t count)
+{
+	char fdstr[16];
+	void *h, *comm = NULL;
+	ncclUniqueId id;
+	long calls = 0;
+
+	snprintf(fdstr, sizeof fdstr, "%d", fd);
+	setenv("STANDIN_NCCL_PEER_FD", fdstr, 1);
+	h = dlopen(lib, RTLD_NOW);
+	if (!h) {
+		fprintf(stderr, "dlopen %s: %s\n", lib, dlerror());
+		return 1;
+	}
+	init_fn init = (init_fn)dlsym(h, "ncclCommInitRank");
+	allreduce_fn allreduce = (allreduce_fn)dlsym(h, "ncclAllReduce");
+	destroy_fn destroy = (destroy_fn)dlsym(h, "ncclCommDestroy");
+	if (!init || !allreduce || !destroy)
+		return 1;
+	memset(&id, 0x5a, sizeof id);
+	if (init(&comm, 2, id, rank))
+		return 1;
+	float *s = calloc(count, sizeof(float)), *r = calloc(count, sizeof(float));
+	if (!s || !r)
+		return 1;
+	printf("rank %d ready pid=%d\n", rank, (int)getpid());
+	fflush(stdout);
+	double end = now_s() + secs;
+	for (;; calls++) {
+		long at = __atomic_load_n(stop_at, __ATOMIC_SEQ_CST);
+		if (at >= 0 && calls >= at)
+			break;
+		if (rank == 0 && at < 0 && now_s() >= end)
+			__atomic_store_n(stop_at, calls + 1, __ATOMIC_SEQ_CST);
+		if (allreduce(s, r, count, 7, 0, comm, NULL))
+			return 1;
+	}
+	destroy(comm);
+	printf("rank %d calls=%ld\n", rank, calls);
+	fflush(stdout);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int sv[2], status, bad = 0;
+
+	if (argc < 3) {
+		fprintf(stderr, "usage: nccl_job LIBNCCL SECONDS [KIB]\n");
+		return 2;
+	}
+	double secs = atof(argv[2]);
+	size_t count = (argc > 3 ? (size_t)atol(argv[3]) : 1024) * 1024 / sizeof(float);
+	stop_at = mmap(NULL, sizeof *stop_at, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (stop_at == MAP_FAILED) {
+		perror("mmap");
+		return 1;
+	}
+	*stop_at = -1;
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) {
+		perror("socketpair");
+		return 1;
+	}
+	for (int rank = 0; rank < 2; rank++) {
+		pid_t p = fork();
+		if (p < 0) {
+			perror("fork");
+			return 1;
+		}
+		if (p == 0) {
+			close(sv[1 - rank]);
+			_exit(rank_main(argv[1], rank, sv[rank], secs, count));
+		}
+	}
+	close(sv[0]);
+	close(sv[1]);
+	for (int i = 0; i < 2; i++) {
+		if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			bad = 1;
+	}
+	return bad;
+}

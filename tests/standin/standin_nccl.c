@@ -1,0 +1,149 @@
+/*
+ * STAND-IN for libnccl, for gdrtrace's tests only (no GPU needed). It is NOT
+ * NCCL: it exports ncclGetUniqueId, ncclCommInitRank, ncclAllReduce and
+ * ncclCommDestroy under NCCL's names with nccl.h's prototypes (NCCL 2.2x),
+ * built as `libnccl.so.2` so the tracer recognises it by file name, and
+ * moves each all-reduce's bytes the way the transport its environment
+ * selects would move them through the host:
+ *   NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1: send(2)/recv(2) of the whole
+ *     buffer with the peer rank on the socket in $STANDIN_NCCL_PEER_FD
+ *     (NCCL's NET/Socket transport uses these syscalls);
+ *   otherwise: copies through a host buffer (standing in for SHM, and for
+ *     P2P, which needs GPUs).
+ * With NCCL_DEBUG=INFO it prints, on stdout, the INFO lines of NCCL's own
+ * log that gdrtrace's log parser reads (`ncclCommInitRank comm ... rank ...`,
+ * `Channel 00/0 : 0[0] -> 1[1] via ...`), as NCCL prints them: a stand-in
+ * for the NCCL log, naming the transport this stand-in used.
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define API __attribute__((noinline, used, visibility("default")))
+
+typedef int ncclResult_t;
+typedef struct { char internal[128]; } ncclUniqueId;
+typedef struct standin_comm {
+	int rank, nranks, fd, socket;
+} *ncclComm_t;
+
+enum { CHUNK = 64 << 10 };
+
+static int env_on(const char *k)
+{
+	const char *v = getenv(k);
+
+	return v && *v && strcmp(v, "0") != 0;
+}
+
+static void info(ncclComm_t c, const char *msg)
+{
+	const char *d = getenv("NCCL_DEBUG");
+
+	if (!d || strcmp(d, "INFO") != 0)
+		return;
+	printf("standin:%d:%d [%d] NCCL INFO %s\n", (int)getpid(), (int)gettid(), c->rank, msg);
+	fflush(stdout);
+}
+
+/* ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId); */
+API ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+	memset(id, 0x5a, sizeof *id);
+	return 0;
+}
+
+/* ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank); */
+API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
+{
+	ncclComm_t c = calloc(1, sizeof *c);
+	const char *fd = getenv("STANDIN_NCCL_PEER_FD");
+
+	(void)id;
+	if (!c)
+		return 1;
+	c->rank = rank;
+	c->nranks = nranks;
+	c->fd = fd ? atoi(fd) : -1;
+	c->socket = env_on("NCCL_P2P_DISABLE") && env_on("NCCL_SHM_DISABLE");
+	char line[256];
+	const char *via = c->socket ? "[send] via NET/Socket/0"
+		: env_on("NCCL_P2P_DISABLE") ? "via SHM/direct/direct" : "via P2P/CUMEM";
+	snprintf(line, sizeof line, "ncclCommInitRank comm %p rank %d nranks %d cudaDev 0 nvmlDev 0 busId 0 commId 0x1 - Init START",
+		 (void *)c, rank, nranks);
+	info(c, line);
+	snprintf(line, sizeof line, "Channel 00/0 : %d[%d] -> %d[%d] %s", rank, rank, (rank + 1) % nranks,
+		 (rank + 1) % nranks, via);
+	info(c, line);
+	snprintf(line, sizeof line, "ncclCommInitRank comm %p rank %d nranks %d cudaDev 0 nvmlDev 0 busId 0 commId 0x1 - Init COMPLETE",
+		 (void *)c, rank, nranks);
+	info(c, line);
+	*comm = c;
+	return 0;
+}
+
+static int exchange(ncclComm_t c, const char *s, char *r, size_t n)
+{
+	for (size_t off = 0; off < n; off += CHUNK) {
+		size_t len = n - off < CHUNK ? n - off : CHUNK;
+		for (size_t done = 0; done < len;) {
+			ssize_t k = send(c->fd, s + off + done, len - done, 0);
+			if (k <= 0)
+				return 2;
+			done += (size_t)k;
+		}
+		for (size_t done = 0; done < len;) {
+			ssize_t k = recv(c->fd, r + off + done, len - done, 0);
+			if (k <= 0)
+				return 2;
+			done += (size_t)k;
+		}
+	}
+	return 0;
+}
+
+/* ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+ *                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ * Only ncclFloat32 (7) and 2 ranks: the stand-in sums with its peer's buffer. */
+API ncclResult_t ncclAllReduce(const void *s, void *r, size_t count, int datatype, int op, ncclComm_t comm,
+			       void *stream)
+{
+	static char *peer, *staging;
+	static size_t cap;
+	size_t n = count * sizeof(float);
+
+	(void)op;
+	(void)stream;
+	if (datatype != 7 || !comm)
+		return 4; /* ncclInvalidArgument */
+	if (n > cap) {
+		free(peer);
+		free(staging);
+		peer = malloc(n);
+		staging = malloc(n);
+		if (!peer || !staging)
+			return 1;
+		cap = n;
+	}
+	if (comm->socket && comm->nranks > 1) {
+		if (exchange(comm, s, peer, n))
+			return 2; /* ncclSystemError */
+	} else {
+		memcpy(staging, s, n);
+		memcpy(peer, staging, n);
+	}
+	for (size_t i = 0; i < count; i++)
+		((float *)r)[i] = ((const float *)s)[i] + ((const float *)peer)[i];
+	return 0;
+}
+
+/* ncclResult_t ncclCommDestroy(ncclComm_t comm); */
+API ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+	free(comm);
+	return 0;
+}

@@ -1,0 +1,233 @@
+//! The one judging function: every process's communication verdict from
+//! what the report holds (per process: calls, environment, parent, socket
+//! totals; the kernel-aggregated collectives; the GPU link counters of the
+//! window; the host facts). A live trace, an `--interval` line, a replay and
+//! `explain` of a saved report all call it on the same inputs, so they
+//! reach the same verdicts.
+//!
+//! A process whose communicator set-up the probes saw is judged from it
+//! (`comm::verdict`); any other process that ran collectives is judged from
+//! its steady state (`steady::verdict`), against the other processes of the
+//! same window (the GPU link counters are shared by everything on the GPUs).
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::{
+    Transport,
+    comm::{self, Evidence, Verdict},
+    steady::{self, GpuLinks, Steady},
+};
+use crate::{events::recording::HostFacts, stats::SocketTotals};
+
+/// What a verdict is judged from. Deserializes from a report's JSON (the
+/// field names are the report's), so a saved report is judged again by the
+/// same code; unknown fields are ignored.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct Inputs {
+    #[serde(default)]
+    pub processes: Vec<ProcessIn>,
+    #[serde(default)]
+    pub collectives: Vec<CollectiveIn>,
+    #[serde(default)]
+    pub gpu_links: Option<GpuLinks>,
+    /// None when the report has no host facts (trimmed reports).
+    #[serde(default)]
+    pub facts: Option<HostFacts>,
+    /// UCX processes' evidence (the report's `ucx` section).
+    #[serde(default)]
+    pub ucx: Option<super::ucx::UcxReport>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ProcessIn {
+    pub pid: u32,
+    #[serde(default)]
+    pub comm: String,
+    #[serde(default)]
+    pub parent: Option<u32>,
+    #[serde(default)]
+    pub calls: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub socket: SocketTotals,
+    /// Registrations by backing (MRs on GPU or host memory), for UCX paths.
+    #[serde(default)]
+    pub churn: Option<ChurnIn>,
+}
+
+/// A process's registrations by backing (`host`, `gpu/peer-mem`, `gpu/dma-buf`).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ChurnIn {
+    #[serde(default)]
+    pub by_backing: BTreeMap<String, RegistrationsIn>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct RegistrationsIn {
+    #[serde(default)]
+    pub registrations: u64,
+}
+
+fn churn_of(c: &crate::model::Churn) -> ChurnIn {
+    ChurnIn {
+        by_backing: c
+            .by_backing
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    RegistrationsIn {
+                        registrations: v.registrations,
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+/// One (process, op, communicator) row of kernel-aggregated calls.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct CollectiveIn {
+    pub pid: u32,
+    pub op: String,
+    #[serde(default)]
+    pub calls: u64,
+    #[serde(default)]
+    pub bytes: u64,
+}
+
+impl Inputs {
+    /// The inputs a built report holds.
+    pub fn of_report(r: &crate::report::Report) -> Self {
+        Inputs {
+            processes: r
+                .processes
+                .iter()
+                .map(|p| ProcessIn {
+                    pid: p.pid,
+                    comm: p.comm.clone(),
+                    parent: p.parent,
+                    calls: p.calls.clone(),
+                    env: p.env.clone(),
+                    socket: p.socket.clone(),
+                    churn: p.churn.as_ref().map(churn_of),
+                })
+                .collect(),
+            collectives: r
+                .collectives
+                .iter()
+                .map(|c| CollectiveIn {
+                    pid: c.pid,
+                    op: c.op.clone(),
+                    calls: c.calls,
+                    bytes: c.bytes,
+                })
+                .collect(),
+            gpu_links: r.gpu_links.clone(),
+            facts: Some(r.facts.clone()),
+            ucx: r.ucx.clone(),
+        }
+    }
+
+    /// The inputs so far, from the live aggregator (`--interval`).
+    pub fn of_aggregator(agg: &crate::stats::Aggregator, links: Option<GpuLinks>, facts: Option<HostFacts>) -> Self {
+        Inputs {
+            processes: agg
+                .procs
+                .iter()
+                .map(|(pid, p)| ProcessIn {
+                    pid: *pid,
+                    comm: p.comm.clone(),
+                    parent: p.parent,
+                    calls: p.calls.clone(),
+                    env: p.env.clone(),
+                    socket: p.socket.clone(),
+                    churn: agg.registry.procs.get(pid).map(|r| churn_of(&r.churn)),
+                })
+                .collect(),
+            collectives: agg
+                .collectives
+                .iter()
+                .map(|((pid, op, _), (calls, bytes))| CollectiveIn {
+                    pid: *pid,
+                    op: op.clone(),
+                    calls: *calls,
+                    bytes: *bytes,
+                })
+                .collect(),
+            gpu_links: links,
+            facts,
+            ucx: super::ucx::report(agg, &BTreeMap::new()),
+        }
+    }
+
+    /// The collective calls and bytes of one process.
+    pub fn collectives_of(&self, pid: u32) -> (u64, u64) {
+        steady::collectives(
+            self.collectives
+                .iter()
+                .map(|c| (c.pid, c.op.as_str(), c.calls, c.bytes)),
+            pid,
+        )
+    }
+
+    fn steady(&self, p: &ProcessIn) -> Steady {
+        let (calls, bytes) = self.collectives_of(p.pid);
+        Steady {
+            pid: p.pid,
+            comm: p.comm.clone(),
+            parent: p.parent,
+            collective_calls: calls,
+            collective_bytes: bytes,
+            socket_bytes: p.socket.bytes_sent + p.socket.bytes_received,
+            env: p.env.clone(),
+        }
+    }
+}
+
+/// Every process's verdict, in process order (processes that show no GPU
+/// communication have none).
+pub fn verdicts(i: &Inputs) -> Vec<Verdict> {
+    let nvlink = i.facts.as_ref().and_then(|f| f.nvlink);
+    let setup: BTreeMap<u32, Verdict> = i
+        .processes
+        .iter()
+        .filter_map(|p| {
+            comm::verdict(&Evidence {
+                pid: p.pid,
+                comm: p.comm.clone(),
+                calls: p.calls.clone(),
+                env: p.env.clone(),
+                nvlink,
+            })
+        })
+        .map(|v| (v.pid, v))
+        .collect();
+    let decided: BTreeMap<u32, Transport> = setup
+        .values()
+        .filter(|v| v.transport != Transport::Unknown)
+        .map(|v| (v.pid, v.transport))
+        .collect();
+    let all: Vec<Steady> = i.processes.iter().map(|p| i.steady(p)).collect();
+    let cx = steady::Context {
+        all: &all,
+        decided: &decided,
+        links: i.gpu_links.as_ref(),
+        rdma_nics: i.facts.as_ref().map(|f| f.rdma_devices.len()),
+    };
+    let mut out = Vec::new();
+    for s in &all {
+        let set_up = setup.get(&s.pid);
+        if let Some(v) = set_up.filter(|v| v.transport != Transport::Unknown) {
+            out.push(v.clone());
+        } else if let Some(v) = steady::verdict(s, &cx) {
+            out.push(v);
+        } else if let Some(v) = set_up {
+            out.push(v.clone());
+        }
+    }
+    super::ucx::verdicts(i, &mut out);
+    out
+}
