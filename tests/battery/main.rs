@@ -370,6 +370,12 @@ fn cases(f: &Files) -> Vec<Case> {
         &["drive", "nccl", "--duration", "999999999999999999999s"],
         &["drive", "cuda-copy", "--sizes", "0"],
         &["drive", "cuda-copy", "--sizes", "1T"],
+        &["drive", "ucx", "--size", "0"],
+        &["drive", "ucx", "--iterations", "0"],
+        &["drive", "ucx", "--env", "NO_EQUALS_SIGN"],
+        &["drive", "ucx", "--perftest", "/nonexistent-ucx_perftest"],
+        &["drive", "ucx", "--mode", "cuda", "--gpus", "0"],
+        &["drive", "ucx", "--log", "/nonexistent-dir/ucx.log"],
         &["topo", "--bogus"],
         &["replay"],
     ] {
