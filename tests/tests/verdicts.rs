@@ -56,7 +56,9 @@ fn build(test: &str) -> StandIns {
     std::fs::create_dir_all(&dir).expect("creating the test directory");
     let s = |p: &Path| p.to_str().expect("UTF-8 path").to_string();
     let nccl = dir.join("libnccl.so.2");
-    let job = dir.join("nccl_job");
+    // A command name of this run's own, so `attach --comm` finds only its
+    // jobs even when another test run shares the machine.
+    let job = dir.join(job_comm());
     compile(&[
         "-O2",
         "-fPIC",
@@ -69,6 +71,12 @@ fn build(test: &str) -> StandIns {
     ]);
     compile(&["-O2", "-Wall", "-o", &s(&job), &s(&src.join("nccl_job.c")), "-ldl"]);
     StandIns { dir, nccl, job }
+}
+
+/// The stand-in job's command name: `nj` and this test process's id
+/// (at most the 15 characters the kernel keeps).
+fn job_comm() -> String {
+    format!("nj{}", std::process::id()).chars().take(15).collect()
 }
 
 /// The environment of each mode, as `gdrtrace drive nccl --mode` sets it.
@@ -85,6 +93,11 @@ struct Job {
     child: Child,
     log: PathBuf,
 }
+
+/// How long a stand-in job runs: long enough that loading and attaching
+/// the probes (seconds on a loaded 2-core machine) plus the 3 s window end
+/// before it does.
+const JOB_SECS: u32 = 15;
 
 impl Job {
     fn start(s: &StandIns, mode: &str, secs: u32, log: PathBuf) -> Job {
@@ -263,7 +276,7 @@ fn attach_after_set_up_per_mode() {
     let s = build("modes");
     for (mode, want) in [("no-p2p-no-shm", "socket"), ("no-p2p", "shm"), ("auto", "unknown")] {
         let log = s.dir.join(format!("{mode}.log"));
-        let job = Job::start(&s, mode, 7, log.clone());
+        let job = Job::start(&s, mode, JOB_SECS, log.clone());
         let launcher = job.child.id().to_string();
         let name = format!("standin-attach-{mode}");
         let (report, rec) = attach(&s.dir, &name, &["--pid", &launcher]);
@@ -315,11 +328,11 @@ fn two_jobs_in_different_modes_under_one_attach() {
         return;
     }
     let s = build("two");
-    let a = Job::start(&s, "auto", 7, s.dir.join("a.log"));
-    let b = Job::start(&s, "no-p2p", 7, s.dir.join("b.log"));
+    let a = Job::start(&s, "auto", JOB_SECS, s.dir.join("a.log"));
+    let b = Job::start(&s, "no-p2p", JOB_SECS, s.dir.join("b.log"));
     let (pa, pb) = (a.child.id() as u64, b.child.id() as u64);
     let name = "standin-attach-two-jobs";
-    let (report, rec) = attach(&s.dir, name, &["--comm", "nccl_job"]);
+    let (report, rec) = attach(&s.dir, name, &["--comm", &job_comm()]);
     let log = s.dir.join(format!("{name}.log"));
     let text = a.finish() + &b.finish();
     std::fs::write(&log, &text).unwrap();

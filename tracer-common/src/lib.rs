@@ -12,6 +12,8 @@
 pub const RINGBUF_BYTES: u32 = 8 << 20;
 /// Maximum number of traced processes (thread-group ids) in the target set.
 pub const MAX_TARGETS: u32 = 16384;
+/// Syscall numbers the raw `sys_enter`/`sys_exit` dispatch table covers.
+pub const MAX_SYSCALLS: u32 = 512;
 /// Maximum number of threads whose current CUDA context is kept (`CUR_CTX`).
 pub const MAX_THREADS: u32 = 16384;
 /// Maximum number of calls in flight (entered, not yet returned) at once.

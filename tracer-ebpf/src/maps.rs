@@ -5,8 +5,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tracer_common::{
-    AggKey, AggValue, Inflight, InflightKey, MAX_AGG_ROWS, MAX_INFLIGHT, MAX_OPS, MAX_SLOTS, MAX_TARGETS, MAX_THREADS,
-    OpConfig, RINGBUF_BYTES, WAKEUP_BYTES, control, counter,
+    AggKey, AggValue, Inflight, InflightKey, MAX_AGG_ROWS, MAX_INFLIGHT, MAX_OPS, MAX_SLOTS, MAX_SYSCALLS, MAX_TARGETS,
+    MAX_THREADS, OpConfig, RINGBUF_BYTES, WAKEUP_BYTES, control, counter,
 };
 
 /// `filter::ALL` or `filter::TARGETS`; set by the loader.
@@ -27,6 +27,11 @@ pub static WAKEUP_AT: Global<u32> = Global::new(WAKEUP_BYTES);
 /// stop switch).
 #[map]
 pub static CONTROL: Array<u64> = Array::with_max_entries(control::COUNT, 0);
+
+/// Index: syscall number. Value: the op of the catalog point that traces
+/// it through the generic raw syscall tracepoints (0: not traced).
+#[map]
+pub static SYSCALL_OPS: Array<u32> = Array::with_max_entries(MAX_SYSCALLS, 0);
 
 /// Index: op. Value: per-CPU count of entries of traced processes (every
 /// hit, entry-only ops included): call counts and the hit rate the planner

@@ -12,13 +12,91 @@
 //! ```
 //! Record layout (`syscalls/sys_enter_io_uring_register/format`, identical
 //! on 6.1 and 6.18): fd @16, opcode @24, arg @32, nr_args @40; exit: ret @16.
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
-use tracer_common::op;
+use aya_ebpf::{
+    helpers::bpf_probe_read_kernel,
+    macros::{raw_tracepoint, tracepoint},
+    programs::{RawTracePointContext, TracePointContext},
+};
+use tracer_common::{MAX_SYSCALLS, op};
 
 use crate::{
-    maps::count,
+    maps::{SYSCALL_OPS, count},
     probes::{on_entry, on_return},
 };
+
+/// `struct pt_regs` (x86_64, arch/x86/include/asm/ptrace.h) from `r10` at
+/// byte 56 to `cs` at byte 136: the syscall arguments are di, si, dx, r10,
+/// r8, r9; `orig_ax` holds the syscall number; `cs` tells a 64-bit caller
+/// (`__USER_CS`, 0x33) from a 32-bit one, whose numbers mean other calls.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Regs {
+    r10: u64,
+    r9: u64,
+    r8: u64,
+    ax: u64,
+    cx: u64,
+    dx: u64,
+    si: u64,
+    di: u64,
+    orig_ax: u64,
+    ip: u64,
+    cs: u64,
+}
+const REGS_AT: usize = 56;
+const USER_CS: u64 = 0x33;
+
+/// The op of a syscall number, if a catalog point asked for it.
+#[inline(always)]
+fn syscall_op(nr: u64) -> Option<u32> {
+    if nr >= MAX_SYSCALLS as u64 {
+        return None;
+    }
+    SYSCALL_OPS.get(nr as u32).copied().filter(|op| *op != 0)
+}
+
+#[inline(always)]
+fn regs(ptr: u64) -> Option<Regs> {
+    // SAFETY: a kernel pointer passed by the tracepoint, read with the checked helper.
+    unsafe { bpf_probe_read_kernel((ptr as usize + REGS_AT) as *const Regs) }.ok()
+}
+
+/// The generic `sys_enter` raw tracepoint (`TP_PROTO(struct pt_regs *regs,
+/// long id)`), dispatching on the syscall number through `SYSCALL_OPS`.
+/// Cheaper per traced call than the per-syscall `syscalls:sys_enter_*`
+/// events (no perf record is built), at the price of a lookup on every
+/// syscall of the machine; the planner prefers it and falls back to those.
+#[raw_tracepoint(tracepoint = "sys_enter")]
+pub fn raw_sys_enter(ctx: RawTracePointContext) -> i32 {
+    let nr: u64 = ctx.arg(1);
+    let Some(op) = syscall_op(nr) else { return 0 };
+    let Some(r) = regs(ctx.arg(0)) else {
+        count(tracer_common::counter::READ_ERRORS);
+        return 0;
+    };
+    if r.cs != USER_CS {
+        return 0;
+    }
+    match on_entry(op, [r.di, r.si, r.dx, r.r10, r.r8, r.r9]) {
+        Ok(v) => v as i32,
+        Err(e) => e.code() as i32,
+    }
+}
+
+/// The generic `sys_exit` raw tracepoint (`TP_PROTO(struct pt_regs *regs,
+/// long ret)`): the number is `orig_ax`.
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn raw_sys_exit(ctx: RawTracePointContext) -> i32 {
+    let Some(r) = regs(ctx.arg(0)) else { return 0 };
+    let Some(op) = syscall_op(r.orig_ax) else { return 0 };
+    if r.cs != USER_CS {
+        return 0;
+    }
+    match on_return(op, ctx.arg::<i64>(1)) {
+        Ok(v) => v as i32,
+        Err(e) => e.code() as i32,
+    }
+}
 
 #[tracepoint]
 pub fn sys_enter_io_uring_register(ctx: TracePointContext) -> u32 {

@@ -99,16 +99,35 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// `pin-churn: elapsed X s` from a workload's output.
-fn churn_elapsed(out: &str) -> Result<f64> {
+/// `pin-churn: elapsed X s, cpu Y s` from a workload's output: (wall, CPU).
+fn churn_elapsed(out: &str) -> Result<(f64, f64)> {
     out.lines()
-        .find_map(|l| l.strip_prefix("pin-churn: elapsed ")?.split(' ').next()?.parse().ok())
-        .context("no 'pin-churn: elapsed' line")
+        .find_map(|l| {
+            let rest = l.strip_prefix("pin-churn: elapsed ")?;
+            let wall = rest.split(' ').next()?.parse().ok()?;
+            let cpu = rest.split("cpu ").nth(1)?.split(' ').next()?.parse().ok()?;
+            Some((wall, cpu))
+        })
+        .context("no 'pin-churn: elapsed X s, cpu Y s' line")
+}
+
+/// One measured quantity over interleaved rounds: the medians, their
+/// ratio, and the median of per-round ratios.
+fn ratios(off: &[f64], on: &[f64]) -> Value {
+    let (m_off, m_on) = (median(&mut off.to_vec()), median(&mut on.to_vec()));
+    let mut per: Vec<f64> = on.iter().zip(off).map(|(a, b)| a / b).collect();
+    json!({
+        "untraced": off, "traced": on,
+        "median_untraced": m_off, "median_traced": m_on,
+        "ratio_of_medians": m_on / m_off,
+        "median_of_ratios": median(&mut per),
+    })
 }
 
 fn pin_churn(a: &Args) -> Result<Value> {
     let tmp = std::env::temp_dir().join(format!("xtask-bench-{}.json", std::process::id()));
-    let churn = |traced: bool| -> Result<(f64, u64, u64)> {
+    // (wall s, CPU s, events, drops) of one run.
+    let churn = |traced: bool| -> Result<(f64, f64, u64, u64)> {
         let mut cmd = Command::new(&a.bin);
         if traced {
             cmd.args(["run", "--no-installed-libraries", "--json"])
@@ -118,10 +137,9 @@ fn pin_churn(a: &Args) -> Result<Value> {
         }
         cmd.args(["drive", "pin-churn", "--odirect-mib", "0", "--iterations"])
             .arg(a.iterations.to_string());
-        let out = util::run_output(&mut cmd)?;
-        let elapsed = churn_elapsed(&out)?;
+        let (wall, cpu) = churn_elapsed(&util::run_output(&mut cmd)?)?;
         if !traced {
-            return Ok((elapsed, 0, 0));
+            return Ok((wall, cpu, 0, 0));
         }
         let r: Value = serde_json::from_str(&std::fs::read_to_string(&tmp)?)?;
         let events: u64 = r["operations"]
@@ -131,39 +149,44 @@ fn pin_churn(a: &Args) -> Result<Value> {
             .filter(|o| o["name"].as_str().is_some_and(|n| n.starts_with("io_uring_register")))
             .filter_map(|o| o["calls"].as_u64())
             .sum();
-        Ok((elapsed, events, r["loss"]["ringbuf_drops"].as_u64().unwrap_or(u64::MAX)))
+        Ok((
+            wall,
+            cpu,
+            events,
+            r["loss"]["ringbuf_drops"].as_u64().unwrap_or(u64::MAX),
+        ))
     };
-    let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut wall, mut cpu) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
     let (mut events, mut drops) = (0, 0);
     for round in 0..a.rounds {
-        let (t_off, t_on) = if round % 2 == 0 {
-            let x = churn(false)?.0;
-            let (y, e, d) = churn(true)?;
+        // Alternate which goes first, so drift does not favour either.
+        let order = if round % 2 == 0 { [false, true] } else { [true, false] };
+        for traced in order {
+            let (w, c, e, d) = churn(traced)?;
             events += e;
             drops += d;
-            (x, y)
-        } else {
-            let (y, e, d) = churn(true)?;
-            events += e;
-            drops += d;
-            (churn(false)?.0, y)
-        };
+            if traced {
+                wall.1.push(w);
+                cpu.1.push(c);
+            } else {
+                wall.0.push(w);
+                cpu.0.push(c);
+            }
+        }
         eprintln!(
-            "xtask bench: pin-churn round {}: untraced {t_off:.3} s, traced {t_on:.3} s",
-            round + 1
+            "xtask bench: pin-churn round {}: untraced {:.3} s (cpu {:.3}), traced {:.3} s (cpu {:.3})",
+            round + 1,
+            wall.0[round],
+            cpu.0[round],
+            wall.1[round],
+            cpu.1[round]
         );
-        off.push(t_off);
-        on.push(t_on);
-        ratios.push(t_on / t_off);
     }
     let _ = std::fs::remove_file(&tmp);
-    let (m_off, m_on) = (median(&mut off.clone()), median(&mut on.clone()));
     Ok(json!({
         "iterations": a.iterations, "rounds": a.rounds,
-        "untraced_s": off, "traced_s": on,
-        "median_untraced_s": m_off, "median_traced_s": m_on,
-        "ratio_of_medians": m_on / m_off,
-        "median_of_ratios": median(&mut ratios),
+        "wall_s": ratios(&wall.0, &wall.1),
+        "cpu_s": ratios(&cpu.0, &cpu.1),
         "events_delivered": events, "ringbuf_drops": drops,
         "expected_events": 2 * a.iterations as u64 * a.rounds as u64,
     }))

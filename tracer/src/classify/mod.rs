@@ -508,6 +508,7 @@ mod pre_existing_tests {
     const RESERVED: u64 = 0x2_0000_0000; // CUDA's device address reservation (---p)
     const DRIVER: u64 = 0x3_0020_0000; // /dev/nvidiactl: pinned host allocations
     const HEAP: u64 = 0x55d0_c000_0000; // ordinary host memory then
+    const PINNED: u64 = 0x7fe3_2400_0000; // rw-s /dev/zero (deleted): torch's pin_memory()
     const LATER: u64 = 0x7e00_0000_0000; // mapped after attach
 
     fn attached() -> Job {
@@ -523,6 +524,7 @@ mod pre_existing_tests {
                 m(RESERVED, 0x3_0020_0000, MapKind::NoAccess, ""),
                 m(DRIVER, 0x3_0060_0000, MapKind::NvidiaDriver, "/dev/nvidiactl"),
                 m(HEAP, HEAP + (64 << 20), MapKind::Host, ""),
+                m(PINNED, PINNED + (64 << 20), MapKind::SharedAnon, ""),
             ],
         };
         let mut j = Job::new();
@@ -545,6 +547,19 @@ mod pre_existing_tests {
         let o = op(&r, "cuMemcpyHtoDAsync");
         assert_eq!(o.transport, "gpu-host-dma", "{}", o.evidence);
         assert!(o.evidence.contains("/dev/nvidiactl mapping"), "{}", o.evidence);
+        assert_eq!(r.staging.processes[0].staged_bytes, 0);
+    }
+
+    /// The H200 machine showed torch's pinned buffer (cudaHostAlloc) as a
+    /// shared anonymous mapping, not a driver-device mapping.
+    #[test]
+    fn shared_anonymous_buffer_mapped_before_attach_is_inferred_pinned() {
+        let mut j = attached();
+        j.call(P, "cuMemcpyDtoHAsync", &[PINNED + 4096, RESERVED + 4096, N, 0]);
+        let r = j.report();
+        let o = op(&r, "cuMemcpyDtoHAsync");
+        assert_eq!(o.transport, "gpu-host-dma", "{}", o.evidence);
+        assert!(o.evidence.contains("inferred pinned"), "{}", o.evidence);
         assert_eq!(r.staging.processes[0].staged_bytes, 0);
     }
 

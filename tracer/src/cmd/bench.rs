@@ -10,7 +10,7 @@ use crate::{
     error::{Error, Result},
     loader::{self, LoadOptions},
     probes::{
-        Family, planner, symbols, uapi,
+        Family, symbols, uapi,
         uprobes::{Group, Point},
     },
     session::{Session, SessionOptions},
@@ -79,9 +79,8 @@ fn pipeline(a: &BenchPipelineArgs) -> Result<i32> {
     };
     let mut session = bare_session(load)?;
     let p = &crate::probes::catalog::BENCH_POINT;
-    if let crate::probes::Target::Tracepoint { category, name } = p.target {
-        planner::attach_tracepoint(&mut session.ebpf, p.programs[0], category, name).map_err(Error::Usage)?;
-    }
+    let Session { ebpf, planner } = &mut session;
+    planner.attach_point(ebpf, p).map_err(Error::Usage)?;
     let mut trace = Trace::new(session);
     let summary = std::env::temp_dir().join(format!("gdrtrace-bench-{}.json", std::process::id()));
     let exe = std::env::current_exe().map_err(|e| Error::io("locating this executable", e))?;

@@ -26,8 +26,9 @@ pub fn drive(d: &Drive) -> Result<i32> {
                 outln!("pin-churn: note: {note}");
             }
             outln!(
-                "pin-churn: elapsed {:.3} s, mean register latency {:.1} us",
+                "pin-churn: elapsed {:.3} s, cpu {:.3} s, mean register latency {:.1} us",
                 s.elapsed_s,
+                s.cpu_s,
                 s.register_ns_total as f64 / s.registrations.max(1) as f64 / 1e3
             );
             Ok(0)

@@ -480,18 +480,11 @@ pub struct Footer {
 }
 
 fn strategy(name: &str) -> &'static str {
-    [
-        crate::probes::catalog::Strategy::Fentry,
-        crate::probes::catalog::Strategy::Kprobe,
-        crate::probes::catalog::Strategy::Tracepoint,
-        crate::probes::catalog::Strategy::Uprobe,
-        crate::probes::catalog::Strategy::UprobeMulti,
-        crate::probes::catalog::Strategy::Procfs,
-    ]
-    .into_iter()
-    .map(|s| s.name())
-    .find(|s| *s == name)
-    .unwrap_or("unknown")
+    crate::probes::catalog::Strategy::ALL
+        .into_iter()
+        .map(|s| s.name())
+        .find(|s| *s == name)
+        .unwrap_or("unknown")
 }
 
 /// A coverage row from its JSON form.

@@ -38,6 +38,12 @@ pub enum MapKind {
     /// A mapping of `/dev/nvidia-uvm`: managed memory, mapped by the UVM
     /// driver at the GPU's own virtual address.
     NvidiaUvm,
+    /// A shared anonymous mapping (`rw-s`, `/dev/zero (deleted)`) in a
+    /// process with the NVIDIA devices mapped: how `cuMemHostAlloc` (torch's
+    /// `pin_memory()`) maps pinned host memory with driver 580 on the H200
+    /// machine (docs/validation/2026-12-01-gpu-h200.md); heap memory is
+    /// private (`rw-p`), and `/dev/shm` segments have their own path.
+    SharedAnon,
     /// No access (`---p`), 1 MiB or more: addresses the CPU cannot touch,
     /// so no host buffer lies there (CUDA reserves its device address range
     /// this way).
@@ -125,6 +131,8 @@ impl AddressSpace {
                 MapKind::NvidiaDriver
             } else if perms.starts_with("---") && path.is_empty() && end - start >= RESERVATION {
                 MapKind::NoAccess
+            } else if perms.get(3..4) == Some("s") && path.starts_with("/dev/zero") {
+                MapKind::SharedAnon
             } else {
                 MapKind::Host
             };
@@ -292,7 +300,7 @@ impl Registry {
             return r.backing;
         }
         match self.mapped_before(pid, addr).map(|m| m.kind) {
-            Some(MapKind::NvidiaDriver) => Backing::HostPinned,
+            Some(MapKind::NvidiaDriver | MapKind::SharedAnon) => Backing::HostPinned,
             Some(MapKind::NvidiaUvm | MapKind::NoAccess) => Backing::Gpu { device: -1 },
             Some(MapKind::Host) => Backing::HostPreExisting,
             None => Backing::Unknown,
@@ -322,6 +330,7 @@ impl Registry {
                         format!("a {} mapping (memory the driver allocated and mapped: pinned)", m.path)
                     }
                     MapKind::NvidiaUvm => format!("a {} mapping (managed memory at its GPU address)", m.path),
+                    MapKind::SharedAnon => "a shared anonymous mapping (rw-s /dev/zero), the way cuMemHostAlloc maps pinned host memory: inferred pinned, not seen allocated".into(),
                     MapKind::NoAccess => {
                         "a range the CPU cannot access (---p: CUDA's device address reservation)".into()
                     }
@@ -736,6 +745,7 @@ mod tests {
 7f1000001000-7f1000801000 rw-p 00000000 00:00 0 
 7f2000000000-7f2000010000 rw-s 00000000 00:05 14 /dev/nvidia0
 7f3000000000-7f3000100000 r-xp 00000000 08:01 99 /usr/lib/libcuda.so.1
+7fe324000000-7fe328000000 rw-s 00000000 00:01 12310 /dev/zero (deleted)
 ";
 
     #[test]
@@ -755,6 +765,8 @@ mod tests {
         // A guard page is no reservation; it merges with the host memory after it.
         assert_eq!(kind(0x7f10_0000_0800), Some(MapKind::Host));
         assert_eq!(kind(0x1000), None, "not mapped then");
+        // A pinned host buffer from torch's pin_memory(), as the H200 machine showed it.
+        assert_eq!(kind(0x7fe3_2400_0000), Some(MapKind::SharedAnon));
         assert!(AddressSpace::parse("55d0c0000000-55d0c4000000 rw-p 00000000 00:00 0 [heap]\n", None).is_none());
         let json = serde_json::to_string(&s).unwrap();
         assert!(json.contains("\"start\":\"0x200000000\""), "{json}");

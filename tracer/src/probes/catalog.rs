@@ -76,6 +76,9 @@ pub enum Strategy {
     Kprobe,
     /// A tracepoint program (pair), named by its programs.
     Tracepoint,
+    /// The shared raw `sys_enter`/`sys_exit` tracepoint programs, which
+    /// dispatch on the syscall number (syscall rows).
+    RawSyscall,
     /// uprobe + uretprobe on library symbols, one perf-event link per offset.
     Uprobe,
     /// uprobe + uretprobe on library symbols, one `uprobe_multi` link per
@@ -86,11 +89,22 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    pub const ALL: [Strategy; 7] = [
+        Strategy::Fentry,
+        Strategy::Kprobe,
+        Strategy::Tracepoint,
+        Strategy::RawSyscall,
+        Strategy::Uprobe,
+        Strategy::UprobeMulti,
+        Strategy::Procfs,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Fentry => "fentry/fexit",
             Strategy::Kprobe => "kprobe/kretprobe",
             Strategy::Tracepoint => "tracepoint",
+            Strategy::RawSyscall => "raw_tracepoint",
             Strategy::Uprobe => "uprobe/uretprobe",
             Strategy::UprobeMulti => "uprobe_multi",
             Strategy::Procfs => "procfs",
@@ -148,9 +162,49 @@ const fn tp(
         },
         op,
         required: true,
-        strategies: &[Strategy::Tracepoint],
+        strategies: if syscall_nr(tp_name).is_some() {
+            &[Strategy::RawSyscall, Strategy::Tracepoint]
+        } else {
+            &[Strategy::Tracepoint]
+        },
         programs,
     }
+}
+
+/// The x86_64 number of the syscall behind a `sys_enter_X` tracepoint, for
+/// the syscall rows (arch/x86/entry/syscalls/syscall_64.tbl).
+pub const fn syscall_nr(tracepoint: &str) -> Option<u32> {
+    const ROWS: [(&str, u32); 6] = [
+        ("sys_enter_sendto", 44),
+        ("sys_enter_recvfrom", 45),
+        ("sys_enter_sendmsg", 46),
+        ("sys_enter_recvmsg", 47),
+        ("sys_enter_getppid", 110),
+        ("sys_enter_io_uring_register", 427),
+    ];
+    let mut i = 0;
+    while i < ROWS.len() {
+        if const_eq(ROWS[i].0, tracepoint) {
+            return Some(ROWS[i].1);
+        }
+        i += 1;
+    }
+    None
+}
+
+const fn const_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 const fn procfs(name: &'static str, path: &'static str) -> ProbePoint {

@@ -11,7 +11,7 @@ use std::{
 use aya::{
     Btf, Ebpf,
     maps::Array,
-    programs::{FEntry, FExit, KProbe, TracePoint},
+    programs::{FEntry, FExit, KProbe, RawTracePoint, TracePoint},
 };
 use serde::Serialize;
 use tracer_common::OpConfig;
@@ -109,6 +109,8 @@ pub struct Planner {
     pub uprobes: UprobeLinks,
     /// Why the set-up links were closed, once they were.
     pub setup_dropped: Option<String>,
+    /// The shared raw syscall programs, once tried.
+    raw_syscalls: Option<Result<(), String>>,
 }
 
 impl Default for Planner {
@@ -135,6 +137,7 @@ impl Planner {
             configured: None,
             uprobes: UprobeLinks::new(),
             setup_dropped: None,
+            raw_syscalls: None,
         }
     }
 
@@ -155,30 +158,71 @@ impl Planner {
         }
     }
 
+    /// A tracepoint point: syscall rows first through the shared raw
+    /// `sys_enter`/`sys_exit` programs (one dispatch-table entry each), then
+    /// through their own `syscalls:sys_{enter,exit}_X` pair.
     fn tracepoint(&mut self, ebpf: &mut Ebpf, point: &ProbePoint, category: &str, name: &str) -> Coverage {
+        if let Some(cfg) = super::catalog::kernel_config(point.op)
+            && let Err(e) = set_op_config(ebpf, point.op, cfg)
+        {
+            return row(point, Err(e), Vec::new());
+        }
         let mut tried = Vec::new();
-        let mut result = Ok(());
-        for prog in point.programs {
-            // Each program of the pair attaches to its own tracepoint
-            // (sys_enter_X / sys_exit_X); the program is named after it.
-            let tp_name = if point.programs.len() > 1 { *prog } else { name };
-            if let Err(e) = attach_tracepoint(ebpf, prog, category, tp_name) {
-                result = Err(e);
-                break;
+        for strategy in point.strategies {
+            let r = match strategy {
+                Strategy::RawSyscall => self.raw_syscall(ebpf, point, name),
+                Strategy::Tracepoint => tracepoint_programs(ebpf, point, category, name),
+                _ => Err("strategy not applicable to tracepoints".into()),
+            };
+            match r {
+                Ok(()) => return row(point, Ok(*strategy), tried),
+                Err(e) => tried.push(Attempt {
+                    strategy: strategy.name(),
+                    error: e,
+                }),
             }
         }
-        if result.is_ok()
-            && let Some(cfg) = super::catalog::kernel_config(point.op)
-        {
-            result = set_op_config(ebpf, point.op, cfg);
+        let reason = tried
+            .iter()
+            .map(|a| format!("{}: {}", a.strategy, a.error))
+            .collect::<Vec<_>>()
+            .join("; ");
+        row(point, Err(reason), tried)
+    }
+
+    /// Routes a syscall point through the raw syscall programs: they are
+    /// loaded and attached once, then the point's number maps to its op.
+    fn raw_syscall(&mut self, ebpf: &mut Ebpf, point: &ProbePoint, name: &str) -> Result<(), String> {
+        let nr = super::catalog::syscall_nr(name).ok_or_else(|| format!("{name} is not a known syscall"))?;
+        if self.raw_syscalls.is_none() {
+            let r = [("raw_sys_enter", "sys_enter"), ("raw_sys_exit", "sys_exit")]
+                .into_iter()
+                .try_for_each(|(prog, tp)| {
+                    let p: &mut RawTracePoint = program(ebpf, prog)?;
+                    p.load().map_err(|e| describe(&e))?;
+                    p.attach(tp).map(drop).map_err(|e| describe(&e))
+                });
+            self.raw_syscalls = Some(r);
         }
-        if let Err(e) = &result {
-            tried.push(Attempt {
-                strategy: Strategy::Tracepoint.name(),
-                error: e.clone(),
-            });
-        }
-        row(point, result.map(|()| Strategy::Tracepoint), tried)
+        self.raw_syscalls.clone().unwrap_or(Ok(()))?;
+        let map = ebpf.map_mut("SYSCALL_OPS").ok_or("map SYSCALL_OPS missing")?;
+        let mut ops: Array<_, u32> = Array::try_from(map).map_err(|e| describe(&e))?;
+        ops.set(nr, &point.op, 0).map_err(|e| describe(&e))
+    }
+
+    /// Attaches a point that is not in the catalog (the benchmark's) the way
+    /// the catalog's are, and adds its coverage row.
+    pub fn attach_point(&mut self, ebpf: &mut Ebpf, point: &ProbePoint) -> Result<(), String> {
+        let Target::Tracepoint { category, name } = point.target else {
+            return Err(format!("{} is not a tracepoint point", point.name));
+        };
+        let row = self.tracepoint(ebpf, point, category, name);
+        let r = match row.status {
+            Status::Attached => Ok(()),
+            Status::Unavailable => Err(row.summary()),
+        };
+        self.coverage.push(row);
+        r
     }
 
     fn kernel_fn(&mut self, ebpf: &mut Ebpf, point: &ProbePoint, func: &str) -> Coverage {
@@ -589,7 +633,16 @@ fn set_op_config(ebpf: &mut Ebpf, op: u32, cfg: OpConfig) -> Result<(), String> 
     configs.set(op, &cfg, 0).map_err(|e| describe(&e))
 }
 
-pub(crate) fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, category: &str, name: &str) -> Result<(), String> {
+/// A point's own tracepoint programs: each program of a pair attaches to
+/// its own tracepoint (sys_enter_X / sys_exit_X) and is named after it.
+fn tracepoint_programs(ebpf: &mut Ebpf, point: &ProbePoint, category: &str, name: &str) -> Result<(), String> {
+    point.programs.iter().try_for_each(|prog| {
+        let tp_name = if point.programs.len() > 1 { *prog } else { name };
+        attach_tracepoint(ebpf, prog, category, tp_name)
+    })
+}
+
+fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, category: &str, name: &str) -> Result<(), String> {
     crate::loader::tracefs().map_err(|e| e.to_string())?;
     let p: &mut TracePoint = program(ebpf, prog)?;
     p.load().map_err(|e| describe(&e))?;
