@@ -131,6 +131,9 @@ pub fn class_of(memory: &str, protocol: &str, transports_text: &str) -> &'static
     match (gpu, has(is_rdma), has(|t| t == "tcp"), has(is_shm)) {
         (true, true, ..) if !staged => "gpudirect-rdma",
         (true, true, ..) | (true, _, true, _) | (true, _, _, true) => "host-staged",
+        // cuda_copy (or gdr_copy) alone moves GPU data to and from host
+        // memory in the process: the other side of the wire is host memory.
+        (true, ..) if has(|t| t == "cuda_copy" || t == "gdr_copy") => "host-staged",
         (false, true, ..) => "rdma",
         (false, _, true, _) => "socket",
         (false, _, _, true) => "shm",
@@ -423,6 +426,11 @@ mod tests {
             "host-staged"
         );
         assert_eq!(class_of("cuda", "eager copy-in copy-out", "sysv/memory"), "host-staged");
+        assert_eq!(
+            class_of("cuda", "rendezvous fragmented copy-in copy-out", "cuda_copy/cuda"),
+            "host-staged"
+        );
+        assert_eq!(class_of("host", "eager short", "cuda_copy/cuda"), "unknown");
         assert_eq!(
             class_of("host", "zero-copy", "rc_mlx5/mlx5_0:1 50% on path0 and 50% on path1"),
             "rdma"
