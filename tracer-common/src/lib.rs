@@ -45,7 +45,8 @@ pub mod kind {
     /// A process called exec (`sched_process_exec`).
     pub const EXEC: u32 = 4;
     /// An entry-only op's record (no return probe, so no duration or return
-    /// value): a thread's context change (`op_flags::TRACK_CTX`).
+    /// value): a thread's context change (`op_flags::TRACK_CTX`), or the
+    /// first call of an aggregated row (`op_flags::SAMPLE_FIRST`).
     pub const ENTRY: u32 = 5;
     /// A process outside the target set opened a file that marks it as a
     /// GPU or RDMA process (`gdrtrace serve`'s discovery): `args[0]` is the
@@ -70,6 +71,11 @@ pub mod op_flags {
     /// event only when it changed, so a job that sets the same context on
     /// every API call costs a trap and a map lookup, not an event.
     pub const TRACK_CTX: u32 = 8;
+    /// Aggregate-only ops: the call that creates a (process, op, handle)
+    /// row is also evented (`kind::ENTRY`, its arguments as captured), so
+    /// user space learns what one call of each row pointed at (the memory
+    /// behind a UCX send buffer) without an event per call.
+    pub const SAMPLE_FIRST: u32 = 16;
 }
 
 /// Indices of the `CONTROL` array, written by user space while tracing.

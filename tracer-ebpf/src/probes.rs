@@ -158,7 +158,8 @@ fn track_ctx(op: u32, pid_tgid: u64, args: [u64; MAX_ARGS]) {
     emit(kind::ENTRY, op, pid_tgid, now, 0, args, 0, false);
 }
 
-/// Adds one call (and its bytes) to the per-(process, op, communicator) row.
+/// Adds one call (and its bytes) to the per-(process, op, communicator) row;
+/// the call that creates a row is evented when the op asks for a sample.
 #[inline(always)]
 fn aggregate(op: u32, pid_tgid: u64, config: &OpConfig, args: &[u64; MAX_ARGS], ret: i64) {
     let arg = |i: u8| if (i as usize) < MAX_ARGS { args[i as usize] } else { 0 };
@@ -181,6 +182,11 @@ fn aggregate(op: u32, pid_tgid: u64, config: &OpConfig, args: &[u64; MAX_ARGS], 
         None => {
             if AGGREGATE.insert(&key, &AggValue { calls: 1, bytes }, 0).is_err() {
                 count(counter::AGGREGATE_FULL);
+            } else if config.flags & op_flags::SAMPLE_FIRST != 0 {
+                // The row's first call: one record of its arguments.
+                // SAFETY: helper without preconditions.
+                let now = unsafe { bpf_ktime_get_ns() };
+                emit(kind::ENTRY, op, pid_tgid, now, 0, *args, ret, false);
             }
         }
     }

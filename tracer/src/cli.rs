@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::drive::{
-    cuda_copy::CudaCopyOpts, nccl::NcclOpts, pin_churn::PinChurnOpts, syscalls::SyscallsOpts, verbs::VerbsOpts,
+    cuda_copy::CudaCopyOpts, nccl::NcclOpts, pin_churn::PinChurnOpts, syscalls::SyscallsOpts, ucx::UcxOpts,
+    verbs::VerbsOpts,
 };
 
 const EXAMPLES: &str = "\
@@ -16,6 +17,8 @@ Examples:
   gdrtrace attach --pid 4242,4243 --interval 1s --duration 60s
   gdrtrace run --record job.rec -- ./train.sh && gdrtrace replay job.rec
   gdrtrace explain out.json --nccl-log nccl.log  # root causes of staged paths
+  gdrtrace run --ucx-log ucx.log -- ./launch_ucx_job.sh   # UCX paths, checked against UCX_PROTO_INFO lines
+  gdrtrace drive ucx --mode cuda-no-ipc --size 64M   # ucx_perftest server and client, forced staging
   gdrtrace drive pin-churn --iterations 500
   gdrtrace baseline record --out base.json     # validate, stored with this machine's profile
   gdrtrace compare base.json current.json --format markdown --html compare.html
@@ -172,6 +175,10 @@ pub struct TraceArgs {
     /// first when the job writes it: `touch nccl.log`).
     #[arg(long, value_name = "FILE")]
     pub nccl_log: Option<PathBuf>,
+    /// UCX log (UCX_PROTO_INFO=y and/or UCX_LOG_LEVEL=info output) to
+    /// corroborate the UCX paths with.
+    #[arg(long, value_name = "FILE")]
+    pub ucx_log: Option<PathBuf>,
     /// Record the event stream (and the process facts read while tracing)
     /// to FILE as JSON lines (`gdrtrace.recording/v1`), for `gdrtrace replay`.
     #[arg(long, value_name = "FILE")]
@@ -205,6 +212,10 @@ pub struct ExplainArgs {
     /// NCCL log (NCCL_DEBUG=INFO output) to corroborate the verdicts with.
     #[arg(long, value_name = "FILE")]
     pub nccl_log: Option<PathBuf>,
+    /// UCX log (UCX_PROTO_INFO=y / UCX_LOG_LEVEL=info output) to
+    /// corroborate the UCX paths with.
+    #[arg(long, value_name = "FILE")]
+    pub ucx_log: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -220,6 +231,10 @@ pub struct ReplayArgs {
     /// NCCL log (NCCL_DEBUG=INFO output) to corroborate the verdicts with.
     #[arg(long, value_name = "FILE")]
     pub nccl_log: Option<PathBuf>,
+    /// UCX log (UCX_PROTO_INFO=y / UCX_LOG_LEVEL=info output) to
+    /// corroborate the UCX paths with.
+    #[arg(long, value_name = "FILE")]
+    pub ucx_log: Option<PathBuf>,
     /// Write one JSON line per transfer to FILE.
     #[arg(long, value_name = "FILE")]
     pub transfers: Option<PathBuf>,
@@ -260,6 +275,10 @@ pub struct ValidateArgs {
     /// Iterations of the pin-churn workload (at least 1).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
     pub iterations: u32,
+    /// Leave out the UCX workloads (ucx_perftest), e.g. where a dedicated
+    /// check covers them.
+    #[arg(long)]
+    pub no_ucx: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -276,6 +295,9 @@ pub enum Drive {
     Nccl(NcclOpts),
     /// getppid(2) in a loop: the pipeline benchmark's event source.
     Syscalls(SyscallsOpts),
+    /// ucx_perftest as a server and a client on this host, with host or
+    /// CUDA memory, in a forced transport mode (UCX_TLS).
+    Ucx(UcxOpts),
 }
 
 #[derive(Debug, Subcommand)]

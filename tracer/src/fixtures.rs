@@ -64,7 +64,132 @@ mod tests {
         ),
         ("app-staged-gpu-copies", "standin-peer-copy-enabled", "standin-uapi"),
         ("pageable-host-copies", "standin-uapi", "standin-peer-copy-enabled"),
+        ("ucx-tls-excludes-direct", "standin-ucx-no-ipc", "standin-ucx-ipc"),
+        (
+            "ucx-tls-excludes-direct",
+            "standin-ucx-no-ipc",
+            "standin-ucx-ipc-unavailable",
+        ),
+        (
+            "ucx-cuda-ipc-unavailable",
+            "standin-ucx-ipc-unavailable",
+            "standin-ucx-no-ipc",
+        ),
+        (
+            "ucx-cuda-ipc-unavailable",
+            "standin-ucx-ipc-unavailable",
+            "standin-ucx-ipc",
+        ),
+        (
+            "ucx-gpu-rdma-without-peer-memory",
+            "standin-ucx-rc-staged",
+            "standin-ucx-no-ipc",
+        ),
+        ("ucx-rcache-disabled", "ucx-host-tcp-rcache-off", "ucx-host-tcp"),
+        ("ucx-rcache-thrashing", "standin-ucx-rcache-thrash", "ucx-host-tcp"),
     ];
+
+    fn ucx_paths(r: &Report) -> Vec<(u32, String, &'static str, String)> {
+        r.ucx
+            .as_ref()
+            .expect("a UCX section")
+            .processes
+            .iter()
+            .flat_map(|p| {
+                p.paths
+                    .iter()
+                    .map(move |x| (p.pid, x.memory.clone(), x.transport.name(), x.path.clone()))
+            })
+            .collect()
+    }
+
+    /// UCX's GPU paths from their evidence (stand-ins: IPC handles and
+    /// device copies; cuda_copy staging through pinned host buffers).
+    #[test]
+    fn ucx_gpu_paths_replayed() {
+        let (r, _) = replay_fixture("standin-ucx-ipc");
+        let paths = ucx_paths(&r);
+        assert_eq!(paths.len(), 2, "{paths:?}");
+        assert!(
+            paths
+                .iter()
+                .all(|(_, m, t, p)| m == "cuda" && *t == "p2p/nvlink" && p == "cuda_ipc"),
+            "{paths:?}"
+        );
+        let ux = r.ucx.as_ref().unwrap();
+        assert!(
+            ux.endpoints
+                .iter()
+                .all(|e| e.memory == "cuda" && e.transport.name() == "p2p/nvlink")
+        );
+        assert_eq!(
+            ux.endpoints.iter().map(|e| e.calls).sum::<u64>(),
+            16,
+            "8 sends and 8 receives posted"
+        );
+        // A UCX process's verdict is UCX's, not NCCL's reading of IPC handles.
+        assert!(
+            r.verdicts.iter().all(|v| v.transport.name() == "p2p/nvlink"),
+            "{:?}",
+            r.verdicts
+        );
+
+        let (r, e) = replay_fixture("standin-ucx-no-ipc");
+        let ux = r.ucx.as_ref().unwrap();
+        for p in &ux.processes {
+            let x = &p.paths[0];
+            assert_eq!((x.transport.name(), x.path.as_str()), ("host-staged", "cuda_copy+shm"));
+            assert_eq!(
+                x.staged_bytes,
+                8 * (16 << 20),
+                "every byte copied through the bounce buffers"
+            );
+            assert!(
+                x.cause.as_deref().is_some_and(|c| c.contains("UCX_TLS=^cuda_ipc")),
+                "{x:?}"
+            );
+            // The pinned-buffer copies count as staged in the process accounting too.
+            let staging = r.staging.processes.iter().find(|s| s.pid == p.pid).unwrap();
+            assert_eq!(staging.staged_bytes, x.staged_bytes);
+        }
+        assert!(
+            e.paths
+                .iter()
+                .any(|p| p.what.contains("host-staged") && p.explained_by.contains(&"ucx-tls-excludes-direct")),
+            "{:?}",
+            e.paths
+        );
+    }
+
+    /// Real recordings of Debian's ucx_perftest over tcp: counts, the path,
+    /// and the registration cache on and off.
+    #[test]
+    fn ucx_host_tcp_replayed() {
+        let (r, _) = replay_fixture("ucx-host-tcp");
+        let ux = r.ucx.as_ref().unwrap();
+        let sender = ux.processes.iter().find(|p| p.data_calls > 0).expect("the sender");
+        assert_eq!((sender.data_calls, sender.data_bytes), (8, 8 * 256 * 1024));
+        let receiver = ux.processes.iter().find(|p| p.receives > 0).expect("the receiver");
+        assert_eq!(receiver.receives, 8);
+        assert!(
+            ucx_paths(&r)
+                .iter()
+                .all(|(_, m, t, p)| m == "host" && *t == "socket" && p == "tcp")
+        );
+        let (off, e) = replay_fixture("ucx-host-tcp-rcache-off");
+        let sender = off
+            .ucx
+            .as_ref()
+            .unwrap()
+            .processes
+            .iter()
+            .find(|p| p.data_calls > 0)
+            .unwrap();
+        assert!(sender.registrations_per_data_call.unwrap() >= 1.0, "{sender:?}");
+        assert_eq!(sender.rcache.gets, 0, "no lookups with the cache off");
+        let f = e.findings.iter().find(|f| f.rule == "ucx-rcache-disabled").unwrap();
+        assert!(f.evidence[0].contains("UCX_RCACHE_ENABLE=n"), "{f:?}");
+    }
 
     /// Recorded on 2×H200 (NCCL 2.28.3, driver 580; `validate --record`,
     /// docs/validation/2026-11-30-gpu-h200-3.md): the three transport modes.

@@ -55,11 +55,7 @@ impl Session {
         let mut s = Session { ebpf, planner };
         if opts.installed_libraries {
             for file in libs::installed() {
-                if enabled(match file.lib {
-                    crate::probes::uapi::Lib::Cuda => Family::Cuda,
-                    crate::probes::uapi::Lib::Ibverbs => Family::Ibverbs,
-                    crate::probes::uapi::Lib::Nccl => Family::Nccl,
-                }) {
+                if enabled(file.lib.family()) {
                     s.planner.attach_library(&mut s.ebpf, &file);
                 }
             }
@@ -86,13 +82,19 @@ impl Session {
     /// Attaches the library table to libraries `pid` maps that are not yet
     /// attached. Returns how many files were newly attached.
     pub fn attach_libraries_of(&mut self, pid: u32) -> usize {
-        let Ok(files) = libs::mapped(pid) else { return 0 };
+        let Ok(mapped) = libs::mapped(pid) else { return 0 };
         self.planner
             .proc_libs
             .entry(pid)
             .or_default()
-            .extend(files.iter().map(|f| f.id));
-        files
+            .extend(mapped.libs.iter().map(|f| f.id));
+        self.planner
+            .proc_modules
+            .entry(pid)
+            .or_default()
+            .extend(mapped.ucx_modules);
+        mapped
+            .libs
             .iter()
             .filter(|f| self.planner.attach_library(&mut self.ebpf, f))
             .count()
@@ -211,7 +213,10 @@ impl Session {
         let hits = self.hits().ok()?;
         let setup: u64 = hits
             .iter()
-            .filter(|(op, _)| crate::probes::uapi::row_of(**op).is_some_and(|(_, r)| r.hot_setup))
+            .filter(|(op, _)| {
+                crate::probes::uapi::row_of(**op)
+                    .is_some_and(|(_, r)| r.group() == crate::probes::uprobes::Group::Setup)
+            })
             .map(|(_, n)| n)
             .sum();
         let (before, at) = *last;

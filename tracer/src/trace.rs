@@ -26,10 +26,11 @@ const TICK: Duration = Duration::from_millis(250);
 /// submitted without waking the reader until the buffer fills to
 /// `LoadOptions::wakeup_bytes`, so a quiet buffer is read on this beat.
 pub const DRAIN: Duration = Duration::from_millis(50);
-/// Hits per second of the set-up uprobes (`Row::hot_setup`) above which
-/// their link is closed: a job that makes a context current on every API
-/// call pays a trap per call (~5.6 us on the GPU machine), and the context
-/// is known by then (docs/perf.md).
+/// Hits per second of the set-up uprobes (`Row::group` `Setup`: context
+/// switches, registration-cache lookups) above which their link is closed:
+/// a job that makes a context current on every API call, or looks up the
+/// registration cache on every send, pays a trap per call (~5.6 us on the
+/// GPU machine), and the set-up facts are known by then (docs/perf.md).
 pub const SETUP_BUDGET_HZ: f64 = 500.0;
 
 /// A periodic summary (`attach --interval`).
@@ -148,6 +149,9 @@ pub struct IntervalProcess {
     pub registrations_per_s: f64,
     /// The process's transport verdict so far (None: no GPU communication seen).
     pub verdict: Option<&'static str>,
+    /// Why the verdict is `unknown`, when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
     pub vm_pin_kib: u64,
 }
 
@@ -175,11 +179,14 @@ pub struct Trace {
     setup_hits: (u64, Instant),
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct LiveVerdict {
     transport: &'static str,
     host_staged: bool,
+    /// Bytes that crossed host memory beyond the process's staged bytes
+    /// (collectives of a host-staged transport, UCX's staging copies).
     collective_bytes: u64,
+    why: Option<String>,
 }
 
 /// What the GPU link counters looked like when tracing started (also the
@@ -350,7 +357,11 @@ impl Trace {
             let verdict = verdicts.get(pid);
             // Collective bytes of a process on a host-staged transport
             // crossed host memory.
-            let staged = p.staged_bytes + verdict.filter(|v| v.host_staged).map_or(0, |v| v.collective_bytes);
+            let staged = p.staged_bytes
+                + verdict
+                    .as_ref()
+                    .filter(|v| v.host_staged)
+                    .map_or(0, |v| v.collective_bytes);
             let (pc, ps, pr) = prev.insert(*pid, (calls, staged, p.registrations)).unwrap_or((0, 0, 0));
             processes.push(IntervalProcess {
                 pid: *pid,
@@ -360,6 +371,7 @@ impl Trace {
                 transports: p.transports.clone(),
                 staged_bytes_per_s: staged.saturating_sub(ps) as f64 / secs,
                 registrations_per_s: p.registrations.saturating_sub(pr) as f64 / secs,
+                why: verdict.as_ref().and_then(|v| v.why.clone()),
                 verdict: verdict.map(|v| v.transport),
                 vm_pin_kib: crate::counters::vm_pin_kib(*pid).unwrap_or(0),
             });
@@ -374,17 +386,22 @@ impl Trace {
 
     /// Every process's transport verdict so far, by the report's judging
     /// function (set-up calls, else the steady state against the other
-    /// processes of the window).
+    /// processes of the window; UCX processes by their UCX paths).
     fn live_verdicts(&self) -> BTreeMap<u32, LiveVerdict> {
         let links = self.links_base.and_then(|b| b.since());
         let inputs = crate::classify::judge::Inputs::of_aggregator(&self.agg, links, self.facts.clone());
         crate::classify::judge::verdicts(&inputs)
             .into_iter()
             .map(|v| {
+                let extra = inputs.collectives_of(v.pid).1 + crate::classify::ucx::extra_staged(&inputs, v.pid);
                 let live = LiveVerdict {
                     transport: v.transport.name(),
                     host_staged: v.host_staged,
-                    collective_bytes: inputs.collectives_of(v.pid).1,
+                    collective_bytes: extra,
+                    // The last line of evidence says what was missing.
+                    why: matches!(v.transport, crate::classify::Transport::Unknown)
+                        .then(|| v.evidence.last().cloned())
+                        .flatten(),
                 };
                 (v.pid, live)
             })

@@ -58,27 +58,27 @@ impl Explain {
     }
 }
 
-fn arr(v: &Value) -> &[Value] {
+pub(crate) fn arr(v: &Value) -> &[Value] {
     v.as_array().map_or(&[], |a| a.as_slice())
 }
 
-fn s(v: &Value) -> &str {
+pub(crate) fn s(v: &Value) -> &str {
     v.as_str().unwrap_or("")
 }
 
-fn u(v: &Value) -> u64 {
+pub(crate) fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or(0)
 }
 
-fn pid_of(v: &Value) -> u32 {
+pub(crate) fn pid_of(v: &Value) -> u32 {
     u(&v["pid"]) as u32
 }
 
-fn process(r: &Value, pid: u32) -> Option<&Value> {
+pub(crate) fn process(r: &Value, pid: u32) -> Option<&Value> {
     arr(&r["processes"]).iter().find(|p| pid_of(p) == pid)
 }
 
-fn registration(r: &Value) -> &[Value] {
+pub(crate) fn registration(r: &Value) -> &[Value] {
     arr(&r["registration"]["processes"])
 }
 
@@ -86,7 +86,7 @@ fn has_module(r: &Value, m: &str) -> bool {
     arr(&r["facts"]["modules"]).iter().any(|x| s(x) == m)
 }
 
-fn peer_client(r: &Value) -> bool {
+pub(crate) fn peer_client(r: &Value) -> bool {
     (has_module(r, "nvidia_peermem") || has_module(r, "nv_peer_mem")) && r["facts"]["memory_peers"] == true
 }
 
@@ -96,7 +96,7 @@ fn uses_nccl(p: &Value) -> bool {
         .is_some_and(|c| c.keys().any(|k| k.starts_with("nccl")))
 }
 
-fn env<'a>(p: &'a Value, var: &str) -> Option<&'a str> {
+pub(crate) fn env<'a>(p: &'a Value, var: &str) -> Option<&'a str> {
     p["env"][var].as_str()
 }
 
@@ -111,7 +111,7 @@ fn hex(v: &Value) -> String {
     format!("{:#x}", u(v))
 }
 
-fn peer_client_evidence(r: &Value) -> Vec<String> {
+pub(crate) fn peer_client_evidence(r: &Value) -> Vec<String> {
     let mut ev = Vec::new();
     if !has_module(r, "nvidia_peermem") && !has_module(r, "nv_peer_mem") {
         ev.push("nvidia_peermem (nv_peer_mem) is not loaded (/proc/modules)".into());
@@ -552,6 +552,36 @@ pub static RULES: &[Rule] = &[
         check: host_memory_registered,
     },
     Rule {
+        id: "ucx-tls-excludes-direct",
+        looks_at: "ucx.processes[].paths (host-staged GPU data), processes[].env UCX_TLS, facts.rdma_devices",
+        cause: "UCX_TLS leaves out a direct transport (cuda_ipc between GPUs of one node, rc/dc for GPUDirect RDMA), so UCX staged GPU data through host memory with cuda_copy. Allow it (add cuda_ipc, or drop the ^ exclusion) unless it works around a known problem.",
+        check: super::ucx::rules::tls_excludes_direct,
+    },
+    Rule {
+        id: "ucx-cuda-ipc-unavailable",
+        looks_at: "ucx.processes[].paths (host-staged GPU data), processes[].env UCX_TLS, CUDA IPC calls (cuIpc*, cuMem export/import), ucx.processes[].modules, facts.nvlink, ucx.log warnings",
+        cause: "cuda_ipc was not used although UCX_TLS allows it: the processes could not map each other's GPU memory (different containers or IPC namespaces, no peer access between the GPUs, or a UCX without its CUDA transport module), so UCX staged GPU data through host memory. Run the peers in one IPC namespace on GPUs with peer access, with a UCX that loads libuct_cuda.",
+        check: super::ucx::rules::cuda_ipc_unavailable,
+    },
+    Rule {
+        id: "ucx-gpu-rdma-without-peer-memory",
+        looks_at: "ucx.processes[].paths (GPU data staged for rc/ud), registration failures on GPU memory, MRs by backing, facts.modules, facts.memory_peers",
+        cause: "UCX could not register GPU memory with the NIC: no peer-memory client (nvidia_peermem) and no dma-buf MRs, so rc/dc moved GPU data through host bounce buffers (cuda_copy) instead of GPUDirect RDMA. Load nvidia-peermem or use a kernel, driver and UCX with dma-buf registration.",
+        check: super::ucx::rules::gpu_rdma_without_peer_memory,
+    },
+    Rule {
+        id: "ucx-rcache-disabled",
+        looks_at: "processes[].env (UCX_RCACHE_ENABLE, UCX_IB_REG_METHODS), ucx.processes[] registrations, data calls, rcache lookups",
+        cause: "UCX's registration cache is off (UCX_RCACHE_ENABLE=n, or UCX_IB_REG_METHODS without rcache): every rendezvous transfer registers and deregisters its buffer, pinning pages and programming the NIC each time. Leave the cache on, or map long-lived buffers once (ucp_mem_map) and pass their memory handles.",
+        check: super::ucx::rules::rcache_disabled,
+    },
+    Rule {
+        id: "ucx-rcache-thrashing",
+        looks_at: "ucx.processes[].rcache (lookups, misses, misses of ranges that missed before), registrations per data call",
+        cause: "UCX's registration cache is thrashing: its regions are evicted or invalidated (cache limits UCX_RCACHE_MAX_REGIONS/MAX_SIZE, or buffers freed and allocated again) and registered again, so transfers keep paying for registration. Raise the limits, or keep buffers allocated (a memory pool).",
+        check: super::ucx::rules::rcache_thrashing,
+    },
+    Rule {
         id: "registration-churn",
         looks_at: "registration.processes[].most_registered_range, by_backing rates, lifetime",
         cause: "Registration churn: the same range is registered and deregistered again and again; every registration pins pages and programs the NIC or IOMMU. Register once and reuse (an MR cache, io_uring buffers kept registered).",
@@ -606,6 +636,9 @@ const PATH_RULES: &[&str] = &[
     "gpu-nic-far",
     "acs-iommu-blocks-p2p",
     "host-memory-registered",
+    "ucx-tls-excludes-direct",
+    "ucx-cuda-ipc-unavailable",
+    "ucx-gpu-rdma-without-peer-memory",
 ];
 /// Rules that can explain a staged copy.
 const COPY_RULES: &[&str] = &[
@@ -615,7 +648,13 @@ const COPY_RULES: &[&str] = &[
     "acs-iommu-blocks-p2p",
 ];
 /// Rules that can explain a failed registration.
-const REG_RULES: &[&str] = &["no-peer-memory-client", "dmabuf-unsupported"];
+const REG_RULES: &[&str] = &[
+    "no-peer-memory-client",
+    "dmabuf-unsupported",
+    "ucx-gpu-rdma-without-peer-memory",
+];
+/// Rules that can explain UCX registering on its transfers.
+const UCX_REG_RULES: &[&str] = &["ucx-rcache-disabled", "ucx-rcache-thrashing"];
 
 /// Staged or unexpected paths: staged verdicts and copies, host MRs in a
 /// GPU process, failed registrations; each with the rules that explain it.
@@ -659,6 +698,9 @@ pub fn paths(r: &Value, findings: &[Finding]) -> Vec<Path> {
         if n > 0 {
             out.push((pid_of(reg), format!("{n} failed memory registrations"), REG_RULES));
         }
+    }
+    for (pid, what) in super::ucx::rules::registering_paths(r) {
+        out.push((pid, what, UCX_REG_RULES));
     }
     out.into_iter()
         .map(|(pid, what, rules)| Path {
@@ -754,6 +796,7 @@ pub fn render(r: &Value, e: &Explain) -> String {
             );
         }
     }
+    o.push_str(&super::ucx::rules::explain_text(r));
     let staged: u64 = arr(&r["staging"]["processes"])
         .iter()
         .map(|p| u(&p["staged_bytes"]))

@@ -34,6 +34,9 @@ pub struct Inputs {
     /// None when the report has no host facts (trimmed reports).
     #[serde(default)]
     pub facts: Option<HostFacts>,
+    /// UCX processes' evidence (the report's `ucx` section).
+    #[serde(default)]
+    pub ucx: Option<super::ucx::UcxReport>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -49,6 +52,39 @@ pub struct ProcessIn {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub socket: SocketTotals,
+    /// Registrations by backing (MRs on GPU or host memory), for UCX paths.
+    #[serde(default)]
+    pub churn: Option<ChurnIn>,
+}
+
+/// A process's registrations by backing (`host`, `gpu/peer-mem`, `gpu/dma-buf`).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ChurnIn {
+    #[serde(default)]
+    pub by_backing: BTreeMap<String, RegistrationsIn>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct RegistrationsIn {
+    #[serde(default)]
+    pub registrations: u64,
+}
+
+fn churn_of(c: &crate::model::Churn) -> ChurnIn {
+    ChurnIn {
+        by_backing: c
+            .by_backing
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    RegistrationsIn {
+                        registrations: v.registrations,
+                    },
+                )
+            })
+            .collect(),
+    }
 }
 
 /// One (process, op, communicator) row of kernel-aggregated calls.
@@ -76,6 +112,7 @@ impl Inputs {
                     calls: p.calls.clone(),
                     env: p.env.clone(),
                     socket: p.socket.clone(),
+                    churn: p.churn.as_ref().map(churn_of),
                 })
                 .collect(),
             collectives: r
@@ -90,6 +127,7 @@ impl Inputs {
                 .collect(),
             gpu_links: r.gpu_links.clone(),
             facts: Some(r.facts.clone()),
+            ucx: r.ucx.clone(),
         }
     }
 
@@ -106,6 +144,7 @@ impl Inputs {
                     calls: p.calls.clone(),
                     env: p.env.clone(),
                     socket: p.socket.clone(),
+                    churn: agg.registry.procs.get(pid).map(|r| churn_of(&r.churn)),
                 })
                 .collect(),
             collectives: agg
@@ -120,6 +159,7 @@ impl Inputs {
                 .collect(),
             gpu_links: links,
             facts,
+            ucx: super::ucx::report(agg, &BTreeMap::new()),
         }
     }
 
@@ -188,5 +228,6 @@ pub fn verdicts(i: &Inputs) -> Vec<Verdict> {
             out.push(v.clone());
         }
     }
+    super::ucx::verdicts(i, &mut out);
     out
 }

@@ -6,6 +6,8 @@ pub mod explain;
 pub mod judge;
 pub mod steady;
 pub mod transfer;
+pub mod ucx;
+pub mod ucx_log;
 
 use serde::Serialize;
 use tracer_common::{Event, op};
@@ -235,11 +237,7 @@ fn interpret(e: &Event, registry: &Registry) -> Option<Call> {
 
 fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
     let (_, row) = uapi::row_of(e.op)?;
-    let family = match row.lib {
-        uapi::Lib::Cuda => Family::Cuda,
-        uapi::Lib::Ibverbs => Family::Ibverbs,
-        uapi::Lib::Nccl => Family::Nccl,
-    };
+    let family = row.lib.family();
     let bytes = row.args.iter().position(|a| *a == Arg::Bytes).map_or(0, |i| e.args[i]);
     let failed = match (row.lib, row.kind) {
         (uapi::Lib::Ibverbs, Kind::MrRegister | Kind::Setup)

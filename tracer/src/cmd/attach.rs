@@ -156,7 +156,10 @@ fn interval_line(rec: &IntervalRecord) -> String {
             "\n  pid {:>7} {:<15} {:<12} {:>9.1} calls/s  staged {:>10.0} B/s  reg {:>7.1}/s  VmPin {:>8} kB{}",
             p.pid,
             p.comm,
-            p.verdict.unwrap_or("-"),
+            match (&p.why, p.verdict) {
+                (Some(why), Some(v)) => format!("{v} ({why})"),
+                (_, v) => v.unwrap_or("-").to_string(),
+            },
             p.calls_per_s,
             p.staged_bytes_per_s,
             p.registrations_per_s,

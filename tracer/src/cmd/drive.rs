@@ -1,7 +1,7 @@
 //! `gdrtrace drive ...`: run a workload without tracing.
 use crate::{
     cli::Drive,
-    drive::{cuda_copy, nccl, pin_churn, syscalls, verbs},
+    drive::{cuda_copy, nccl, pin_churn, syscalls, ucx, verbs},
     error::{Error, Result},
 };
 
@@ -54,6 +54,17 @@ pub fn drive(d: &Drive) -> Result<i32> {
             Ok(0)
         }
         Drive::Nccl(o) if o.is_rank() => Ok(nccl::run_rank(o)),
+        Drive::Ucx(o) => {
+            // Files first: the perftest does not run for an output that cannot be written.
+            crate::output::check_writable("--log", o.log.as_deref())?;
+            crate::output::check_writable("--summary", o.summary.as_deref())?;
+            let s = ucx::run(o).map_err(|e| match e {
+                ucx::UcxError::Usage(_) => Error::Usage(e.to_string()),
+                _ => Error::Workload(e.to_string()),
+            })?;
+            report(&[s.line()], &s, o.summary.as_deref())?;
+            Ok(0)
+        }
         Drive::Nccl(o) => {
             let r = nccl::run(o).map_err(|e| Error::Workload(e.to_string()))?;
             report(&r.summary_lines(), &r, o.summary.as_deref())?;

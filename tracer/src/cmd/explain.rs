@@ -24,6 +24,7 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
         }
     };
     let log = args.nccl_log.as_deref().map(input::read_to_string).transpose()?;
+    let ucx_log = args.ucx_log.as_deref().map(input::read_to_string).transpose()?;
     // One reader for both kinds (gzip, size limit, regular files): the first
     // line tells a recording from a report.
     let mut input = Input::open(&path)?;
@@ -31,9 +32,12 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
     input.next_line(&mut first).map_err(|e| input.error(e))?;
     let recording = first.contains("\"gdrtrace.recording/");
     input.unread(first + "\n");
-    let r: serde_json::Value = if recording {
+    let mut r: serde_json::Value = if recording {
         let rec = crate::events::recording::read(&mut input).map_err(|e| input.error(e))?;
-        let (report, _) = super::replay::rebuild(&rec, log.as_deref()).map_err(|e| input.error(e))?;
+        let (mut report, _) = super::replay::rebuild(&rec, log.as_deref()).map_err(|e| input.error(e))?;
+        if let Some(l) = &ucx_log {
+            report.corroborate_ucx(l);
+        }
         serde_json::to_value(&report).map_err(|e| Error::Workload(format!("serializing the report: {e}")))?
     } else {
         let mut r = input::json_of(&mut input)?;
@@ -50,6 +54,9 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
         }
         r
     };
+    if let (Some(l), false) = (&ucx_log, recording) {
+        corroborate_ucx(&mut r, l);
+    }
     let e = explain::explain(&r);
     let verdicts: Vec<crate::classify::comm::Verdict> =
         serde_json::from_value(r["verdicts"].clone()).unwrap_or_default();
@@ -139,4 +146,13 @@ pub fn rejudge(r: &mut serde_json::Value, log: Option<&str>) -> Vec<String> {
         r["nccl_log"] = v;
     }
     notes
+}
+
+/// Compares a saved report's UCX paths with a UCX log.
+fn corroborate_ucx(r: &mut serde_json::Value, log: &str) {
+    let mut ux: crate::classify::ucx::UcxReport = serde_json::from_value(r["ucx"].clone()).unwrap_or_default();
+    crate::classify::ucx_log::corroborate(&mut ux, log, r["facts"]["nvlink"].as_bool());
+    if let Ok(v) = serde_json::to_value(&ux) {
+        r["ucx"] = v;
+    }
 }

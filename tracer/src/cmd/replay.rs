@@ -79,11 +79,19 @@ pub fn load(path: &Path) -> Result<Recording> {
 pub fn replay(args: &ReplayArgs) -> Result<i32> {
     // Files first: nothing is read or built for an output that cannot be written.
     let log = args.nccl_log.as_deref().map(crate::input::read_to_string).transpose()?;
+    let ucx_log = args.ucx_log.as_deref().map(crate::input::read_to_string).transpose()?;
     crate::output::check_writable("--transfers", args.transfers.as_deref())?;
     let json = crate::output::OutputFile::open_opt("--json", args.json.as_deref())?;
     let rec = load(&args.recording)?;
     let (report, _agg) = rebuild_with(&rec, log.as_deref(), args.transfers.as_deref())
         .map_err(|e| crate::error::Error::Input(format!("{}: {e}", args.recording.display())))?;
-    super::run::emit_with(json, args.format, None, rec.header.facts.nvlink, &report)?;
+    super::run::emit_with(
+        json,
+        args.format,
+        None,
+        ucx_log.as_deref(),
+        rec.header.facts.nvlink,
+        &report,
+    )?;
     Ok(0)
 }

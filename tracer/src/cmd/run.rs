@@ -277,26 +277,34 @@ pub fn emit(t: &TraceArgs, files: Outputs, report: &Report) -> Result<()> {
         None => None,
     };
     let nvlink = crate::topo::discover().nvlink();
-    if let Err(e) = emit_with(files.json, t.format, log.as_deref(), nvlink, report) {
+    let ucx = match &t.ucx_log {
+        Some(p) => input::read_to_string(p).map_err(|e| errors.push(e)).ok(),
+        None => None,
+    };
+    if let Err(e) = emit_with(files.json, t.format, log.as_deref(), ucx.as_deref(), nvlink, report) {
         errors.push(e);
     }
     super::first_error(errors)
 }
 
 /// Judges the report (unless judged already) with the given NCCL log and
-/// NVLink fact, prints it, then writes `json` (even when standard output
-/// is closed).
+/// NVLink fact, compares it with a UCX log if given, prints it, then writes
+/// `json` (even when standard output is closed).
 pub fn emit_with(
     json: Option<OutputFile>,
     format: Format,
     nccl_log: Option<&str>,
+    ucx_log: Option<&str>,
     nvlink: Option<bool>,
     report: &Report,
 ) -> Result<()> {
     let mut judged;
-    let report = if !report.judged {
+    let report = if !report.judged || ucx_log.is_some() {
         judged = report.clone();
         judged.judge_with(nccl_log, nvlink);
+        if let Some(l) = ucx_log {
+            judged.corroborate_ucx(l);
+        }
         &judged
     } else {
         report

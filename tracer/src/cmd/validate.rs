@@ -561,6 +561,197 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
     Ok(checks)
 }
 
+/// UCX: the perftest's sends and bytes counted in the kernel, the path of
+/// the mode's memory in both processes, staged bytes against the bytes
+/// moved, UCX's own log, and (over RDMA, where the kernel probes are live)
+/// the same registrations seen by the UCX probes, the verbs uprobes and
+/// ib_umem_get.
+pub fn ucx_checks(r: &Report, v: &serde_json::Value, mode: &str, expected: &[&str]) -> Vec<Check> {
+    let f = |k: &str| v[k].as_u64().unwrap_or(0);
+    let (client, server, iterations, bytes) = (
+        f("client_pid") as u32,
+        f("server_pid") as u32,
+        f("iterations"),
+        f("bytes"),
+    );
+    let memory = v["memory"].as_str().unwrap_or("host");
+    let procs = r.ucx.as_ref().map_or(&[][..], |u| u.processes.as_slice());
+    let find = |pid: u32| procs.iter().find(|p| p.pid == pid);
+    let (c, srv) = (find(client), find(server));
+    let mut out = vec![
+        check(
+            &format!("{mode}: sends counted (in-kernel aggregation)"),
+            c.is_some_and(|c| c.data_calls == iterations),
+            format!("tracer {}, perftest {iterations}", c.map_or(0, |c| c.data_calls)),
+        ),
+        check(
+            &format!("{mode}: bytes sent"),
+            c.is_some_and(|c| c.data_bytes == bytes),
+            format!("tracer {}, perftest {bytes}", c.map_or(0, |c| c.data_bytes)),
+        ),
+    ];
+    if v["test"].as_str().is_some_and(|t| t.starts_with("tag")) {
+        out.push(check(
+            &format!("{mode}: receives posted by the server"),
+            srv.is_some_and(|s| s.receives == iterations),
+            format!("tracer {}, perftest {iterations}", srv.map_or(0, |s| s.receives)),
+        ));
+    }
+    for (who, p) in [("client", c), ("server", srv)] {
+        let path = p.and_then(|p| p.paths.iter().find(|x| x.memory == memory));
+        let got = path.map_or("none", |x| x.transport.name());
+        out.push(check(
+            &format!("{mode}: {who}'s {memory} memory path is {}", expected.join(" or ")),
+            expected.contains(&got),
+            format!(
+                "{got} via {}{}",
+                path.map_or("-", |x| x.path.as_str()),
+                path.filter(|x| x.inferred).map_or("", |_| " (inferred)")
+            ),
+        ));
+        if expected.contains(&"host-staged") {
+            let staged = path.map_or(0, |x| x.staged_bytes);
+            out.push(check(
+                &format!("{mode}: {who}'s staged bytes within 1% of the bytes moved"),
+                staged.abs_diff(bytes) * 100 <= bytes,
+                format!("staged {staged}, perftest moved {bytes}"),
+            ));
+        }
+        match path.and_then(|x| x.log.as_ref()) {
+            Some(l) => out.push(check(
+                &format!("{mode}: UCX's own log agrees ({who})"),
+                l.agrees,
+                l.ucx_says.clone(),
+            )),
+            None => out.push(check(
+                &format!("{mode}: UCX's own log agrees ({who})"),
+                true,
+                "skipping: UCX's log says nothing about this process's transports".into(),
+            )),
+        }
+    }
+    if mode == "host-rc" {
+        out.extend(ucx_registration_checks(
+            r,
+            mode,
+            &[("client", client), ("server", server)],
+        ));
+    }
+    out.push(check(
+        &format!("{mode}: no events lost"),
+        r.loss.complete,
+        format!("ring buffer drops {}", r.loss.ringbuf_drops),
+    ));
+    out
+}
+
+/// Over RDMA: each process's registrations as UCX made them (UCT memory
+/// domain, a wrapper counted once), as libibverbs saw them (MRs), and as
+/// the kernel pinned them (`ib_umem_get`, where kernel probes are live).
+pub fn ucx_registration_checks(r: &Report, mode: &str, pids: &[(&str, u32)]) -> Vec<Check> {
+    let procs = r.ucx.as_ref().map_or(&[][..], |u| u.processes.as_slice());
+    let kernel = attached(r, "ib_umem_get");
+    pids.iter()
+        .map(|(who, pid)| {
+            let ucx = procs.iter().find(|p| p.pid == *pid).map_or(0, |p| p.registrations);
+            let mrs = r
+                .processes
+                .iter()
+                .find(|p| p.pid == *pid)
+                .and_then(|p| p.churn.as_ref())
+                .map_or(0, |c| c.registrations);
+            let umem = calls(r, *pid, "ib_umem_get");
+            let ok = ucx > 0 && ucx == mrs && (!kernel || umem == mrs);
+            let detail = if kernel {
+                format!("UCX probes {ucx}, verbs uprobes {mrs}, ib_umem_get {umem}")
+            } else {
+                format!("UCX probes {ucx}, verbs uprobes {mrs} (ib_umem_get unavailable on this kernel)")
+            };
+            check(
+                &format!("{mode}: {who}'s registrations equal at every layer"),
+                ok,
+                detail,
+            )
+        })
+        .collect()
+}
+
+/// UCX: ucx_perftest in every mode this machine supports, traced.
+fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Report)>) -> Result<Vec<Check>> {
+    use crate::drive::ucx::{self as drive_ucx, UcxMode};
+    let Some(perftest) = drive_ucx::find_perftest(None) else {
+        println!("validate: ucx: skipping: ucx_perftest is not on PATH (Debian: ucx-utils; PyPI: libucx-cu12)");
+        return Ok(Vec::new());
+    };
+    let gpus = crate::topo::discover().gpus.len();
+    let cuda = drive_ucx::memory_types(&perftest).iter().any(|m| m == "cuda");
+    let mut checks = Vec::new();
+    println!("\nvalidate: ucx ({})", perftest.display());
+    println!(
+        "  {:<12} {:<12} {:<14} {:>8} {:>12} {:>10} {:>14}  UCX LOG",
+        "MODE", "VERDICT", "PATH", "SENDS", "BYTES", "MB/s", "STAGED B"
+    );
+    for mode in UcxMode::ALL {
+        let skip = match mode {
+            // UCT alone: the VM tier's Soft-RoCE check (tests/vm/checks/50-ucx.sh).
+            UcxMode::HostRcUct => continue,
+            UcxMode::HostRc if rdma_devices().is_empty() => Some("no RDMA device"),
+            UcxMode::Cuda | UcxMode::CudaNoIpc if gpus == 0 => Some("no GPU"),
+            UcxMode::Cuda | UcxMode::CudaNoIpc if !cuda => Some("this ucx_perftest has no CUDA memory type"),
+            _ => None,
+        };
+        if let Some(why) = skip {
+            println!("  {:<12} skipping: {why}", mode.name());
+            continue;
+        }
+        let (size, iterations) = if mode.memory() == "cuda" {
+            ("16M", "100")
+        } else {
+            ("1M", "50")
+        };
+        let log = temp_path(&format!("ucx-{mode}.log"));
+        let mut argv = vec![exe.display().to_string(), "drive".into(), "ucx".into()];
+        argv.extend(["--mode", mode.name(), "--size", size, "--iterations", iterations].map(String::from));
+        argv.extend(["--perftest".to_string(), perftest.display().to_string()]);
+        argv.extend(["--log".to_string(), log.display().to_string()]);
+        let name = format!("ucx-{mode}");
+        let (mut r, v, code) = traced_workload(trace, argv, &name)?;
+        if let Ok(text) = std::fs::read_to_string(&log) {
+            r.corroborate_ucx(&text);
+        }
+        let _ = std::fs::remove_file(&log);
+        checks.push(check(
+            &format!("ucx {mode} exited cleanly"),
+            code == 0,
+            format!("exit status {code}"),
+        ));
+        checks.extend(ucx_checks(&r, &v, mode.name(), mode.expected()));
+        let client = v["client_pid"].as_u64().unwrap_or(0) as u32;
+        let p = r
+            .ucx
+            .as_ref()
+            .and_then(|u| u.processes.iter().find(|p| p.pid == client));
+        let path = p.and_then(|p| p.paths.iter().find(|x| x.memory == mode.memory()));
+        let log_says = path
+            .and_then(|x| x.log.as_ref())
+            .map_or("-", |l| if l.agrees { "agrees" } else { "DISAGREES" });
+        println!(
+            "  {:<12} {:<12} {:<14} {:>8} {:>12} {:>10.1} {:>14}  {log_says}",
+            mode.name(),
+            path.map_or("unknown", |x| x.transport.name()),
+            path.map_or("-", |x| x.path.as_str()),
+            p.map_or(0, |p| p.data_calls),
+            p.map_or(0, |p| p.data_bytes),
+            v["bandwidth_mb_s"].as_f64().unwrap_or(0.0),
+            path.map_or(0, |x| x.staged_bytes)
+        );
+        reports.push((name, r));
+    }
+    println!("\nvalidate: ucx checks");
+    print_checks(&checks);
+    Ok(checks)
+}
+
 /// A report with its verdicts (as `emit` prints and writes it).
 fn judged(mut r: Report) -> Report {
     if r.verdicts.is_empty() {
@@ -624,6 +815,12 @@ pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)>
     } else {
         let verbs_checks = verbs(trace, &exe, &mut reports)?;
         checks.extend(verbs_checks);
+    }
+    if args.no_ucx {
+        println!("validate: ucx: skipped (--no-ucx)");
+    } else {
+        let ucx_checks = ucx(trace, &exe, &mut reports)?;
+        checks.extend(ucx_checks);
     }
     // A family is missing when its functions exist in this kernel but none
     // could be attached; functions absent from the kernel (peer memory

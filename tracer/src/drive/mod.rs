@@ -4,4 +4,5 @@ pub mod cuda_copy;
 pub mod nccl;
 pub mod pin_churn;
 pub mod syscalls;
+pub mod ucx;
 pub mod verbs;

@@ -523,6 +523,7 @@ pub fn library_of(v: &Value) -> std::result::Result<ProcessLibrary, String> {
         path: v["path"].as_str().map(String::from),
         status: serde_json::from_value(v["status"].clone()).map_err(|e| format!("library status: {e}"))?,
         detail: v["detail"].as_str().unwrap_or("").to_string(),
+        modules: serde_json::from_value(v["modules"].clone()).unwrap_or_default(),
     })
 }
 

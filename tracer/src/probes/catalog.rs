@@ -30,6 +30,8 @@ pub enum Family {
     Ibverbs,
     /// libnccl.
     Nccl,
+    /// UCX: libucp, libuct and libucs.
+    Ucx,
 }
 
 impl Family {
@@ -46,6 +48,7 @@ impl Family {
             Family::Cuda => "cuda",
             Family::Ibverbs => "ibverbs",
             Family::Nccl => "nccl",
+            Family::Ucx => "ucx",
         }
     }
 }
@@ -371,14 +374,17 @@ const COUNTERS: [ProbePoint; 2] = [
     procfs("status:VmPin", "/proc/PID/status"),
 ];
 
-const LIBRARIES: [ProbePoint; 3] = [
+const LIBRARIES: [ProbePoint; 6] = [
     library("libcuda", Family::Cuda, super::uapi::Lib::Cuda),
     library("libibverbs", Family::Ibverbs, super::uapi::Lib::Ibverbs),
     library("libnccl", Family::Nccl, super::uapi::Lib::Nccl),
+    library("libucp", Family::Ucx, super::uapi::Lib::Ucp),
+    library("libuct", Family::Ucx, super::uapi::Lib::Uct),
+    library("libucs", Family::Ucx, super::uapi::Lib::Ucs),
 ];
 
-const fn concat_catalog() -> [ProbePoint; 44] {
-    let mut out = [LIFECYCLE[0]; 44];
+const fn concat_catalog() -> [ProbePoint; 47] {
+    let mut out = [LIFECYCLE[0]; 47];
     let mut i = 0;
     macro_rules! push {
         ($arr:expr) => {{
@@ -398,12 +404,12 @@ const fn concat_catalog() -> [ProbePoint; 44] {
     push!(DMABUF);
     push!(COUNTERS);
     push!(LIBRARIES);
-    assert!(i == 44);
+    assert!(i == 47);
     out
 }
 
 /// Every probe point gdrtrace knows, in report order.
-pub static CATALOG: [ProbePoint; 44] = concat_catalog();
+pub static CATALOG: [ProbePoint; 47] = concat_catalog();
 
 /// The pipeline benchmark's event source (`gdrtrace bench pipeline`): not
 /// in the catalog, so no trace attaches it, but its events decode like any

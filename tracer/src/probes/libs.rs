@@ -23,11 +23,29 @@ pub struct LibFile {
     pub id: (u64, u64),
 }
 
-/// Libraries of the table mapped by `pid`.
-pub fn mapped(pid: u32) -> std::io::Result<Vec<LibFile>> {
+/// What a process maps: the libraries of the table, and the UCX transport
+/// modules it loaded.
+#[derive(Clone, Debug, Default)]
+pub struct Mapped {
+    pub libs: Vec<LibFile>,
+    /// File names of UCX transport modules (`libuct_cuda.so.0`): UCX loads
+    /// them from the `ucx/` directory beside its libraries at start-up, one
+    /// per transport family it can use (cuda_copy/cuda_ipc, ib, cma, ...).
+    pub ucx_modules: Vec<String>,
+}
+
+/// A UCX transport or memory-hook module (`.../ucx/libuct_cuda.so.0`), by path.
+pub fn ucx_module(path: &str) -> Option<&str> {
+    let (dir, file) = path.rsplit_once('/')?;
+    let in_ucx_dir = dir.rsplit('/').next() == Some("ucx");
+    (in_ucx_dir && (file.starts_with("libuct_") || file.starts_with("libucm_")) && file.contains(".so")).then_some(file)
+}
+
+/// Libraries of the table mapped by `pid`, and its UCX modules.
+pub fn mapped(pid: u32) -> std::io::Result<Mapped> {
     let maps = fs::read_to_string(format!("/proc/{pid}/maps"))?;
     let mut seen = BTreeSet::new();
-    let mut out = Vec::new();
+    let mut out = Mapped::default();
     for line in maps.lines() {
         let Some(path) = line.split_whitespace().nth(5) else {
             continue;
@@ -35,10 +53,14 @@ pub fn mapped(pid: u32) -> std::io::Result<Vec<LibFile>> {
         if !path.starts_with('/') || !seen.insert(path.to_string()) {
             continue;
         }
+        if let Some(m) = ucx_module(path) {
+            out.ucx_modules.push(m.to_string());
+            continue;
+        }
         let Some(lib) = Lib::of_path(path) else { continue };
         let host_path = PathBuf::from(format!("/proc/{pid}/root{path}"));
         if let Ok(meta) = fs::metadata(&host_path) {
-            out.push(LibFile {
+            out.libs.push(LibFile {
                 lib,
                 path: path.to_string(),
                 host_path,
@@ -96,4 +118,22 @@ pub fn installed() -> Vec<LibFile> {
 pub fn file_id(path: &Path) -> std::io::Result<(u64, u64)> {
     let m = fs::metadata(path)?;
     Ok((m.dev(), m.ino()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ucx_modules_by_path() {
+        use super::ucx_module;
+        assert_eq!(
+            ucx_module("/usr/lib/x86_64-linux-gnu/ucx/libuct_ib.so.0.0.0"),
+            Some("libuct_ib.so.0.0.0")
+        );
+        assert_eq!(
+            ucx_module("/venv/site-packages/libucx/lib/ucx/libuct_cuda.so.0"),
+            Some("libuct_cuda.so.0")
+        );
+        assert_eq!(ucx_module("/venv/site-packages/libucx/lib/libuct.so.0"), None);
+        assert_eq!(ucx_module("/opt/x/libuct_cuda.so.0"), None, "not in a ucx/ directory");
+    }
 }

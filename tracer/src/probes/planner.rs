@@ -73,7 +73,7 @@ pub struct LibAttachment {
     pub path: String,
     pub symbols: Vec<String>,
     pub missing: Vec<&'static str>,
-    /// Set-up rows (`Row::hot_setup`) whose link was closed over budget.
+    /// Set-up rows (`Row::group` `Setup`) whose link was closed over budget.
     pub dropped: Vec<&'static str>,
     pub errors: Vec<String>,
 }
@@ -85,6 +85,9 @@ pub struct ProcessLibrary {
     pub path: Option<String>,
     pub status: Status,
     pub detail: String,
+    /// UCX transport modules the process maps (libuct row only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub modules: Vec<String>,
 }
 
 /// Attaches catalog points and library files; holds the coverage record.
@@ -98,6 +101,8 @@ pub struct Planner {
     pub libs: BTreeMap<(u64, u64), LibAttachment>,
     /// Which library files (by identity) each traced process maps.
     pub proc_libs: BTreeMap<u32, std::collections::BTreeSet<(u64, u64)>>,
+    /// UCX transport modules each traced process maps (file names).
+    pub proc_modules: BTreeMap<u32, std::collections::BTreeSet<String>>,
     /// The table's configuration is in `OP_CONFIG` (written once).
     configured: Option<Result<(), String>>,
     /// Every uprobe link of the library table.
@@ -128,6 +133,7 @@ impl Planner {
             coverage: Vec::new(),
             libs: BTreeMap::new(),
             proc_libs: BTreeMap::new(),
+            proc_modules: BTreeMap::new(),
             configured: None,
             uprobes: UprobeLinks::new(),
             setup_dropped: None,
@@ -408,7 +414,7 @@ impl Planner {
         for att in self.libs.values_mut() {
             let rows: Vec<&'static str> = uapi::TABLE
                 .iter()
-                .filter(|r| r.lib == att.lib && r.hot_setup && !att.missing.contains(&r.symbol))
+                .filter(|r| r.lib == att.lib && r.group() == uprobes::Group::Setup && !att.missing.contains(&r.symbol))
                 .map(|r| r.symbol)
                 .collect();
             att.dropped = rows;
@@ -479,48 +485,65 @@ impl Planner {
     /// and how much of the table attached there, or why nothing did.
     pub fn process_libraries(&self, pid: u32) -> Vec<ProcessLibrary> {
         let ids = self.proc_libs.get(&pid).cloned().unwrap_or_default();
+        let modules: Vec<String> = self
+            .proc_modules
+            .get(&pid)
+            .map(|m| m.iter().cloned().collect())
+            .unwrap_or_default();
         Lib::ALL
             .iter()
             .map(|lib| {
-                let files: Vec<&LibAttachment> = ids
-                    .iter()
-                    .filter_map(|id| self.libs.get(id))
-                    .filter(|a| a.lib == *lib)
-                    .collect();
-                match files.first() {
-                    None => ProcessLibrary {
-                        lib: *lib,
-                        path: None,
-                        status: Status::Unavailable,
-                        detail: format!("{} is not mapped by this process", lib.name()),
-                    },
-                    Some(a) if a.symbols.is_empty() => ProcessLibrary {
-                        lib: *lib,
-                        path: Some(a.path.clone()),
-                        status: Status::Unavailable,
-                        detail: if a.errors.is_empty() {
-                            "none of the table's symbols is exported".into()
-                        } else {
-                            a.errors.join("; ")
-                        },
-                    },
-                    Some(a) => ProcessLibrary {
-                        lib: *lib,
-                        path: Some(a.path.clone()),
-                        status: Status::Attached,
-                        detail: if a.missing.is_empty() {
-                            format!("{} symbols attached", a.symbols.len())
-                        } else {
-                            format!(
-                                "{} symbols attached; not exported: {}",
-                                a.symbols.len(),
-                                a.missing.join(", ")
-                            )
-                        },
-                    },
+                let mut row = self.process_library(&ids, *lib);
+                if *lib == Lib::Uct {
+                    row.modules = modules.clone();
                 }
+                row
             })
             .collect()
+    }
+
+    fn process_library(&self, ids: &std::collections::BTreeSet<(u64, u64)>, lib: Lib) -> ProcessLibrary {
+        let files: Vec<&LibAttachment> = ids
+            .iter()
+            .filter_map(|id| self.libs.get(id))
+            .filter(|a| a.lib == lib)
+            .collect();
+        let (path, status, detail) = match files.first() {
+            None => (
+                None,
+                Status::Unavailable,
+                format!("{} is not mapped by this process", lib.name()),
+            ),
+            Some(a) if a.symbols.is_empty() => (
+                Some(a.path.clone()),
+                Status::Unavailable,
+                if a.errors.is_empty() {
+                    "none of the table's symbols is exported".into()
+                } else {
+                    a.errors.join("; ")
+                },
+            ),
+            Some(a) => (
+                Some(a.path.clone()),
+                Status::Attached,
+                if a.missing.is_empty() {
+                    format!("{} symbols attached", a.symbols.len())
+                } else {
+                    format!(
+                        "{} symbols attached; not exported: {}",
+                        a.symbols.len(),
+                        a.missing.join(", ")
+                    )
+                },
+            ),
+        };
+        ProcessLibrary {
+            lib,
+            path,
+            status,
+            detail,
+            modules: Vec::new(),
+        }
     }
 
     /// The full coverage table: catalog rows plus library rows.

@@ -5,6 +5,8 @@
 use serde::Serialize;
 use tracer_common::{OpConfig, op, op_flags};
 
+use super::catalog::Family;
+
 /// Libraries the table covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "kebab-case")]
@@ -12,10 +14,16 @@ pub enum Lib {
     Cuda,
     Ibverbs,
     Nccl,
+    /// UCX's protocol layer (workers, endpoints, memory mapping, data calls).
+    Ucp,
+    /// UCX's transport layer (memory-domain registration).
+    Uct,
+    /// UCX's services (the registration cache).
+    Ucs,
 }
 
 impl Lib {
-    pub const ALL: [Lib; 3] = [Lib::Cuda, Lib::Ibverbs, Lib::Nccl];
+    pub const ALL: [Lib; 6] = [Lib::Cuda, Lib::Ibverbs, Lib::Nccl, Lib::Ucp, Lib::Uct, Lib::Ucs];
 
     /// File-name stem (`libcuda.so`, `libcuda.so.1`, `libcuda.so.580.1` match).
     pub fn stem(self) -> &'static str {
@@ -23,6 +31,9 @@ impl Lib {
             Lib::Cuda => "libcuda.so",
             Lib::Ibverbs => "libibverbs.so",
             Lib::Nccl => "libnccl.so",
+            Lib::Ucp => "libucp.so",
+            Lib::Uct => "libuct.so",
+            Lib::Ucs => "libucs.so",
         }
     }
 
@@ -31,16 +42,44 @@ impl Lib {
             Lib::Cuda => "libcuda",
             Lib::Ibverbs => "libibverbs",
             Lib::Nccl => "libnccl",
+            Lib::Ucp => "libucp",
+            Lib::Uct => "libuct",
+            Lib::Ucs => "libucs",
         }
     }
 
-    /// Which library a mapped file is, by its file name.
+    /// The probe family the library's rows report under.
+    pub fn family(self) -> Family {
+        match self {
+            Lib::Cuda => Family::Cuda,
+            Lib::Ibverbs => Family::Ibverbs,
+            Lib::Nccl => Family::Nccl,
+            Lib::Ucp | Lib::Uct | Lib::Ucs => Family::Ucx,
+        }
+    }
+
+    /// Which library a mapped file is, by its file name. Copies that Python
+    /// wheels vendor count too: auditwheel renames them with a hash
+    /// (`nixl_cu13.libs/libucp-b39b3ed9.so.0.0.0`, `libibverbs-1de1263b.so.1`).
     pub fn of_path(path: &str) -> Option<Lib> {
-        let file = path.rsplit('/').next()?;
+        let file = unvendored(path.rsplit('/').next()?);
         Lib::ALL
             .into_iter()
             .find(|l| file == l.stem() || file.starts_with(&format!("{}.", l.stem())))
     }
+}
+
+/// A library file name without the 8-hex-digit hash auditwheel inserts
+/// before `.so` when it vendors a library into a wheel.
+fn unvendored(file: &str) -> std::borrow::Cow<'_, str> {
+    if let Some(i) = file.find(".so")
+        && let Some((base, hash)) = file[..i].rsplit_once('-')
+        && hash.len() == 8
+        && hash.bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        return format!("{base}{}", &file[i..]).into();
+    }
+    file.into()
 }
 
 /// How an argument register is interpreted.
@@ -89,6 +128,26 @@ pub enum Kind {
     PointToPoint,
     Group,
     CommRegister,
+    /// UCX worker creation (`ucp_worker_create`).
+    UcxWorker,
+    /// UCX endpoint creation (`ucp_ep_create`).
+    UcxEndpoint,
+    /// UCX memory mapping: `ucp_mem_map` (registers with every memory
+    /// domain) and `ucp_mem_unmap`.
+    UcxMemMap,
+    UcxMemUnmap,
+    /// Registration with one UCT memory domain (`uct_md_mem_reg[_v2]`) and
+    /// its release.
+    UcxMdReg,
+    UcxMdDereg,
+    /// A registration-cache lookup (`ucs_rcache_get`).
+    UcxRcacheGet,
+    /// A region inserted into a UCS page table (`ucs_pgtable_insert`):
+    /// inside `ucs_rcache_get`, the cache missed and made a new region.
+    UcxRegionInsert,
+    /// UCX data calls (send, put, get, AM and stream send, receives
+    /// posted): aggregated per (process, op, endpoint or worker).
+    UcxData,
 }
 
 /// One row of the table.
@@ -116,6 +175,15 @@ pub struct Row {
     /// changes (`op_flags::TRACK_CTX`), in a link of its own that the
     /// tracer closes when its hit rate goes over budget (`trace.rs`).
     pub hot_setup: bool,
+    /// Traced with entry and return like any row, but in the droppable
+    /// `Setup` link: a set-up path that a running job can also take on
+    /// every transfer (`ucs_rcache_get` runs once per rendezvous send when
+    /// the application passes no memory handle).
+    pub budgeted: bool,
+    /// Aggregated rows: the first call of each (process, op, handle) row is
+    /// evented too (`op_flags::SAMPLE_FIRST`), so the memory behind its
+    /// buffer argument can be looked up.
+    pub sample_first: bool,
 }
 
 impl Row {
@@ -127,7 +195,7 @@ impl Row {
 
     /// The link the row's offsets join.
     pub const fn group(&self) -> super::uprobes::Group {
-        if self.hot_setup {
+        if self.hot_setup || self.budgeted {
             super::uprobes::Group::Setup
         } else {
             super::uprobes::Group::Steady
@@ -148,7 +216,26 @@ const fn row(lib: Lib, symbol: &'static str, name: &'static str, kind: Kind, arg
         aggregate: false,
         coll: None,
         hot_setup: false,
+        budgeted: false,
+        sample_first: false,
     }
+}
+
+const fn budgeted(mut r: Row) -> Row {
+    r.budgeted = true;
+    r
+}
+
+/// A UCX data call: aggregated in the kernel per (process, op, endpoint or
+/// worker) with its byte count (the contiguous datatype UCX uses unless the
+/// caller passes another: `count` is bytes), entry-only, with the first
+/// call of each row evented for its buffer. The buffer is the argument just
+/// before the count in every UCX data call.
+const fn ucx_data(mut r: Row, count: u8, handle: u8) -> Row {
+    r.aggregate = true;
+    r.sample_first = true;
+    r.coll = Some((count, tracer_common::NO_ARG, handle));
+    r
 }
 
 const fn hot_setup(mut r: Row) -> Row {
@@ -622,6 +709,174 @@ pub static TABLE: &[Row] = &[
         Kind::Setup,
         &[Handle],
     )),
+    // UCX (appended). Prototypes of UCX 1.13-1.22 `ucp/api/ucp.h`,
+    // `uct/api/uct.h` and `ucs/memory/rcache.h`; ucs_status_t is 0 on success.
+    // ucs_status_t ucp_worker_create(ucp_context_h context, const ucp_worker_params_t *params,
+    //                                ucp_worker_h *worker_p);
+    row(
+        Lib::Ucp,
+        "ucp_worker_create",
+        "ucp_worker_create",
+        Kind::UcxWorker,
+        &[Handle, Addr, Out],
+    ),
+    // ucs_status_t ucp_ep_create(ucp_worker_h worker, const ucp_ep_params_t *params, ucp_ep_h *ep_p);
+    row(
+        Lib::Ucp,
+        "ucp_ep_create",
+        "ucp_ep_create",
+        Kind::UcxEndpoint,
+        &[Handle, Addr, Out],
+    ),
+    // ucs_status_t ucp_mem_map(ucp_context_h context, const ucp_mem_map_params_t *params, ucp_mem_h *memh_p);
+    row(
+        Lib::Ucp,
+        "ucp_mem_map",
+        "ucp_mem_map",
+        Kind::UcxMemMap,
+        &[Handle, Addr, Out],
+    ),
+    // ucs_status_t ucp_mem_unmap(ucp_context_h context, ucp_mem_h memh);
+    row(
+        Lib::Ucp,
+        "ucp_mem_unmap",
+        "ucp_mem_unmap",
+        Kind::UcxMemUnmap,
+        &[Handle, Handle],
+    ),
+    // ucs_status_ptr_t ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count, ucp_tag_t tag,
+    //                                   const ucp_request_param_t *param);
+    ucx_data(
+        row(
+            Lib::Ucp,
+            "ucp_tag_send_nbx",
+            "ucp_tag_send_nbx",
+            Kind::UcxData,
+            &[Handle, Addr, Bytes, Int, Addr],
+        ),
+        2,
+        0,
+    ),
+    // ucs_status_ptr_t ucp_put_nbx(ucp_ep_h ep, const void *buffer, size_t count, uint64_t remote_addr,
+    //                              ucp_rkey_h rkey, const ucp_request_param_t *param);
+    ucx_data(
+        row(
+            Lib::Ucp,
+            "ucp_put_nbx",
+            "ucp_put_nbx",
+            Kind::UcxData,
+            &[Handle, Addr, Bytes, Addr, Handle, Addr],
+        ),
+        2,
+        0,
+    ),
+    // ucs_status_ptr_t ucp_get_nbx(ucp_ep_h ep, void *buffer, size_t count, uint64_t remote_addr,
+    //                              ucp_rkey_h rkey, const ucp_request_param_t *param);
+    ucx_data(
+        row(
+            Lib::Ucp,
+            "ucp_get_nbx",
+            "ucp_get_nbx",
+            Kind::UcxData,
+            &[Handle, Addr, Bytes, Addr, Handle, Addr],
+        ),
+        2,
+        0,
+    ),
+    // ucs_status_ptr_t ucp_am_send_nbx(ucp_ep_h ep, unsigned id, const void *header, size_t header_length,
+    //                                  const void *buffer, size_t count, const ucp_request_param_t *param);
+    ucx_data(
+        row(
+            Lib::Ucp,
+            "ucp_am_send_nbx",
+            "ucp_am_send_nbx",
+            Kind::UcxData,
+            &[Handle, Int, Addr, Int, Addr, Bytes],
+        ),
+        5,
+        0,
+    ),
+    // ucs_status_ptr_t ucp_stream_send_nbx(ucp_ep_h ep, const void *buffer, size_t count,
+    //                                      const ucp_request_param_t *param);
+    ucx_data(
+        row(
+            Lib::Ucp,
+            "ucp_stream_send_nbx",
+            "ucp_stream_send_nbx",
+            Kind::UcxData,
+            &[Handle, Addr, Bytes, Addr],
+        ),
+        2,
+        0,
+    ),
+    // ucs_status_ptr_t ucp_tag_recv_nbx(ucp_worker_h worker, void *buffer, size_t count, ucp_tag_t tag,
+    //                                   ucp_tag_t tag_mask, const ucp_request_param_t *param);
+    // Receives are posted per worker; `count` is the buffer's capacity.
+    ucx_data(
+        row(
+            Lib::Ucp,
+            "ucp_tag_recv_nbx",
+            "ucp_tag_recv_nbx",
+            Kind::UcxData,
+            &[Handle, Addr, Bytes, Int, Int, Addr],
+        ),
+        2,
+        0,
+    ),
+    // ucs_status_t uct_md_mem_reg_v2(uct_md_h md, void *address, size_t length,
+    //                                const uct_md_mem_reg_params_t *params, uct_mem_h *memh_p);  (UCX 1.14+)
+    // Listed before uct_md_mem_reg so each form keeps its own row: 1.22's
+    // uct_md_mem_reg is a wrapper that calls uct_md_mem_reg_v2.
+    row(
+        Lib::Uct,
+        "uct_md_mem_reg_v2",
+        "uct_md_mem_reg_v2",
+        Kind::UcxMdReg,
+        &[Handle, Addr, Bytes, Addr, Out],
+    ),
+    // ucs_status_t uct_md_mem_reg(uct_md_h md, void *address, size_t length, unsigned flags, uct_mem_h *memh_p);
+    row(
+        Lib::Uct,
+        "uct_md_mem_reg",
+        "uct_md_mem_reg",
+        Kind::UcxMdReg,
+        &[Handle, Addr, Bytes, Int, Out],
+    ),
+    // ucs_status_t uct_md_mem_dereg_v2(uct_md_h md, const uct_md_mem_dereg_params_t *params);  (1.14+)
+    row(
+        Lib::Uct,
+        "uct_md_mem_dereg_v2",
+        "uct_md_mem_dereg_v2",
+        Kind::UcxMdDereg,
+        &[Handle, Addr],
+    ),
+    // ucs_status_t uct_md_mem_dereg(uct_md_h md, uct_mem_h memh);
+    row(
+        Lib::Uct,
+        "uct_md_mem_dereg",
+        "uct_md_mem_dereg",
+        Kind::UcxMdDereg,
+        &[Handle, Handle],
+    ),
+    // ucs_status_t ucs_rcache_get(ucs_rcache_t *rcache, void *address, size_t length,
+    //                             [size_t alignment (1.15+),] int prot, void *arg, ucs_rcache_region_t **region_p);
+    budgeted(row(
+        Lib::Ucs,
+        "ucs_rcache_get",
+        "ucs_rcache_get",
+        Kind::UcxRcacheGet,
+        &[Handle, Addr, Bytes],
+    )),
+    // ucs_status_t ucs_pgtable_insert(ucs_pgtable_t *pgtable, ucs_pgt_region_t *region);
+    // A new cache region goes into the rcache's page table here (the
+    // region-creating function is static in UCX 1.13, exported only later).
+    row(
+        Lib::Ucs,
+        "ucs_pgtable_insert",
+        "ucs_pgtable_insert",
+        Kind::UcxRegionInsert,
+        &[Handle, Addr],
+    ),
 ];
 
 /// Op code of a table row.
@@ -652,6 +907,9 @@ pub fn config_of(row: &Row) -> OpConfig {
     }
     if row.hot_setup {
         flags |= op_flags::TRACK_CTX;
+    }
+    if row.sample_first {
+        flags |= op_flags::SAMPLE_FIRST;
     }
     OpConfig {
         flags,
@@ -700,5 +958,54 @@ mod tests {
         );
         assert_eq!(Lib::of_path("/usr/lib/libcuda.so.1"), Some(Lib::Cuda));
         assert_eq!(Lib::of_path("/x/libcudart.so.12"), None);
+    }
+
+    #[test]
+    fn ucx_copies_in_wheels() {
+        // libucx-cu12's layout, and auditwheel's renamed copies in nixl-cu13.
+        let site = "/usr/lib/python3/site-packages";
+        assert_eq!(Lib::of_path(&format!("{site}/libucx/lib/libucp.so.0")), Some(Lib::Ucp));
+        assert_eq!(
+            Lib::of_path(&format!("{site}/nixl_cu13.libs/libucp-b39b3ed9.so.0.0.0")),
+            Some(Lib::Ucp)
+        );
+        assert_eq!(
+            Lib::of_path(&format!("{site}/nixl_cu13.libs/libucs-14c218c5.so.0.0.0")),
+            Some(Lib::Ucs)
+        );
+        assert_eq!(
+            Lib::of_path(&format!("{site}/nixl_cu13.libs/libibverbs-1de1263b.so.1.14.48.0")),
+            Some(Lib::Ibverbs)
+        );
+        // Transport modules are not the transport layer itself; a hyphenated
+        // name without a hash is not renamed.
+        assert_eq!(Lib::of_path("/usr/lib/x86_64-linux-gnu/ucx/libuct_ib.so.0"), None);
+        assert_eq!(Lib::of_path("/x/libuct-extra.so.0"), None);
+        assert_eq!(Lib::of_path("/x/libnl-3-47cd035c.so.200"), None);
+    }
+
+    #[test]
+    fn ucx_data_rows_aggregate_per_endpoint_with_a_sample() {
+        for r in TABLE.iter().filter(|r| r.kind == Kind::UcxData) {
+            let (count, dtype, handle) = r.coll.expect("data rows are aggregated");
+            assert_eq!(dtype, tracer_common::NO_ARG, "{}: count is bytes", r.symbol);
+            assert_eq!(r.args[count as usize], Arg::Bytes, "{}", r.symbol);
+            assert_eq!(
+                r.args[count as usize - 1],
+                Arg::Addr,
+                "{}: buffer before count",
+                r.symbol
+            );
+            assert_eq!(handle, 0, "{}", r.symbol);
+            let c = config_of(r);
+            assert_eq!(
+                c.flags,
+                op_flags::AGGREGATE_ONLY | op_flags::ENTRY_ONLY | op_flags::SAMPLE_FIRST
+            );
+        }
+        // Each form of uct_md_mem_reg keeps its own row: the v2 row comes first.
+        let v2 = TABLE.iter().position(|r| r.symbol == "uct_md_mem_reg_v2").unwrap();
+        let v1 = TABLE.iter().position(|r| r.symbol == "uct_md_mem_reg").unwrap();
+        assert!(v2 < v1);
     }
 }

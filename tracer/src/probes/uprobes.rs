@@ -10,10 +10,11 @@
 //! machines, docs/perf.md): the same groups, only slower to close.
 //!
 //! Groups: `Steady` rows (allocations, copies, registrations, collectives)
-//! stay for the whole window; `Setup` rows (`Row::hot_setup`: context
-//! switches that running jobs repeat on every API call) are one droppable
-//! link per file, closed by [`UprobeLinks::drop_setup`] when their hit rate
-//! goes over budget.
+//! stay for the whole window; `Setup` rows (`Row::hot_setup` context
+//! switches and `Row::budgeted` registration-cache lookups, which running
+//! jobs may repeat on every API call or send) are one droppable link per
+//! file, closed by `Planner::drop_setup` when their hit rate goes over
+//! budget.
 use std::{collections::BTreeSet, path::Path};
 
 use aya::{

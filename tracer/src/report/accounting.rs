@@ -311,7 +311,12 @@ pub fn finish_transfers(agg: &mut Aggregator, report: &super::Report, nvlink: Op
     let comms: BTreeMap<u32, String> = judged.processes.iter().map(|p| (p.pid, p.comm.clone())).collect();
     if let Some(out) = &mut agg.transfers.sink {
         use std::io::Write as _;
-        for t in collective_transfers(&judged.collectives, &comms) {
+        let ucx = judged
+            .ucx
+            .as_ref()
+            .map(|u| crate::classify::ucx::transfers(u, &comms))
+            .unwrap_or_default();
+        for t in collective_transfers(&judged.collectives, &comms).into_iter().chain(ucx) {
             serde_json::to_writer(&mut *out, &t).map_err(std::io::Error::from)?;
             out.write_all(b"\n")?;
         }

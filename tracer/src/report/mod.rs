@@ -234,6 +234,10 @@ pub struct Report {
     /// when readable: steady-state evidence for jobs attached after set-up.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_links: Option<crate::classify::steady::GpuLinks>,
+    /// UCX processes: endpoints, data calls, paths per memory type,
+    /// registrations and the registration cache (`classify/ucx.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ucx: Option<crate::classify::ucx::UcxReport>,
     /// Whether `judge` ran (verdicts, staging and collective transfers are final).
     #[serde(skip)]
     pub judged: bool,
@@ -285,7 +289,15 @@ impl Report {
             .groups
             .retain(|g| g.sample.iter().all(|t| t.calls.is_none()));
         let mut groups: BTreeMap<(String, &'static str), accounting::TransferGroup> = BTreeMap::new();
-        for t in accounting::collective_transfers(&self.collectives, &comms) {
+        let ucx = self
+            .ucx
+            .as_ref()
+            .map(|u| crate::classify::ucx::transfers(u, &comms))
+            .unwrap_or_default();
+        for t in accounting::collective_transfers(&self.collectives, &comms)
+            .into_iter()
+            .chain(ucx)
+        {
             let g = groups
                 .entry((t.op.clone(), t.transport.name()))
                 .or_insert_with(|| accounting::TransferGroup {
@@ -305,13 +317,30 @@ impl Report {
         self.transfers.total = self.transfers.groups.iter().map(|g| g.count).sum();
         self.staging = accounting::staging(self);
         self.nccl_log = nccl_log.map(|text| crate::classify::comm::nccl_log_agreement(text, self));
+        self.explain_again();
+    }
+
+    /// Recomputes `explain` from the report as it stands.
+    fn explain_again(&mut self) {
         if let Ok(v) = serde_json::to_value(&*self) {
             self.explain = crate::classify::explain::explain(&v);
         }
     }
 
+    /// Compares UCX's own log (`UCX_PROTO_INFO=y` / `UCX_LOG_LEVEL=info`
+    /// output, `--ucx-log`) with the judged UCX paths: corroboration only,
+    /// the paths stay as the evidence decided them.
+    pub fn corroborate_ucx(&mut self, log: &str) {
+        let nvlink = self.facts.nvlink;
+        crate::classify::ucx_log::corroborate(self.ucx.get_or_insert_with(Default::default), log, nvlink);
+        self.explain_again();
+    }
+
     fn judge_verdicts(&mut self, nccl_log: Option<&str>) {
         self.verdicts = crate::classify::judge::verdicts(&crate::classify::judge::Inputs::of_report(self));
+        // The UCX section's paths per process and endpoint, by the same
+        // decision the UCX processes' verdicts came from.
+        crate::classify::ucx::judge(self);
         if let Some(text) = nccl_log {
             crate::classify::comm::corroborate(&mut self.verdicts, &crate::classify::comm::parse_nccl_log(text));
         }
@@ -461,9 +490,12 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         loss: inputs.loss,
         coverage: inputs.coverage,
         verdicts: Vec::new(),
+        // UCX's data calls are aggregated the same way; they are reported
+        // per endpoint in the UCX section.
         collectives: agg
             .collectives
             .iter()
+            .filter(|((_, op, _), _)| !crate::classify::ucx::is_data_op(op))
             .map(|((pid, op, handle), (calls, bytes))| Collective {
                 pid: *pid,
                 op: op.clone(),
@@ -495,6 +527,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         explain: Default::default(),
         workloads: Vec::new(),
         gpu_links: inputs.gpu_links,
+        ucx: crate::classify::ucx::report(agg, &inputs.process_libraries),
         judged: false,
     }
 }
@@ -538,6 +571,7 @@ pub(crate) fn signals(coverage: &[Coverage], vmstat: bool) -> Vec<Signal> {
         (Family::Cuda, "libcuda allocations and copies"),
         (Family::Ibverbs, "libibverbs MR registration"),
         (Family::Nccl, "libnccl communicators and collectives"),
+        (Family::Ucx, "UCX endpoints, registrations and data calls"),
     ] {
         let (ok, how) = attached(family);
         out.push(Signal {

@@ -114,6 +114,9 @@ pub struct Aggregator {
     pairs: PairDetector,
     /// Registration latency per backing (`host`, `gpu/peer-mem`, `gpu/dma-buf`, `io_uring`).
     pub reg_latency: BTreeMap<&'static str, Histogram<u64>>,
+    /// UCX evidence per process (registrations, cache lookups, buffer
+    /// samples of the aggregated data calls, copies by side).
+    pub ucx: classify::ucx::Tracker,
 }
 
 /// Transfer records per (op, verdict).
@@ -186,6 +189,7 @@ impl Aggregator {
             transfers: Transfers::default(),
             pairs: PairDetector::default(),
             reg_latency: BTreeMap::new(),
+            ucx: Default::default(),
         }
     }
 
@@ -305,6 +309,7 @@ impl Aggregator {
             r.input(serde_json::json!({"type": "setup-closed", "t_ns": monotonic_ns()}));
         }
         self.registry.contexts_frozen = true;
+        self.ucx.setup_closed();
     }
 
     /// Drops everything kept about an exited process (its row, registry,
@@ -377,6 +382,12 @@ impl Aggregator {
         if !self.procs.contains_key(&e.pid) {
             self.first_sight(e.pid);
         }
+        // The first call of an aggregated row: a sample of its arguments,
+        // not a call (the kernel counts those).
+        if e.kind == kind::ENTRY && crate::probes::uapi::row_of(e.op).is_some_and(|(_, r)| r.aggregate) {
+            self.ucx.sample(e, &self.registry);
+            return;
+        }
         if self.registry.nvlink.is_none()
             && crate::probes::uapi::row_of(e.op).is_some_and(|(_, r)| r.kind == crate::probes::uapi::Kind::Copy)
         {
@@ -389,6 +400,7 @@ impl Aggregator {
             self.undecoded += 1;
             return;
         };
+        self.ucx.observe(e, c.transport, &self.registry);
         if registered || (c.label == "cuMemHostRegister" && !c.failed) {
             let backing = match c.transport {
                 Transport::GdrDmabuf => "gpu/dma-buf",

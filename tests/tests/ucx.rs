@@ -1,0 +1,272 @@
+//! UCX traced for real: Debian's `ucx_perftest` (ucx-utils) as a server and
+//! a client on this host, through `gdrtrace drive ucx`, under `run` and
+//! `attach`.
+//!
+//! What is proven:
+//! - the client's sends and bytes, counted in the kernel per endpoint,
+//!   equal what the perftest says it ran (its `Final:` line), and the
+//!   server's posted receives too;
+//! - host memory over tcp is `socket` and over posix is `shm`, for both
+//!   processes, and UCX's own log (`--ucx-log`, `UCX_LOG_LEVEL=info`
+//!   endpoint lanes) agrees;
+//! - with the registration cache off, the report shows a registration per
+//!   transfer and the `ucx-rcache-disabled` rule explains it; with it on
+//!   the rule stays quiet;
+//! - a replay of the recording gives the same UCX section;
+//! - `attach` to a perftest past its set-up gives the transport in the
+//!   first interval record.
+use std::{
+    io::{BufRead as _, BufReader},
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use integration_tests::{can_trace, gdrtrace, gdrtrace_path, run, stderr};
+
+fn perftest(test: &str) -> bool {
+    let found =
+        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("ucx_perftest").is_file()));
+    if !found {
+        println!("skipping: {test}: ucx_perftest is not installed (Debian: apt-get install ucx-utils)");
+    }
+    found
+}
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("gdrtrace-ucx-test-{}-{name}", std::process::id()))
+}
+
+fn json(p: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// `gdrtrace run` of `drive ucx` with its own log as `--ucx-log`: (report, summary).
+fn traced(mode: &str, extra: &[&str], record: Option<&Path>) -> (serde_json::Value, serde_json::Value) {
+    let (report, log, summary) = (
+        tmp(&format!("{mode}.json")),
+        tmp(&format!("{mode}.log")),
+        tmp(&format!("{mode}.summary")),
+    );
+    let bin = gdrtrace_path();
+    let mut args: Vec<String> = ["run", "--json"].map(String::from).to_vec();
+    args.push(report.display().to_string());
+    args.extend(["--ucx-log".to_string(), log.display().to_string()]);
+    if let Some(r) = record {
+        args.extend(["--record".to_string(), r.display().to_string()]);
+    }
+    args.extend(["--", &bin.display().to_string(), "drive", "ucx", "--mode", mode].map(String::from));
+    args.extend(["--size", "256K", "--iterations", "40", "--log"].map(String::from));
+    args.push(log.display().to_string());
+    args.extend(["--summary".to_string(), summary.display().to_string()]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(&argv);
+    assert!(
+        out.status.success(),
+        "gdrtrace run of drive ucx {mode} failed: {}",
+        stderr(&out)
+    );
+    let r = (json(&report), json(&summary));
+    for p in [report, log, summary] {
+        let _ = std::fs::remove_file(p);
+    }
+    r
+}
+
+fn ucx_process(r: &serde_json::Value, pid: u64) -> &serde_json::Value {
+    r["ucx"]["processes"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["pid"] == pid))
+        .unwrap_or_else(|| panic!("pid {pid} not in the UCX section: {}", r["ucx"]))
+}
+
+fn check_mode(mode: &str, want: &str) {
+    let (r, s) = traced(mode, &[], None);
+    let (client, server, n) = (&s["client_pid"], &s["server_pid"], s["iterations"].as_u64().unwrap());
+    assert!(n > 0);
+    let c = ucx_process(&r, client.as_u64().unwrap());
+    assert_eq!(
+        c["data_calls"], n,
+        "sends counted in the kernel = the perftest's iterations"
+    );
+    assert_eq!(c["data_bytes"], s["bytes"], "bytes = iterations x size");
+    let srv = ucx_process(&r, server.as_u64().unwrap());
+    assert_eq!(srv["receives"], n, "receives posted by the server");
+    for p in [c, srv] {
+        let path = &p["paths"][0];
+        assert_eq!(path["memory"], "host", "{p}");
+        assert_eq!(path["transport"], want, "{p}");
+        assert_eq!(path["host_staged"], false);
+        assert_eq!(path["log"]["agrees"], true, "UCX's log: {}", path["log"]);
+        assert_eq!(p["workers"], 1);
+        assert_eq!(p["endpoints"], 1);
+    }
+    let eps: Vec<&serde_json::Value> = r["ucx"]["endpoints"].as_array().unwrap().iter().collect();
+    assert!(
+        eps.iter().any(|e| e["pid"] == *client
+            && e["op"] == "ucp_tag_send_nbx"
+            && e["memory"] == "host"
+            && e["transport"] == want),
+        "{eps:?}"
+    );
+    let v = r["verdicts"].as_array().unwrap();
+    assert!(v.iter().any(|x| x["pid"] == *client && x["transport"] == want), "{v:?}");
+    assert_eq!(r["loss"]["complete"], true);
+}
+
+#[test]
+fn host_memory_over_tcp_and_shared_memory() {
+    if !can_trace("ucx host modes") || !perftest("ucx host modes") {
+        return;
+    }
+    check_mode("host-tcp", "socket");
+    check_mode("host-shm", "shm");
+}
+
+#[test]
+fn rcache_off_registers_every_transfer_and_a_rule_says_why() {
+    if !can_trace("ucx rcache") || !perftest("ucx rcache") {
+        return;
+    }
+    let rule = |r: &serde_json::Value| {
+        r["explain"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["rule"] == "ucx-rcache-disabled")
+            .cloned()
+    };
+    let (off, s) = traced("host-tcp", &["--rcache", "off"], None);
+    let c = ucx_process(&off, s["client_pid"].as_u64().unwrap());
+    let per = c["registrations_per_data_call"].as_f64().unwrap();
+    assert!(per >= 1.0, "a registration per rendezvous send with the cache off: {c}");
+    let f = rule(&off).expect("ucx-rcache-disabled fires with UCX_RCACHE_ENABLE=n");
+    assert!(
+        f["evidence"][0].as_str().unwrap().contains("UCX_RCACHE_ENABLE=n"),
+        "{f}"
+    );
+    let paths = off["explain"]["paths"].as_array().unwrap();
+    assert!(
+        paths
+            .iter()
+            .any(|p| p["what"].as_str().unwrap().starts_with("UCX registers memory")
+                && p["explained_by"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|x| x == "ucx-rcache-disabled")),
+        "{paths:?}"
+    );
+    let (on, _) = traced("host-tcp", &[], None);
+    assert!(rule(&on).is_none(), "no rule without the variable: {}", on["explain"]);
+}
+
+#[test]
+fn replay_gives_the_same_ucx_section() {
+    if !can_trace("ucx replay") || !perftest("ucx replay") {
+        return;
+    }
+    let rec = tmp("rec");
+    let (live, _) = traced("host-shm", &[], Some(&rec));
+    let replayed = tmp("replayed.json");
+    let out = run(&[
+        "replay",
+        &rec.display().to_string(),
+        "--json",
+        &replayed.display().to_string(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r = json(&replayed);
+    let mut a = live["ucx"].clone();
+    // The live report was corroborated with the UCX log; the replay was not.
+    a.as_object_mut().unwrap().remove("log");
+    for p in a["processes"].as_array_mut().unwrap() {
+        for x in p["paths"].as_array_mut().unwrap() {
+            x.as_object_mut().unwrap().remove("log");
+        }
+    }
+    assert_eq!(a, r["ucx"]);
+    let _ = std::fs::remove_file(rec);
+    let _ = std::fs::remove_file(replayed);
+}
+
+#[test]
+fn attach_after_set_up_gives_the_transport_in_the_first_interval() {
+    if !can_trace("ucx attach") || !perftest("ucx attach") {
+        return;
+    }
+    // A long perftest (300000 x 64 KiB over tcp, far longer than the test),
+    // in a process group of its own: killed with its perftests at the end.
+    let mut job = gdrtrace()
+        .args([
+            "drive",
+            "ucx",
+            "--mode",
+            "host-tcp",
+            "--size",
+            "64K",
+            "--iterations",
+            "300000",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("starting drive ucx");
+    // Past its set-up: both perftest processes exist and the client has
+    // connected (the server's log file would say so; the process tree is enough).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let children = loop {
+        let c = std::fs::read_to_string(format!("/proc/{}/task/{}/children", job.id(), job.id())).unwrap_or_default();
+        if c.split_whitespace().count() >= 2 || std::time::Instant::now() > deadline {
+            break c;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(children.split_whitespace().count() >= 2, "drive ucx started no client");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let jsonl = tmp("attach.jsonl");
+    let mut attach = Command::new(gdrtrace_path())
+        .args([
+            "attach",
+            "--pid",
+            &job.id().to_string(),
+            "--interval",
+            "1s",
+            "--duration",
+            "3s",
+            "--jsonl",
+        ])
+        .arg(&jsonl)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting attach");
+    let out = BufReader::new(attach.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .collect::<Vec<_>>();
+    let status = attach.wait().unwrap();
+    // SAFETY: signals our own child's process group.
+    unsafe { libc::kill(-(job.id() as i32), libc::SIGKILL) };
+    let _ = job.wait();
+    assert!(status.success(), "attach failed: {}", out.join("\n"));
+    let first: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&jsonl)
+            .unwrap()
+            .lines()
+            .next()
+            .expect("an interval record"),
+    )
+    .unwrap();
+    let procs = first["processes"].as_array().unwrap();
+    let perftests: Vec<&serde_json::Value> = procs.iter().filter(|p| p["comm"] == "ucx_perftest").collect();
+    assert_eq!(perftests.len(), 2, "{procs:?}");
+    assert!(
+        perftests.iter().all(|p| p["verdict"] == "socket"),
+        "first interval: {perftests:?}"
+    );
+    let _ = std::fs::remove_file(jsonl);
+}
