@@ -388,66 +388,78 @@ fn markdown(v: &Value) -> String {
         v["machine"].as_str().unwrap_or("")
     );
     let c = &v["pin_churn"];
-    s += &format!(
-        "- pin-churn ({} iterations, {} rounds interleaved): untraced median {} s, traced median {} s, ratio of medians {}, median of per-round ratios {}; events {} of {}, ring-buffer drops {}\n",
-        c["iterations"],
-        c["rounds"],
-        f(&c["median_untraced_s"]),
-        f(&c["median_traced_s"]),
-        f(&c["ratio_of_medians"]),
-        f(&c["median_of_ratios"]),
-        c["events_delivered"],
-        c["expected_events"],
-        c["ringbuf_drops"]
-    );
-    s += "- pipeline (getppid tracepoint, paced):\n\n  | asked/s | delivered/s | delivered | drops | tracer CPU us/event |\n  |---|---|---|---|---|\n";
-    for r in v["pipeline"]["runs"].as_array().into_iter().flatten() {
+    if !c.is_null() {
         s += &format!(
-            "  | {} | {:.0} | {} of {} | {} | {:.2} |\n",
-            if r["rate"] == 0 {
-                "unpaced".to_string()
-            } else {
-                r["rate"].to_string()
-            },
-            r["events_per_s"].as_f64().unwrap_or(0.0),
-            r["delivered"],
-            r["calls"],
-            r["ringbuf_drops"],
-            r["tracer_cpu_us_per_event"].as_f64().unwrap_or(0.0)
+            "- pin-churn ({} iterations, {} rounds interleaved; events {} of {}, ring-buffer drops {}):\n",
+            c["iterations"], c["rounds"], c["events_delivered"], c["expected_events"], c["ringbuf_drops"]
+        );
+        for (key, what) in [("wall_s", "elapsed"), ("cpu_s", "CPU time")] {
+            let m = &c[key];
+            s += &format!(
+                "  - {what}: untraced median {} s, traced median {} s, ratio of medians {}, median of per-round ratios {}\n",
+                f(&m["median_untraced"]),
+                f(&m["median_traced"]),
+                f(&m["ratio_of_medians"]),
+                f(&m["median_of_ratios"]),
+            );
+        }
+    }
+    if !v["pipeline"].is_null() {
+        s += "- pipeline (getppid tracepoint, paced):\n\n  | asked/s | delivered/s | delivered | drops | tracer CPU us/event |\n  |---|---|---|---|---|\n";
+        for r in v["pipeline"]["runs"].as_array().into_iter().flatten() {
+            s += &format!(
+                "  | {} | {:.0} | {} of {} | {} | {:.2} |\n",
+                if r["rate"] == 0 {
+                    "unpaced".to_string()
+                } else {
+                    r["rate"].to_string()
+                },
+                r["events_per_s"].as_f64().unwrap_or(0.0),
+                r["delivered"],
+                r["calls"],
+                r["ringbuf_drops"],
+                r["tracer_cpu_us_per_event"].as_f64().unwrap_or(0.0)
+            );
+        }
+        s += &format!(
+            "\n  highest lossless rate: {:.0} events/s\n",
+            v["pipeline"]["best_lossless_events_per_s"].as_f64().unwrap_or(0.0)
         );
     }
-    s += &format!(
-        "\n  highest lossless rate: {:.0} events/s\n",
-        v["pipeline"]["best_lossless_events_per_s"].as_f64().unwrap_or(0.0)
-    );
-    s += "- detach:\n\n  | points | mode | links | attach ms | close ms |\n  |---|---|---|---|---|\n";
-    for r in v["detach"].as_array().into_iter().flatten() {
-        s += &format!(
-            "  | {} | {} | {} | {} | {} |\n",
-            r["points"],
-            r["mode"].as_str().unwrap_or(""),
-            r["links"],
-            f(&r["attach_ms"]),
-            f(&r["close_ms"])
-        );
+    if !v["detach"].is_null() {
+        s += "- detach:\n\n  | points | mode | links | attach ms | close ms |\n  |---|---|---|---|---|\n";
+        for r in v["detach"].as_array().into_iter().flatten() {
+            s += &format!(
+                "  | {} | {} | {} | {} | {} |\n",
+                r["points"],
+                r["mode"].as_str().unwrap_or(""),
+                r["links"],
+                f(&r["attach_ms"]),
+                f(&r["close_ms"])
+            );
+        }
     }
-    s += "- attach to a pin-churn loop, SIGINT after 4 s:\n";
-    for r in v["attach_sigint"].as_array().into_iter().flatten() {
-        s += &format!(
-            "  - signal to report {} ms, to exit {} ms, drops {}, complete {}\n",
-            f(&r["signal_to_report_ms"]),
-            f(&r["signal_to_exit_ms"]),
-            r["ringbuf_drops"],
-            r["complete"]
-        );
+    if !v["attach_sigint"].is_null() {
+        s += "- attach to a pin-churn loop, SIGINT after 4 s:\n";
+        for r in v["attach_sigint"].as_array().into_iter().flatten() {
+            s += &format!(
+                "  - signal to report {} ms, to exit {} ms, drops {}, complete {}\n",
+                f(&r["signal_to_report_ms"]),
+                f(&r["signal_to_exit_ms"]),
+                r["ringbuf_drops"],
+                r["complete"]
+            );
+        }
     }
-    s += "- run: traced command's exit to the report / to the tracer's exit:\n";
-    for r in v["run_exit"].as_array().into_iter().flatten() {
-        s += &format!(
-            "  - {} ms / {} ms\n",
-            f(&r["exit_to_report_ms"]),
-            f(&r["exit_to_tracer_exit_ms"])
-        );
+    if !v["run_exit"].is_null() {
+        s += "- run: traced command's exit to the report / to the tracer's exit:\n";
+        for r in v["run_exit"].as_array().into_iter().flatten() {
+            s += &format!(
+                "  - {} ms / {} ms\n",
+                f(&r["exit_to_report_ms"]),
+                f(&r["exit_to_tracer_exit_ms"])
+            );
+        }
     }
     s
 }
