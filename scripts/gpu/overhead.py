@@ -69,7 +69,11 @@ def rank_main(rank, n, a):
             if out:
                 out.write(f"{time.time():.6f} {us:.3f}\n")
         med = st.median(samples)
-        busbw = SIZES[name] * 2 * (n - 1) / n / (med * 1e-6) / 1e9
+        # nccl-tests' bus bandwidth factor, 2(n-1)/n; one rank (a one-GPU
+        # machine) moves nothing between ranks, so its figure is the
+        # algorithm bandwidth.
+        factor = 2 * (n - 1) / n if n > 1 else 1.0
+        busbw = SIZES[name] * factor / (med * 1e-6) / 1e9
         summary[name] = {"us_per_call": med, "busbw_gbps": busbw, "samples": len(samples)}
     if out:
         out.close()

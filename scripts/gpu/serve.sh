@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# GPU machine (2x H200), one device call: `gdrtrace serve` running while the
+# GPU machine, one device call: `gdrtrace serve` running while the
 # three NCCL modes run one after another as independent torch.distributed
 # jobs (scripts/gpu/allreduce.py: a launcher and one process per rank,
 # torch's own libnccl), with NCCL's log saved per mode and the
 # agent's /metrics scraped every 2 s and after each job. The Debian
 # prometheus is not on that machine: python scrapes.
+# With one GPU (no NCCL transports between ranks) the jobs are instead
+# torch copy loops (scripts/gpu/copy_loop.py) from pinned and from pageable
+# host memory: expected gpu-host-dma with nothing staged, and host-staged
+# with everything staged.
 #
 # Usage (repository root, the binary brought along):
 #   bash scripts/gpu/serve.sh [BIN]          # BIN defaults to dist/gdrtrace
@@ -39,6 +43,63 @@ scrape() { # FILE
 open(sys.argv[2], "wb").write(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=20).read())' \
     "$PORT" "$1" 2>> "$R/scrape-errors.txt"
 }
+
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
+echo "gpus=$NGPU" >> "$R/env.txt"
+if [ "$NGPU" -lt 2 ]; then
+  for mode in pinned pageable; do
+    mkdir -p "$R/scrapes-$mode"
+    ( n=0; while :; do scrape "$R/scrapes-$mode/$(printf %03d $n).txt"; n=$((n + 1)); sleep 2; done ) &
+    scraper=$!
+    python3 scripts/gpu/copy_loop.py --memory $mode --seconds 15 > "$R/copy-$mode.log" 2>&1
+    echo "job rc=$?" >> "$R/copy-$mode.log"
+    kill $scraper 2>/dev/null
+    wait $scraper 2>/dev/null
+    sleep 3
+    scrape "$R/metrics-$mode.txt"
+  done
+  kill -TERM $agent
+  wait $agent
+  echo "serve rc=$?" >> "$R/serve.err"
+  python3 - "$R" <<'PY' | tee "$R/summary.txt"
+import json, re, sys
+R = sys.argv[1]
+want = {"pinned": ("gpu-host-dma", 0.0), "pageable": ("host-staged", 1.0)}
+lab = re.compile(r'(\w+)="([^"]*)"')
+def series(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels = dict(lab.findall(line[len(name) + 1:line.rindex("}")]))
+            yield labels, float(line.rsplit(" ", 1)[1])
+summary = {}
+for mode, (expect, ratio) in want.items():
+    log = open(f"{R}/copy-{mode}.log", errors="replace").read()
+    m = re.search(r"ready pid=(\d+)", log)
+    b = re.search(r"copies=(\d+) bytes=(\d+)", log)
+    if not m:
+        print(f"{mode}: the job did not start: {log[-300:]}")
+        continue
+    pid = int(m.group(1))
+    text = open(f"{R}/metrics-{mode}.txt").read()
+    verdicts = sorted({l["transport"] for l, _ in series(text, "gdrtrace_transport_verdict_info") if int(l["pid"]) == pid})
+    found = [l.get("discovered_by") for l, _ in series(text, "gdrtrace_process_info") if int(l["pid"]) == pid]
+    moved = sum(v for l, v in series(text, "gdrtrace_moved_bytes_total") if int(l["pid"]) == pid)
+    staged = sum(v for l, v in series(text, "gdrtrace_host_staged_bytes_total") if int(l["pid"]) == pid)
+    calls = {l.get("transport"): v for l, v in series(text, "gdrtrace_calls_total") if int(l.get("pid", -1)) == pid}
+    lost = sum(v for _, v in series(text, "gdrtrace_events_lost_total"))
+    got = staged / moved if moved else None
+    ok = expect in verdicts and got is not None and abs(got - ratio) < 0.01
+    summary[mode] = {"pid": pid, "discovered_by": found, "verdicts": verdicts, "moved_bytes": moved,
+                     "host_staged_bytes": staged, "job_bytes": int(b.group(2)) if b else None,
+                     "calls_by_transport": calls, "events_lost": lost, "ok": ok}
+    print(f"{mode}: pid {pid} ({found}): verdicts {verdicts}, moved {moved:.0f} (job says {b.group(2) if b else '?'}), "
+          f"staged {staged:.0f}, calls {calls}, lost {lost:.0f}: expected {expect} with {ratio:.0%} staged: "
+          f"{'ok' if ok else 'DIFFERS'}")
+json.dump(summary, open(f"{R}/summary.json", "w"), indent=1)
+PY
+  tail -3 "$R/serve.err"
+  exit 0
+fi
 
 i=0
 for mode in auto no-p2p no-p2p-no-shm; do

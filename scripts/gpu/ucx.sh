@@ -60,19 +60,24 @@ if step validate 330; then
     echo "rc=$?" >> "$R/validate.txt"
 fi
 
-for m in cuda-no-ipc cuda; do
+# One GPU: both processes on it, and no IPC mode (a copy inside one GPU
+# crosses no link); NIXL's transfer between two GPUs is not run.
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
+if [ "$NGPU" -ge 2 ]; then MODES="cuda-no-ipc cuda"; GPUS=0,1; else MODES="cuda-no-ipc"; GPUS=0,0; fi
+echo "gpus=$NGPU modes=$MODES" >> "$R/env.txt"
+for m in $MODES; do
     step "run $m" 60 || continue
     timeout "$(limit 60)" "$B" run --json "$R/run-$m.json" --ucx-log "$R/run-$m.log" -- \
-        "$B" drive ucx --mode "$m" --size 64M --iterations 100 --log "$R/run-$m.log" \
+        "$B" drive ucx --mode "$m" --gpus "$GPUS" --size 64M --iterations 100 --log "$R/run-$m.log" \
         --summary "$R/run-$m.summary.json" > "$R/run-$m.txt" 2>&1
     echo "rc=$?" >> "$R/run-$m.txt"
     "$B" explain "$R/run-$m.json" --ucx-log "$R/run-$m.log" > "$R/explain-$m.txt" 2>&1
 done
 
-for m in cuda-no-ipc cuda; do
+for m in $MODES; do
     step "attach $m" 45 || continue
     # A long perftest in its own process group (killed as a group after).
-    setsid "$B" drive ucx --mode "$m" --size 64M --iterations 1000000 --timeout 90s \
+    setsid "$B" drive ucx --mode "$m" --gpus "$GPUS" --size 64M --iterations 1000000 --timeout 90s \
         --log "$R/job-$m.log" > "$R/job-$m.txt" 2>&1 &
     J=$!
     sleep 12   # UCX wire-up and the first transfers happen before the tracer comes

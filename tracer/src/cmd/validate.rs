@@ -517,7 +517,12 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
             );
         }
     }
-    let nvlink = crate::topo::discover().nvlink();
+    let host = crate::topo::discover();
+    if host.gpus.len() < 2 {
+        outln!("\nvalidate: nccl: skipping: one GPU (NCCL's transports are between ranks on two or more)");
+        return Ok(checks);
+    }
+    let nvlink = host.nvlink();
     outln!("\nvalidate: nccl all-reduce by transport mode");
     outln!(
         "  {:<14} {:<12} {:>12} {:>12} {:>14} {:>16}",
@@ -698,6 +703,8 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
             UcxMode::HostRc if rdma_devices().is_empty() => Some("no RDMA device"),
             UcxMode::Cuda | UcxMode::CudaNoIpc if gpus == 0 => Some("no GPU"),
             UcxMode::Cuda | UcxMode::CudaNoIpc if !cuda => Some("this ucx_perftest has no CUDA memory type"),
+            // IPC between two processes on one GPU is a copy inside it, no link.
+            UcxMode::Cuda if gpus < 2 => Some("one GPU: the IPC mode needs two"),
             _ => None,
         };
         if let Some(why) = skip {
@@ -713,6 +720,10 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
         let mut argv = vec![exe.display().to_string(), "drive".into(), "ucx".into()];
         argv.extend(["--mode", mode.name(), "--size", size, "--iterations", iterations].map(String::from));
         argv.extend(["--perftest".to_string(), perftest.display().to_string()]);
+        if gpus == 1 {
+            // Both processes on the one GPU (the staged mode needs no second).
+            argv.extend(["--gpus", "0,0"].map(String::from));
+        }
         argv.extend(["--log".to_string(), log.display().to_string()]);
         let name = format!("ucx-{mode}");
         let (mut r, v, code) = traced_workload(trace, argv, &name)?;
