@@ -408,19 +408,6 @@ impl Trace {
             .collect()
     }
 
-    /// Opens the `--record` and `--transfers` files of a command.
-    pub fn outputs(&mut self, t: &crate::cli::TraceArgs) -> Result<()> {
-        if let Some(path) = &t.record {
-            self.record(path)?;
-        }
-        if let Some(path) = &t.transfers {
-            self.agg.transfers.sink = Some(std::io::BufWriter::new(
-                std::fs::File::create(path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?,
-            ));
-        }
-        Ok(())
-    }
-
     /// Records the aggregator's inputs to `path` (`--record`), from now on.
     pub fn record(&mut self, path: &std::path::Path) -> Result<()> {
         let header = recording::Header::now();

@@ -129,23 +129,20 @@ impl PreExisting {
     }
 }
 
-/// A duration in ns, short (`8us`, `1.0ms`).
-fn dur(ns: u64) -> String {
-    match ns {
-        0..1_000 => format!("{ns}ns"),
-        1_000..1_000_000 => format!("{}us", ns / 1_000),
-        1_000_000..1_000_000_000 => format!("{:.1}ms", ns as f64 / 1e6),
-        _ => format!("{:.1}s", ns as f64 / 1e9),
-    }
-}
-
 fn interval_line(rec: &IntervalRecord) -> String {
     let mut s = format!("[{:>7.1}s]", rec.elapsed_s);
     if !rec.hot_ops.is_empty() {
         let hot: Vec<String> = rec
             .hot_ops
             .iter()
-            .map(|h| format!("{} {:.0}/s p99<={}", h.op, h.calls_per_s, dur(h.p99_ns_at_most)))
+            .map(|h| {
+                format!(
+                    "{} {:.0}/s p99<={}",
+                    h.op,
+                    h.calls_per_s,
+                    crate::units::ns_short(h.p99_ns_at_most)
+                )
+            })
             .collect();
         s.push_str(&format!("  hot: {}", hot.join(", ")));
     }
@@ -329,7 +326,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     };
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
-    trace.outputs(&args.trace)?;
+    super::outputs(&mut trace, &args.trace)?;
     let mut attached = Vec::new();
     let mut pre_existing = Vec::new();
     for pid in &targets {

@@ -182,7 +182,7 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
     let opts = session_options(t)?;
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
-    trace.outputs(t)?;
+    super::outputs(&mut trace, t)?;
     let rt = super::runtime()?;
     let stopped = Cell::new(None::<Stop>);
     let (pid, child) = rt.block_on(async {

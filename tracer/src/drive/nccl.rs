@@ -26,11 +26,8 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::cuda_copy::{
-    SizeList,
-    cu::{self, CuError, Device, DeviceBuf, Stream},
-    parse_size, parse_sizes,
-};
+use super::cuda_copy::cu::{self, CuError, Device, DeviceBuf, Stream};
+use crate::units::{SizeList, parse_size, parse_sizes};
 use ffi::{NCCL_FLOAT32, NCCL_INT32, NCCL_MAX, NCCL_SUM, Nccl, NcclFfiError};
 
 /// Default sizes of the sweep.
@@ -173,14 +170,14 @@ pub struct NcclOpts {
     pub warmup: u64,
     /// Loop the sweep (or --size) for this long instead, one synchronised
     /// call per iteration, printing `nccl: iter=I size=S time_us=T` (rank 0).
-    #[arg(long, value_name = "DURATION", value_parser = crate::cli::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::parse_duration)]
     pub duration: Option<Duration>,
     /// Ranks, one GPU each (default: every visible GPU).
     #[arg(long, value_name = "N")]
     pub nranks: Option<usize>,
     /// Stop the ranks and fail if they have not finished after this long
     /// (default: 10m, or --duration plus 5m).
-    #[arg(long, value_name = "DURATION", value_parser = crate::cli::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::parse_duration)]
     pub timeout: Option<Duration>,
     /// Also write the combined report as JSON to FILE.
     #[arg(long, value_name = "FILE")]

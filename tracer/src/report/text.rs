@@ -2,18 +2,10 @@
 use std::fmt::Write as _;
 
 use super::{Bucket, Report};
-use crate::probes::{Family, Status};
-
-/// bpftrace's power-of-two labels: 512, 1K, 2M, 4G.
-pub fn human(v: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [(1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
-    for (size, unit) in UNITS {
-        if v >= size && v.is_multiple_of(size) {
-            return format!("{}{unit}", v / size);
-        }
-    }
-    v.to_string()
-}
+use crate::{
+    probes::{Family, Status},
+    units::{bytes, ns, size_label as human},
+};
 
 /// Renders buckets as bpftrace prints `hist()`: `[lo, hi)  count |@@@@|`.
 pub fn histogram(out: &mut String, title: &str, buckets: &[Bucket]) {
@@ -31,25 +23,6 @@ pub fn histogram(out: &mut String, title: &str, buckets: &[Bucket]) {
         let _ = writeln!(out, "{label:<16}{:>8} |{bar:<52}|", b.count);
     }
     let _ = writeln!(out);
-}
-
-fn ns(v: u64) -> String {
-    match v {
-        0..1_000 => format!("{v}ns"),
-        1_000..1_000_000 => format!("{:.1}us", v as f64 / 1e3),
-        1_000_000..1_000_000_000 => format!("{:.1}ms", v as f64 / 1e6),
-        _ => format!("{:.2}s", v as f64 / 1e9),
-    }
-}
-
-fn bytes(v: u64) -> String {
-    match v {
-        0 => "-".into(),
-        1..1024 => format!("{v}B"),
-        1024..1_048_576 => format!("{:.1}KiB", v as f64 / 1024.0),
-        1_048_576..1_073_741_824 => format!("{:.1}MiB", v as f64 / 1_048_576.0),
-        _ => format!("{:.2}GiB", v as f64 / 1_073_741_824.0),
-    }
 }
 
 /// A verdict's evidence lines, its cause, and what the library's own log

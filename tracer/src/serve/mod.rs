@@ -33,13 +33,13 @@ use self::{
 };
 use crate::{
     classify::{Transport, comm::Basis, judge, steady::GpuLinks},
-    cli::parse_duration,
     error::{Error, Result},
     events::recording::HostFacts,
     loader::{self, LoadOptions},
     probes::{Status, catalog::DISCOVERY_POINTS},
     session::{Session, SessionOptions},
     stats::Aggregator,
+    units::parse_duration,
 };
 
 #[derive(Debug, clap::Args)]
@@ -751,7 +751,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         last_alive: Instant::now(),
         refused: BTreeSet::new(),
     };
-    let rt = crate::cmd::runtime()?;
+    let rt = crate::signals::runtime()?;
     rt.block_on(async {
         let (tx, rx) = mpsc::channel(8);
         let (addr, server) = http::bind(args.listen, tx).await.map_err(|e| {
@@ -760,7 +760,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
                 args.listen
             ))
         })?;
-        let stop = crate::cmd::stop_signal(args.duration)?;
+        let stop = crate::signals::stop_signal(args.duration)?;
         let running = agent.scan();
         tokio::spawn(server);
         errln!(
@@ -768,7 +768,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         );
         agent.run(rx, stop).await
     })?;
-    crate::cmd::report_close(&mut agent.session);
+    crate::session::report_close(&mut agent.session);
     errln!(
         "gdrtrace: serve stopped: {} process(es) discovered, {} forgotten",
         agent.discovered.values().sum::<u64>(),
