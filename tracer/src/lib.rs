@@ -20,6 +20,7 @@ pub mod events;
 #[cfg(test)]
 pub mod fixtures;
 pub mod input;
+pub mod intern;
 pub mod loader;
 pub mod model;
 pub mod probes;

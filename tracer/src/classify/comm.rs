@@ -206,13 +206,14 @@ pub fn corroborate(verdicts: &mut [Verdict], log: &BTreeMap<u32, Vec<String>>) {
 }
 
 /// NCCL's log, per communicator, against the tracer's verdicts.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq)]
+#[serde(default)]
 pub struct NcclLog {
     pub communicators: Vec<LogCommunicator>,
     pub processes: Vec<LogProcess>,
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq)]
 pub struct LogCommunicator {
     pub pid: u32,
     /// `comm 0x...` of `ncclCommInitRank` (the handle the probes aggregate by).
@@ -223,13 +224,16 @@ pub struct LogCommunicator {
     pub vias: Vec<String>,
     /// `use ring PXN p GDR g`: NCCL's GPUDirect RDMA decision for the communicator.
     pub gdr: Option<bool>,
+    #[serde(deserialize_with = "crate::intern::vec")]
     pub nccl_says: Vec<&'static str>,
     /// The tracer's verdict for this communicator (its collectives' transport, else the process's).
-    pub tracer_says: Option<&'static str>,
+    #[serde(default, deserialize_with = "crate::intern::opt")]
+    pub tracer_says: Option<crate::intern::Name>,
     pub agrees: Option<bool>,
 }
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq)]
+#[serde(default)]
 pub struct LogProcess {
     pub pid: u32,
     /// GPU Direct RDMA decision lines (`Disabled for HCA`, `(DMABUF) enabled`, distance).

@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// What backs an address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Backing {
     Gpu {
@@ -186,26 +186,29 @@ pub struct Mr {
 pub const BACKINGS: [&str; 4] = ["host", "gpu/peer-mem", "gpu/dma-buf", "io_uring"];
 
 /// Registrations and deregistrations of one backing.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct RegCount {
     pub registrations: u64,
     pub deregistrations: u64,
 }
 
 /// A registration that failed, with what the registry knew of its memory.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct FailedRegistration {
     pub op: String,
     pub addr: u64,
     pub length: u64,
     pub backing: Backing,
     /// The allocation that holds `addr`, if seen (`cuMemAlloc`, `cuMemAllocManaged`, ...).
-    pub source: Option<&'static str>,
+    #[serde(default, deserialize_with = "crate::intern::opt")]
+    pub source: Option<crate::intern::Name>,
     pub ret: i64,
 }
 
 /// Churn figures per process.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Churn {
     pub registrations: u64,
     pub deregistrations: u64,
@@ -220,6 +223,7 @@ pub struct Churn {
     pub mr_log: Vec<MrSeen>,
     /// Registrations and deregistrations per backing (`host`,
     /// `gpu/peer-mem`, `gpu/dma-buf`, `io_uring`).
+    #[serde(deserialize_with = "crate::intern::keys")]
     pub by_backing: BTreeMap<&'static str, RegCount>,
     /// The range registered most often (address, length, times, io_uring
     /// set), when one was registered more than once.
@@ -229,7 +233,7 @@ pub struct Churn {
 /// Registrations kept per process in `Churn::mr_log`.
 pub const MR_LOG: usize = 4096;
 
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct MrSeen {
     pub addr: u64,
     pub length: u64,

@@ -20,16 +20,17 @@ use crate::{
 pub const SCHEMA: &str = "gdrtrace.report/v1";
 
 /// One latency bucket `[min, max)`, in the histogram's unit.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Bucket {
     pub min: u64,
     pub max: u64,
     pub count: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Latency {
-    pub unit: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub unit: crate::intern::Name,
     pub count: u64,
     pub min: u64,
     pub p50: u64,
@@ -85,21 +86,23 @@ pub fn log2_buckets(values: impl Iterator<Item = (u64, u64)>) -> Vec<Bucket> {
 }
 
 /// One (process, op, communicator) row of in-kernel aggregated calls.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Collective {
     pub pid: u32,
     pub op: String,
     pub communicator: String,
     pub calls: u64,
     pub bytes: u64,
-    pub transport: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub transport: crate::intern::Name,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Operation {
     pub name: String,
     pub family: Family,
-    pub transport: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub transport: crate::intern::Name,
     pub calls: u64,
     pub errors: u64,
     pub bytes: u64,
@@ -111,20 +114,21 @@ pub struct Operation {
     pub latency: Latency,
     /// The latency histogram itself, HdrHistogram's V2+DEFLATE serialized
     /// form in base64, so baselines can recompute percentiles exactly.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub histogram: Option<String>,
 }
 
 /// An op aggregated in the kernel (log2 slots), evented or not.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct KernelHistogram {
     pub name: String,
     pub calls: u64,
-    pub unit: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub unit: crate::intern::Name,
     pub buckets: Vec<Bucket>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Process {
     pub pid: u32,
     /// What the aggregator knows of the process (serialized inline).
@@ -132,6 +136,7 @@ pub struct Process {
     pub info: ProcInfo,
     pub churn: Option<Churn>,
     /// libcuda/libibverbs/libnccl in this process: attached, or why not.
+    #[serde(default)]
     pub libraries: Vec<crate::probes::planner::ProcessLibrary>,
 }
 
@@ -149,14 +154,16 @@ impl std::ops::DerefMut for Process {
 }
 
 /// Where one signal came from.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Signal {
-    pub signal: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub signal: crate::intern::Name,
     /// The probe family behind it (the coverage rows of that family).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub family: Option<Family>,
     /// `probe` or `counter`.
-    pub source: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub source: crate::intern::Name,
     pub how: String,
     pub available: bool,
 }
@@ -177,22 +184,26 @@ pub struct Loss {
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Host {
     pub kernel: String,
     pub lockdown: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PinCounters {
     pub before: Option<FollPin>,
     pub after: Option<FollPin>,
     pub delta: Option<FollPin>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Report {
-    pub schema: &'static str,
-    pub tool_version: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub schema: crate::intern::Name,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub tool_version: crate::intern::Name,
     pub host: Host,
     pub command: Vec<String>,
     pub duration_s: f64,
@@ -201,7 +212,7 @@ pub struct Report {
     pub kernel_histograms: Vec<KernelHistogram>,
     /// Probe entries of traced processes per op (every hit, entry-only and
     /// aggregated ops included): what the probes cost, in traps.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probe_hits: Vec<ProbeHits>,
     pub processes: Vec<Process>,
     pub pin_counters: PinCounters,
@@ -211,32 +222,39 @@ pub struct Report {
     pub verdicts: Vec<crate::classify::comm::Verdict>,
     /// Collectives and point-to-point calls per (process, communicator),
     /// aggregated in the kernel, with the transport of the process's verdict.
+    #[serde(default)]
     pub collectives: Vec<Collective>,
     /// Transfer records per (op, verdict), with a sample of each.
+    #[serde(default)]
     pub transfers: accounting::Transfers,
     /// Host staging per process and communicator.
+    #[serde(default)]
     pub staging: accounting::Staging,
     /// Registration churn and latency.
+    #[serde(default)]
     pub registration: accounting::Registration,
     /// Host facts the explain rules use (read when tracing started).
+    #[serde(default)]
     pub facts: HostFacts,
     /// NCCL_*/UCX_* variables in effect per process (NCCL_VERSION and the
     /// logging variables aside).
+    #[serde(default)]
     pub overrides: Vec<Override>,
     /// NCCL's own log, per communicator, against the tracer's verdicts (`--nccl-log`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_log: Option<crate::classify::comm::NcclLog>,
     /// Root causes of staged or unexpected paths (`explain`'s rules).
+    #[serde(default)]
     pub explain: crate::classify::explain::Explain,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workloads: Vec<serde_json::Value>,
     /// GPU interconnect traffic over the traced window (NVML counters),
     /// when readable: steady-state evidence for jobs attached after set-up.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_links: Option<crate::classify::steady::GpuLinks>,
     /// UCX processes: endpoints, data calls, paths per memory type,
     /// registrations and the registration cache (`classify/ucx.rs`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ucx: Option<crate::classify::ucx::UcxReport>,
     /// Whether `judge` ran (verdicts, staging and collective transfers are final).
     #[serde(skip)]
@@ -251,7 +269,7 @@ pub struct ProbeHits {
 }
 
 /// One NCCL_*/UCX_* variable of a process's environment.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Override {
     pub pid: u32,
     pub var: String,
@@ -628,3 +646,6 @@ pub(crate) mod tests_support {
         )
     }
 }
+
+#[cfg(test)]
+mod tests;

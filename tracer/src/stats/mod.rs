@@ -39,7 +39,8 @@ pub struct OpStats {
 }
 
 /// Per-process figures; serialized inline in the report's `processes[]`.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct ProcInfo {
     pub comm: String,
     pub parent: Option<u32>,
@@ -52,6 +53,7 @@ pub struct ProcInfo {
     /// (`ib_umem_get`) on the same thread.
     pub pages_pinned_by_registration: u64,
     /// Calls per transport verdict.
+    #[serde(deserialize_with = "crate::intern::keys")]
     pub transports: BTreeMap<&'static str, u64>,
     /// Bytes moved through host staging (host-staged, shm, socket verdicts).
     pub staged_bytes: u64,
@@ -79,6 +81,7 @@ pub struct ProcInfo {
 
 /// A process's socket traffic, summed over its sockets.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct SocketTotals {
     pub calls: u64,
     pub bytes_sent: u64,
