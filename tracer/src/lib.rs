@@ -19,6 +19,7 @@ pub mod error;
 pub mod events;
 #[cfg(test)]
 pub mod fixtures;
+pub mod host;
 pub mod input;
 pub mod intern;
 pub mod loader;

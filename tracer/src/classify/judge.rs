@@ -18,7 +18,7 @@ use super::{
     comm::{self, Evidence, Verdict},
     steady::{self, GpuLinks, Steady},
 };
-use crate::{events::recording::HostFacts, stats::SocketTotals};
+use crate::{host::HostFacts, stats::SocketTotals};
 
 /// What a verdict is judged from. Deserializes from a report's JSON (the
 /// field names are the report's), so a saved report is judged again by the

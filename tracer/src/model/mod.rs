@@ -8,10 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 use tracer_common::{Event, op};
 
-use crate::{
-    classify::Transport,
-    probes::uapi::{self, Kind, Lib},
-};
+use crate::probes::uapi::{self, Kind, Lib};
 
 /// What backs an address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -694,41 +691,6 @@ pub fn copy_direction(name: &str) -> (Option<bool>, Option<bool>) {
         (Some(true), Some(true))
     } else {
         (None, None)
-    }
-}
-
-/// The verdict of a copy from what backs its source and destination.
-pub fn copy_verdict(name: &str, src: Backing, dst: Backing) -> (Transport, String) {
-    use Backing::*;
-    let staged = |side: &str| {
-        (
-            Transport::HostStaged,
-            format!(
-                "{name}: {side} is pageable host memory (not from cuMemAllocHost/cuMemHostAlloc/cuMemHostRegister): the driver stages it through a pinned bounce buffer"
-            ),
-        )
-    };
-    match (src, dst) {
-        (Gpu { .. }, Gpu { .. }) => (
-            Transport::Unknown,
-            format!("{name}: device to device; peer path not yet known"),
-        ),
-        (HostPinned, Gpu { .. }) | (Gpu { .. }, HostPinned) => (
-            Transport::GpuHostDma,
-            format!("{name}: DMA between GPU and pinned host memory"),
-        ),
-        (HostPreExisting, Gpu { .. }) | (Gpu { .. }, HostPreExisting) => (
-            Transport::Unknown,
-            format!(
-                "{name}: the host side is memory mapped before tracing began: pageable (staged through the driver's bounce buffer) unless cuMemHostRegister pinned it before then, which /proc/PID/maps does not show"
-            ),
-        ),
-        (Host | Unknown, Gpu { .. }) => staged("source"),
-        (Gpu { .. }, Host | Unknown) => staged("destination"),
-        _ => (
-            Transport::Unknown,
-            format!("{name}: neither side is a GPU allocation seen by the tracer"),
-        ),
     }
 }
 

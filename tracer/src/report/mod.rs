@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-use tracer_common::{MAX_SLOTS, op};
+use tracer_common::MAX_SLOTS;
 
 use crate::{
     counters::FollPin,
-    events::recording::HostFacts,
+    host::{Host, HostFacts},
     model::Churn,
-    probes::{Coverage, Family, catalog::point_of_op, uapi},
+    probes::{Coverage, Family, ops::op_name},
     stats::{Aggregator, ProcInfo},
 };
 
@@ -181,13 +181,6 @@ pub struct Loss {
     pub undecoded_events: u64,
     /// True when nothing was lost.
     pub complete: bool,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Host {
-    pub kernel: String,
-    pub lockdown: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -374,44 +367,6 @@ impl Report {
                 }
             }
         }
-    }
-}
-
-pub fn host() -> Host {
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
-    let path = "/sys/kernel/security/lockdown";
-    if !std::path::Path::new(path).exists() {
-        // securityfs is not mounted on minimal systems; mounting it is harmless.
-        // SAFETY: constant, NUL-terminated arguments.
-        unsafe {
-            libc::mount(
-                c"securityfs".as_ptr(),
-                c"/sys/kernel/security".as_ptr(),
-                c"securityfs".as_ptr(),
-                0,
-                std::ptr::null(),
-            )
-        };
-    }
-    let lockdown = std::fs::read_to_string(path)
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .find(|w| w.starts_with('['))
-                .map(|w| w.trim_matches(['[', ']']).to_string())
-        })
-        .unwrap_or_else(|| "unknown (no /sys/kernel/security/lockdown)".into());
-    Host { kernel, lockdown }
-}
-
-/// Name of an op for kernel histograms.
-pub fn op_name(op_code: u32) -> String {
-    if op_code >= op::USER_BASE {
-        uapi::row_of(op_code).map_or_else(|| format!("op-{op_code}"), |(_, r)| r.name.to_string())
-    } else {
-        point_of_op(op_code).map_or_else(|| format!("op-{op_code}"), |p| p.name.to_string())
     }
 }
 

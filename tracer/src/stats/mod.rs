@@ -16,7 +16,8 @@ use crate::{
         self, Transport,
         transfer::{self, PairDetector, Transfer},
     },
-    events::recording::{Recorder, monotonic_ns},
+    events::recording::Recorder,
+    host::monotonic_ns,
     model::Registry,
     probes::Family,
 };
@@ -510,7 +511,7 @@ impl Aggregator {
         let mut sock_calls: BTreeMap<(u32, String), u64> = BTreeMap::new();
         let mut fds = std::collections::BTreeSet::new();
         for (k, v) in rows {
-            let name = crate::report::op_name(k.op);
+            let name = crate::probes::ops::op_name(k.op);
             if let Some(sent) = crate::probes::catalog::socket_direction(k.op) {
                 let t = sockets.entry(k.tgid).or_default();
                 t.calls += v.calls;
