@@ -261,18 +261,6 @@ fn word_after<'a>(text: &'a str, key: &str) -> Option<&'a str> {
     None
 }
 
-/// Parses channel, communicator and GPUDirect lines and compares each
-/// communicator with what the tracer concluded.
-pub fn nccl_log_agreement(text: &str, r: &crate::report::Report) -> NcclLog {
-    nccl_log_against(text, &|pid, comm| {
-        r.collectives
-            .iter()
-            .find(|x| x.pid == pid && x.communicator == comm)
-            .map(|x| x.transport)
-            .or_else(|| r.verdicts.iter().find(|v| v.pid == pid).map(|v| v.transport.name()))
-    })
-}
-
 /// As `nccl_log_agreement`, with the tracer's view of a (pid, communicator) given.
 pub fn nccl_log_against(text: &str, tracer: &dyn Fn(u32, &str) -> Option<&'static str>) -> NcclLog {
     let mut comms: Vec<LogCommunicator> = Vec::new();
@@ -481,7 +469,7 @@ mod tests {
             cause: None,
             nccl_log: None,
         });
-        let l = nccl_log_agreement(log, &r);
+        let l = crate::report::judged::nccl_log_agreement(log, &r);
         let c0 = &l.communicators[0];
         assert_eq!(
             (c0.pid, c0.communicator.as_str(), c0.rank, c0.nranks),

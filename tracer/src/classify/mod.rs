@@ -4,7 +4,6 @@
 pub mod comm;
 pub mod copy;
 pub mod explain;
-pub mod judge;
 pub mod steady;
 pub mod transfer;
 pub mod ucx;

@@ -472,8 +472,8 @@ mod tests {
                 env!("CARGO_MANIFEST_DIR")
             );
             let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-            let inputs: crate::classify::judge::Inputs = serde_json::from_value(r.clone()).unwrap();
-            let vs = crate::classify::judge::verdicts(&inputs);
+            let inputs: crate::judge::Inputs = serde_json::from_value(r.clone()).unwrap();
+            let vs = crate::judge::verdicts(&inputs);
             assert_eq!(vs.len(), 2, "{mode}: both ranks judged: {vs:?}");
             for v in &vs {
                 assert_eq!(v.transport.name(), want, "{mode} pid {}: {v:?}", v.pid);

@@ -1,6 +1,7 @@
 //! Reports: the JSON document (schema `gdrtrace.report/v1`, documented in
 //! docs/report-schema.md) and its text rendering.
 pub mod accounting;
+pub mod judged;
 pub mod text;
 
 use std::collections::BTreeMap;
@@ -277,99 +278,6 @@ fn informational(var: &str) -> bool {
     )
 }
 
-impl Report {
-    /// Recomputes the verdicts (and corroborates them with an NCCL log).
-    pub fn judge(&mut self, nccl_log: Option<&str>) {
-        self.judge_with(nccl_log, crate::topo::discover().nvlink());
-    }
-
-    /// As `judge`, with the NVLink fact given (a recording's, on replay),
-    /// used only where the report's host facts do not say.
-    pub fn judge_with(&mut self, nccl_log: Option<&str>, nvlink: Option<bool>) {
-        if self.judged {
-            return;
-        }
-        self.judged = true;
-        if self.facts.nvlink.is_none() {
-            self.facts.nvlink = nvlink;
-        }
-        self.judge_verdicts(nccl_log);
-        // Collective transfers take their process's verdict.
-        let comms: BTreeMap<u32, String> = self.processes.iter().map(|p| (p.pid, p.comm.clone())).collect();
-        self.transfers
-            .groups
-            .retain(|g| g.sample.iter().all(|t| t.calls.is_none()));
-        let mut groups: BTreeMap<(String, &'static str), accounting::TransferGroup> = BTreeMap::new();
-        let ucx = self
-            .ucx
-            .as_ref()
-            .map(|u| crate::classify::ucx::transfers(u, &comms))
-            .unwrap_or_default();
-        for t in accounting::collective_transfers(&self.collectives, &comms)
-            .into_iter()
-            .chain(ucx)
-        {
-            let g = groups
-                .entry((t.op.clone(), t.transport.name()))
-                .or_insert_with(|| accounting::TransferGroup {
-                    op: t.op.clone(),
-                    transport: t.transport.name(),
-                    count: 0,
-                    bytes: 0,
-                    sample: Vec::new(),
-                });
-            g.count += t.calls.unwrap_or(0);
-            g.bytes += t.bytes;
-            if g.sample.len() < crate::classify::transfer::SAMPLE_PER_GROUP {
-                g.sample.push(t);
-            }
-        }
-        self.transfers.groups.extend(groups.into_values());
-        self.transfers.total = self.transfers.groups.iter().map(|g| g.count).sum();
-        self.staging = accounting::staging(self);
-        self.nccl_log = nccl_log.map(|text| crate::classify::comm::nccl_log_agreement(text, self));
-        self.explain_again();
-    }
-
-    /// Recomputes `explain` from the report as it stands.
-    fn explain_again(&mut self) {
-        if let Ok(v) = serde_json::to_value(&*self) {
-            self.explain = crate::classify::explain::explain(&v);
-        }
-    }
-
-    /// Compares UCX's own log (`UCX_PROTO_INFO=y` / `UCX_LOG_LEVEL=info`
-    /// output, `--ucx-log`) with the judged UCX paths: corroboration only,
-    /// the paths stay as the evidence decided them.
-    pub fn corroborate_ucx(&mut self, log: &str) {
-        let nvlink = self.facts.nvlink;
-        crate::classify::ucx_log::corroborate(self.ucx.get_or_insert_with(Default::default), log, nvlink);
-        self.explain_again();
-    }
-
-    fn judge_verdicts(&mut self, nccl_log: Option<&str>) {
-        self.verdicts = crate::classify::judge::verdicts(&crate::classify::judge::Inputs::of_report(self));
-        // The UCX section's paths per process and endpoint, by the same
-        // decision the UCX processes' verdicts came from.
-        crate::classify::ucx::judge(self);
-        if let Some(text) = nccl_log {
-            crate::classify::comm::corroborate(&mut self.verdicts, &crate::classify::comm::parse_nccl_log(text));
-        }
-        // Collective bytes take their process's transport; bytes of a
-        // host-staged transport count as staged.
-        for c in &mut self.collectives {
-            if let Some(v) = self.verdicts.iter().find(|v| v.pid == c.pid) {
-                c.transport = v.transport.name();
-                if v.host_staged
-                    && let Some(p) = self.processes.iter_mut().find(|p| p.pid == c.pid)
-                {
-                    p.staged_bytes += c.bytes;
-                }
-            }
-        }
-    }
-}
-
 /// Inputs of a report besides the aggregator.
 pub struct Inputs {
     pub command: Vec<String>,
@@ -500,7 +408,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         explain: Default::default(),
         workloads: Vec::new(),
         gpu_links: inputs.gpu_links,
-        ucx: crate::classify::ucx::report(agg, &inputs.process_libraries),
+        ucx: crate::stats::ucx::report(agg, &inputs.process_libraries),
         judged: false,
     }
 }

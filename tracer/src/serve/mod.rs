@@ -32,10 +32,11 @@ use self::{
     metrics::{Communicator, ProcessFigures, Snapshot, VerdictFigures},
 };
 use crate::{
-    classify::{Transport, comm::Basis, judge, steady::GpuLinks},
+    classify::{Transport, comm::Basis, steady::GpuLinks},
     cli::parse_duration,
     error::{Error, Result},
     host::HostFacts,
+    judge,
     loader::{self, LoadOptions},
     probes::{Status, catalog::DISCOVERY_POINTS},
     session::{Session, SessionOptions},

@@ -4,6 +4,7 @@
 //! recording on replay); with a recorder attached, every input and every
 //! answer is written down, so a replay repeats the same steps.
 pub mod source;
+pub mod ucx;
 
 use std::collections::BTreeMap;
 
