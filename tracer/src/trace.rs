@@ -99,7 +99,7 @@ pub fn hot_ops(prev: &BTreeMap<u32, Vec<u64>>, now: &BTreeMap<u32, Vec<u64>>, se
                 })
                 .unwrap_or(delta.len() - 1);
             Some(HotOp {
-                op: report::op_name(*op),
+                op: crate::probes::ops::op_name(*op),
                 calls_per_s: calls as f64 / secs,
                 // Slot i holds durations in [2^i, 2^(i+1)).
                 p99_ns_at_most: 1u64 << (slot + 1).min(63),
@@ -171,7 +171,7 @@ pub struct Trace {
     /// window the aggregates cover; probes may stay live while detaching).
     links_window: Option<GpuLinks>,
     /// Host facts (read once: at `record`, else when the report is built).
-    facts: Option<recording::HostFacts>,
+    facts: Option<crate::host::HostFacts>,
     /// Files that failed while the report was built (`--record`,
     /// `--transfers`); the report is still returned, the command exits non-zero.
     pub late_errors: Vec<Error>,
@@ -309,7 +309,7 @@ impl Trace {
         }
         if self.interval.is_some() && self.facts.is_none() {
             // The interval verdicts read the host facts the report will (no RDMA NIC, NVLink).
-            self.facts = Some(recording::HostFacts::read());
+            self.facts = Some(crate::host::HostFacts::read());
         }
         self.interval_tick();
         for pid in self.agg.live_pids() {
@@ -389,11 +389,11 @@ impl Trace {
     /// processes of the window; UCX processes by their UCX paths).
     fn live_verdicts(&self) -> BTreeMap<u32, LiveVerdict> {
         let links = self.links_base.and_then(|b| b.since());
-        let inputs = crate::classify::judge::Inputs::of_aggregator(&self.agg, links, self.facts.clone());
-        crate::classify::judge::verdicts(&inputs)
+        let inputs = crate::judge::Inputs::of_aggregator(&self.agg, links, self.facts.clone());
+        crate::judge::verdicts(&inputs)
             .into_iter()
             .map(|v| {
-                let extra = inputs.collectives_of(v.pid).1 + crate::classify::ucx::extra_staged(&inputs, v.pid);
+                let extra = inputs.collectives_of(v.pid).1 + crate::judge::ucx::extra_staged(&inputs, v.pid);
                 let live = LiveVerdict {
                     transport: v.transport.name(),
                     host_staged: v.host_staged,
@@ -430,8 +430,8 @@ impl Trace {
                 .links_window
                 .clone()
                 .or_else(|| self.links_base.and_then(|b| b.since())),
-            host: report::host(),
-            facts: self.facts.take().unwrap_or_else(recording::HostFacts::read),
+            host: crate::host::host(),
+            facts: self.facts.take().unwrap_or_else(crate::host::HostFacts::read),
             duration_s: (self.started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
             coverage: self.session.planner.table(),
             loss,

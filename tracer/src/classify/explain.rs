@@ -24,28 +24,32 @@ pub struct Rule {
 }
 
 /// A rule that fired for one process (or the host).
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Finding {
-    pub rule: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub rule: crate::intern::Name,
     /// The process it concerns (None: the host as a whole).
     pub pid: Option<u32>,
     pub comm: Option<String>,
-    pub cause: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub cause: crate::intern::Name,
     pub evidence: Vec<String>,
 }
 
 /// A staged or unexpected path the report shows.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Path {
     pub pid: u32,
     pub comm: String,
     pub what: String,
     /// Rules that explain it (empty: no rule recognised a cause).
+    #[serde(deserialize_with = "crate::intern::vec")]
     pub explained_by: Vec<&'static str>,
 }
 
 /// What `explain` says about a report.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct Explain {
     pub paths: Vec<Path>,
     pub findings: Vec<Finding>,

@@ -176,11 +176,11 @@ pub fn is_data_op(name: &str) -> bool {
 }
 
 /// Receives post buffers; their bytes are capacity, not data moved.
-fn is_receive(name: &str) -> bool {
+pub(crate) fn is_receive(name: &str) -> bool {
     name.contains("_recv")
 }
 
-fn is_ucx_op(name: &str) -> bool {
+pub(crate) fn is_ucx_op(name: &str) -> bool {
     uapi::TABLE
         .iter()
         .any(|r| r.name == name && matches!(r.lib, Lib::Ucp | Lib::Uct | Lib::Ucs))
@@ -188,39 +188,39 @@ fn is_ucx_op(name: &str) -> bool {
 
 /// Per-process state while tracing.
 #[derive(Debug, Default)]
-struct State {
-    workers: u64,
-    endpoints: u64,
-    mem_maps: u64,
-    mem_unmaps: u64,
-    regs: u64,
-    deregs: u64,
-    reg_bytes: u64,
-    regs_by_memory: BTreeMap<&'static str, u64>,
+pub(crate) struct State {
+    pub(crate) workers: u64,
+    pub(crate) endpoints: u64,
+    pub(crate) mem_maps: u64,
+    pub(crate) mem_unmaps: u64,
+    pub(crate) regs: u64,
+    pub(crate) deregs: u64,
+    pub(crate) reg_bytes: u64,
+    pub(crate) regs_by_memory: BTreeMap<&'static str, u64>,
     /// The last registration per thread: (memh, start): a wrapper returns
     /// the memory handle its inner call recorded, and started earlier.
-    last_reg: HashMap<u32, (u64, u64)>,
-    gets: u64,
-    misses: u64,
-    repeat_misses: u64,
-    missed: HashSet<(u64, u64)>,
+    pub(crate) last_reg: HashMap<u32, (u64, u64)>,
+    pub(crate) gets: u64,
+    pub(crate) misses: u64,
+    pub(crate) repeat_misses: u64,
+    pub(crate) missed: HashSet<(u64, u64)>,
     /// Start times of page-table inserts per thread, not yet inside a lookup.
-    inserts: HashMap<u32, Vec<u64>>,
+    pub(crate) inserts: HashMap<u32, Vec<u64>>,
     /// (op, handle) -> what the row's first call's buffer was.
-    samples: BTreeMap<(&'static str, u64), Backing>,
-    copies: Copies,
+    pub(crate) samples: BTreeMap<(&'static str, u64), Backing>,
+    pub(crate) copies: Copies,
 }
 
 /// Collects the UCX evidence of every process from the event stream (the
 /// aggregator feeds it, so a replay rebuilds it).
 #[derive(Debug, Default)]
 pub struct Tracker {
-    procs: BTreeMap<u32, State>,
+    pub(crate) procs: BTreeMap<u32, State>,
     /// The `Setup` links (registration-cache lookups) were closed over budget.
-    setup_closed: bool,
+    pub(crate) setup_closed: bool,
 }
 
-fn memory_of(b: Backing) -> &'static str {
+pub(crate) fn memory_of(b: Backing) -> &'static str {
     match b {
         Backing::Gpu { .. } => "cuda",
         Backing::HostPinned | Backing::Host | Backing::HostPreExisting => "host",
@@ -355,138 +355,6 @@ impl Tracker {
             c.already_staged_bytes += bytes;
         }
     }
-
-    /// The UCX view of one process so far (None: no UCX activity).
-    pub fn process(&self, agg: &crate::stats::Aggregator, pid: u32) -> Option<UcxProcess> {
-        let p = agg.procs.get(&pid)?;
-        let ucx_calls = p.calls.keys().any(|k| is_ucx_op(k));
-        let s = self.procs.get(&pid);
-        if !ucx_calls && s.is_none_or(|s| s.workers + s.endpoints + s.regs + s.gets == 0) {
-            return None;
-        }
-        let default = State::default();
-        let s = s.unwrap_or(&default);
-        let (mut data_calls, mut data_bytes, mut receives, mut receive_bytes) = (0, 0, 0, 0);
-        for ((p2, op, _), (calls, bytes)) in &agg.collectives {
-            if *p2 != pid || !is_data_op(op) {
-                continue;
-            }
-            if is_receive(op) {
-                receives += calls;
-                receive_bytes += bytes;
-            } else {
-                data_calls += calls;
-                data_bytes += bytes;
-            }
-        }
-        Some(UcxProcess {
-            pid,
-            comm: p.comm.clone(),
-            workers: s.workers,
-            endpoints: s.endpoints,
-            mem_maps: s.mem_maps,
-            mem_unmaps: s.mem_unmaps,
-            registrations: s.regs,
-            deregistrations: s.deregs,
-            registered_bytes: s.reg_bytes,
-            registrations_by_memory: s.regs_by_memory.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-            rcache: Rcache {
-                gets: s.gets,
-                misses: s.misses,
-                repeat_misses: s.repeat_misses,
-                partial: self.setup_closed,
-            },
-            data_calls,
-            data_bytes,
-            receives,
-            receive_bytes,
-            registrations_per_data_call: (data_calls > 0).then(|| s.regs as f64 / data_calls as f64),
-            copies: s.copies.clone(),
-            modules: Vec::new(),
-            traced_from_start: p.vm_pin_kib_at_attach.is_none(),
-            paths: Vec::new(),
-        })
-    }
-
-    /// The data rows of a process: (op, handle, calls, bytes, memory).
-    fn endpoints(&self, agg: &crate::stats::Aggregator, u: &UcxProcess) -> Vec<UcxEndpoint> {
-        let s = self.procs.get(&u.pid);
-        let gpu_seen = agg.registry.procs.get(&u.pid).is_some_and(|r| r.gpu_allocations > 0);
-        agg.collectives
-            .iter()
-            .filter(|((pid, op, _), _)| *pid == u.pid && is_data_op(op))
-            .map(|((pid, op, handle), (calls, bytes))| {
-                let sample = s.and_then(|s| {
-                    s.samples
-                        .iter()
-                        .find(|((name, h), _)| name == op && h == handle)
-                        .map(|(_, b)| *b)
-                });
-                // Outside every GPU allocation of a process traced from its
-                // start that made none: host memory.
-                let memory = match sample.map(memory_of) {
-                    Some("unknown") | None if u.traced_from_start && !gpu_seen && u.copies.total() == 0 => "host",
-                    Some(m) => m,
-                    None => "unknown",
-                };
-                UcxEndpoint {
-                    pid: *pid,
-                    op: op.clone(),
-                    endpoint: format!("{handle:#x}"),
-                    calls: *calls,
-                    bytes: *bytes,
-                    memory: memory.to_string(),
-                    transport: Transport::Unknown,
-                    path: "unknown".into(),
-                }
-            })
-            .collect()
-    }
-}
-
-/// Why things are not measured, as the report says.
-fn not_measured() -> Vec<String> {
-    vec![
-        "completion latency of UCX data calls: the calls are entry-only and aggregated in the kernel (a return probe and a request map per call would cost more than the calls); ucx_perftest and UCX_PROTO_INFO report their own".into(),
-        "per-endpoint transport evidence: copies, IPC handles, MRs and socket bytes are seen per process, so every endpoint of a process and memory type gets the process's path".into(),
-    ]
-}
-
-/// The report's UCX section from the aggregator (paths are filled in by
-/// [`judge`]); None when no traced process used UCX.
-pub fn report(
-    agg: &crate::stats::Aggregator,
-    libraries: &BTreeMap<u32, Vec<crate::probes::planner::ProcessLibrary>>,
-) -> Option<UcxReport> {
-    let mut processes = Vec::new();
-    let mut endpoints = Vec::new();
-    for pid in agg.procs.keys() {
-        let Some(mut u) = agg.ucx.process(agg, *pid) else {
-            continue;
-        };
-        // Registrations outside every GPU allocation of a process traced
-        // from its start that made none covered host memory.
-        let gpu_seen = agg.registry.procs.get(pid).is_some_and(|r| r.gpu_allocations > 0);
-        if u.traced_from_start
-            && !gpu_seen
-            && let Some(n) = u.registrations_by_memory.remove("unknown")
-        {
-            *u.registrations_by_memory.entry("host".into()).or_default() += n;
-        }
-        u.modules = libraries
-            .get(pid)
-            .and_then(|l| l.iter().find(|l| l.lib == Lib::Uct))
-            .map(|l| l.modules.clone())
-            .unwrap_or_default();
-        endpoints.extend(agg.ucx.endpoints(agg, &u));
-        processes.push(u);
-    }
-    (!processes.is_empty()).then(|| UcxReport {
-        processes,
-        endpoints,
-        not_measured: not_measured(),
-        log: None,
-    })
 }
 
 /// What the decision needs besides the UCX evidence.
@@ -517,7 +385,7 @@ impl Context {
     }
 }
 
-fn gb(b: u64) -> String {
+pub(crate) fn gb(b: u64) -> String {
     if b >= 1 << 30 {
         format!("{:.2} GB", b as f64 / 1e9)
     } else {
@@ -783,48 +651,8 @@ pub fn paths(u: &UcxProcess, cx: &Context) -> Vec<UcxPath> {
     out
 }
 
-/// The context of one process, from the judging inputs (a report's, or
-/// the live aggregator's).
-fn context_of(i: &super::judge::Inputs, p: &super::judge::ProcessIn, ux: &UcxReport) -> Context {
-    let by = |k: &str| {
-        p.churn
-            .as_ref()
-            .and_then(|c| c.by_backing.get(k))
-            .map_or(0, |b| b.registrations)
-    };
-    Context {
-        calls: p.calls.clone(),
-        env: p.env.clone(),
-        socket_bytes: p.socket.bytes_sent + p.socket.bytes_received,
-        gpu_mrs: by("gpu/peer-mem"),
-        dmabuf_mrs: by("gpu/dma-buf"),
-        host_mrs: by("host"),
-        nvlink: i.facts.as_ref().and_then(|f| f.nvlink),
-        links: i.gpu_links.clone(),
-        memories: ux
-            .endpoints
-            .iter()
-            .filter(|e| e.pid == p.pid && (e.bytes > 0 || e.calls > 0))
-            .map(|e| e.memory.clone())
-            .collect(),
-    }
-}
-
-/// Each UCX process's paths, with its context (None: not in the inputs).
-fn judged<'a>(
-    i: &'a super::judge::Inputs,
-    ux: &'a UcxReport,
-) -> impl Iterator<Item = (&'a UcxProcess, Context, Vec<UcxPath>)> + 'a {
-    ux.processes.iter().filter_map(move |u| {
-        let p = i.processes.iter().find(|p| p.pid == u.pid)?;
-        let cx = context_of(i, p, ux);
-        let paths = paths(u, &cx);
-        Some((u, cx, paths))
-    })
-}
-
 /// The verdict a process's paths stand for (GPU data first).
-fn verdict_of(u: &UcxProcess, paths: &[UcxPath]) -> Option<comm::Verdict> {
+pub fn verdict_of(u: &UcxProcess, paths: &[UcxPath]) -> Option<comm::Verdict> {
     let p = paths.first()?;
     let mut evidence = vec![format!(
         "UCX: {} workers, {} endpoints, {} data calls ({}), {} UCT registrations; {} memory via {}",
@@ -851,81 +679,6 @@ fn verdict_of(u: &UcxProcess, paths: &[UcxPath]) -> Option<comm::Verdict> {
         cause: p.cause.clone(),
         nccl_log: None,
     })
-}
-
-/// The UCX processes' verdicts, in the judging function (`judge::verdicts`):
-/// a UCX process that is not an NCCL rank takes its UCX verdict, since the
-/// IPC handles and copies NCCL's rules read mean something else there.
-pub fn verdicts(i: &super::judge::Inputs, out: &mut Vec<comm::Verdict>) {
-    let Some(ux) = &i.ucx else { return };
-    for (u, cx, paths) in judged(i, ux) {
-        if cx.nccl() {
-            continue;
-        }
-        let Some(v) = verdict_of(u, &paths) else { continue };
-        match out.iter().position(|x| x.pid == v.pid) {
-            Some(k) => out[k] = v,
-            None => out.push(v),
-        }
-    }
-    let order: Vec<u32> = i.processes.iter().map(|p| p.pid).collect();
-    out.sort_by_key(|v| order.iter().position(|p| *p == v.pid).unwrap_or(usize::MAX));
-}
-
-/// Bytes of a UCX process's staging that the copy classifier did not count
-/// as staged (pinned bounce buffers, or sides unknown).
-pub fn extra_staged(i: &super::judge::Inputs, pid: u32) -> u64 {
-    let Some(ux) = &i.ucx else { return 0 };
-    judged(i, ux)
-        .filter(|(u, _, _)| u.pid == pid)
-        .map(|(u, _, paths)| {
-            paths
-                .iter()
-                .filter(|p| p.host_staged)
-                .map(|p| p.staged_bytes.saturating_sub(u.copies.already_staged_bytes))
-                .sum::<u64>()
-        })
-        .sum()
-}
-
-/// Fills the report's UCX section: each process's paths, each endpoint's
-/// path, and the staged bytes into the process accounting (the verdicts
-/// came from the same decision in `judge::verdicts`).
-pub fn judge(r: &mut crate::report::Report) {
-    let Some(mut ux) = r.ucx.take() else { return };
-    let inputs = super::judge::Inputs::of_report(r);
-    let mut extra = BTreeMap::new();
-    let decided: BTreeMap<u32, Vec<UcxPath>> = judged(&inputs, &ux).map(|(u, _, p)| (u.pid, p)).collect();
-    for u in &mut ux.processes {
-        u.paths = decided.get(&u.pid).cloned().unwrap_or_default();
-        let staged: u64 = u
-            .paths
-            .iter()
-            .filter(|p| p.host_staged)
-            .map(|p| p.staged_bytes.saturating_sub(u.copies.already_staged_bytes))
-            .sum();
-        extra.insert(u.pid, staged);
-    }
-    for e in &mut ux.endpoints {
-        let Some(u) = ux.processes.iter().find(|u| u.pid == e.pid) else {
-            continue;
-        };
-        let path = u
-            .paths
-            .iter()
-            .find(|p| p.memory == e.memory)
-            .or_else(|| u.paths.first().filter(|_| e.memory == "unknown"));
-        if let Some(p) = path {
-            e.transport = p.transport;
-            e.path = p.path.clone();
-        }
-    }
-    // Host-staged GPU data: the copies the copy classifier did not count
-    // (pinned bounce buffers, or sides unknown) are staged bytes too.
-    for p in &mut r.processes {
-        p.staged_bytes += extra.get(&p.pid).copied().unwrap_or(0);
-    }
-    r.ucx = Some(ux);
 }
 
 /// One transfer record per (process, op, endpoint) of the data calls, with

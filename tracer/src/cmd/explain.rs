@@ -66,13 +66,13 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
 }
 
 /// The verdicts of a saved report, judged again from the inputs it holds by
-/// the function that judged them live (`classify::judge`), corroborated
+/// the function that judged them live (`judge`), corroborated
 /// with an NCCL log when given. The report's own verdicts are what the live
 /// trace printed, and they stay; where this build judges the same evidence
 /// differently (a report of another version), a note says so.
 pub fn rejudge(r: &mut serde_json::Value, log: Option<&str>) -> Vec<String> {
-    use crate::classify::{
-        comm::{self, Verdict},
+    use crate::{
+        classify::comm::{self, Verdict},
         judge,
     };
     let mut notes = Vec::new();

@@ -8,13 +8,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 use tracer_common::{Event, op};
 
-use crate::{
-    classify::Transport,
-    probes::uapi::{self, Kind, Lib},
-};
+use crate::probes::uapi::{self, Kind, Lib};
 
 /// What backs an address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Backing {
     Gpu {
@@ -186,26 +183,29 @@ pub struct Mr {
 pub const BACKINGS: [&str; 4] = ["host", "gpu/peer-mem", "gpu/dma-buf", "io_uring"];
 
 /// Registrations and deregistrations of one backing.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct RegCount {
     pub registrations: u64,
     pub deregistrations: u64,
 }
 
 /// A registration that failed, with what the registry knew of its memory.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct FailedRegistration {
     pub op: String,
     pub addr: u64,
     pub length: u64,
     pub backing: Backing,
     /// The allocation that holds `addr`, if seen (`cuMemAlloc`, `cuMemAllocManaged`, ...).
-    pub source: Option<&'static str>,
+    #[serde(default, deserialize_with = "crate::intern::opt")]
+    pub source: Option<crate::intern::Name>,
     pub ret: i64,
 }
 
 /// Churn figures per process.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Churn {
     pub registrations: u64,
     pub deregistrations: u64,
@@ -220,6 +220,7 @@ pub struct Churn {
     pub mr_log: Vec<MrSeen>,
     /// Registrations and deregistrations per backing (`host`,
     /// `gpu/peer-mem`, `gpu/dma-buf`, `io_uring`).
+    #[serde(deserialize_with = "crate::intern::keys")]
     pub by_backing: BTreeMap<&'static str, RegCount>,
     /// The range registered most often (address, length, times, io_uring
     /// set), when one was registered more than once.
@@ -229,7 +230,7 @@ pub struct Churn {
 /// Registrations kept per process in `Churn::mr_log`.
 pub const MR_LOG: usize = 4096;
 
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct MrSeen {
     pub addr: u64,
     pub length: u64,
@@ -690,41 +691,6 @@ pub fn copy_direction(name: &str) -> (Option<bool>, Option<bool>) {
         (Some(true), Some(true))
     } else {
         (None, None)
-    }
-}
-
-/// The verdict of a copy from what backs its source and destination.
-pub fn copy_verdict(name: &str, src: Backing, dst: Backing) -> (Transport, String) {
-    use Backing::*;
-    let staged = |side: &str| {
-        (
-            Transport::HostStaged,
-            format!(
-                "{name}: {side} is pageable host memory (not from cuMemAllocHost/cuMemHostAlloc/cuMemHostRegister): the driver stages it through a pinned bounce buffer"
-            ),
-        )
-    };
-    match (src, dst) {
-        (Gpu { .. }, Gpu { .. }) => (
-            Transport::Unknown,
-            format!("{name}: device to device; peer path not yet known"),
-        ),
-        (HostPinned, Gpu { .. }) | (Gpu { .. }, HostPinned) => (
-            Transport::GpuHostDma,
-            format!("{name}: DMA between GPU and pinned host memory"),
-        ),
-        (HostPreExisting, Gpu { .. }) | (Gpu { .. }, HostPreExisting) => (
-            Transport::Unknown,
-            format!(
-                "{name}: the host side is memory mapped before tracing began: pageable (staged through the driver's bounce buffer) unless cuMemHostRegister pinned it before then, which /proc/PID/maps does not show"
-            ),
-        ),
-        (Host | Unknown, Gpu { .. }) => staged("source"),
-        (Gpu { .. }, Host | Unknown) => staged("destination"),
-        _ => (
-            Transport::Unknown,
-            format!("{name}: neither side is a GPU allocation seen by the tracer"),
-        ),
     }
 }
 

@@ -32,9 +32,10 @@ use self::{
     metrics::{Communicator, ProcessFigures, Snapshot, VerdictFigures},
 };
 use crate::{
-    classify::{Transport, comm::Basis, judge, steady::GpuLinks},
+    classify::{Transport, comm::Basis, steady::GpuLinks},
     error::{Error, Result},
-    events::recording::HostFacts,
+    host::HostFacts,
+    judge,
     loader::{self, LoadOptions},
     probes::{Status, catalog::DISCOVERY_POINTS},
     session::{Session, SessionOptions},
@@ -589,7 +590,7 @@ impl Agent {
                 .kernel_slots()
                 .unwrap_or_default()
                 .into_iter()
-                .map(|(op, s)| (crate::report::op_name(op), s))
+                .map(|(op, s)| (crate::probes::ops::op_name(op), s))
                 .collect(),
             registration_latency: self
                 .agg
@@ -615,7 +616,7 @@ impl Agent {
                 .hits()
                 .unwrap_or_default()
                 .into_iter()
-                .map(|(op, n)| (crate::report::op_name(op), n))
+                .map(|(op, n)| (crate::probes::ops::op_name(op), n))
                 .collect(),
             library_files: planner.libs.len() as u64,
             setup_probes_closed: planner.setup_dropped.is_some(),

@@ -4,6 +4,7 @@
 //! recording on replay); with a recorder attached, every input and every
 //! answer is written down, so a replay repeats the same steps.
 pub mod source;
+pub mod ucx;
 
 use std::collections::BTreeMap;
 
@@ -16,7 +17,8 @@ use crate::{
         self, Transport,
         transfer::{self, PairDetector, Transfer},
     },
-    events::recording::{Recorder, monotonic_ns},
+    events::recording::Recorder,
+    host::monotonic_ns,
     model::Registry,
     probes::Family,
 };
@@ -39,7 +41,8 @@ pub struct OpStats {
 }
 
 /// Per-process figures; serialized inline in the report's `processes[]`.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct ProcInfo {
     pub comm: String,
     pub parent: Option<u32>,
@@ -52,6 +55,7 @@ pub struct ProcInfo {
     /// (`ib_umem_get`) on the same thread.
     pub pages_pinned_by_registration: u64,
     /// Calls per transport verdict.
+    #[serde(deserialize_with = "crate::intern::keys")]
     pub transports: BTreeMap<&'static str, u64>,
     /// Bytes moved through host staging (host-staged, shm, socket verdicts).
     pub staged_bytes: u64,
@@ -79,6 +83,7 @@ pub struct ProcInfo {
 
 /// A process's socket traffic, summed over its sockets.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct SocketTotals {
     pub calls: u64,
     pub bytes_sent: u64,
@@ -507,7 +512,7 @@ impl Aggregator {
         let mut sock_calls: BTreeMap<(u32, String), u64> = BTreeMap::new();
         let mut fds = std::collections::BTreeSet::new();
         for (k, v) in rows {
-            let name = crate::report::op_name(k.op);
+            let name = crate::probes::ops::op_name(k.op);
             if let Some(sent) = crate::probes::catalog::socket_direction(k.op) {
                 let t = sockets.entry(k.tgid).or_default();
                 t.calls += v.calls;
