@@ -1,11 +1,7 @@
 //! `--record` and `gdrtrace replay`: a live pin-churn run and the replay of
 //! its recording produce the same report; broken recordings are refused
 //! with one line and exit status 2.
-use integration_tests::{can_trace, run, stderr, stdout};
-
-fn read_json(p: &std::path::Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
+use integration_tests::{can_trace, read_json, run, stderr, stdout};
 
 #[test]
 fn replay_of_a_recorded_pin_churn_run_gives_the_same_report() {

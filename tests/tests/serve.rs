@@ -50,10 +50,7 @@ fn free_port() -> u16 {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gdrtrace-serve-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    integration_tests::scratch(&format!("serve-{name}"))
 }
 
 /// Waits for `f` to return Some, or panics with `what` at the deadline.
