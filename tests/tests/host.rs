@@ -167,8 +167,7 @@ fn sched_tracepoints_follow_children() {
     if !can_trace("sched_tracepoints_follow_children") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("gdrtrace-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = integration_tests::scratch("test");
     let json = dir.join("report.json");
     // A shell (target) forks a child that does the registrations.
     let bin = integration_tests::gdrtrace_path();

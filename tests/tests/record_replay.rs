@@ -8,8 +8,7 @@ fn replay_of_a_recorded_pin_churn_run_gives_the_same_report() {
     if !can_trace("replay_of_a_recorded_pin_churn_run_gives_the_same_report") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("gdrtrace-rr-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = integration_tests::scratch("rr");
     let (live, rec, replayed) = (dir.join("live.json"), dir.join("run.rec"), dir.join("replay.json"));
     let (tr_live, tr_replay) = (dir.join("live.transfers"), dir.join("replay.transfers"));
     let bin = integration_tests::gdrtrace_path();
@@ -101,8 +100,7 @@ fn replay_of_a_recorded_pin_churn_run_gives_the_same_report() {
 
 #[test]
 fn replay_refuses_other_files_with_one_line() {
-    let dir = std::env::temp_dir().join(format!("gdrtrace-rr-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = integration_tests::scratch("rr-bad");
     let cases = [
         (
             "future.rec",

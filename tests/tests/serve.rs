@@ -207,8 +207,7 @@ impl Drop for Launcher {
 
 /// The short-lived target (tests/standin/serve_child.c), built once.
 fn serve_child() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gdrtrace-serve-bin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = integration_tests::scratch("serve-bin");
     let out = dir.join("serve_child");
     if !out.is_file() {
         let src = repo_root().join("tests/standin/serve_child.c");
