@@ -14,7 +14,7 @@ use crate::{
     classify::steady::GpuLinks,
     counters::FollPin,
     error::{Error, Result},
-    events::recording,
+    recording,
     report::{self, Inputs, PinCounters, Report},
     session::Session,
     stats::Aggregator,
@@ -409,11 +409,11 @@ impl Trace {
     }
 
     /// Opens the `--record` and `--transfers` files of a command.
-    pub fn outputs(&mut self, t: &crate::cli::TraceArgs) -> Result<()> {
-        if let Some(path) = &t.record {
+    pub fn outputs(&mut self, record: Option<&std::path::Path>, transfers: Option<&std::path::Path>) -> Result<()> {
+        if let Some(path) = record {
             self.record(path)?;
         }
-        if let Some(path) = &t.transfers {
+        if let Some(path) = transfers {
             self.agg.transfers.sink = Some(std::io::BufWriter::new(
                 std::fs::File::create(path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?,
             ));
@@ -425,7 +425,7 @@ impl Trace {
     pub fn record(&mut self, path: &std::path::Path) -> Result<()> {
         let header = recording::Header::now();
         self.facts = Some(header.facts.clone());
-        self.agg.recorder = Some(recording::Recorder::create(path, &header)?);
+        self.agg.observer = Some(Box::new(recording::Recorder::create(path, &header)?));
         Ok(())
     }
 
@@ -462,7 +462,12 @@ impl Trace {
                 .map(|pid| (*pid, self.session.planner.process_libraries(*pid)))
                 .collect(),
         };
-        if let Some(rec) = self.agg.recorder.take() {
+        let recorder = self
+            .agg
+            .observer
+            .take()
+            .and_then(|o| (o as Box<dyn std::any::Any>).downcast::<recording::Recorder>().ok());
+        if let Some(rec) = recorder {
             let events = rec.events;
             if let Err(e) = rec.finish(&recording::footer(&inputs, &self.agg, events)) {
                 self.late_errors.push(e);

@@ -329,7 +329,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     };
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
-    trace.outputs(&args.trace)?;
+    trace.outputs(args.trace.record.as_deref(), args.trace.transfers.as_deref())?;
     let mut attached = Vec::new();
     let mut pre_existing = Vec::new();
     for pid in &targets {

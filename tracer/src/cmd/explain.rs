@@ -33,7 +33,7 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
     let recording = first.contains("\"gdrtrace.recording/");
     input.unread(first + "\n");
     let mut r: serde_json::Value = if recording {
-        let rec = crate::events::recording::read(&mut input).map_err(|e| input.error(e))?;
+        let rec = crate::recording::read(&mut input).map_err(|e| input.error(e))?;
         let (mut report, _) = super::replay::rebuild(&rec, log.as_deref()).map_err(|e| input.error(e))?;
         if let Some(l) = &ucx_log {
             report.corroborate_ucx(l);

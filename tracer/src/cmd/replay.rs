@@ -6,7 +6,7 @@ use std::{cell::RefCell, path::Path, rc::Rc};
 use crate::{
     cli::ReplayArgs,
     error::Result,
-    events::recording::{self, Input, Recording},
+    recording::{self, Recording},
     report::{self, Report},
     stats::{Aggregator, source::Recorded},
 };
@@ -22,16 +22,7 @@ pub fn aggregate(rec: &Recording, transfers: Option<std::io::BufWriter<std::fs::
     agg.transfers.sink = transfers;
     for (input, facts) in &rec.inputs {
         *pending.borrow_mut() = facts.clone();
-        match input {
-            Input::Event(e) => agg.push(e),
-            Input::Target { pid, parent } => agg.add_process(*pid, *parent),
-            Input::Tick => agg.sample(),
-            Input::AliveCheck => {
-                agg.check_exited();
-            }
-            Input::Aggregates(rows) => agg.set_aggregates(rows),
-            Input::SetupClosed => agg.setup_closed(),
-        }
+        agg.feed(input);
     }
     for (pid, kib) in &rec.footer.vm_pin_kib_at_attach {
         if let Some(p) = agg.procs.get_mut(pid) {

@@ -182,7 +182,7 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
     let opts = session_options(t)?;
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
-    trace.outputs(t)?;
+    trace.outputs(t.record.as_deref(), t.transfers.as_deref())?;
     let rt = super::runtime()?;
     let stopped = Cell::new(None::<Stop>);
     let (pid, child) = rt.block_on(async {
@@ -268,7 +268,7 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
 pub fn emit(t: &TraceArgs, files: Outputs, report: &Report) -> Result<()> {
     let mut errors = Vec::new();
     if let Some(path) = &t.record
-        && let Err(e) = crate::events::recording::append_workloads(path, &report.workloads)
+        && let Err(e) = crate::recording::append_workloads(path, &report.workloads)
     {
         errors.push(e);
     }

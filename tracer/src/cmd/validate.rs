@@ -364,7 +364,7 @@ fn traced_workload(trace: &TraceArgs, argv: Vec<String>, name: &str) -> Result<(
         .workloads
         .push(serde_json::json!({ "workload": name, "summary": v }));
     if let Some(path) = &trace.record {
-        crate::events::recording::append_workloads(path, &report.workloads)?;
+        crate::recording::append_workloads(path, &report.workloads)?;
     }
     for e in errors {
         errln!("gdrtrace: {}", crate::error::describe(&e));

@@ -28,7 +28,11 @@ use crate::{
         planner::{Attempt, ProcessLibrary},
     },
     report::{Inputs, Loss, PinCounters},
-    stats::{Aggregator, source::Fact},
+    stats::{
+        Aggregator,
+        input::{Input, Observer},
+        source::Fact,
+    },
 };
 
 pub const SCHEMA: &str = "gdrtrace.recording/v1";
@@ -293,7 +297,7 @@ pub struct Footer {
     pub vm_pin_kib_at_attach: BTreeMap<u32, u64>,
     /// GPU interconnect traffic over the window (steady-state evidence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu_links: Option<crate::classify::steady::GpuLinks>,
+    pub gpu_links: Option<crate::counters::GpuLinks>,
     /// Probe entries per op.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probe_hits: Vec<crate::report::ProbeHits>,
@@ -393,24 +397,24 @@ impl Recorder {
         }
     }
 
-    pub fn event(&mut self, e: &Event) {
+    fn event(&mut self, e: &Event) {
         self.lazy = None;
         self.events += 1;
         self.line(&event_json(e));
     }
 
     /// An input that always gets a line (a target added).
-    pub fn input(&mut self, v: Value) {
+    fn input(&mut self, v: Value) {
         self.lazy = None;
         self.line(&v);
     }
 
     /// An input written only if a fact follows (ticks, alive checks).
-    pub fn lazy_input(&mut self, v: Value) {
+    fn lazy_input(&mut self, v: Value) {
         self.lazy = Some(v);
     }
 
-    pub fn fact(&mut self, f: &Fact) {
+    fn fact(&mut self, f: &Fact) {
         if let Fact::Sample {
             pid,
             vm_pin_kib,
@@ -433,7 +437,7 @@ impl Recorder {
     }
 
     /// The kernel aggregates, when they changed since the last line.
-    pub fn aggregates(&mut self, rows: &[(AggKey, AggValue)]) {
+    fn aggregates(&mut self, rows: &[(AggKey, AggValue)]) {
         let mut now: Vec<(AggKey, u64, u64)> = rows.iter().map(|(k, v)| (*k, v.calls, v.bytes)).collect();
         now.sort_by_key(|x| x.0);
         if now == self.last_aggregates {
@@ -468,6 +472,29 @@ impl Recorder {
     }
 }
 
+/// The recorder observes the aggregator's inputs: each one is a line (ticks
+/// and alive checks only when a fact follows them), each fact a line.
+impl Observer for Recorder {
+    fn input(&mut self, input: &Input) {
+        match input {
+            Input::Event(e) => self.event(e),
+            Input::Target { pid, parent } => {
+                self.input(serde_json::json!({"type": "target", "pid": pid, "parent": parent}));
+            }
+            Input::Tick => self.lazy_input(serde_json::json!({"type": "tick", "t_ns": monotonic_ns()})),
+            Input::AliveCheck => {
+                self.lazy_input(serde_json::json!({"type": "alive-check", "t_ns": monotonic_ns()}));
+            }
+            Input::SetupClosed => self.input(serde_json::json!({"type": "setup-closed", "t_ns": monotonic_ns()})),
+            Input::Aggregates(rows) => self.aggregates(rows),
+        }
+    }
+
+    fn fact(&mut self, fact: &Fact) {
+        Recorder::fact(self, fact);
+    }
+}
+
 /// Appends the workloads' own summaries after the footer (they are known
 /// only once the command's report is complete).
 pub fn append_workloads(path: &Path, workloads: &[Value]) -> Result<()> {
@@ -480,22 +507,6 @@ pub fn append_workloads(path: &Path, workloads: &[Value]) -> Result<()> {
         .map_err(|e| Error::io(format!("appending to the recording {}", path.display()), e))?;
     let line = serde_json::json!({"type": "workloads", "workloads": workloads});
     writeln!(f, "{line}").map_err(|e| Error::io(format!("appending to the recording {}", path.display()), e))
-}
-
-/// One input of the aggregator, with the facts answered while handling it.
-#[derive(Clone, Debug)]
-pub enum Input {
-    Event(Event),
-    Target {
-        pid: u32,
-        parent: Option<u32>,
-    },
-    Tick,
-    AliveCheck,
-    Aggregates(Vec<(AggKey, AggValue)>),
-    /// The set-up uprobe links were closed over budget: threads' context
-    /// switches are no longer seen.
-    SetupClosed,
 }
 
 /// A parsed recording.
