@@ -429,8 +429,10 @@ impl Trace {
         Ok(())
     }
 
-    /// Builds the report of what was traced (and finishes the recording).
-    pub fn report(&mut self, command: Vec<String>) -> Result<Report> {
+    /// Builds the report of what was traced, judged (the one place a live
+    /// report is judged, with the NCCL log when given), and finishes the
+    /// recording and the transfer records.
+    pub fn report(&mut self, command: Vec<String>, nccl_log: Option<&str>) -> Result<Report> {
         let after = FollPin::read();
         let delta = match (self.pins_before, after) {
             (Some(b), Some(a)) => Some(b.delta(&a)),
@@ -474,8 +476,9 @@ impl Trace {
             }
         }
         let nvlink = inputs.facts.nvlink;
-        let r = report::build(&self.agg, inputs);
-        if let Err(e) = report::accounting::finish_transfers(&mut self.agg, &r, nvlink) {
+        let mut r = report::build(&self.agg, inputs);
+        r.judge_with(nccl_log, nvlink);
+        if let Err(e) = report::accounting::finish_transfers(&mut self.agg, &r) {
             self.late_errors.push(Error::io("writing the transfer records", e));
         }
         Ok(r)

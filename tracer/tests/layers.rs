@@ -13,18 +13,39 @@ use std::{
 /// import the modules before it, never one after it.
 const STAGES: &[&str] = &[
     // Ground floor: printing, errors, units, names, input files, host facts.
-    "error", "output", "intern", "units", "input", "signals", "spawn", "topo", "host",
+    "error",
+    "output",
+    "intern",
+    "units",
+    "input",
+    "signals",
+    "spawn",
+    "topo",
+    "host",
     // The loader, the probe table and the ring buffer.
-    "loader", "probes", "events",
+    "loader",
+    "probes",
+    "events",
     // The pipeline: registry, counters, per-call verdicts, aggregation,
     // judging, the report.
-    "model", "counters", "classify", "stats", "judge", "report",
+    "model",
+    "counters",
+    "classify",
+    "stats",
+    "judge",
+    "report",
     // Beside the pipeline: recordings of the aggregator's inputs and the
     // report's inputs (written by an observer of `stats`, read by replay).
     "recording",
     // Readers of reports, the tracing session and loop, workloads, the
     // agent, the command line.
-    "compare", "session", "trace", "drive", "serve", "cli", "cmd",
+    "compare",
+    "session",
+    "trace",
+    "drive",
+    "serve",
+    "cli",
+    "cmd",
     // Test support (compiled only with `cfg(test)`).
     "fixtures", // The binary.
     "main",
@@ -68,7 +89,12 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// The top-level module a file belongs to (`classify/ucx.rs` -> `classify`).
 fn module_of(root: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(root).expect("a file under src");
-    let first = rel.components().next().expect("a relative path").as_os_str().to_string_lossy();
+    let first = rel
+        .components()
+        .next()
+        .expect("a relative path")
+        .as_os_str()
+        .to_string_lossy();
     first.trim_end_matches(".rs").to_string()
 }
 
@@ -254,7 +280,12 @@ fn crate_references() -> Vec<Reference> {
         }
         for (to, line) in references(code) {
             if to != from {
-                out.push((from.clone(), to, f.strip_prefix(&root).expect("a file under src").to_path_buf(), line));
+                out.push((
+                    from.clone(),
+                    to,
+                    f.strip_prefix(&root).expect("a file under src").to_path_buf(),
+                    line,
+                ));
             }
         }
     }

@@ -52,10 +52,9 @@ pub fn rebuild_with(
     let mut agg = aggregate(rec, sink);
     let inputs = recording::inputs_of(&rec.header, &rec.footer)?;
     let mut r = report::build(&agg, inputs);
-    report::accounting::finish_transfers(&mut agg, &r, rec.header.facts.nvlink)
-        .map_err(|e| format!("writing the transfer records: {e}"))?;
-    r.workloads = rec.workloads.clone();
     r.judge_with(nccl_log, rec.header.facts.nvlink);
+    report::accounting::finish_transfers(&mut agg, &r).map_err(|e| format!("writing the transfer records: {e}"))?;
+    r.workloads = rec.workloads.clone();
     Ok((r, agg))
 }
 
@@ -76,13 +75,6 @@ pub fn replay(args: &ReplayArgs) -> Result<i32> {
     let rec = load(&args.recording)?;
     let (report, _agg) = rebuild_with(&rec, log.as_deref(), args.transfers.as_deref())
         .map_err(|e| crate::error::Error::Input(format!("{}: {e}", args.recording.display())))?;
-    super::run::emit_with(
-        json,
-        args.format,
-        None,
-        ucx_log.as_deref(),
-        rec.header.facts.nvlink,
-        &report,
-    )?;
+    super::run::emit_with(json, args.format, ucx_log.as_deref(), &report)?;
     Ok(0)
 }
