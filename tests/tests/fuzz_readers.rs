@@ -9,7 +9,7 @@
 use gdrtrace::{
     classify::{comm, explain},
     compare::{self, Metrics, Thresholds},
-    events::recording,
+    recording,
 };
 use proptest::prelude::*;
 use serde_json::Value;

@@ -85,7 +85,7 @@ fn uprobe_cookie_args_out_pointer_and_registry() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }))
         .unwrap();
-    let report = trace.report(vec![]).unwrap();
+    let report = trace.report(vec![], None).unwrap();
     let op = report
         .operations
         .iter()
@@ -134,7 +134,7 @@ fn tiny_ring_buffer_drops_are_counted_exactly() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }))
         .unwrap();
-    let report = trace.report(vec![]).unwrap();
+    let report = trace.report(vec![], None).unwrap();
     let delivered = report
         .operations
         .iter()

@@ -166,7 +166,7 @@ fn versioned_calls_are_captured_with_keys_and_registry() {
     let mut trace = Trace::new(sess);
     trace.agg.add_process(d.pid, None);
     let out = trace_driver(&mut trace, &mut d);
-    let report = trace.report(vec![]).unwrap();
+    let report = trace.report(vec![], None).unwrap();
     check_ibverbs(&trace, &report, d.pid, &out);
 
     // Suffixed variants report as their row (the cookie), with their sizes;
@@ -231,7 +231,7 @@ fn library_dlopened_after_attach_is_picked_up() {
         .find(|a| Path::new(&a.path) == s.ibverbs)
         .unwrap_or_else(|| panic!("{} not attached: {:?}", s.ibverbs.display(), trace.session.planner.libs));
     assert_eq!(attached.symbols.len(), IBVERBS_ATTACHED.len(), "{attached:?}");
-    let report = trace.report(vec![]).unwrap();
+    let report = trace.report(vec![], None).unwrap();
     check_ibverbs(&trace, &report, d.pid, &out);
 }
 
@@ -274,7 +274,7 @@ fn library_in_another_mount_namespace_resolves_through_proc_root() {
     let mut trace = Trace::new(sess);
     trace.agg.add_process(d.pid, None);
     let out = trace_driver(&mut trace, &mut d);
-    let report = trace.report(vec![]).unwrap();
+    let report = trace.report(vec![], None).unwrap();
     let row = library_row(&report, "libibverbs");
     assert_eq!(row.status, Status::Attached, "{row:?}");
     let want = format!("{ns_path}: {} symbols attached", IBVERBS_ATTACHED.len());

@@ -26,6 +26,7 @@ pub mod judge;
 pub mod loader;
 pub mod model;
 pub mod probes;
+pub mod recording;
 pub mod report;
 pub mod serve;
 pub mod session;

@@ -14,7 +14,7 @@ use crate::{
     classify::steady::GpuLinks,
     counters::FollPin,
     error::{Error, Result},
-    events::recording,
+    recording,
     report::{self, Inputs, PinCounters, Report},
     session::Session,
     stats::Aggregator,
@@ -408,16 +408,31 @@ impl Trace {
             .collect()
     }
 
+    /// Opens the `--record` and `--transfers` files of a command.
+    pub fn outputs(&mut self, record: Option<&std::path::Path>, transfers: Option<&std::path::Path>) -> Result<()> {
+        if let Some(path) = record {
+            self.record(path)?;
+        }
+        if let Some(path) = transfers {
+            self.agg.transfers.sink = Some(std::io::BufWriter::new(
+                std::fs::File::create(path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?,
+            ));
+        }
+        Ok(())
+    }
+
     /// Records the aggregator's inputs to `path` (`--record`), from now on.
     pub fn record(&mut self, path: &std::path::Path) -> Result<()> {
         let header = recording::Header::now();
         self.facts = Some(header.facts.clone());
-        self.agg.recorder = Some(recording::Recorder::create(path, &header)?);
+        self.agg.observer = Some(Box::new(recording::Recorder::create(path, &header)?));
         Ok(())
     }
 
-    /// Builds the report of what was traced (and finishes the recording).
-    pub fn report(&mut self, command: Vec<String>) -> Result<Report> {
+    /// Builds the report of what was traced, judged (the one place a live
+    /// report is judged, with the NCCL log when given), and finishes the
+    /// recording and the transfer records.
+    pub fn report(&mut self, command: Vec<String>, nccl_log: Option<&str>) -> Result<Report> {
         let after = FollPin::read();
         let delta = match (self.pins_before, after) {
             (Some(b), Some(a)) => Some(b.delta(&a)),
@@ -449,15 +464,21 @@ impl Trace {
                 .map(|pid| (*pid, self.session.planner.process_libraries(*pid)))
                 .collect(),
         };
-        if let Some(rec) = self.agg.recorder.take() {
+        let recorder = self
+            .agg
+            .observer
+            .take()
+            .and_then(|o| (o as Box<dyn std::any::Any>).downcast::<recording::Recorder>().ok());
+        if let Some(rec) = recorder {
             let events = rec.events;
             if let Err(e) = rec.finish(&recording::footer(&inputs, &self.agg, events)) {
                 self.late_errors.push(e);
             }
         }
         let nvlink = inputs.facts.nvlink;
-        let r = report::build(&self.agg, inputs);
-        if let Err(e) = report::accounting::finish_transfers(&mut self.agg, &r, nvlink) {
+        let mut r = report::build(&self.agg, inputs);
+        r.judge_with(nccl_log, nvlink);
+        if let Err(e) = report::accounting::finish_transfers(&mut self.agg, &r) {
             self.late_errors.push(Error::io("writing the transfer records", e));
         }
         Ok(r)

@@ -356,7 +356,7 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
 /// events as the probes deliver them, through the aggregator, into a
 /// judged report.
 #[cfg(test)]
-pub(crate) mod tests_support {
+mod tests_support {
     use tracer_common::{Event, kind};
 
     use crate::{

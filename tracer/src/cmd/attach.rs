@@ -326,7 +326,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     };
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
-    super::outputs(&mut trace, &args.trace)?;
+    trace.outputs(args.trace.record.as_deref(), args.trace.transfers.as_deref())?;
     let mut attached = Vec::new();
     let mut pre_existing = Vec::new();
     for pid in &targets {
@@ -422,7 +422,11 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     rt.block_on(async { trace.run_until(stop).await })?;
     // The window is closed in the kernel (the stop switch): the report comes
     // first, the links are closed after it (timed, on stderr).
-    let mut report = trace.report(std::env::args().collect())?;
+    let log = super::run::nccl_log(&args.trace)
+        .map_err(|e| trace.late_errors.push(e))
+        .ok()
+        .flatten();
+    let mut report = trace.report(std::env::args().collect(), log.as_deref())?;
     let mut errors = std::mem::take(&mut trace.late_errors);
     report.workloads.push(serde_json::json!({
         "attach": {

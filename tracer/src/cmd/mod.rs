@@ -14,9 +14,8 @@ pub mod validate;
 
 // Moved below `cmd` so that `serve` can use them without importing `cmd`.
 use crate::{
-    cli::{BaselineCmd, Command, TraceArgs},
+    cli::{BaselineCmd, Command},
     error::{Error, Result, describe},
-    trace::Trace,
 };
 pub use crate::{
     session::report_close,
@@ -39,19 +38,6 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
         Command::Bench(b) => bench::bench(&b),
         Command::Serve(a) => serve::serve(&a),
     }
-}
-
-/// Opens the `--record` and `--transfers` files of a command.
-pub fn outputs(trace: &mut Trace, t: &TraceArgs) -> Result<()> {
-    if let Some(path) = &t.record {
-        trace.record(path)?;
-    }
-    if let Some(path) = &t.transfers {
-        trace.agg.transfers.sink = Some(std::io::BufWriter::new(
-            std::fs::File::create(path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?,
-        ));
-    }
-    Ok(())
 }
 
 /// Prints every error but the first, and returns the first (or Ok).

@@ -90,7 +90,7 @@ fn verbs(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Re
     checks.extend(written(
         super::run::emit(&sub(trace, "verbs-churn"), Outputs::none(), &report).err(),
     ));
-    reports.push(("verbs-churn".into(), judged(report)));
+    reports.push(("verbs-churn".into(), report));
     let mut write = base;
     write.extend(["--registrations", "2", "--pages", "16", "--writes", "16"].map(String::from));
     let (_, write_code, errors) = super::run::trace_command(&sub(trace, "verbs-write"), &write)?.finish();
@@ -118,12 +118,11 @@ fn traced_workload(trace: &TraceArgs, argv: Vec<String>, name: &str) -> Result<(
     let _ = std::fs::remove_file(&summary);
     let v: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
     let mut report = report;
-    report.judge(None);
     report
         .workloads
         .push(serde_json::json!({ "workload": name, "summary": v }));
     if let Some(path) = &trace.record {
-        crate::events::recording::append_workloads(path, &report.workloads)?;
+        crate::recording::append_workloads(path, &report.workloads)?;
     }
     for e in errors {
         errln!("gdrtrace: {}", crate::error::describe(&e));
@@ -286,14 +285,6 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
     Ok(checks)
 }
 
-/// A report with its verdicts (as `emit` prints and writes it).
-fn judged(mut r: Report) -> Report {
-    if r.verdicts.is_empty() {
-        r.judge(None);
-    }
-    r
-}
-
 pub fn validate(args: &ValidateArgs) -> Result<i32> {
     run_validate(args).map(|(code, _)| code)
 }
@@ -335,7 +326,7 @@ pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)>
     checks.extend(written(super::run::emit(trace, files, &report).err()));
     outln!("\nvalidate: pin-churn ({})", s.line());
     print_checks(&checks);
-    reports.push(("pin-churn".to_string(), judged(report.clone())));
+    reports.push(("pin-churn".to_string(), report.clone()));
     if crate::topo::discover().gpus.is_empty() {
         outln!("validate: cuda-copy, nccl: skipping: no GPU (/proc/driver/nvidia/gpus is absent)");
     } else {

@@ -309,13 +309,13 @@ pub fn registration(agg: &Aggregator, duration_s: f64) -> Registration {
 }
 
 /// Writes the communicators' records to the `--transfers` file (their
-/// verdicts need the whole trace) and closes it.
-pub fn finish_transfers(agg: &mut Aggregator, report: &super::Report, nvlink: Option<bool>) -> std::io::Result<()> {
+/// verdicts need the whole trace: `judged` is the judged report) and
+/// closes it.
+pub fn finish_transfers(agg: &mut Aggregator, judged: &super::Report) -> std::io::Result<()> {
     if agg.transfers.sink.is_none() && agg.transfers.sink_error.is_none() {
         return Ok(());
     }
-    let mut judged = report.clone();
-    judged.judge_with(None, nvlink);
+    debug_assert!(judged.judged, "transfer records take the judged verdicts");
     let comms: BTreeMap<u32, String> = judged.processes.iter().map(|p| (p.pid, p.comm.clone())).collect();
     if let Some(out) = &mut agg.transfers.sink {
         use std::io::Write as _;

@@ -11,13 +11,11 @@ use crate::{
 };
 
 impl Report {
-    /// Recomputes the verdicts (and corroborates them with an NCCL log).
-    pub fn judge(&mut self, nccl_log: Option<&str>) {
-        self.judge_with(nccl_log, crate::topo::discover().nvlink());
-    }
-
-    /// As `judge`, with the NVLink fact given (a recording's, on replay),
-    /// used only where the report's host facts do not say.
+    /// Judges the report once (verdicts, corroborated with an NCCL log when
+    /// given; then what follows from them), with the NVLink fact given
+    /// (a recording's, on replay), used only where the report's host facts
+    /// do not say. Called where reports are built: `Trace::report` and
+    /// replay.
     pub fn judge_with(&mut self, nccl_log: Option<&str>, nvlink: Option<bool>) {
         if self.judged {
             return;

@@ -247,7 +247,7 @@ pub struct Report {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_links: Option<crate::classify::steady::GpuLinks>,
     /// UCX processes: endpoints, data calls, paths per memory type,
-    /// registrations and the registration cache (`classify/ucx.rs`).
+    /// registrations and the registration cache (`classify/ucx/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ucx: Option<crate::classify::ucx::UcxReport>,
     /// Whether `judge` ran (verdicts, staging and collective transfers are final).
