@@ -23,7 +23,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{can_trace, links_and_probe_events, our_programs, trace_required};
+use integration_tests::{can_trace, fixture, links_and_probe_events, our_programs, trace_required};
 
 /// How an input may end.
 #[derive(Clone, Copy, Debug)]
@@ -209,10 +209,6 @@ fn written(path: &str) -> Result<(), String> {
         Ok(m) if m.len() > 0 => Ok(()),
         _ => Err(format!("{path} not written")),
     }
-}
-
-fn fixture(rel: &str) -> String {
-    format!("{}/fixtures/{rel}", env!("CARGO_MANIFEST_DIR"))
 }
 
 fn gzip(data: &[u8]) -> Vec<u8> {

@@ -1,6 +1,11 @@
 //! Helpers for gdrtrace's root-only integration tests (run on this host by
 //! the README's test command; kernel-probe tests run in the VM tier).
-use std::process::{Command, Output};
+pub mod standin;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
 
 /// Whether this run must trace: under CI (`CI=true`) or wherever
 /// `GDRTRACE_REQUIRE_TRACE=1` says the suite is meant to.
@@ -330,4 +335,28 @@ pub fn links_and_probe_events() -> (usize, usize) {
         .map(|t| t.lines().count())
         .sum();
     (links, events)
+}
+
+/// The path of a file under tests/fixtures/ (`reports/x.json`).
+pub fn fixture(rel: &str) -> String {
+    format!("{}/fixtures/{rel}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A fresh, empty scratch directory `gdrtrace-NAME-PID` for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gdrtrace-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("creating {}: {e}", d.display()));
+    d
+}
+
+/// A path as the `&str` an argument list wants.
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
+}
+
+/// A JSON file, parsed (a test fails naming the file otherwise).
+pub fn read_json(p: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }

@@ -66,8 +66,7 @@ fn attach_by_pid_follows_fork_and_exec() {
     if !can_trace("attach_by_pid_follows_fork_and_exec") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("gdrtrace-attach-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = integration_tests::scratch("attach");
     let go = dir.join("go");
     let json = dir.join("report.json");
     let bin = gdrtrace_path();
@@ -110,8 +109,7 @@ fn attach_follows_child_in_other_mount_namespace_with_socket_traffic() {
     if !can_trace("attach_follows_child_in_other_mount_namespace_with_socket_traffic") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("gdrtrace-attach-ns-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = integration_tests::scratch("attach-ns");
     let sock_pair = dir.join("sock_pair");
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/standin/sock_pair.c");
     compile(&["-O2", "-pthread", "-o", sock_pair.to_str().unwrap(), src]);
@@ -168,8 +166,7 @@ fn attach_by_cgroup() {
         println!("skipping: attach_by_cgroup: cannot create a cgroup here");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("gdrtrace-cg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = integration_tests::scratch("cg");
     let go = dir.join("go");
     let json = dir.join("report.json");
     let bin = gdrtrace_path();

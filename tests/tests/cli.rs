@@ -93,8 +93,7 @@ fn missing_privilege_fails_under_ci() {
     if !can_trace("missing_privilege_fails_under_ci") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("gdrtrace-ci-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = integration_tests::scratch("ci");
     let copy = dir.join("cli-tests");
     std::fs::copy(std::env::current_exe().expect("test binary"), &copy).expect("copying the test binary");
     let _ = std::process::Command::new("chmod")

@@ -8,23 +8,16 @@ use std::{
     process::{Command, Output},
 };
 
-use integration_tests::{run, stderr, stdout};
+use integration_tests::{path_str as s, read_json, run, stderr, stdout};
 use serde_json::Value;
 
 fn fixture(name: &str) -> String {
-    format!("{}/fixtures/reports/{name}", env!("CARGO_MANIFEST_DIR"))
+    integration_tests::fixture(&format!("reports/{name}"))
 }
 
 /// A fresh scratch directory for one test.
 fn scratch(test: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gdrtrace-compare-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("creating a scratch directory");
-    d
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
+    integration_tests::scratch(&format!("compare-{test}"))
 }
 
 /// `baseline record --from REPORT` into DIR/NAME.
@@ -38,10 +31,6 @@ fn record(dir: &Path, report: &str, name: &str) -> PathBuf {
 
 fn code(o: &Output) -> i32 {
     o.status.code().expect("exited, not killed")
-}
-
-fn read_json(p: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(p).expect("reading JSON")).expect("valid JSON")
 }
 
 fn write_json(p: &Path, v: &Value) {

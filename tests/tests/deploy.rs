@@ -64,8 +64,7 @@ fn alerting_rules_pass_promtool_check_and_their_unit_tests() {
     assert!(ok && out.contains("SUCCESS"), "{out}");
     // The unit tests can fail: the same tests against a rule file whose
     // thresholds are out of reach.
-    let dir = std::env::temp_dir().join(format!("gdrtrace-rules-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = integration_tests::scratch("rules");
     let rules = std::fs::read_to_string(repo_root().join("deploy/prometheus/rules.yaml")).unwrap();
     let broken = rules
         .replace(") > 0.5", ") > 5")
@@ -256,8 +255,7 @@ fn rules_and_dashboard_query_metrics_the_agent_exposes() {
     // Every panel query at least parses as PromQL (promtool has no parser
     // command; a rule file of recording rules is parsed on check).
     if have("rules_and_dashboard_query_metrics_the_agent_exposes", "promtool", HOW) {
-        let dir = std::env::temp_dir().join(format!("gdrtrace-dash-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = integration_tests::scratch("dash");
         let mut file = String::from("groups:\n  - name: dashboard\n    rules:\n");
         for (i, e) in exprs.iter().enumerate() {
             let e = e

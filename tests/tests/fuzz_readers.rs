@@ -9,7 +9,7 @@
 use gdrtrace::{
     classify::{comm, explain},
     compare::{self, Metrics, Thresholds},
-    events::recording,
+    recording,
 };
 use proptest::prelude::*;
 use serde_json::Value;
@@ -17,7 +17,7 @@ use serde_json::Value;
 const CASES: u32 = 48;
 
 fn fixture(rel: &str) -> String {
-    std::fs::read_to_string(format!("{}/fixtures/{rel}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
+    std::fs::read_to_string(integration_tests::fixture(rel)).expect("fixture")
 }
 
 fn one_line(e: &str) {

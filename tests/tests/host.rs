@@ -85,7 +85,7 @@ fn uprobe_cookie_args_out_pointer_and_registry() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }))
         .unwrap();
-    let report = trace.report(vec![]).unwrap();
+    let report = trace.report(vec![], None).unwrap();
     let op = report
         .operations
         .iter()
@@ -134,7 +134,7 @@ fn tiny_ring_buffer_drops_are_counted_exactly() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }))
         .unwrap();
-    let report = trace.report(vec![]).unwrap();
+    let report = trace.report(vec![], None).unwrap();
     let delivered = report
         .operations
         .iter()
@@ -167,8 +167,7 @@ fn sched_tracepoints_follow_children() {
     if !can_trace("sched_tracepoints_follow_children") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("gdrtrace-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = integration_tests::scratch("test");
     let json = dir.join("report.json");
     // A shell (target) forks a child that does the registrations.
     let bin = integration_tests::gdrtrace_path();

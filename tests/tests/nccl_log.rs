@@ -2,11 +2,7 @@
 //! NCCL_DEBUG=INFO logs of the same runs (tests/fixtures/): the probe-based
 //! verdicts agree with NCCL's own channel lines, per rank and per
 //! communicator, and a log of another mode is reported as disagreeing.
-use integration_tests::{run, stderr, stdout};
-
-fn fixture(rel: &str) -> String {
-    format!("{}/fixtures/{rel}", env!("CARGO_MANIFEST_DIR"))
-}
+use integration_tests::{fixture, run, stderr, stdout};
 
 fn explain(report: &str, log: &str) -> String {
     let o = run(&["explain", &fixture(report), "--nccl-log", log]);

@@ -8,8 +8,7 @@ fn run_pin_churn_counts_match_the_workload() {
     if !can_trace("run_pin_churn_counts_match_the_workload") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("gdrtrace-pc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = integration_tests::scratch("pc");
     let json = dir.join("report.json");
     let bin = integration_tests::gdrtrace_path();
     let o = run(&[

@@ -1,19 +1,14 @@
 //! `--record` and `gdrtrace replay`: a live pin-churn run and the replay of
 //! its recording produce the same report; broken recordings are refused
 //! with one line and exit status 2.
-use integration_tests::{can_trace, run, stderr, stdout};
-
-fn read_json(p: &std::path::Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
+use integration_tests::{can_trace, read_json, run, stderr, stdout};
 
 #[test]
 fn replay_of_a_recorded_pin_churn_run_gives_the_same_report() {
     if !can_trace("replay_of_a_recorded_pin_churn_run_gives_the_same_report") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("gdrtrace-rr-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = integration_tests::scratch("rr");
     let (live, rec, replayed) = (dir.join("live.json"), dir.join("run.rec"), dir.join("replay.json"));
     let (tr_live, tr_replay) = (dir.join("live.transfers"), dir.join("replay.transfers"));
     let bin = integration_tests::gdrtrace_path();
@@ -105,8 +100,7 @@ fn replay_of_a_recorded_pin_churn_run_gives_the_same_report() {
 
 #[test]
 fn replay_refuses_other_files_with_one_line() {
-    let dir = std::env::temp_dir().join(format!("gdrtrace-rr-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = integration_tests::scratch("rr-bad");
     let cases = [
         (
             "future.rec",

@@ -10,21 +10,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{can_trace, gdrtrace, gdrtrace_path, run_bounded, stderr, stdout};
-
-fn fixture(rel: &str) -> String {
-    format!("{}/fixtures/{rel}", env!("CARGO_MANIFEST_DIR"))
-}
+use integration_tests::{can_trace, fixture, gdrtrace, gdrtrace_path, path_str as s, run_bounded, stderr, stdout};
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gdrtrace-robust-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch directory");
-    d
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("UTF-8 path")
+    integration_tests::scratch(&format!("robust-{name}"))
 }
 
 /// Runs gdrtrace with `args` (60 s at most: a hang is a failure).

@@ -50,10 +50,7 @@ fn free_port() -> u16 {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gdrtrace-serve-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    integration_tests::scratch(&format!("serve-{name}"))
 }
 
 /// Waits for `f` to return Some, or panics with `what` at the deadline.
@@ -210,8 +207,7 @@ impl Drop for Launcher {
 
 /// The short-lived target (tests/standin/serve_child.c), built once.
 fn serve_child() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gdrtrace-serve-bin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = integration_tests::scratch("serve-bin");
     let out = dir.join("serve_child");
     if !out.is_file() {
         let src = repo_root().join("tests/standin/serve_child.c");

@@ -29,424 +29,31 @@
 //!   library whose path exists only in the process's own mount namespace is
 //!   opened through /proc/PID/root, attached and traced.
 use std::{
-    collections::{BTreeMap, BTreeSet},
-    io::{BufRead, BufReader, Read as _, Write as _},
-    path::{Path, PathBuf},
-    process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio},
+    collections::BTreeSet,
+    io::{BufRead, BufReader, Write as _},
+    path::Path,
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use gdrtrace::{
-    loader::LoadOptions,
     probes::{
         Status,
         libs::LibFile,
         symbols,
         uapi::{self, Lib},
     },
-    report::Report,
-    session::{Session, SessionOptions},
+    session::Session,
     trace::Trace,
 };
-use integration_tests::{can_trace, compile};
-
-/// Registrations per symbol version, and deregistrations of the first D.
-const K: usize = 4;
-const D: usize = 2;
-const PAGE: u64 = 4096;
-
-/// The symbols the planner must attach in the libibverbs stand-in.
-const IBVERBS_ATTACHED: &[&str] = &[
-    "ibv_reg_mr@IBVERBS_1.0",
-    "ibv_reg_mr@IBVERBS_1.1",
-    "ibv_reg_mr_iova@IBVERBS_1.7",
-    "ibv_reg_mr_iova2@IBVERBS_1.8",
-    "ibv_dereg_mr@IBVERBS_1.0",
-    "ibv_dereg_mr@IBVERBS_1.1",
-    "ibv_alloc_pd@IBVERBS_1.1",
-    "ibv_modify_qp@IBVERBS_1.1",
-];
-
-// ---------------------------------------------------------------------------
-// Building the stand-ins.
-
-/// A per-test directory with freshly built stand-ins; removed on drop.
-struct StandIns {
-    dir: PathBuf,
-    ibverbs: PathBuf,
-    cuda: PathBuf,
-    driver: PathBuf,
-}
-
-impl Drop for StandIns {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn build_standins(test: &str) -> StandIns {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("standin");
-    // Under the target directory rather than /tmp, which may be noexec
-    // (dlopen needs executable mappings).
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gdrtrace-uapi-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let s = |p: &Path| p.to_str().expect("UTF-8 path").to_string();
-    // File names as the real libraries: the tracer recognises them by name.
-    let ibverbs = dir.join("libibverbs.so.1");
-    let cuda = dir.join("libcuda.so.1");
-    let driver = dir.join("uapi_driver");
-    compile(&[
-        "-O2",
-        "-fPIC",
-        "-shared",
-        "-Wall",
-        &format!("-Wl,--version-script={}", s(&src.join("standin_ibverbs.map"))),
-        "-Wl,-soname,libibverbs.so.1",
-        "-o",
-        &s(&ibverbs),
-        &s(&src.join("standin_ibverbs.c")),
-    ]);
-    compile(&[
-        "-O2",
-        "-fPIC",
-        "-shared",
-        "-Wall",
-        "-Wl,-soname,libcuda.so.1",
-        "-o",
-        &s(&cuda),
-        &s(&src.join("standin_cuda.c")),
-    ]);
-    compile(&[
-        "-O2",
-        "-Wall",
-        "-o",
-        &s(&driver),
-        &s(&src.join("uapi_driver.c")),
-        "-ldl",
-    ]);
-    StandIns {
-        dir,
-        ibverbs,
-        cuda,
-        driver,
-    }
-}
-
-// ---------------------------------------------------------------------------
-// The traced driver process.
-
-struct Driver {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
-    pid: u32,
-    /// Path of libibverbs as the driver loaded it (inside its namespace).
-    lib: String,
-}
-
-impl Driver {
-    /// Starts the driver and waits until it says it is ready (libraries
-    /// loaded, unless `--late`), blocked on stdin.
-    fn start(s: &StandIns, opts: &[&str]) -> Driver {
-        let mut child = Command::new(&s.driver)
-            .args(opts)
-            .arg(&s.ibverbs)
-            .args([K.to_string(), D.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawning the driver");
-        let stdin = child.stdin.take();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("reading the driver");
-        let Some(rest) = line.trim().strip_prefix("ready pid=") else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("driver did not get ready: {line:?}");
-        };
-        let (pid, lib) = rest.split_once(" lib=").expect("ready line: pid and lib");
-        let pid: u32 = pid.parse().unwrap();
-        assert_eq!(pid, child.id());
-        Driver {
-            child,
-            stdin,
-            stdout,
-            pid,
-            lib: lib.to_string(),
-        }
-    }
-
-    /// Lets the driver run its workload.
-    fn release(&mut self) {
-        let mut stdin = self.stdin.take().expect("released once");
-        stdin.write_all(b"g").expect("releasing the driver");
-    }
-
-    /// Waits (without blocking the runtime) for the driver to exit.
-    async fn exited(&mut self, limit: Duration) -> Result<ExitStatus, String> {
-        let t0 = Instant::now();
-        loop {
-            if let Some(st) = self.child.try_wait().map_err(|e| e.to_string())? {
-                return Ok(st);
-            }
-            if t0.elapsed() > limit {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                return Err(format!("driver did not exit within {limit:?}"));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// The rest of its output (after it exited).
-    fn output(&mut self) -> String {
-        let mut s = String::new();
-        self.stdout.read_to_string(&mut s).unwrap();
-        s
-    }
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn session() -> Session {
-    let opts = SessionOptions {
-        load: LoadOptions {
-            ringbuf_bytes: 1 << 22,
-            targets_only: true,
-            ..LoadOptions::default()
-        },
-        families: None,
-        installed_libraries: false,
-    };
-    Session::open(&opts).expect("opening a session")
-}
-
-/// Releases the driver and traces it until it exits; returns its output.
-fn trace_driver(trace: &mut Trace, d: &mut Driver) -> String {
-    let mut status = None;
-    runtime()
-        .block_on(trace.run_until(async {
-            d.release();
-            status = Some(d.exited(Duration::from_secs(30)).await);
-            // Let the last events reach the ring buffer reader.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }))
-        .expect("tracing");
-    let out = d.output();
-    match status.expect("stop future ran") {
-        Ok(st) if st.success() => out,
-        Ok(st) => panic!("driver failed ({st}):\n{out}"),
-        Err(e) => panic!("{e}:\n{out}"),
-    }
-}
-
-// ---------------------------------------------------------------------------
-// What the driver printed.
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct MrLine {
-    ver: String,
-    ptr: u64,
-    addr: u64,
-    len: u64,
-    lkey: u32,
-    rkey: u32,
-}
-
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
-}
-
-fn num(s: &str) -> u64 {
-    match s.strip_prefix("0x") {
-        Some(h) => u64::from_str_radix(h, 16).unwrap(),
-        None => s.parse().unwrap(),
-    }
-}
-
-struct Workload {
-    regs: Vec<MrLine>,
-    deregs: Vec<u64>,
-    /// MRs alive at the end, by pointer, replaying the output in order.
-    live: BTreeMap<u64, MrLine>,
-    /// Pinned bytes high-water, replaying the output in order.
-    high_water: u64,
-}
-
-fn parse(out: &str) -> Workload {
-    let mut w = Workload {
-        regs: Vec::new(),
-        deregs: Vec::new(),
-        live: BTreeMap::new(),
-        high_water: 0,
-    };
-    let mut pinned = 0u64;
-    for line in out.lines() {
-        if line.starts_with("mr ") {
-            let m = MrLine {
-                ver: field(line, "ver").to_string(),
-                ptr: num(field(line, "ptr")),
-                addr: num(field(line, "addr")),
-                len: num(field(line, "len")),
-                lkey: num(field(line, "lkey")) as u32,
-                rkey: num(field(line, "rkey")) as u32,
-            };
-            pinned += m.len;
-            w.high_water = w.high_water.max(pinned);
-            w.live.insert(m.ptr, m.clone());
-            w.regs.push(m);
-        } else if line.starts_with("dereg ") {
-            assert_eq!(field(line, "ret"), "0", "{line}");
-            let ptr = num(field(line, "ptr"));
-            let m = w.live.remove(&ptr).expect("deregistered MR was registered");
-            pinned -= m.len;
-            w.deregs.push(ptr);
-        }
-    }
-    w
-}
-
-// ---------------------------------------------------------------------------
-// Checks shared by the traced tests.
-
-fn op<'a>(r: &'a Report, name: &str) -> Vec<&'a gdrtrace::report::Operation> {
-    r.operations.iter().filter(|o| o.name == name).collect()
-}
-
-/// One operation row (one transport) of `name`, or a panic with the report.
-fn single_op<'a>(r: &'a Report, name: &str) -> &'a gdrtrace::report::Operation {
-    match op(r, name).as_slice() {
-        [o] => o,
-        rows => panic!(
-            "expected one {name} row, got {}: {:#?}",
-            rows.len(),
-            r.operations
-                .iter()
-                .map(|o| (&o.name, o.transport, o.calls, o.bytes))
-                .collect::<Vec<_>>()
-        ),
-    }
-}
-
-/// Everything the tracer must have seen of the driver's ibverbs workload.
-fn check_ibverbs(trace: &Trace, report: &Report, pid: u32, out: &str) {
-    let w = parse(out);
-    // The driver's own view: K registrations per version, each version's
-    // MRs carrying that entry point's keys (1.1 forwards to iova2).
-    assert_eq!(w.regs.len(), 2 * K, "driver output:\n{out}");
-    assert_eq!(w.deregs.len(), 2 * D, "driver output:\n{out}");
-    for m in &w.regs {
-        let tag = match m.ver.as_str() {
-            "IBVERBS_1.0" => 0x10,
-            "IBVERBS_1.1" => 0x11,
-            v => panic!("unexpected version {v}"),
-        };
-        assert_eq!(m.lkey >> 24, tag, "stand-in entry point of {m:?}");
-    }
-    let lens: u64 = (1..=K as u64).map(|i| i * PAGE).sum();
-
-    // Cookie tagging and argument capture: both versions report as the
-    // ibv_reg_mr row, with every length.
-    let reg = single_op(report, "ibv_reg_mr");
-    assert_eq!(
-        reg.calls,
-        2 * K as u64,
-        "ibv_reg_mr calls: K through IBVERBS_1.0 and K through IBVERBS_1.1"
-    );
-    assert_eq!(reg.bytes, 2 * lens, "ibv_reg_mr lengths");
-    assert_eq!(reg.errors, 0);
-    assert_eq!(reg.transport, "host-only", "{}", reg.evidence);
-    let iova2 = single_op(report, "ibv_reg_mr_iova2");
-    assert_eq!(
-        (iova2.calls, iova2.bytes),
-        (K as u64, lens),
-        "ibv_reg_mr@@IBVERBS_1.1 forwards to ibv_reg_mr_iova2"
-    );
-    let dereg = single_op(report, "ibv_dereg_mr");
-    assert_eq!(dereg.calls, 2 * D as u64, "ibv_dereg_mr calls (both versions)");
-    assert_eq!(dereg.errors, 0);
-
-    let p = report
-        .processes
-        .iter()
-        .find(|p| p.pid == pid)
-        .unwrap_or_else(|| panic!("driver {pid} not in the report"));
-    assert_eq!(p.calls.get("ibv_reg_mr"), Some(&(2 * K as u64)), "{:?}", p.calls);
-    assert_eq!(p.calls.get("ibv_dereg_mr"), Some(&(2 * D as u64)), "{:?}", p.calls);
-
-    // Churn: the nested iova2 call is not a second registration.
-    let churn = p.churn.as_ref().expect("churn of the driver");
-    assert_eq!(churn.registrations, 2 * K as u64, "registrations: {churn:?}");
-    assert_eq!(churn.deregistrations, 2 * D as u64, "deregistrations: {churn:?}");
-    assert_eq!(
-        churn.reregistrations_of_seen_range, K as u64,
-        "IBVERBS_1.1 registers the ranges IBVERBS_1.0 did: {churn:?}"
-    );
-    let live_bytes: u64 = w.live.values().map(|m| m.len).sum();
-    assert_eq!(churn.pinned_bytes, live_bytes, "{churn:?}");
-    assert_eq!(churn.pinned_bytes_high_water, w.high_water, "{churn:?}");
-
-    // Return capture: the registry holds exactly the live MRs, keyed by the
-    // returned `struct ibv_mr *`, with the keys the stand-in returned.
-    let reg_proc = trace
-        .agg
-        .registry
-        .procs
-        .get(&pid)
-        .unwrap_or_else(|| panic!("no registry entry for {pid}"));
-    let got: BTreeMap<u64, (u64, u64, u32, u32)> = reg_proc
-        .mrs
-        .iter()
-        .map(|(k, m)| (*k, (m.addr, m.len, m.lkey, m.rkey)))
-        .collect();
-    let want: BTreeMap<u64, (u64, u64, u32, u32)> = w
-        .live
-        .iter()
-        .map(|(k, m)| (*k, (m.addr, m.len, m.lkey, m.rkey)))
-        .collect();
-    assert_eq!(got, want, "registry MRs (addr, len, lkey, rkey) by ibv_mr pointer");
-    let versions: BTreeSet<&str> = w.live.values().map(|m| m.ver.as_str()).collect();
-    assert_eq!(versions.len(), 2, "live MRs of both versions are checked");
-    assert!(report.loss.complete, "{:?}", report.loss);
-}
-
-fn library_row(report: &Report, point: &str) -> gdrtrace::probes::Coverage {
-    report
-        .coverage
-        .iter()
-        .find(|c| c.point == point)
-        .unwrap_or_else(|| panic!("no coverage row {point}"))
-        .clone()
-}
-
-// ---------------------------------------------------------------------------
-// The tests.
+use integration_tests::{can_trace, standin::*};
 
 #[test]
 fn versioned_and_suffixed_variants_are_resolved_and_attached() {
     if !can_trace("versioned_and_suffixed_variants_are_resolved_and_attached") {
         return;
     }
-    let s = build_standins("variants");
+    let s = build_standins(Path::new(env!("CARGO_TARGET_TMPDIR")), "variants");
 
     // Symbol resolution: both versions, at different offsets.
     let syms = symbols::functions(&s.ibverbs).expect("reading the stand-in's symbols");
@@ -546,7 +153,7 @@ fn versioned_calls_are_captured_with_keys_and_registry() {
     if !can_trace("versioned_calls_are_captured_with_keys_and_registry") {
         return;
     }
-    let s = build_standins("calls");
+    let s = build_standins(Path::new(env!("CARGO_TARGET_TMPDIR")), "calls");
     let cuda = s.cuda.to_str().unwrap().to_string();
     let mut d = Driver::start(&s, &["--cuda", &cuda]);
     let mut sess = session();
@@ -559,7 +166,7 @@ fn versioned_calls_are_captured_with_keys_and_registry() {
     let mut trace = Trace::new(sess);
     trace.agg.add_process(d.pid, None);
     let out = trace_driver(&mut trace, &mut d);
-    let report = trace.report(vec![]).unwrap();
+    let report = trace.report(vec![], None).unwrap();
     check_ibverbs(&trace, &report, d.pid, &out);
 
     // Suffixed variants report as their row (the cookie), with their sizes;
@@ -593,7 +200,7 @@ fn library_dlopened_after_attach_is_picked_up() {
     if !can_trace("library_dlopened_after_attach_is_picked_up") {
         return;
     }
-    let s = build_standins("late");
+    let s = build_standins(Path::new(env!("CARGO_TARGET_TMPDIR")), "late");
     let mut d = Driver::start(&s, &["--late"]);
     let mut sess = session();
     sess.add_target(d.pid).unwrap();
@@ -624,7 +231,7 @@ fn library_dlopened_after_attach_is_picked_up() {
         .find(|a| Path::new(&a.path) == s.ibverbs)
         .unwrap_or_else(|| panic!("{} not attached: {:?}", s.ibverbs.display(), trace.session.planner.libs));
     assert_eq!(attached.symbols.len(), IBVERBS_ATTACHED.len(), "{attached:?}");
-    let report = trace.report(vec![]).unwrap();
+    let report = trace.report(vec![], None).unwrap();
     check_ibverbs(&trace, &report, d.pid, &out);
 }
 
@@ -633,7 +240,7 @@ fn library_in_another_mount_namespace_resolves_through_proc_root() {
     if !can_trace("library_in_another_mount_namespace_resolves_through_proc_root") {
         return;
     }
-    let s = build_standins("mntns");
+    let s = build_standins(Path::new(env!("CARGO_TARGET_TMPDIR")), "mntns");
     // An empty directory here; inside the driver's namespace a tmpfs holding
     // its own copy of the library.
     let mnt = s.dir.join("ns-only");
@@ -667,7 +274,7 @@ fn library_in_another_mount_namespace_resolves_through_proc_root() {
     let mut trace = Trace::new(sess);
     trace.agg.add_process(d.pid, None);
     let out = trace_driver(&mut trace, &mut d);
-    let report = trace.report(vec![]).unwrap();
+    let report = trace.report(vec![], None).unwrap();
     let row = library_row(&report, "libibverbs");
     assert_eq!(row.status, Status::Attached, "{row:?}");
     let want = format!("{ns_path}: {} symbols attached", IBVERBS_ATTACHED.len());
@@ -690,7 +297,7 @@ fn sigkill_of_the_tracer_mid_call_leaves_the_target_intact() {
         return;
     }
     const CALLS: usize = 20000;
-    let s = build_standins("sigkill");
+    let s = build_standins(Path::new(env!("CARGO_TARGET_TMPDIR")), "sigkill");
     let mut target = Command::new(&s.driver)
         .arg(&s.ibverbs)
         .args([CALLS.to_string(), "0".to_string()])

@@ -30,7 +30,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{can_trace, compile, gdrtrace_path, run, stderr, stdout};
+use integration_tests::{can_trace, compile, gdrtrace_path, read_json, run, stderr, stdout};
 use serde_json::Value;
 
 /// One attach at a time: the tests count on their own processes only.
@@ -132,11 +132,6 @@ impl Job {
         assert!(st.success(), "nccl_job failed: {st}");
         std::fs::read_to_string(&self.log).expect("reading the job log")
     }
-}
-
-fn read_json(p: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
-        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
 /// (pid, transport, basis) of each verdict.

@@ -3,9 +3,12 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::drive::{
-    cuda_copy::CudaCopyOpts, nccl::NcclOpts, pin_churn::PinChurnOpts, syscalls::SyscallsOpts, ucx::UcxOpts,
-    verbs::VerbsOpts,
+use crate::{
+    drive::{
+        cuda_copy::CudaCopyOpts, nccl::NcclOpts, pin_churn::PinChurnOpts, syscalls::SyscallsOpts, ucx::UcxOpts,
+        verbs::VerbsOpts,
+    },
+    units::parse_duration,
 };
 
 const EXAMPLES: &str = "\
@@ -340,5 +343,3 @@ pub struct BenchDetachArgs {
     #[arg(long)]
     pub per_point: bool,
 }
-
-pub use crate::units::parse_duration;

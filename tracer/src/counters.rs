@@ -4,7 +4,7 @@
 //! work on every kernel; the report marks them as counters, not probes.
 use std::fs;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A snapshot of the system-wide pin counters (pages).
 #[derive(Clone, Copy, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
@@ -134,7 +134,7 @@ pub fn ppid(pid: u32) -> Option<u32> {
 /// device `/dev/nvidia-uvm`; daemons that only watch the GPUs
 /// (nvidia-persistenced, NVML clients) open `/dev/nvidiactl` and
 /// `/dev/nvidiaN` but not it, and move nothing.
-pub fn gpu_processes() -> Vec<crate::classify::steady::GpuProcess> {
+pub fn gpu_processes() -> Vec<GpuProcess> {
     const UVM: &str = "/dev/nvidia-uvm";
     let me = std::process::id();
     let Ok(dir) = fs::read_dir("/proc") else {
@@ -146,12 +146,12 @@ pub fn gpu_processes() -> Vec<crate::classify::steady::GpuProcess> {
                 .any(|fd| fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == UVM))
         })
     };
-    let mut out: Vec<crate::classify::steady::GpuProcess> = dir
+    let mut out: Vec<GpuProcess> = dir
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| *pid != me)
         .filter(|pid| fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(UVM)) || uvm_fd(*pid))
-        .map(|pid| crate::classify::steady::GpuProcess {
+        .map(|pid| GpuProcess {
             pid,
             parent: ppid(pid),
             comm: comm(pid).unwrap_or_default(),
@@ -159,6 +159,33 @@ pub fn gpu_processes() -> Vec<crate::classify::steady::GpuProcess> {
         .collect();
     out.sort_by_key(|g| g.pid);
     out
+}
+
+/// A process that had a CUDA context when the window closed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuProcess {
+    pub pid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<u32>,
+    #[serde(default)]
+    pub comm: String,
+}
+
+/// GPU interconnect traffic over the traced window (machine-wide).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuLinks {
+    /// Whether NVLink joins the local GPUs (topology).
+    pub nvlink_between_gpus: bool,
+    /// NVLink data bytes (tx, summed over GPUs and links) in the window.
+    pub nvlink_bytes: u64,
+    /// RDMA NICs on the machine (a NIC could carry collectives over PCIe).
+    pub rdma_nics: usize,
+    /// Processes with a CUDA context (`/dev/nvidia-uvm` mapped or open) at
+    /// the end of the window, the tracer aside: whoever else could have
+    /// moved the bytes the counters show. None: not read (reports and
+    /// recordings made before this field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_processes: Option<Vec<GpuProcess>>,
 }
 
 #[cfg(test)]

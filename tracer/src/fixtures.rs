@@ -485,36 +485,47 @@ mod tests {
     /// - its recording, replayed, reaches the same verdicts.
     #[test]
     fn saved_reports_are_judged_alike_by_explain_and_replay() {
+        use crate::classify::Transport;
+        // Verdicts per process and transports per (process, communicator).
+        type Judged = (Vec<(u32, Transport)>, Vec<(u32, String, String)>);
+        let judged = |r: &Report| -> Judged {
+            (
+                r.verdicts.iter().map(|v| (v.pid, v.transport)).collect(),
+                r.collectives
+                    .iter()
+                    .map(|c| (c.pid, c.communicator.clone(), c.transport.to_string()))
+                    .collect(),
+            )
+        };
         let root = dir().join("..");
         let mut checked = Vec::new();
+        let mut with_recording = Vec::new();
         for entry in std::fs::read_dir(root.join("reports")).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_none_or(|e| e != "json") {
                 continue;
             }
             let name = path.file_stem().unwrap().to_str().unwrap().to_string();
-            let mut r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-            let Some(carried) = r["verdicts"].as_array().cloned() else {
+            let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            if v["schema"] != crate::report::SCHEMA {
+                // Trimmed excerpts (no schema) are not reports.
                 continue;
-            };
-            let pairs = |v: &[serde_json::Value]| -> Vec<(u64, String)> {
-                v.iter()
-                    .map(|v| (v["pid"].as_u64().unwrap(), v["transport"].as_str().unwrap().to_string()))
-                    .collect()
-            };
+            }
+            let carried: Report = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
             let log = std::fs::read_to_string(root.join("logs").join(format!("{name}.log"))).ok();
-            let notes = crate::cmd::explain::rejudge(&mut r, log.as_deref());
+            // `explain` of the report's JSON: the typed report, judged again.
+            let (explained, notes) = crate::cmd::explain::read_and_rejudge(v, log.as_deref()).unwrap();
             assert!(notes.is_empty(), "{name}: {notes:?}");
-            assert_eq!(pairs(r["verdicts"].as_array().unwrap()), pairs(&carried), "{name}");
+            assert_eq!(judged(&explained), judged(&carried), "{name}: explain");
             if log.is_some() {
-                for v in r["verdicts"].as_array().unwrap() {
-                    let decided = !matches!(v["transport"].as_str(), Some("unknown" | "ambiguous"));
-                    if let Some(l) = v["nccl_log"].as_object() {
-                        assert!(!decided || l["agrees"] == true, "{name}: {v}");
+                for v in &explained.verdicts {
+                    let decided = !matches!(v.transport, Transport::Unknown | Transport::Ambiguous);
+                    if let Some(l) = &v.nccl_log {
+                        assert!(!decided || l.agrees, "{name}: {v:?}");
                     }
                 }
-                for c in r["nccl_log"]["communicators"].as_array().unwrap() {
-                    assert_ne!(c["agrees"], false, "{name}: {c}");
+                for c in &explained.nccl_log.as_ref().unwrap().communicators {
+                    assert_ne!(c.agrees, Some(false), "{name}: {c:?}");
                 }
             }
             let rec = ["rec", "rec.gz"]
@@ -524,8 +535,8 @@ mod tests {
             if let Some(rec) = rec {
                 let rec = crate::cmd::replay::load(&rec).unwrap();
                 let (replayed, _) = crate::cmd::replay::rebuild(&rec, log.as_deref()).unwrap();
-                let v = serde_json::to_value(&replayed.verdicts).unwrap();
-                assert_eq!(pairs(v.as_array().unwrap()), pairs(&carried), "{name}: replay");
+                assert_eq!(judged(&replayed), judged(&carried), "{name}: replay");
+                with_recording.push(name.clone());
             }
             checked.push(name);
         }
@@ -536,6 +547,17 @@ mod tests {
             "standin-attach-two-jobs",
         ] {
             assert!(checked.iter().any(|c| c == want), "{want} not checked: {checked:?}");
+        }
+        for want in [
+            "gpu-h200-attach-full-auto",
+            "gpu-h200-attach-full-no-p2p",
+            "gpu-h200-attach-full-no-p2p-no-shm",
+            "standin-attach-two-jobs",
+        ] {
+            assert!(
+                with_recording.iter().any(|c| c == want),
+                "{want} not replayed: {with_recording:?}"
+            );
         }
     }
 

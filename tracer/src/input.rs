@@ -23,7 +23,10 @@ use std::{
     sync::atomic::{AtomicU64, Ordering},
 };
 
-use crate::error::{Error, Result, describe};
+use crate::{
+    error::{Error, Result, describe},
+    units::bytes_limit,
+};
 
 /// Default of `--max-input-size`.
 pub const DEFAULT_LIMIT: u64 = 1 << 30;
@@ -42,21 +45,6 @@ pub fn set_limit(bytes: u64) {
 
 pub fn limit() -> u64 {
     LIMIT.load(Ordering::Relaxed)
-}
-
-/// `1 GiB`, `512 MiB`, `300 B`.
-pub fn human(bytes: u64) -> String {
-    for (unit, name) in [(1u64 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")] {
-        if bytes >= unit {
-            let v = bytes as f64 / unit as f64;
-            return if bytes.is_multiple_of(unit) {
-                format!("{} {name}", bytes / unit)
-            } else {
-                format!("{v:.1} {name}")
-            };
-        }
-    }
-    format!("{bytes} B")
 }
 
 /// Counts bytes and fails past the limit, remembering that it did.
@@ -81,7 +69,7 @@ impl<R: Read> Read for Bounded<R> {
                     self.over.set(true);
                     Err(io::Error::other(format!(
                         "over the input size limit of {} (raise it with --max-input-size)",
-                        human(limit())
+                        bytes_limit(limit())
                     )))
                 }
             };
@@ -167,8 +155,8 @@ impl Input {
             if meta.len() > limit {
                 return Err(Error::Input(format!(
                     "{name} is {}, over the input size limit of {} (raise it with --max-input-size)",
-                    human(meta.len()),
-                    human(limit)
+                    bytes_limit(meta.len()),
+                    bytes_limit(limit)
                 )));
             }
             (name, Box::new(file))
@@ -217,7 +205,7 @@ impl Input {
             Error::Input(format!(
                 "{}: over the input size limit of {} (raise it with --max-input-size)",
                 self.name,
-                human(limit())
+                bytes_limit(limit())
             ))
         } else {
             let msg = msg.to_string();
@@ -269,7 +257,7 @@ pub fn next_line(r: &mut dyn BufRead, buf: &mut String) -> std::result::Result<O
     if bytes.last() == Some(&b'\n') {
         bytes.pop();
     } else if bytes.len() > MAX_LINE {
-        return Err(format!("a line longer than {}", human(MAX_LINE as u64)));
+        return Err(format!("a line longer than {}", bytes_limit(MAX_LINE as u64)));
     }
     *buf = String::from_utf8(bytes).map_err(|_| "not text (not UTF-8)".to_string())?;
     Ok(Some(()))

@@ -19,10 +19,14 @@ pub mod error;
 pub mod events;
 #[cfg(test)]
 pub mod fixtures;
+pub mod host;
 pub mod input;
+pub mod intern;
+pub mod judge;
 pub mod loader;
 pub mod model;
 pub mod probes;
+pub mod recording;
 pub mod report;
 pub mod serve;
 pub mod session;

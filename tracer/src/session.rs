@@ -254,3 +254,18 @@ impl Session {
             .collect())
     }
 }
+
+/// Closes the uprobe links after the report is out and says how long it
+/// took: with `uprobe_multi` links milliseconds, with per-point links the
+/// kernel unregisters each behind a grace period.
+pub fn report_close(session: &mut Session) {
+    let c = session.close_uprobes();
+    if c.links > 0 {
+        errln!(
+            "gdrtrace: closed {} uprobe link(s) holding {} probe point(s) in {:.0} ms",
+            c.links,
+            c.points,
+            c.ms
+        );
+    }
+}

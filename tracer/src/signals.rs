@@ -17,6 +17,8 @@ use std::{
     },
 };
 
+use crate::error::{Error, Result};
+
 /// Write end of the pipe, for the handler.
 static PIPE_W: AtomicI32 = AtomicI32::new(-1);
 /// Read end, once the handlers are installed.
@@ -133,6 +135,35 @@ impl Signals {
     pub fn fd(&self) -> RawFd {
         self.fd
     }
+}
+
+/// A single-threaded tokio runtime: the tracer forks traced commands, and
+/// one thread keeps that safe and the overhead small.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("starting the tokio runtime", e))
+}
+
+/// Completes on `--duration`, Ctrl-C (SIGINT) or SIGTERM, whichever first
+/// (`attach`'s stop). The handlers are installed when this is called, not
+/// when the future is first polled, so a signal that arrives right after
+/// the caller announces readiness is not lost.
+pub fn stop_signal(duration: Option<std::time::Duration>) -> Result<impl std::future::Future<Output = ()>> {
+    let signals = Signals::install().map_err(|e| Error::io("installing the SIGINT and SIGTERM handlers", e))?;
+    Ok(async move {
+        let sleep = async {
+            match duration {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = sleep => {}
+            _ = signals.recv() => {}
+        }
+    })
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use crate::{
     classify::steady::GpuLinks,
     counters::FollPin,
     error::{Error, Result},
-    events::recording,
+    recording,
     report::{self, Inputs, PinCounters, Report},
     session::Session,
     stats::Aggregator,
@@ -99,7 +99,7 @@ pub fn hot_ops(prev: &BTreeMap<u32, Vec<u64>>, now: &BTreeMap<u32, Vec<u64>>, se
                 })
                 .unwrap_or(delta.len() - 1);
             Some(HotOp {
-                op: report::op_name(*op),
+                op: crate::probes::ops::op_name(*op),
                 calls_per_s: calls as f64 / secs,
                 // Slot i holds durations in [2^i, 2^(i+1)).
                 p99_ns_at_most: 1u64 << (slot + 1).min(63),
@@ -171,7 +171,7 @@ pub struct Trace {
     /// window the aggregates cover; probes may stay live while detaching).
     links_window: Option<GpuLinks>,
     /// Host facts (read once: at `record`, else when the report is built).
-    facts: Option<recording::HostFacts>,
+    facts: Option<crate::host::HostFacts>,
     /// Files that failed while the report was built (`--record`,
     /// `--transfers`); the report is still returned, the command exits non-zero.
     pub late_errors: Vec<Error>,
@@ -309,7 +309,7 @@ impl Trace {
         }
         if self.interval.is_some() && self.facts.is_none() {
             // The interval verdicts read the host facts the report will (no RDMA NIC, NVLink).
-            self.facts = Some(recording::HostFacts::read());
+            self.facts = Some(crate::host::HostFacts::read());
         }
         self.interval_tick();
         for pid in self.agg.live_pids() {
@@ -389,11 +389,11 @@ impl Trace {
     /// processes of the window; UCX processes by their UCX paths).
     fn live_verdicts(&self) -> BTreeMap<u32, LiveVerdict> {
         let links = self.links_base.and_then(|b| b.since());
-        let inputs = crate::classify::judge::Inputs::of_aggregator(&self.agg, links, self.facts.clone());
-        crate::classify::judge::verdicts(&inputs)
+        let inputs = crate::judge::Inputs::of_aggregator(&self.agg, links, self.facts.clone());
+        crate::judge::verdicts(&inputs)
             .into_iter()
             .map(|v| {
-                let extra = inputs.collectives_of(v.pid).1 + crate::classify::ucx::extra_staged(&inputs, v.pid);
+                let extra = inputs.collectives_of(v.pid).1 + crate::judge::ucx::extra_staged(&inputs, v.pid);
                 let live = LiveVerdict {
                     transport: v.transport.name(),
                     host_staged: v.host_staged,
@@ -409,11 +409,11 @@ impl Trace {
     }
 
     /// Opens the `--record` and `--transfers` files of a command.
-    pub fn outputs(&mut self, t: &crate::cli::TraceArgs) -> Result<()> {
-        if let Some(path) = &t.record {
+    pub fn outputs(&mut self, record: Option<&std::path::Path>, transfers: Option<&std::path::Path>) -> Result<()> {
+        if let Some(path) = record {
             self.record(path)?;
         }
-        if let Some(path) = &t.transfers {
+        if let Some(path) = transfers {
             self.agg.transfers.sink = Some(std::io::BufWriter::new(
                 std::fs::File::create(path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?,
             ));
@@ -425,12 +425,14 @@ impl Trace {
     pub fn record(&mut self, path: &std::path::Path) -> Result<()> {
         let header = recording::Header::now();
         self.facts = Some(header.facts.clone());
-        self.agg.recorder = Some(recording::Recorder::create(path, &header)?);
+        self.agg.observer = Some(Box::new(recording::Recorder::create(path, &header)?));
         Ok(())
     }
 
-    /// Builds the report of what was traced (and finishes the recording).
-    pub fn report(&mut self, command: Vec<String>) -> Result<Report> {
+    /// Builds the report of what was traced, judged (the one place a live
+    /// report is judged, with the NCCL log when given), and finishes the
+    /// recording and the transfer records.
+    pub fn report(&mut self, command: Vec<String>, nccl_log: Option<&str>) -> Result<Report> {
         let after = FollPin::read();
         let delta = match (self.pins_before, after) {
             (Some(b), Some(a)) => Some(b.delta(&a)),
@@ -443,8 +445,8 @@ impl Trace {
                 .links_window
                 .clone()
                 .or_else(|| self.links_base.and_then(|b| b.since())),
-            host: report::host(),
-            facts: self.facts.take().unwrap_or_else(recording::HostFacts::read),
+            host: crate::host::host(),
+            facts: self.facts.take().unwrap_or_else(crate::host::HostFacts::read),
             duration_s: (self.started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
             coverage: self.session.planner.table(),
             loss,
@@ -462,15 +464,21 @@ impl Trace {
                 .map(|pid| (*pid, self.session.planner.process_libraries(*pid)))
                 .collect(),
         };
-        if let Some(rec) = self.agg.recorder.take() {
+        let recorder = self
+            .agg
+            .observer
+            .take()
+            .and_then(|o| (o as Box<dyn std::any::Any>).downcast::<recording::Recorder>().ok());
+        if let Some(rec) = recorder {
             let events = rec.events;
             if let Err(e) = rec.finish(&recording::footer(&inputs, &self.agg, events)) {
                 self.late_errors.push(e);
             }
         }
         let nvlink = inputs.facts.nvlink;
-        let r = report::build(&self.agg, inputs);
-        if let Err(e) = report::accounting::finish_transfers(&mut self.agg, &r, nvlink) {
+        let mut r = report::build(&self.agg, inputs);
+        r.judge_with(nccl_log, nvlink);
+        if let Err(e) = report::accounting::finish_transfers(&mut self.agg, &r) {
             self.late_errors.push(Error::io("writing the transfer records", e));
         }
         Ok(r)

@@ -1,7 +1,13 @@
-//! Parsing of the durations and sizes given on the command line, bounded:
-//! a value out of range is a one-line error, never a panic (a float too
-//! large for `Duration` used to be one).
+//! Units: parsing of the durations and sizes given on the command line,
+//! and every byte, size and nanosecond formatter of the tracer's output
+//! (like libbpf-tools' `trace_helpers`).
+//!
+//! Parsing is bounded: a value out of range is a one-line error, never a
+//! panic (a float too large for `Duration` used to be one). The formatters
+//! differ on purpose, one per kind of output; each says where it is used.
 use std::time::Duration;
+
+use serde::Serialize;
 
 /// The longest duration accepted (`--duration`, `--interval`): a year.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -65,6 +71,122 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(v)
 }
 
+/// A comma-separated list of byte sizes (`4K,64K,1M`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SizeList(pub Vec<u64>);
+
+impl std::fmt::Display for SizeList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(u64::to_string).collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+/// Parses a comma-separated list of sizes (see [`parse_size`]).
+pub fn parse_sizes(s: &str) -> Result<SizeList, String> {
+    let v = s
+        .split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(parse_size)
+        .collect::<Result<Vec<_>, _>>()?;
+    if v.is_empty() {
+        return Err(format!("no sizes in '{s}'"));
+    }
+    Ok(SizeList(v))
+}
+
+/// bpftrace's power-of-two labels: 512, 1K, 2M, 4G, 1T (histogram buckets,
+/// transfer sizes in compare rows); a value that is no exact multiple is
+/// printed in full.
+pub fn size_label(v: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
+    for (size, unit) in UNITS {
+        if v >= size && v.is_multiple_of(size) {
+            return format!("{}{unit}", v / size);
+        }
+    }
+    v.to_string()
+}
+
+/// Nanoseconds with one decimal (two for seconds): `850ns`, `8.3us`,
+/// `1.2ms`, `2.50s` (report tables, compare rows and plots).
+pub fn ns(v: u64) -> String {
+    match v {
+        0..1_000 => format!("{v}ns"),
+        1_000..1_000_000 => format!("{:.1}us", v as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1}ms", v as f64 / 1e6),
+        _ => format!("{:.2}s", v as f64 / 1e9),
+    }
+}
+
+/// Nanoseconds, short: whole microseconds, one decimal above (`8us`,
+/// `1.0ms`, `2.5s`; `attach --interval` lines).
+pub fn ns_short(v: u64) -> String {
+    match v {
+        0..1_000 => format!("{v}ns"),
+        1_000..1_000_000 => format!("{}us", v / 1_000),
+        1_000_000..1_000_000_000 => format!("{:.1}ms", v as f64 / 1e6),
+        _ => format!("{:.1}s", v as f64 / 1e9),
+    }
+}
+
+/// Byte counts in report tables: `-` for none, `300B`, `1.5KiB`, `2.0MiB`,
+/// `1.25GiB`.
+pub fn bytes(v: u64) -> String {
+    match v {
+        0 => "-".into(),
+        1..1024 => format!("{v}B"),
+        1024..1_048_576 => format!("{:.1}KiB", v as f64 / 1024.0),
+        1_048_576..1_073_741_824 => format!("{:.1}MiB", v as f64 / 1_048_576.0),
+        _ => format!("{:.2}GiB", v as f64 / 1_073_741_824.0),
+    }
+}
+
+/// Byte amounts in `topo`: `300 B`, `1.0 KiB` ... `2.0 TiB`.
+pub fn bytes_spaced(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Limits in messages: `1 GiB`, `1.5 GiB`, `512 MiB`, `300 B`.
+pub fn bytes_limit(n: u64) -> String {
+    for (unit, name) in [(1u64 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")] {
+        if n >= unit {
+            return if n.is_multiple_of(unit) {
+                format!("{} {name}", n / unit)
+            } else {
+                format!("{:.1} {name}", n as f64 / unit as f64)
+            };
+        }
+    }
+    format!("{n} B")
+}
+
+/// Axis labels for byte sizes on plots: `64M`, `9.8K`.
+pub fn axis_bytes(x: f64) -> String {
+    for (unit, s) in [(1u64 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")] {
+        let v = x / unit as f64;
+        if v >= 1.0 {
+            return if (v - v.round()).abs() < 0.05 {
+                format!("{}{s}", v.round())
+            } else {
+                format!("{v:.1}{s}")
+            };
+        }
+    }
+    format!("{}", x.round())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,9 +220,49 @@ mod tests {
     fn sizes() {
         assert_eq!(parse_size("4096"), Ok(4096));
         assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size("64k"), Ok(65536));
+        assert_eq!(parse_size("16MiB"), Ok(16 << 20));
         assert_eq!(parse_size(" 8 KB "), Ok(8192));
         for bad in ["0", "1T", "K", "-1", "99999999999999999999G", "17179869184G"] {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn size_lists() {
+        assert_eq!(parse_sizes("1K,,2K"), Ok(SizeList(vec![1024, 2048])));
+        assert!(parse_sizes(",").is_err());
+        assert!(parse_sizes("1K,x").is_err());
+        assert_eq!(SizeList(vec![1, 2]).to_string(), "1,2");
+    }
+
+    #[test]
+    fn formatters() {
+        assert_eq!(size_label(512), "512");
+        assert_eq!(size_label(1024), "1K");
+        assert_eq!(size_label(2 << 20), "2M");
+        assert_eq!(size_label(3 << 30), "3G");
+        assert_eq!(size_label(1 << 40), "1T");
+        assert_eq!(size_label(1536), "1536");
+        assert_eq!(ns(999), "999ns");
+        assert_eq!(ns(8_300), "8.3us");
+        assert_eq!(ns(1_200_000), "1.2ms");
+        assert_eq!(ns(2_500_000_000), "2.50s");
+        assert_eq!(ns_short(8_300), "8us");
+        assert_eq!(ns_short(2_500_000_000), "2.5s");
+        assert_eq!(bytes(0), "-");
+        assert_eq!(bytes(300), "300B");
+        assert_eq!(bytes(1536), "1.5KiB");
+        assert_eq!(bytes(5 << 30), "5.00GiB");
+        assert_eq!(bytes_spaced(300), "300 B");
+        assert_eq!(bytes_spaced(1024), "1.0 KiB");
+        assert_eq!(bytes_spaced(2 << 40), "2.0 TiB");
+        assert_eq!(bytes_limit(1 << 30), "1 GiB");
+        assert_eq!(bytes_limit(3 << 29), "1.5 GiB");
+        assert_eq!(bytes_limit(300), "300 B");
+        assert_eq!(axis_bytes(64.0 * 1048576.0), "64M");
+        assert_eq!(axis_bytes(10000.0), "9.8K");
+        assert_eq!(axis_bytes(100.0), "100");
     }
 }

@@ -206,13 +206,14 @@ pub fn corroborate(verdicts: &mut [Verdict], log: &BTreeMap<u32, Vec<String>>) {
 }
 
 /// NCCL's log, per communicator, against the tracer's verdicts.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq)]
+#[serde(default)]
 pub struct NcclLog {
     pub communicators: Vec<LogCommunicator>,
     pub processes: Vec<LogProcess>,
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq)]
 pub struct LogCommunicator {
     pub pid: u32,
     /// `comm 0x...` of `ncclCommInitRank` (the handle the probes aggregate by).
@@ -223,13 +224,16 @@ pub struct LogCommunicator {
     pub vias: Vec<String>,
     /// `use ring PXN p GDR g`: NCCL's GPUDirect RDMA decision for the communicator.
     pub gdr: Option<bool>,
+    #[serde(deserialize_with = "crate::intern::vec")]
     pub nccl_says: Vec<&'static str>,
     /// The tracer's verdict for this communicator (its collectives' transport, else the process's).
-    pub tracer_says: Option<&'static str>,
+    #[serde(default, deserialize_with = "crate::intern::opt")]
+    pub tracer_says: Option<crate::intern::Name>,
     pub agrees: Option<bool>,
 }
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq)]
+#[serde(default)]
 pub struct LogProcess {
     pub pid: u32,
     /// GPU Direct RDMA decision lines (`Disabled for HCA`, `(DMABUF) enabled`, distance).
@@ -255,18 +259,6 @@ fn word_after<'a>(text: &'a str, key: &str) -> Option<&'a str> {
         }
     }
     None
-}
-
-/// Parses channel, communicator and GPUDirect lines and compares each
-/// communicator with what the tracer concluded.
-pub fn nccl_log_agreement(text: &str, r: &crate::report::Report) -> NcclLog {
-    nccl_log_against(text, &|pid, comm| {
-        r.collectives
-            .iter()
-            .find(|x| x.pid == pid && x.communicator == comm)
-            .map(|x| x.transport)
-            .or_else(|| r.verdicts.iter().find(|v| v.pid == pid).map(|v| v.transport.name()))
-    })
 }
 
 /// As `nccl_log_agreement`, with the tracer's view of a (pid, communicator) given.
@@ -477,7 +469,7 @@ mod tests {
             cause: None,
             nccl_log: None,
         });
-        let l = nccl_log_agreement(log, &r);
+        let l = crate::report::judged::nccl_log_agreement(log, &r);
         let c0 = &l.communicators[0];
         assert_eq!(
             (c0.pid, c0.communicator.as_str(), c0.rank, c0.nranks),

@@ -2,8 +2,8 @@
 //! pinned, whether it failed, and the transport verdict with its evidence.
 //! `unknown` is an honest answer; a wrong verdict is not.
 pub mod comm;
+pub mod copy;
 pub mod explain;
-pub mod judge;
 pub mod steady;
 pub mod transfer;
 pub mod ucx;
@@ -20,6 +20,9 @@ use crate::{
         uapi::{self, Arg, Kind},
     },
 };
+
+pub use self::copy::copy_sides;
+use self::copy::{cross_device_verdict, peer_copy_verdict};
 
 /// The transport verdict vocabulary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -267,7 +270,7 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
                     Transport::Unknown,
                     format!("{}: device to device on device {a}: a copy within one GPU", row.name),
                 ),
-                _ => crate::model::copy_verdict(row.name, src, dst),
+                _ => copy::copy_verdict(row.name, src, dst),
             };
             // Say where a side's backing came from when it predates the trace.
             for addr in [e.args[1], e.args[0]] {
@@ -349,82 +352,11 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
     Some(c)
 }
 
-/// What backs each side of a sized copy, (destination, source): the
-/// registry's answer, where the API itself does not say the side is device
-/// memory (`cuMemcpyHtoD`'s destination is, whatever was seen allocated).
-pub fn copy_sides(e: &Event, name: &str, registry: &Registry) -> (Backing, Backing) {
-    let (dst_dev, src_dev) = crate::model::copy_direction(name);
-    let side = |addr: u64, device: Option<bool>| match registry.backing(e.pid, addr) {
-        Backing::Gpu { device } => Backing::Gpu { device },
-        _ if device == Some(true) => Backing::Gpu { device: -1 },
-        b => b,
-    };
-    (side(e.args[0], dst_dev), side(e.args[1], src_dev))
-}
-
-/// A device-to-device copy between allocations of two devices (devices
-/// known from the contexts current when they were allocated).
-fn cross_device_verdict(e: &Event, name: &str, src: i32, dst: i32, registry: &Registry) -> (Transport, String) {
-    if registry.peer_devices_enabled(e.pid, src, dst) {
-        let (t, link) = peer_link(registry);
-        (
-            t,
-            format!(
-                "{name} from device {src} to device {dst} after cuCtxEnablePeerAccess succeeded for that pair: direct peer DMA over {link}"
-            ),
-        )
-    } else {
-        (
-            Transport::HostStaged,
-            format!(
-                "{name} from device {src} to device {dst} without cuCtxEnablePeerAccess for that pair earlier in the process: the driver stages the copy through host memory"
-            ),
-        )
-    }
-}
-
-fn peer_link(registry: &Registry) -> (Transport, &'static str) {
-    match registry.nvlink {
-        Some(Some(false)) => (Transport::P2pPcie, "PCIe (no NVLink between the GPUs)"),
-        Some(Some(true)) => (Transport::P2pNvlink, "NVLink"),
-        _ => (Transport::P2pNvlink, "NVLink assumed (topology unknown)"),
-    }
-}
-
-/// `cuMemcpyPeer*`: peer-to-peer when `cuCtxEnablePeerAccess` succeeded
-/// earlier in the process for either context (over NVLink or PCIe as the
-/// topology says); otherwise the driver stages the copy through host memory.
-fn peer_copy_verdict(e: &Event, name: &str, registry: &Registry) -> (Transport, String) {
-    let (dctx, sctx) = (e.args[1], e.args[3]);
-    if dctx == sctx {
-        return (
-            Transport::Unknown,
-            format!("{name}: source and destination in the same context {dctx:#x}: a device-local copy"),
-        );
-    }
-    if registry.peer_enabled(e.pid, dctx, sctx) {
-        let (t, link) = peer_link(registry);
-        (
-            t,
-            format!(
-                "{name} from context {sctx:#x} to {dctx:#x} after cuCtxEnablePeerAccess succeeded for that pair: direct peer DMA over {link}"
-            ),
-        )
-    } else {
-        (
-            Transport::HostStaged,
-            format!(
-                "{name} from context {sctx:#x} to {dctx:#x} without cuCtxEnablePeerAccess for that pair earlier in the process: the driver stages the copy through host memory"
-            ),
-        )
-    }
-}
-
 /// Builds a job's trace call by call, for tests of verdicts and accounting:
 /// events as the probes deliver them, through the aggregator, into a
 /// judged report.
 #[cfg(test)]
-pub(crate) mod tests_support {
+mod tests_support {
     use tracer_common::{Event, kind};
 
     use crate::{
@@ -466,7 +398,7 @@ pub(crate) mod tests_support {
         }
 
         pub fn call_ret(&mut self, pid: u32, name: &str, args: &[u64], ret: i64) -> &mut Self {
-            let op = crate::events::recording::op_code(name).unwrap_or_else(|| panic!("no op {name}"));
+            let op = crate::probes::ops::op_code(name).unwrap_or_else(|| panic!("no op {name}"));
             let mut e = Event {
                 kind: kind::CALL,
                 op,

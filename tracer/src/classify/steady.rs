@@ -19,8 +19,6 @@
 //! state, with the numbers.
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use super::{
     Transport,
     comm::{self, Basis, Verdict},
@@ -33,32 +31,7 @@ const CARRIED: f64 = 0.10;
 /// NVLink is "idle" when it moved less than this fraction.
 const IDLE: f64 = 0.01;
 
-/// A process that had a CUDA context when the window closed.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GpuProcess {
-    pub pid: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<u32>,
-    #[serde(default)]
-    pub comm: String,
-}
-
-/// GPU interconnect traffic over the traced window (machine-wide).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GpuLinks {
-    /// Whether NVLink joins the local GPUs (topology).
-    pub nvlink_between_gpus: bool,
-    /// NVLink data bytes (tx, summed over GPUs and links) in the window.
-    pub nvlink_bytes: u64,
-    /// RDMA NICs on the machine (a NIC could carry collectives over PCIe).
-    pub rdma_nics: usize,
-    /// Processes with a CUDA context (`/dev/nvidia-uvm` mapped or open) at
-    /// the end of the window, the tracer aside: whoever else could have
-    /// moved the bytes the counters show. None: not read (reports and
-    /// recordings made before this field).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu_processes: Option<Vec<GpuProcess>>,
-}
+pub use crate::counters::{GpuLinks, GpuProcess};
 
 /// What one process showed while it ran.
 #[derive(Clone, Debug, Default)]
@@ -499,8 +472,8 @@ mod tests {
                 env!("CARGO_MANIFEST_DIR")
             );
             let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-            let inputs: crate::classify::judge::Inputs = serde_json::from_value(r.clone()).unwrap();
-            let vs = crate::classify::judge::verdicts(&inputs);
+            let inputs: crate::judge::Inputs = serde_json::from_value(r.clone()).unwrap();
+            let vs = crate::judge::verdicts(&inputs);
             assert_eq!(vs.len(), 2, "{mode}: both ranks judged: {vs:?}");
             for v in &vs {
                 assert_eq!(v.transport.name(), want, "{mode} pid {}: {v:?}", v.pid);

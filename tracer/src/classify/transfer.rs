@@ -22,7 +22,7 @@ pub const PAIR_WINDOW_NS: u64 = 1_000_000_000;
 /// Records kept per (op, verdict) in the report's sample.
 pub const SAMPLE_PER_GROUP: usize = 3;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Transfer {
     pub pid: u32,
     pub tid: u32,
@@ -35,10 +35,10 @@ pub struct Transfer {
     pub failed: bool,
     pub evidence: String,
     /// Communicator handle (collectives and point-to-point calls).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub communicator: Option<String>,
     /// Calls this record stands for (kernel-aggregated collectives).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calls: Option<u64>,
 }
 

@@ -129,23 +129,20 @@ impl PreExisting {
     }
 }
 
-/// A duration in ns, short (`8us`, `1.0ms`).
-fn dur(ns: u64) -> String {
-    match ns {
-        0..1_000 => format!("{ns}ns"),
-        1_000..1_000_000 => format!("{}us", ns / 1_000),
-        1_000_000..1_000_000_000 => format!("{:.1}ms", ns as f64 / 1e6),
-        _ => format!("{:.1}s", ns as f64 / 1e9),
-    }
-}
-
 fn interval_line(rec: &IntervalRecord) -> String {
     let mut s = format!("[{:>7.1}s]", rec.elapsed_s);
     if !rec.hot_ops.is_empty() {
         let hot: Vec<String> = rec
             .hot_ops
             .iter()
-            .map(|h| format!("{} {:.0}/s p99<={}", h.op, h.calls_per_s, dur(h.p99_ns_at_most)))
+            .map(|h| {
+                format!(
+                    "{} {:.0}/s p99<={}",
+                    h.op,
+                    h.calls_per_s,
+                    crate::units::ns_short(h.p99_ns_at_most)
+                )
+            })
             .collect();
         s.push_str(&format!("  hot: {}", hot.join(", ")));
     }
@@ -329,7 +326,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     };
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
-    trace.outputs(&args.trace)?;
+    trace.outputs(args.trace.record.as_deref(), args.trace.transfers.as_deref())?;
     let mut attached = Vec::new();
     let mut pre_existing = Vec::new();
     for pid in &targets {
@@ -425,7 +422,11 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     rt.block_on(async { trace.run_until(stop).await })?;
     // The window is closed in the kernel (the stop switch): the report comes
     // first, the links are closed after it (timed, on stderr).
-    let mut report = trace.report(std::env::args().collect())?;
+    let log = super::run::nccl_log(&args.trace)
+        .map_err(|e| trace.late_errors.push(e))
+        .ok()
+        .flatten();
+    let mut report = trace.report(std::env::args().collect(), log.as_deref())?;
     let mut errors = std::mem::take(&mut trace.late_errors);
     report.workloads.push(serde_json::json!({
         "attach": {

@@ -121,7 +121,7 @@ fn pipeline(a: &BenchPipelineArgs) -> Result<i32> {
             })
             .await
     })?;
-    let report = trace.report(argv)?;
+    let report = trace.report(argv, None)?;
     let cpu = cpu_seconds() - cpu_before;
     let generated: crate::drive::syscalls::SyscallsSummary = std::fs::read_to_string(&summary)
         .ok()

@@ -13,12 +13,12 @@ use serde::Serialize;
 use crate::{
     cli::DoctorArgs,
     error::{Result, describe},
+    host::host,
     loader::{self, LoadOptions},
     probes::{
         CATALOG, Planner, Target, libs, symbols,
         uapi::{self, Lib},
     },
-    report::host,
 };
 
 /// The kernel function the trial fentry/kprobe programs attach to: present

@@ -6,7 +6,7 @@ use std::{cell::RefCell, path::Path, rc::Rc};
 use crate::{
     cli::ReplayArgs,
     error::Result,
-    events::recording::{self, Input, Recording},
+    recording::{self, Recording},
     report::{self, Report},
     stats::{Aggregator, source::Recorded},
 };
@@ -22,16 +22,7 @@ pub fn aggregate(rec: &Recording, transfers: Option<std::io::BufWriter<std::fs::
     agg.transfers.sink = transfers;
     for (input, facts) in &rec.inputs {
         *pending.borrow_mut() = facts.clone();
-        match input {
-            Input::Event(e) => agg.push(e),
-            Input::Target { pid, parent } => agg.add_process(*pid, *parent),
-            Input::Tick => agg.sample(),
-            Input::AliveCheck => {
-                agg.check_exited();
-            }
-            Input::Aggregates(rows) => agg.set_aggregates(rows),
-            Input::SetupClosed => agg.setup_closed(),
-        }
+        agg.feed(input);
     }
     for (pid, kib) in &rec.footer.vm_pin_kib_at_attach {
         if let Some(p) = agg.procs.get_mut(pid) {
@@ -61,10 +52,9 @@ pub fn rebuild_with(
     let mut agg = aggregate(rec, sink);
     let inputs = recording::inputs_of(&rec.header, &rec.footer)?;
     let mut r = report::build(&agg, inputs);
-    report::accounting::finish_transfers(&mut agg, &r, rec.header.facts.nvlink)
-        .map_err(|e| format!("writing the transfer records: {e}"))?;
-    r.workloads = rec.workloads.clone();
     r.judge_with(nccl_log, rec.header.facts.nvlink);
+    report::accounting::finish_transfers(&mut agg, &r).map_err(|e| format!("writing the transfer records: {e}"))?;
+    r.workloads = rec.workloads.clone();
     Ok((r, agg))
 }
 
@@ -85,13 +75,6 @@ pub fn replay(args: &ReplayArgs) -> Result<i32> {
     let rec = load(&args.recording)?;
     let (report, _agg) = rebuild_with(&rec, log.as_deref(), args.transfers.as_deref())
         .map_err(|e| crate::error::Error::Input(format!("{}: {e}", args.recording.display())))?;
-    super::run::emit_with(
-        json,
-        args.format,
-        None,
-        ucx_log.as_deref(),
-        rec.header.facts.nvlink,
-        &report,
-    )?;
+    super::run::emit_with(json, args.format, ucx_log.as_deref(), &report)?;
     Ok(0)
 }

@@ -182,7 +182,7 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
     let opts = session_options(t)?;
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
-    trace.outputs(t)?;
+    trace.outputs(t.record.as_deref(), t.transfers.as_deref())?;
     let rt = super::runtime()?;
     let stopped = Cell::new(None::<Stop>);
     let (pid, child) = rt.block_on(async {
@@ -242,7 +242,8 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
         trace.run_until(stop).await?;
         Ok::<_, Error>((pid, child))
     })?;
-    let report = trace.report(argv.to_vec())?;
+    let log = nccl_log(t).map_err(|e| trace.late_errors.push(e)).ok().flatten();
+    let report = trace.report(argv.to_vec(), log.as_deref())?;
     let end = match stopped.get() {
         Some(Stop::Exited(code)) => End::Exited(code),
         Some(Stop::Abandoned(s)) => End::Abandoned(s),
@@ -268,46 +269,37 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
 pub fn emit(t: &TraceArgs, files: Outputs, report: &Report) -> Result<()> {
     let mut errors = Vec::new();
     if let Some(path) = &t.record
-        && let Err(e) = crate::events::recording::append_workloads(path, &report.workloads)
+        && let Err(e) = crate::recording::append_workloads(path, &report.workloads)
     {
         errors.push(e);
     }
-    let log = match &t.nccl_log {
-        Some(p) => input::read_to_string(p).map_err(|e| errors.push(e)).ok(),
-        None => None,
-    };
-    let nvlink = crate::topo::discover().nvlink();
     let ucx = match &t.ucx_log {
         Some(p) => input::read_to_string(p).map_err(|e| errors.push(e)).ok(),
         None => None,
     };
-    if let Err(e) = emit_with(files.json, t.format, log.as_deref(), ucx.as_deref(), nvlink, report) {
+    if let Err(e) = emit_with(files.json, t.format, ucx.as_deref(), report) {
         errors.push(e);
     }
     super::first_error(errors)
 }
 
-/// Judges the report (unless judged already) with the given NCCL log and
-/// NVLink fact, compares it with a UCX log if given, prints it, then writes
-/// `json` (even when standard output is closed).
-pub fn emit_with(
-    json: Option<OutputFile>,
-    format: Format,
-    nccl_log: Option<&str>,
-    ucx_log: Option<&str>,
-    nvlink: Option<bool>,
-    report: &Report,
-) -> Result<()> {
-    let mut judged;
-    let report = if !report.judged || ucx_log.is_some() {
-        judged = report.clone();
-        judged.judge_with(nccl_log, nvlink);
-        if let Some(l) = ucx_log {
-            judged.corroborate_ucx(l);
+/// The `--nccl-log` text, read when the traced job is done (None: not given).
+pub fn nccl_log(t: &TraceArgs) -> Result<Option<String>> {
+    t.nccl_log.as_deref().map(input::read_to_string).transpose()
+}
+
+/// Prints the (judged) report, compared with a UCX log if given, then
+/// writes `json` (even when standard output is closed).
+pub fn emit_with(json: Option<OutputFile>, format: Format, ucx_log: Option<&str>, report: &Report) -> Result<()> {
+    debug_assert!(report.judged, "reports are judged once, where they are built");
+    let mut corroborated;
+    let report = match ucx_log {
+        Some(l) => {
+            corroborated = report.clone();
+            corroborated.corroborate_ucx(l);
+            &corroborated
         }
-        &judged
-    } else {
-        report
+        None => report,
     };
     let text_json =
         serde_json::to_string_pretty(report).map_err(|e| Error::Workload(format!("serializing the report: {e}")))?;

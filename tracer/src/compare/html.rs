@@ -5,7 +5,11 @@ use std::fmt::Write as _;
 
 use plotters::prelude::*;
 
-use super::{Comparison, Lat, Metrics, Status, WorkloadCmp, fmt_ns};
+use super::{
+    Comparison, Lat, Metrics, Status, WorkloadCmp,
+    sections::{Section, sections},
+};
+use crate::units::{axis_bytes, ns as fmt_ns};
 
 /// Series colours (also what the screenshot test looks for).
 pub const BASELINE_RGB: (u8, u8, u8) = (31, 119, 180);
@@ -14,21 +18,6 @@ const BASE: RGBColor = RGBColor(BASELINE_RGB.0, BASELINE_RGB.1, BASELINE_RGB.2);
 const CUR: RGBColor = RGBColor(CURRENT_RGB.0, CURRENT_RGB.1, CURRENT_RGB.2);
 const W: u32 = 560;
 const H: u32 = 300;
-
-/// Axis labels for byte sizes: 64M, 9.8K.
-fn axis_bytes(x: f64) -> String {
-    for (unit, s) in [(1u64 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")] {
-        let v = x / unit as f64;
-        if v >= 1.0 {
-            return if (v - v.round()).abs() < 0.05 {
-                format!("{}{s}", v.round())
-            } else {
-                format!("{v:.1}{s}")
-            };
-        }
-    }
-    format!("{}", x.round())
-}
 
 type Draw = Result<(), Box<dyn std::error::Error>>;
 
@@ -297,93 +286,100 @@ pub fn page(c: &Comparison) -> String {
         esc(&c.headline()),
         c.exit_code()
     );
-    if !c.profile_diffs.is_empty() {
-        let _ = writeln!(
-            o,
-            "<h2>Profile differences</h2><table><tr><th>field</th><th>baseline</th><th>current</th></tr>"
-        );
-        for d in &c.profile_diffs {
-            let _ = writeln!(
-                o,
-                "<tr><td>{}</td><td>{}</td><td>{}{}</td></tr>",
-                esc(&d.field),
-                esc(&d.baseline),
-                esc(&d.current),
-                if d.unknown { " (not known on both sides)" } else { "" }
-            );
+    for s in sections(c) {
+        let title = esc(&s.title());
+        match s {
+            Section::Profile(diffs) => {
+                let _ = writeln!(
+                    o,
+                    "<h2>{title}</h2><table><tr><th>field</th><th>baseline</th><th>current</th></tr>"
+                );
+                for d in diffs {
+                    let _ = writeln!(
+                        o,
+                        "<tr><td>{}</td><td>{}</td><td>{}{}</td></tr>",
+                        esc(&d.field),
+                        esc(&d.baseline),
+                        esc(&d.current),
+                        if d.unknown { " (not known on both sides)" } else { "" }
+                    );
+                }
+                let _ = writeln!(o, "</table>");
+            }
+            Section::LostProbes { probes, .. } => {
+                let _ = writeln!(o, "<h2>{title}</h2><ul>");
+                for p in probes {
+                    let _ = writeln!(
+                        o,
+                        "<li class=\"reg\">{}: was {}, now {}</li>",
+                        esc(&p.point),
+                        esc(&p.baseline),
+                        esc(&p.current)
+                    );
+                }
+                let _ = writeln!(o, "</ul>");
+            }
+            Section::TransportChanges(changes) => {
+                let _ = writeln!(o, "<h2>{title}</h2><ul>");
+                for t in changes {
+                    let _ = writeln!(
+                        o,
+                        "<li class=\"reg\">{} {}: {} &rarr; {}</li>",
+                        esc(&t.workload),
+                        esc(&t.what),
+                        esc(&t.baseline),
+                        esc(&t.current)
+                    );
+                }
+                let _ = writeln!(o, "</ul>");
+            }
+            Section::Note(n) => {
+                let _ = writeln!(o, "<p><i>note: {}</i></p>", esc(n));
+            }
+            Section::Missing { .. } | Section::OverThreshold(_) => {}
+            Section::Staging(ws) => {
+                if let Some(s) = staged_plot(ws) {
+                    let _ = writeln!(o, "<h2>{title}</h2><div class=\"plots\">{s}</div>");
+                }
+            }
+            Section::Workload(w) => workload(&mut o, &title, w),
         }
-        let _ = writeln!(o, "</table>");
-    }
-    if !c.lost_probes.is_empty() {
-        let _ = writeln!(o, "<h2>Probe points no longer available</h2><ul>");
-        for p in &c.lost_probes {
-            let _ = writeln!(
-                o,
-                "<li class=\"reg\">{}: was {}, now {}</li>",
-                esc(&p.point),
-                esc(&p.baseline),
-                esc(&p.current)
-            );
-        }
-        let _ = writeln!(o, "</ul>");
-    }
-    if !c.transport_changes.is_empty() {
-        let _ = writeln!(o, "<h2>Transport changes</h2><ul>");
-        for t in &c.transport_changes {
-            let _ = writeln!(
-                o,
-                "<li class=\"reg\">{} {}: {} &rarr; {}</li>",
-                esc(&t.workload),
-                esc(&t.what),
-                esc(&t.baseline),
-                esc(&t.current)
-            );
-        }
-        let _ = writeln!(o, "</ul>");
-    }
-    for n in &c.notes {
-        let _ = writeln!(o, "<p><i>note: {}</i></p>", esc(n));
-    }
-    if let Some(s) = staged_plot(&c.workloads) {
-        let _ = writeln!(o, "<h2>Host staging</h2><div class=\"plots\">{s}</div>");
-    }
-    for w in &c.workloads {
-        let title = match &w.current_name {
-            Some(cur) => format!("{} vs {cur}", w.name),
-            None => w.name.clone(),
-        };
-        let _ = writeln!(o, "<h2>Workload {}</h2><div class=\"plots\">", esc(&title));
-        if let Some(s) = bandwidth_plot(&w.name, &w.base, &w.cur) {
-            o.push_str(&s);
-        }
-        for k in latency_keys(w, 4) {
-            o.push_str(&latency_plot(k, &w.base.latency[k], &w.cur.latency[k]));
-        }
-        let _ = writeln!(o, "</div>");
-        let _ = writeln!(
-            o,
-            "<table><tr><th>metric</th><th>baseline</th><th>current</th><th>change</th><th>limit</th><th>status</th></tr>"
-        );
-        for r in &w.rows {
-            let class = match r.status {
-                Status::Regression => "reg",
-                Status::Ok => "ok",
-                Status::Better => "better",
-                Status::Info => "",
-            };
-            let _ = writeln!(
-                o,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td></tr>",
-                esc(&r.metric),
-                esc(&r.baseline),
-                esc(&r.current),
-                esc(&r.change),
-                esc(&r.limit),
-                r.status.name()
-            );
-        }
-        let _ = writeln!(o, "</table>");
     }
     let _ = writeln!(o, "</body></html>");
     o
+}
+
+/// A workload's plots and its table of rows.
+fn workload(o: &mut String, title: &str, w: &WorkloadCmp) {
+    let _ = writeln!(o, "<h2>{title}</h2><div class=\"plots\">");
+    if let Some(s) = bandwidth_plot(&w.name, &w.base, &w.cur) {
+        o.push_str(&s);
+    }
+    for k in latency_keys(w, 4) {
+        o.push_str(&latency_plot(k, &w.base.latency[k], &w.cur.latency[k]));
+    }
+    let _ = writeln!(o, "</div>");
+    let _ = writeln!(
+        o,
+        "<table><tr><th>metric</th><th>baseline</th><th>current</th><th>change</th><th>limit</th><th>status</th></tr>"
+    );
+    for r in &w.rows {
+        let class = match r.status {
+            Status::Regression => "reg",
+            Status::Ok => "ok",
+            Status::Better => "better",
+            Status::Info => "",
+        };
+        let _ = writeln!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td></tr>",
+            esc(&r.metric),
+            esc(&r.baseline),
+            esc(&r.current),
+            esc(&r.change),
+            esc(&r.limit),
+            r.status.name()
+        );
+    }
+    let _ = writeln!(o, "</table>");
 }

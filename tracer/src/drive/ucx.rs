@@ -20,7 +20,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::cuda_copy::parse_size;
+use crate::units::parse_size;
 
 /// Errors of `drive ucx`, one line each.
 #[derive(Debug, thiserror::Error)]
@@ -168,7 +168,7 @@ pub struct UcxOpts {
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
     /// Stop both and fail after this long.
-    #[arg(long, value_name = "DURATION", value_parser = crate::cli::parse_duration, default_value = "120s")]
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::parse_duration, default_value = "120s")]
     pub timeout: Duration,
     /// Also write the summary as JSON to FILE.
     #[arg(long, value_name = "FILE")]

@@ -1,7 +1,6 @@
 //! The event pipeline's first stage: the BPF ring buffer, drained through
 //! tokio's `AsyncFd` (woken by the kernel's epoll notification, never by
 //! sleep-polling), decoded into `Event` records.
-pub mod recording;
 
 use std::io;
 

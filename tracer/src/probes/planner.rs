@@ -33,26 +33,28 @@ pub enum Status {
 }
 
 /// One refused strategy.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Attempt {
-    pub strategy: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub strategy: crate::intern::Name,
     pub error: String,
 }
 
 /// The coverage row of one probe point.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Coverage {
     pub point: String,
     pub family: Family,
     pub status: Status,
     /// The strategy that attached.
-    pub via: Option<&'static str>,
+    #[serde(default, deserialize_with = "crate::intern::opt")]
+    pub via: Option<crate::intern::Name>,
     /// Why the point is unavailable (or what is partial about it).
     pub reason: Option<String>,
     /// Strategies tried before the one that attached, or all of them.
     pub tried: Vec<Attempt>,
     /// Free-form detail (files and symbols for libraries).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub detail: Vec<String>,
 }
 
@@ -79,7 +81,7 @@ pub struct LibAttachment {
 }
 
 /// One library of the table, as seen in one process.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct ProcessLibrary {
     pub lib: Lib,
     pub path: Option<String>,

@@ -13,17 +13,19 @@ use crate::{
 };
 
 /// Transfer records: counts per (op, verdict) and a bounded sample.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Transfers {
     /// Records (calls, for kernel-aggregated collectives) in all.
     pub total: u64,
     pub groups: Vec<TransferGroup>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct TransferGroup {
     pub op: String,
-    pub transport: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub transport: crate::intern::Name,
     pub count: u64,
     pub bytes: u64,
     /// The first few records of the group.
@@ -75,7 +77,7 @@ pub fn collective_transfers(collectives: &[Collective], comms: &BTreeMap<u32, St
 }
 
 /// Host staging of one process.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct StagingProcess {
     pub pid: u32,
     pub comm: String,
@@ -93,17 +95,19 @@ pub struct StagingProcess {
 }
 
 /// Host staging of one communicator.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct StagingCommunicator {
     pub pid: u32,
     pub communicator: String,
     pub bytes: u64,
     pub staged_bytes: u64,
     pub staged_ratio: f64,
-    pub transport: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub transport: crate::intern::Name,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Staging {
     pub processes: Vec<StagingProcess>,
     pub communicators: Vec<StagingCommunicator>,
@@ -162,7 +166,7 @@ pub fn staging(r: &super::Report) -> Staging {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct BackingRate {
     pub registrations: u64,
     pub deregistrations: u64,
@@ -170,7 +174,7 @@ pub struct BackingRate {
     pub deregistrations_per_s: f64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Range {
     pub addr: u64,
     pub length: u64,
@@ -181,10 +185,11 @@ pub struct Range {
 }
 
 /// Registration churn of one process.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct RegistrationProcess {
     pub pid: u32,
     pub comm: String,
+    #[serde(deserialize_with = "crate::intern::keys")]
     pub by_backing: BTreeMap<&'static str, BackingRate>,
     pub reregistrations_of_seen_range: u64,
     pub most_registered_range: Option<Range>,
@@ -194,6 +199,7 @@ pub struct RegistrationProcess {
     pub pages_unpinned_per_s: f64,
     pub pinned_bytes_high_water: u64,
     /// GPU and host allocations seen, by call.
+    #[serde(deserialize_with = "crate::intern::keys")]
     pub allocations: BTreeMap<&'static str, u64>,
     pub failed_registrations: Vec<FailedRegistration>,
     /// Kernel registration paths that failed (`ib_umem_get: EFAULT`).
@@ -202,10 +208,12 @@ pub struct RegistrationProcess {
     pub peer_access_enabled: usize,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Registration {
     pub processes: Vec<RegistrationProcess>,
     /// Registration latency per backing (`host`, `gpu/peer-mem`, `gpu/dma-buf`, `io_uring`).
+    #[serde(deserialize_with = "crate::intern::keys")]
     pub latency_by_backing: BTreeMap<&'static str, Latency>,
     /// Latency per kernel path (ib_umem_get, pin_user_pages*, io_uring_register,
     /// nvidia_p2p_get_pages*, ib_umem_dmabuf_get*, dma_buf_*).
@@ -301,13 +309,13 @@ pub fn registration(agg: &Aggregator, duration_s: f64) -> Registration {
 }
 
 /// Writes the communicators' records to the `--transfers` file (their
-/// verdicts need the whole trace) and closes it.
-pub fn finish_transfers(agg: &mut Aggregator, report: &super::Report, nvlink: Option<bool>) -> std::io::Result<()> {
+/// verdicts need the whole trace: `judged` is the judged report) and
+/// closes it.
+pub fn finish_transfers(agg: &mut Aggregator, judged: &super::Report) -> std::io::Result<()> {
     if agg.transfers.sink.is_none() && agg.transfers.sink_error.is_none() {
         return Ok(());
     }
-    let mut judged = report.clone();
-    judged.judge_with(None, nvlink);
+    debug_assert!(judged.judged, "transfer records take the judged verdicts");
     let comms: BTreeMap<u32, String> = judged.processes.iter().map(|p| (p.pid, p.comm.clone())).collect();
     if let Some(out) = &mut agg.transfers.sink {
         use std::io::Write as _;

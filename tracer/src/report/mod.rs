@@ -1,35 +1,37 @@
 //! Reports: the JSON document (schema `gdrtrace.report/v1`, documented in
 //! docs/report-schema.md) and its text rendering.
 pub mod accounting;
+pub mod judged;
 pub mod text;
 
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-use tracer_common::{MAX_SLOTS, op};
+use tracer_common::MAX_SLOTS;
 
 use crate::{
     counters::FollPin,
-    events::recording::HostFacts,
+    host::{Host, HostFacts},
     model::Churn,
-    probes::{Coverage, Family, catalog::point_of_op, uapi},
+    probes::{Coverage, Family, ops::op_name},
     stats::{Aggregator, ProcInfo},
 };
 
 pub const SCHEMA: &str = "gdrtrace.report/v1";
 
 /// One latency bucket `[min, max)`, in the histogram's unit.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Bucket {
     pub min: u64,
     pub max: u64,
     pub count: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Latency {
-    pub unit: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub unit: crate::intern::Name,
     pub count: u64,
     pub min: u64,
     pub p50: u64,
@@ -85,21 +87,23 @@ pub fn log2_buckets(values: impl Iterator<Item = (u64, u64)>) -> Vec<Bucket> {
 }
 
 /// One (process, op, communicator) row of in-kernel aggregated calls.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Collective {
     pub pid: u32,
     pub op: String,
     pub communicator: String,
     pub calls: u64,
     pub bytes: u64,
-    pub transport: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub transport: crate::intern::Name,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Operation {
     pub name: String,
     pub family: Family,
-    pub transport: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub transport: crate::intern::Name,
     pub calls: u64,
     pub errors: u64,
     pub bytes: u64,
@@ -111,20 +115,21 @@ pub struct Operation {
     pub latency: Latency,
     /// The latency histogram itself, HdrHistogram's V2+DEFLATE serialized
     /// form in base64, so baselines can recompute percentiles exactly.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub histogram: Option<String>,
 }
 
 /// An op aggregated in the kernel (log2 slots), evented or not.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct KernelHistogram {
     pub name: String,
     pub calls: u64,
-    pub unit: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub unit: crate::intern::Name,
     pub buckets: Vec<Bucket>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Process {
     pub pid: u32,
     /// What the aggregator knows of the process (serialized inline).
@@ -132,6 +137,7 @@ pub struct Process {
     pub info: ProcInfo,
     pub churn: Option<Churn>,
     /// libcuda/libibverbs/libnccl in this process: attached, or why not.
+    #[serde(default)]
     pub libraries: Vec<crate::probes::planner::ProcessLibrary>,
 }
 
@@ -149,14 +155,16 @@ impl std::ops::DerefMut for Process {
 }
 
 /// Where one signal came from.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Signal {
-    pub signal: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub signal: crate::intern::Name,
     /// The probe family behind it (the coverage rows of that family).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub family: Option<Family>,
     /// `probe` or `counter`.
-    pub source: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub source: crate::intern::Name,
     pub how: String,
     pub available: bool,
 }
@@ -177,22 +185,19 @@ pub struct Loss {
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Host {
-    pub kernel: String,
-    pub lockdown: String,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PinCounters {
     pub before: Option<FollPin>,
     pub after: Option<FollPin>,
     pub delta: Option<FollPin>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Report {
-    pub schema: &'static str,
-    pub tool_version: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub schema: crate::intern::Name,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub tool_version: crate::intern::Name,
     pub host: Host,
     pub command: Vec<String>,
     pub duration_s: f64,
@@ -201,7 +206,7 @@ pub struct Report {
     pub kernel_histograms: Vec<KernelHistogram>,
     /// Probe entries of traced processes per op (every hit, entry-only and
     /// aggregated ops included): what the probes cost, in traps.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probe_hits: Vec<ProbeHits>,
     pub processes: Vec<Process>,
     pub pin_counters: PinCounters,
@@ -211,32 +216,39 @@ pub struct Report {
     pub verdicts: Vec<crate::classify::comm::Verdict>,
     /// Collectives and point-to-point calls per (process, communicator),
     /// aggregated in the kernel, with the transport of the process's verdict.
+    #[serde(default)]
     pub collectives: Vec<Collective>,
     /// Transfer records per (op, verdict), with a sample of each.
+    #[serde(default)]
     pub transfers: accounting::Transfers,
     /// Host staging per process and communicator.
+    #[serde(default)]
     pub staging: accounting::Staging,
     /// Registration churn and latency.
+    #[serde(default)]
     pub registration: accounting::Registration,
     /// Host facts the explain rules use (read when tracing started).
+    #[serde(default)]
     pub facts: HostFacts,
     /// NCCL_*/UCX_* variables in effect per process (NCCL_VERSION and the
     /// logging variables aside).
+    #[serde(default)]
     pub overrides: Vec<Override>,
     /// NCCL's own log, per communicator, against the tracer's verdicts (`--nccl-log`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_log: Option<crate::classify::comm::NcclLog>,
     /// Root causes of staged or unexpected paths (`explain`'s rules).
+    #[serde(default)]
     pub explain: crate::classify::explain::Explain,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workloads: Vec<serde_json::Value>,
     /// GPU interconnect traffic over the traced window (NVML counters),
     /// when readable: steady-state evidence for jobs attached after set-up.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_links: Option<crate::classify::steady::GpuLinks>,
     /// UCX processes: endpoints, data calls, paths per memory type,
-    /// registrations and the registration cache (`classify/ucx.rs`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// registrations and the registration cache (`classify/ucx/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ucx: Option<crate::classify::ucx::UcxReport>,
     /// Whether `judge` ran (verdicts, staging and collective transfers are final).
     #[serde(skip)]
@@ -251,7 +263,7 @@ pub struct ProbeHits {
 }
 
 /// One NCCL_*/UCX_* variable of a process's environment.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Override {
     pub pid: u32,
     pub var: String,
@@ -264,137 +276,6 @@ fn informational(var: &str) -> bool {
         var,
         "NCCL_VERSION" | "NCCL_DEBUG" | "NCCL_DEBUG_FILE" | "NCCL_DEBUG_SUBSYS" | "UCX_LOG_LEVEL"
     )
-}
-
-impl Report {
-    /// Recomputes the verdicts (and corroborates them with an NCCL log).
-    pub fn judge(&mut self, nccl_log: Option<&str>) {
-        self.judge_with(nccl_log, crate::topo::discover().nvlink());
-    }
-
-    /// As `judge`, with the NVLink fact given (a recording's, on replay),
-    /// used only where the report's host facts do not say.
-    pub fn judge_with(&mut self, nccl_log: Option<&str>, nvlink: Option<bool>) {
-        if self.judged {
-            return;
-        }
-        self.judged = true;
-        if self.facts.nvlink.is_none() {
-            self.facts.nvlink = nvlink;
-        }
-        self.judge_verdicts(nccl_log);
-        // Collective transfers take their process's verdict.
-        let comms: BTreeMap<u32, String> = self.processes.iter().map(|p| (p.pid, p.comm.clone())).collect();
-        self.transfers
-            .groups
-            .retain(|g| g.sample.iter().all(|t| t.calls.is_none()));
-        let mut groups: BTreeMap<(String, &'static str), accounting::TransferGroup> = BTreeMap::new();
-        let ucx = self
-            .ucx
-            .as_ref()
-            .map(|u| crate::classify::ucx::transfers(u, &comms))
-            .unwrap_or_default();
-        for t in accounting::collective_transfers(&self.collectives, &comms)
-            .into_iter()
-            .chain(ucx)
-        {
-            let g = groups
-                .entry((t.op.clone(), t.transport.name()))
-                .or_insert_with(|| accounting::TransferGroup {
-                    op: t.op.clone(),
-                    transport: t.transport.name(),
-                    count: 0,
-                    bytes: 0,
-                    sample: Vec::new(),
-                });
-            g.count += t.calls.unwrap_or(0);
-            g.bytes += t.bytes;
-            if g.sample.len() < crate::classify::transfer::SAMPLE_PER_GROUP {
-                g.sample.push(t);
-            }
-        }
-        self.transfers.groups.extend(groups.into_values());
-        self.transfers.total = self.transfers.groups.iter().map(|g| g.count).sum();
-        self.staging = accounting::staging(self);
-        self.nccl_log = nccl_log.map(|text| crate::classify::comm::nccl_log_agreement(text, self));
-        self.explain_again();
-    }
-
-    /// Recomputes `explain` from the report as it stands.
-    fn explain_again(&mut self) {
-        if let Ok(v) = serde_json::to_value(&*self) {
-            self.explain = crate::classify::explain::explain(&v);
-        }
-    }
-
-    /// Compares UCX's own log (`UCX_PROTO_INFO=y` / `UCX_LOG_LEVEL=info`
-    /// output, `--ucx-log`) with the judged UCX paths: corroboration only,
-    /// the paths stay as the evidence decided them.
-    pub fn corroborate_ucx(&mut self, log: &str) {
-        let nvlink = self.facts.nvlink;
-        crate::classify::ucx_log::corroborate(self.ucx.get_or_insert_with(Default::default), log, nvlink);
-        self.explain_again();
-    }
-
-    fn judge_verdicts(&mut self, nccl_log: Option<&str>) {
-        self.verdicts = crate::classify::judge::verdicts(&crate::classify::judge::Inputs::of_report(self));
-        // The UCX section's paths per process and endpoint, by the same
-        // decision the UCX processes' verdicts came from.
-        crate::classify::ucx::judge(self);
-        if let Some(text) = nccl_log {
-            crate::classify::comm::corroborate(&mut self.verdicts, &crate::classify::comm::parse_nccl_log(text));
-        }
-        // Collective bytes take their process's transport; bytes of a
-        // host-staged transport count as staged.
-        for c in &mut self.collectives {
-            if let Some(v) = self.verdicts.iter().find(|v| v.pid == c.pid) {
-                c.transport = v.transport.name();
-                if v.host_staged
-                    && let Some(p) = self.processes.iter_mut().find(|p| p.pid == c.pid)
-                {
-                    p.staged_bytes += c.bytes;
-                }
-            }
-        }
-    }
-}
-
-pub fn host() -> Host {
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
-    let path = "/sys/kernel/security/lockdown";
-    if !std::path::Path::new(path).exists() {
-        // securityfs is not mounted on minimal systems; mounting it is harmless.
-        // SAFETY: constant, NUL-terminated arguments.
-        unsafe {
-            libc::mount(
-                c"securityfs".as_ptr(),
-                c"/sys/kernel/security".as_ptr(),
-                c"securityfs".as_ptr(),
-                0,
-                std::ptr::null(),
-            )
-        };
-    }
-    let lockdown = std::fs::read_to_string(path)
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .find(|w| w.starts_with('['))
-                .map(|w| w.trim_matches(['[', ']']).to_string())
-        })
-        .unwrap_or_else(|| "unknown (no /sys/kernel/security/lockdown)".into());
-    Host { kernel, lockdown }
-}
-
-/// Name of an op for kernel histograms.
-pub fn op_name(op_code: u32) -> String {
-    if op_code >= op::USER_BASE {
-        uapi::row_of(op_code).map_or_else(|| format!("op-{op_code}"), |(_, r)| r.name.to_string())
-    } else {
-        point_of_op(op_code).map_or_else(|| format!("op-{op_code}"), |p| p.name.to_string())
-    }
 }
 
 /// Inputs of a report besides the aggregator.
@@ -527,7 +408,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         explain: Default::default(),
         workloads: Vec::new(),
         gpu_links: inputs.gpu_links,
-        ucx: crate::classify::ucx::report(agg, &inputs.process_libraries),
+        ucx: crate::stats::ucx::report(agg, &inputs.process_libraries),
         judged: false,
     }
 }
@@ -628,3 +509,6 @@ pub(crate) mod tests_support {
         )
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,18 +2,16 @@
 use std::fmt::Write as _;
 
 use super::{Bucket, Report};
-use crate::probes::{Family, Status};
+use crate::{
+    probes::{Family, Status},
+    units::{bytes, ns, size_label as human},
+};
 
-/// bpftrace's power-of-two labels: 512, 1K, 2M, 4G.
-pub fn human(v: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [(1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
-    for (size, unit) in UNITS {
-        if v >= size && v.is_multiple_of(size) {
-            return format!("{}{unit}", v / size);
-        }
-    }
-    v.to_string()
-}
+mod signals;
+mod ucx;
+
+use self::signals::{coverage_detail, signals};
+pub use self::ucx::ucx;
 
 /// Renders buckets as bpftrace prints `hist()`: `[lo, hi)  count |@@@@|`.
 pub fn histogram(out: &mut String, title: &str, buckets: &[Bucket]) {
@@ -31,25 +29,6 @@ pub fn histogram(out: &mut String, title: &str, buckets: &[Bucket]) {
         let _ = writeln!(out, "{label:<16}{:>8} |{bar:<52}|", b.count);
     }
     let _ = writeln!(out);
-}
-
-fn ns(v: u64) -> String {
-    match v {
-        0..1_000 => format!("{v}ns"),
-        1_000..1_000_000 => format!("{:.1}us", v as f64 / 1e3),
-        1_000_000..1_000_000_000 => format!("{:.1}ms", v as f64 / 1e6),
-        _ => format!("{:.2}s", v as f64 / 1e9),
-    }
-}
-
-fn bytes(v: u64) -> String {
-    match v {
-        0 => "-".into(),
-        1..1024 => format!("{v}B"),
-        1024..1_048_576 => format!("{:.1}KiB", v as f64 / 1024.0),
-        1_048_576..1_073_741_824 => format!("{:.1}MiB", v as f64 / 1_048_576.0),
-        _ => format!("{:.2}GiB", v as f64 / 1_073_741_824.0),
-    }
 }
 
 /// A verdict's evidence lines, its cause, and what the library's own log
@@ -110,109 +89,6 @@ pub fn verdicts(vs: &[crate::classify::comm::Verdict], indent: &str) -> String {
     o
 }
 
-/// The UCX section: per process its activity and the path of each memory
-/// type, then the endpoints' data calls.
-pub fn ucx(u: &crate::classify::ucx::UcxReport) -> String {
-    let mut o = String::new();
-    let _ = writeln!(o, "UCX (paths per process and memory type)");
-    for p in &u.processes {
-        let per_call = p
-            .registrations_per_data_call
-            .map_or(String::new(), |x| format!(", {x:.2} per data call"));
-        let _ = writeln!(
-            o,
-            "  pid {} {}: {} workers, {} endpoints, {} data calls {}, {} receives posted; UCT registrations {}/{} {}{per_call}; rcache {} lookups, {} misses ({} repeated){}",
-            p.pid,
-            p.comm,
-            p.workers,
-            p.endpoints,
-            p.data_calls,
-            bytes(p.data_bytes),
-            p.receives,
-            p.registrations,
-            p.deregistrations,
-            bytes(p.registered_bytes),
-            p.rcache.gets,
-            p.rcache.misses,
-            p.rcache.repeat_misses,
-            if p.rcache.partial {
-                " (lookups probed until their link closed over budget)"
-            } else {
-                ""
-            }
-        );
-        if !p.modules.is_empty() {
-            let _ = writeln!(o, "    transport modules: {}", p.modules.join(", "));
-        }
-        for path in &p.paths {
-            let staged = if path.host_staged {
-                format!(", {} staged through host memory", bytes(path.staged_bytes))
-            } else {
-                String::new()
-            };
-            let _ = writeln!(
-                o,
-                "    {} memory: {} via {}{staged}{}",
-                path.memory,
-                path.transport.name(),
-                path.path,
-                if path.inferred {
-                    " (inferred from the steady state)"
-                } else {
-                    ""
-                }
-            );
-            evidence_block(
-                &mut o,
-                "      ",
-                &path.evidence,
-                path.cause.as_deref(),
-                path.log.as_ref().map(|l| ("UCX log", l.ucx_says.as_str(), l.agrees)),
-            );
-        }
-    }
-    for e in &u.endpoints {
-        let _ = writeln!(
-            o,
-            "  pid {:>7} {:<20} ep {:<16} {:>9} calls {:>10} {:<7} {} ({})",
-            e.pid,
-            e.op,
-            e.endpoint,
-            e.calls,
-            bytes(e.bytes),
-            e.memory,
-            e.transport.name(),
-            e.path
-        );
-    }
-    for n in &u.not_measured {
-        let _ = writeln!(o, "  not measured: {n}");
-    }
-    if let Some(log) = &u.log {
-        for p in &log.processes {
-            let says: Vec<String> = p.says.iter().map(|(m, c)| format!("{m}: {}", c.join("/"))).collect();
-            let _ = writeln!(
-                o,
-                "  UCX log pid {}: version {}; says {}{}",
-                p.pid,
-                p.version.as_deref().unwrap_or("?"),
-                if says.is_empty() {
-                    "nothing about transports".into()
-                } else {
-                    says.join(", ")
-                },
-                if p.warnings.is_empty() {
-                    String::new()
-                } else {
-                    format!("; {} warnings, first: {}", p.warnings.len(), p.warnings[0])
-                }
-            );
-        }
-    }
-    let _ = writeln!(o);
-    o
-}
-
 /// Upper bound of the `q` quantile of log2 buckets (kernel slots hold
 /// durations in `[2^i, 2^(i+1))`, so the bound is the slot's top).
 fn quantile_at_most(buckets: &[Bucket], q: f64) -> Option<u64> {
@@ -226,104 +102,6 @@ fn quantile_at_most(buckets: &[Bucket], q: f64) -> Option<u64> {
         seen += b.count;
         (seen >= target).then_some(b.max)
     })
-}
-
-/// Coverage rows of one family grouped by outcome: (status, text, points).
-fn coverage_groups<'a>(r: &'a Report, family: Family) -> Vec<(Status, String, Vec<&'a str>)> {
-    let mut groups: Vec<(Status, String, Vec<&'a str>)> = Vec::new();
-    for c in r.coverage.iter().filter(|c| c.family == family) {
-        let key = match c.status {
-            Status::Attached => format!("via {}", c.via.unwrap_or("?")),
-            Status::Unavailable => c.reason.clone().unwrap_or_else(|| "unknown".into()),
-        };
-        match groups.iter_mut().find(|(s, k, _)| *s == c.status && *k == key) {
-            Some((_, _, points)) => points.push(&c.point),
-            None => groups.push((c.status, key, vec![&c.point])),
-        }
-    }
-    groups
-}
-
-/// `io_uring_register via tracepoint`, `14 points: reason`.
-fn group_text(status: Status, key: &str, points: &[&str]) -> String {
-    match (status, points) {
-        (Status::Attached, [one]) => format!("{one} {key}"),
-        (Status::Attached, many) => format!("{} points {key}", many.len()),
-        (Status::Unavailable, [one]) if key.starts_with(one) => key.to_string(),
-        (Status::Unavailable, [one]) => format!("{one}: {key}"),
-        (Status::Unavailable, many) => format!("{} points: {key}", many.len()),
-    }
-}
-
-/// Signals, with the probe coverage behind each one grouped by family and
-/// outcome: one line per family, every unavailable family named with its
-/// reason (each point with `detail`).
-fn signals(o: &mut String, r: &Report) {
-    let _ = writeln!(
-        o,
-        "Signals (probe points grouped by family and outcome; each point with -v and in the JSON)"
-    );
-    let row = |o: &mut String, signal: &str, source: &str, available: bool, how: &str| {
-        let state = if available { "measured" } else { "unavailable" };
-        let _ = writeln!(o, "  {signal:<46} {source:<8} {state:<12} {how}");
-    };
-    let mut shown = Vec::new();
-    for s in &r.signals {
-        let groups = s.family.map(|f| coverage_groups(r, f)).unwrap_or_default();
-        shown.extend(s.family);
-        let unavailable: Vec<String> = groups
-            .iter()
-            .filter(|(st, _, _)| *st == Status::Unavailable)
-            .map(|(st, k, p)| group_text(*st, k, p))
-            .collect();
-        if s.available || unavailable.is_empty() {
-            row(o, s.signal, s.source, s.available, &s.how);
-            for u in &unavailable {
-                let _ = writeln!(o, "  {:<46} {:<8} {:<12} also {u}", "", "", "");
-            }
-        } else {
-            row(o, s.signal, s.source, false, &unavailable[0]);
-            for u in &unavailable[1..] {
-                let _ = writeln!(o, "  {:<46} {:<8} {:<12} {u}", "", "", "");
-            }
-        }
-    }
-    // Families behind no signal row (process tracking, socket syscalls,
-    // procfs counters): one line per outcome, so nothing unavailable hides.
-    let mut rest: Vec<Family> = r
-        .coverage
-        .iter()
-        .map(|c| c.family)
-        .filter(|f| !shown.contains(f))
-        .collect();
-    rest.sort();
-    rest.dedup();
-    for f in rest {
-        for (st, key, points) in coverage_groups(r, f) {
-            let what = match f {
-                Family::Sched => "process tracking (fork, exec, exit)",
-                Family::Socket => "socket data syscalls (bytes per process)",
-                Family::Counters => "procfs counters",
-                _ => f.name(),
-            };
-            row(o, what, "probe", st == Status::Attached, &group_text(st, &key, &points));
-        }
-    }
-    let _ = writeln!(o);
-}
-
-/// The full coverage table, one row per probe point (`-v`).
-fn coverage_detail(o: &mut String, r: &Report) {
-    let _ = writeln!(o, "Probe coverage");
-    for c in &r.coverage {
-        let _ = writeln!(o, "  {:<36} {:<10} {}", c.point, c.family.name(), c.summary());
-        if c.status == Status::Attached {
-            for d in &c.detail {
-                let _ = writeln!(o, "  {:<36} {:<10}   {d}", "", "");
-            }
-        }
-    }
-    let _ = writeln!(o);
 }
 
 /// Operations: the evented calls with their histograms' percentiles, and

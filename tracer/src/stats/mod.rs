@@ -3,20 +3,24 @@
 //! events do not carry come from a [`source::ProcSource`] (`/proc` live, the
 //! recording on replay); with a recorder attached, every input and every
 //! answer is written down, so a replay repeats the same steps.
+pub mod input;
 pub mod source;
+pub mod ucx;
 
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 use tracer_common::{Event, kind};
 
-use self::source::{Fact, LiveProc, Look, ProcSource};
+use self::{
+    input::{Input, Observer},
+    source::{Fact, LiveProc, Look, ProcSource},
+};
 use crate::{
     classify::{
         self, Transport,
         transfer::{self, PairDetector, Transfer},
     },
-    events::recording::{Recorder, monotonic_ns},
     model::Registry,
     probes::Family,
 };
@@ -39,7 +43,8 @@ pub struct OpStats {
 }
 
 /// Per-process figures; serialized inline in the report's `processes[]`.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct ProcInfo {
     pub comm: String,
     pub parent: Option<u32>,
@@ -52,6 +57,7 @@ pub struct ProcInfo {
     /// (`ib_umem_get`) on the same thread.
     pub pages_pinned_by_registration: u64,
     /// Calls per transport verdict.
+    #[serde(deserialize_with = "crate::intern::keys")]
     pub transports: BTreeMap<&'static str, u64>,
     /// Bytes moved through host staging (host-staged, shm, socket verdicts).
     pub staged_bytes: u64,
@@ -79,6 +85,7 @@ pub struct ProcInfo {
 
 /// A process's socket traffic, summed over its sockets.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct SocketTotals {
     pub calls: u64,
     pub bytes_sent: u64,
@@ -106,8 +113,8 @@ pub struct Aggregator {
     pending_pins: std::collections::HashMap<(u32, u32), PendingPins>,
     /// Where process facts come from.
     pub source: Box<dyn ProcSource>,
-    /// Writes every input and fact (`--record`).
-    pub recorder: Option<Recorder>,
+    /// Sees every input and fact (the `--record` recorder).
+    pub observer: Option<Box<dyn Observer>>,
     /// Transfer records: counts and a sample per (op, verdict), and the
     /// `--transfers` file.
     pub transfers: Transfers,
@@ -185,7 +192,7 @@ impl Aggregator {
             pending_pins: Default::default(),
             collectives: BTreeMap::new(),
             source,
-            recorder: None,
+            observer: None,
             transfers: Transfers::default(),
             pairs: PairDetector::default(),
             reg_latency: BTreeMap::new(),
@@ -194,16 +201,35 @@ impl Aggregator {
     }
 
     fn note(&mut self, f: Fact) {
-        if let Some(r) = &mut self.recorder {
-            r.fact(&f);
+        if let Some(o) = &mut self.observer {
+            o.fact(&f);
+        }
+    }
+
+    fn observe(&mut self, input: impl FnOnce() -> Input) {
+        if let Some(o) = &mut self.observer {
+            o.input(&input());
+        }
+    }
+
+    /// Handles one input: what live tracing does call by call, and replay
+    /// does from a recording.
+    pub fn feed(&mut self, input: &Input) {
+        match input {
+            Input::Event(e) => self.push(e),
+            Input::Target { pid, parent } => self.add_process(*pid, *parent),
+            Input::Tick => self.sample(),
+            Input::AliveCheck => {
+                self.check_exited();
+            }
+            Input::Aggregates(rows) => self.set_aggregates(rows),
+            Input::SetupClosed => self.setup_closed(),
         }
     }
 
     /// Registers a process the tracer started or attached to.
     pub fn add_process(&mut self, pid: u32, parent: Option<u32>) {
-        if let Some(r) = &mut self.recorder {
-            r.input(serde_json::json!({"type": "target", "pid": pid, "parent": parent}));
-        }
+        self.observe(|| Input::Target { pid, parent });
         self.add_looked(pid, parent, None);
     }
 
@@ -267,9 +293,7 @@ impl Aggregator {
 
     /// Samples the per-process counters of live processes (every tick).
     pub fn sample(&mut self) {
-        if let Some(r) = &mut self.recorder {
-            r.lazy_input(serde_json::json!({"type": "tick", "t_ns": monotonic_ns()}));
-        }
+        self.observe(|| Input::Tick);
         self.sample_live();
     }
 
@@ -305,9 +329,7 @@ impl Aggregator {
     /// seen, so the registry stops trusting a thread's last context where a
     /// process has several.
     pub fn setup_closed(&mut self) {
-        if let Some(r) = &mut self.recorder {
-            r.input(serde_json::json!({"type": "setup-closed", "t_ns": monotonic_ns()}));
-        }
+        self.observe(|| Input::SetupClosed);
         self.registry.contexts_frozen = true;
         self.ucx.setup_closed();
     }
@@ -326,9 +348,7 @@ impl Aggregator {
 
     /// Marks processes that no longer exist as exited; true when none is left.
     pub fn check_exited(&mut self) -> bool {
-        if let Some(r) = &mut self.recorder {
-            r.lazy_input(serde_json::json!({"type": "alive-check", "t_ns": monotonic_ns()}));
-        }
+        self.observe(|| Input::AliveCheck);
         let live = self.live_pids();
         for pid in live {
             if !self.source.alive(pid) {
@@ -342,9 +362,7 @@ impl Aggregator {
     }
 
     pub fn push(&mut self, e: &Event) {
-        if let Some(r) = &mut self.recorder {
-            r.event(e);
-        }
+        self.observe(|| Input::Event(*e));
         self.events += 1;
         match e.kind {
             kind::FORK => {
@@ -499,15 +517,13 @@ impl Aggregator {
     /// Replaces the kernel-aggregated totals (they are cumulative) and
     /// reflects them in the per-process call counts.
     pub fn set_aggregates(&mut self, rows: &[(tracer_common::AggKey, tracer_common::AggValue)]) {
-        if let Some(r) = &mut self.recorder {
-            r.aggregates(rows);
-        }
+        self.observe(|| Input::Aggregates(rows.to_vec()));
         self.collectives.clear();
         let mut sockets: BTreeMap<u32, SocketTotals> = BTreeMap::new();
         let mut sock_calls: BTreeMap<(u32, String), u64> = BTreeMap::new();
         let mut fds = std::collections::BTreeSet::new();
         for (k, v) in rows {
-            let name = crate::report::op_name(k.op);
+            let name = crate::probes::ops::op_name(k.op);
             if let Some(sent) = crate::probes::catalog::socket_direction(k.op) {
                 let t = sockets.entry(k.tgid).or_default();
                 t.calls += v.calls;

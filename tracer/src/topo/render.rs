@@ -3,21 +3,7 @@
 use std::fmt::Write as _;
 
 use super::{Link, PcieLink, Topo, rdma};
-
-fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+use crate::units::bytes_spaced as bytes;
 
 fn link(l: &PcieLink) -> String {
     let cur = format!(

@@ -13,12 +13,14 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::{
+pub mod ucx;
+
+use crate::classify::{
     Transport,
     comm::{self, Evidence, Verdict},
     steady::{self, GpuLinks, Steady},
 };
-use crate::{events::recording::HostFacts, stats::SocketTotals};
+use crate::{host::HostFacts, stats::SocketTotals};
 
 /// What a verdict is judged from. Deserializes from a report's JSON (the
 /// field names are the report's), so a saved report is judged again by the
@@ -36,7 +38,7 @@ pub struct Inputs {
     pub facts: Option<HostFacts>,
     /// UCX processes' evidence (the report's `ucx` section).
     #[serde(default)]
-    pub ucx: Option<super::ucx::UcxReport>,
+    pub ucx: Option<crate::classify::ucx::UcxReport>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -70,7 +72,7 @@ pub struct RegistrationsIn {
     pub registrations: u64,
 }
 
-fn churn_of(c: &crate::model::Churn) -> ChurnIn {
+pub(crate) fn churn_of(c: &crate::model::Churn) -> ChurnIn {
     ChurnIn {
         by_backing: c
             .by_backing
@@ -99,38 +101,6 @@ pub struct CollectiveIn {
 }
 
 impl Inputs {
-    /// The inputs a built report holds.
-    pub fn of_report(r: &crate::report::Report) -> Self {
-        Inputs {
-            processes: r
-                .processes
-                .iter()
-                .map(|p| ProcessIn {
-                    pid: p.pid,
-                    comm: p.comm.clone(),
-                    parent: p.parent,
-                    calls: p.calls.clone(),
-                    env: p.env.clone(),
-                    socket: p.socket.clone(),
-                    churn: p.churn.as_ref().map(churn_of),
-                })
-                .collect(),
-            collectives: r
-                .collectives
-                .iter()
-                .map(|c| CollectiveIn {
-                    pid: c.pid,
-                    op: c.op.clone(),
-                    calls: c.calls,
-                    bytes: c.bytes,
-                })
-                .collect(),
-            gpu_links: r.gpu_links.clone(),
-            facts: Some(r.facts.clone()),
-            ucx: r.ucx.clone(),
-        }
-    }
-
     /// The inputs so far, from the live aggregator (`--interval`).
     pub fn of_aggregator(agg: &crate::stats::Aggregator, links: Option<GpuLinks>, facts: Option<HostFacts>) -> Self {
         Inputs {
@@ -159,7 +129,7 @@ impl Inputs {
                 .collect(),
             gpu_links: links,
             facts,
-            ucx: super::ucx::report(agg, &BTreeMap::new()),
+            ucx: crate::stats::ucx::report(agg, &BTreeMap::new()),
         }
     }
 
@@ -228,6 +198,6 @@ pub fn verdicts(i: &Inputs) -> Vec<Verdict> {
             out.push(v.clone());
         }
     }
-    super::ucx::verdicts(i, &mut out);
+    ucx::verdicts(i, &mut out);
     out
 }

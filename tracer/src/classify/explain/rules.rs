@@ -1,0 +1,488 @@
+//! The rule table: each rule names what it reads of the report and the
+//! cause it stands for; its check returns the findings per process.
+use super::*;
+
+pub(super) fn no_peer_memory(r: &Value) -> Hits {
+    if peer_client(r) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for reg in registration(r) {
+        let mut ev = Vec::new();
+        for f in arr(&reg["failed_registrations"]) {
+            if s(&f["op"]) != "ibv_reg_dmabuf_mr" && f["backing"].get("gpu").is_some() {
+                ev.push(format!(
+                    "{} on GPU memory {}+{} ({}) failed",
+                    s(&f["op"]),
+                    hex(&f["addr"]),
+                    u(&f["length"]),
+                    f["source"].as_str().unwrap_or("allocation seen")
+                ));
+            }
+        }
+        if let Some(n) = reg["kernel_failures"]["ib_umem_get: EFAULT"].as_u64() {
+            ev.push(format!(
+                "ib_umem_get failed with EFAULT (Bad address) x{n}: the pages are not host memory it can pin"
+            ));
+        }
+        if !ev.is_empty() {
+            ev.extend(peer_client_evidence(r));
+            out.push((pid_of(reg), ev));
+        }
+    }
+    for p in arr(&r["nccl_log"]["processes"]) {
+        let lines: Vec<String> = arr(&p["gdr_lines"])
+            .iter()
+            .filter(|l| s(l).contains("GPU Direct RDMA Disabled"))
+            .map(|l| format!("NCCL log: {}", s(l)))
+            .collect();
+        if !lines.is_empty() && !out.iter().any(|(pid, _)| *pid == pid_of(p)) {
+            let mut ev = lines;
+            ev.extend(peer_client_evidence(r));
+            out.push((pid_of(p), ev));
+        }
+    }
+    out
+}
+
+pub(super) fn dmabuf_unsupported(r: &Value) -> Hits {
+    let mut out = Vec::new();
+    for reg in registration(r) {
+        let mut ev = Vec::new();
+        for f in arr(&reg["failed_registrations"]) {
+            if s(&f["op"]) == "ibv_reg_dmabuf_mr" {
+                ev.push(format!(
+                    "ibv_reg_dmabuf_mr for GPU range {}+{} failed",
+                    hex(&f["addr"]),
+                    u(&f["length"])
+                ));
+            }
+        }
+        if let Some(m) = reg["kernel_failures"].as_object() {
+            for (k, n) in m {
+                if k.starts_with("ib_umem_dmabuf_get") {
+                    ev.push(format!("{k} x{} in the kernel", u(n)));
+                }
+            }
+        }
+        if !ev.is_empty() {
+            out.push((pid_of(reg), ev));
+        }
+    }
+    for p in arr(&r["nccl_log"]["processes"]) {
+        let ev: Vec<String> = arr(&p["warnings"])
+            .iter()
+            .filter(|w| s(w).contains("ibv_reg_dmabuf_mr failed"))
+            .map(|w| format!("NCCL log: WARN {}", s(w)))
+            .collect();
+        if !ev.is_empty() {
+            match out.iter_mut().find(|(pid, _)| *pid == pid_of(p)) {
+                Some((_, e)) => e.extend(ev),
+                None => out.push((pid_of(p), ev)),
+            }
+        }
+    }
+    out
+}
+
+/// NCCL variables that switch a transport off, and whether a value does.
+pub(super) fn forcing(var: &str, value: &str) -> Option<&'static str> {
+    let off = |v: &str| v == "0" || v.eq_ignore_ascii_case("false");
+    let on = |v: &str| !v.is_empty() && !off(v);
+    match var {
+        "NCCL_P2P_DISABLE" if on(value) => Some("disables peer-to-peer between GPUs (NVLink/PCIe P2P)"),
+        "NCCL_SHM_DISABLE" if on(value) => Some("disables the shared-memory transport"),
+        "NCCL_IB_DISABLE" if on(value) => Some("disables InfiniBand/RoCE: the network goes through sockets"),
+        "NCCL_NET_GDR_LEVEL" | "NCCL_NET_GDR_LEVEL_INTERNAL" => {
+            Some("limits GPUDirect RDMA to GPU-NIC paths up to this distance (LOC or 0 turns it off)")
+        }
+        "NCCL_DMABUF_ENABLE" if off(value) => Some("disables dma-buf registration of GPU memory"),
+        "NCCL_P2P_LEVEL" => Some("limits P2P to GPU pairs up to this distance (LOC or 0 turns it off)"),
+        "NCCL_NET" if value.eq_ignore_ascii_case("socket") => Some("selects the socket network transport"),
+        _ => None,
+    }
+}
+
+pub(super) fn nccl_env(r: &Value) -> Hits {
+    let mut out = Vec::new();
+    for p in arr(&r["processes"]) {
+        if !uses_nccl(p) {
+            continue;
+        }
+        let Some(envs) = p["env"].as_object() else { continue };
+        let mut ev: Vec<String> = envs
+            .iter()
+            .filter_map(|(k, v)| {
+                Some(format!(
+                    "{k}={} in the process environment: {}",
+                    s(v),
+                    forcing(k, s(v))?
+                ))
+            })
+            .collect();
+        if ev.is_empty() {
+            continue;
+        }
+        if let Some(v) = arr(&r["verdicts"]).iter().find(|v| pid_of(v) == pid_of(p)) {
+            ev.push(format!("transport verdict: {}", s(&v["transport"])));
+        }
+        out.push((pid_of(p), ev));
+    }
+    out
+}
+
+pub(super) fn far_paths(r: &Value) -> Vec<String> {
+    arr(&r["facts"]["gpu_nic_paths"])
+        .iter()
+        .filter_map(|x| {
+            let class = s(&x[2]);
+            matches!(class, "SYS" | "NODE").then(|| {
+                format!(
+                    "{} to {}: {class} (the path crosses {})",
+                    s(&x[0]),
+                    s(&x[1]),
+                    if class == "SYS" {
+                        "the inter-socket link"
+                    } else {
+                        "host bridges within a NUMA node"
+                    }
+                )
+            })
+        })
+        .collect()
+}
+
+/// Whether a process moved GPU data through host memory on the way to a NIC.
+pub(super) fn staged_for_network(r: &Value, pid: u32) -> Option<String> {
+    let reg = registration(r).iter().find(|x| pid_of(x) == pid)?;
+    let host = u(&reg["by_backing"]["host"]["registrations"]);
+    let gpu =
+        u(&reg["by_backing"]["gpu/peer-mem"]["registrations"]) + u(&reg["by_backing"]["gpu/dma-buf"]["registrations"]);
+    if host > 0 && gpu == 0 && gpu_allocations(reg) > 0 {
+        return Some(format!(
+            "{host} MRs on host memory and none on the process's {} GPU allocations",
+            gpu_allocations(reg)
+        ));
+    }
+    None
+}
+
+pub(super) fn gpu_nic_far(r: &Value) -> Hits {
+    let far = far_paths(r);
+    if far.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for p in arr(&r["processes"]) {
+        let mut ev = Vec::new();
+        if let Some(x) = staged_for_network(r, pid_of(p)) {
+            ev.push(x);
+        }
+        for c in arr(&r["nccl_log"]["communicators"]) {
+            if pid_of(c) == pid_of(p) && c["gdr"] == false {
+                ev.push(format!("NCCL log: communicator {} uses GDR 0", s(&c["communicator"])));
+            }
+        }
+        if !ev.is_empty() {
+            ev.extend(far.iter().cloned());
+            out.push((pid_of(p), ev));
+        }
+    }
+    out
+}
+
+pub(super) fn acs_iommu(r: &Value) -> Hits {
+    let bridges: Vec<&str> = arr(&r["facts"]["acs_redirect"]).iter().map(s).collect();
+    if bridges.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for v in arr(&r["verdicts"]) {
+        let t = s(&v["transport"]);
+        if !matches!(t, "shm" | "socket" | "host-staged") {
+            continue;
+        }
+        let forced = process(r, pid_of(v)).is_some_and(|p| {
+            ["NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL"]
+                .iter()
+                .any(|k| env(p, k).is_some())
+        });
+        if forced {
+            continue;
+        }
+        let mut ev = vec![
+            format!("transport verdict {t} with no NCCL variable disabling P2P"),
+            format!(
+                "ACS request/completion redirect enabled on PCI bridge(s) {}: peer-to-peer TLPs are sent up to the root complex",
+                bridges.join(", ")
+            ),
+        ];
+        let groups = u(&r["facts"]["iommu"]["groups"]);
+        if groups > 0 {
+            let cmd: Vec<&str> = arr(&r["facts"]["iommu"]["cmdline"]).iter().map(s).collect();
+            ev.push(format!(
+                "IOMMU active ({groups} groups; kernel command line: {})",
+                if cmd.is_empty() {
+                    "no iommu= option".to_string()
+                } else {
+                    cmd.join(" ")
+                }
+            ));
+        }
+        out.push((pid_of(v), ev));
+    }
+    out
+}
+
+pub(super) fn host_memory_registered(r: &Value) -> Hits {
+    let mut out = Vec::new();
+    for reg in registration(r) {
+        let pid = pid_of(reg);
+        let mut ev = Vec::new();
+        if let Some(x) = staged_for_network(r, pid) {
+            ev.push(x);
+        }
+        for g in arr(&r["transfers"]["groups"]) {
+            if s(&g["op"]).starts_with("ibv_reg") {
+                let hit = arr(&g["sample"]).iter().filter(|t| pid_of(t) == pid).find(|t| {
+                    s(&t["evidence"]).contains("managed memory")
+                        || (!ev.is_empty() && s(&t["transport"]) == "host-only")
+                });
+                if let Some(t) = hit {
+                    ev.push(s(&t["evidence"]).to_string());
+                    break;
+                }
+            }
+        }
+        if !ev.is_empty() {
+            out.push((pid, ev));
+        }
+    }
+    out
+}
+
+pub(super) fn churn(r: &Value) -> Hits {
+    const TIMES: u64 = 4;
+    let mut out = Vec::new();
+    for reg in registration(r) {
+        let range = &reg["most_registered_range"];
+        let times = u(&range["times"]);
+        let backings = reg["by_backing"].as_object();
+        let dereg: u64 = backings.map_or(0, |b| b.values().map(|x| u(&x["deregistrations"])).sum());
+        if times < TIMES || dereg + 1 < TIMES {
+            continue;
+        }
+        let what = if range["io_uring"] == true {
+            format!(
+                "io_uring buffer set (iovec array {}, {} buffers)",
+                hex(&range["addr"]),
+                u(&range["length"])
+            )
+        } else {
+            format!("range {}+{}", hex(&range["addr"]), u(&range["length"]))
+        };
+        let mut ev = vec![format!(
+            "{what} registered {times} times ({} re-registrations of a range seen before, {dereg} deregistrations)",
+            u(&reg["reregistrations_of_seen_range"])
+        )];
+        for (k, b) in backings.into_iter().flatten() {
+            ev.push(format!(
+                "{k}: {:.0} registrations/s, {:.0} deregistrations/s",
+                b["registrations_per_s"].as_f64().unwrap_or(0.0),
+                b["deregistrations_per_s"].as_f64().unwrap_or(0.0)
+            ));
+        }
+        if let Some(p50) = reg["lifetime"]["p50"].as_u64() {
+            ev.push(format!("registration lifetime p50 {} us", p50 / 1000));
+        }
+        out.push((pid_of(reg), ev));
+    }
+    out
+}
+
+/// Transfer groups, or for reports written before transfer records
+/// existed, the operations table (samples without a process: pid 0).
+pub(super) fn groups(r: &Value) -> Vec<Value> {
+    if r["transfers"].is_object() {
+        return arr(&r["transfers"]["groups"]).to_vec();
+    }
+    arr(&r["operations"])
+        .iter()
+        .map(|o| {
+            serde_json::json!({
+                "op": o["name"], "transport": o["transport"], "count": o["calls"], "bytes": o["bytes"],
+                "sample": [{"pid": 0, "evidence": o["evidence"], "transport": o["transport"]}],
+            })
+        })
+        .collect()
+}
+
+pub(super) fn peer_access(r: &Value) -> Hits {
+    let mut out: Vec<(u32, Vec<String>)> = Vec::new();
+    for g in &groups(r) {
+        if !s(&g["op"]).starts_with("cuMemcpy") || s(&g["transport"]) != "host-staged" {
+            continue;
+        }
+        for t in arr(&g["sample"])
+            .iter()
+            .filter(|t| s(&t["evidence"]).contains("without cuCtxEnablePeerAccess"))
+        {
+            let line = format!(
+                "{} x{} ({} bytes): {}",
+                s(&g["op"]),
+                u(&g["count"]),
+                u(&g["bytes"]),
+                s(&t["evidence"])
+            );
+            match out.iter_mut().find(|(pid, _)| *pid == pid_of(t)) {
+                Some((_, ev)) if !ev.iter().any(|e| e.starts_with(s(&g["op"]))) => ev.push(line),
+                Some(_) => {}
+                None => out.push((pid_of(t), vec![line])),
+            }
+        }
+    }
+    out
+}
+
+pub(super) fn pageable_copies(r: &Value) -> Hits {
+    let mut out: Vec<(u32, Vec<String>)> = Vec::new();
+    for g in &groups(r) {
+        let op = s(&g["op"]);
+        if !op.starts_with("cuMemcpy") || op.starts_with("cuMemcpyPeer") || s(&g["transport"]) != "host-staged" {
+            continue;
+        }
+        for t in arr(&g["sample"])
+            .iter()
+            .filter(|t| s(&t["evidence"]).contains("pageable"))
+        {
+            let line = format!(
+                "{op} x{} ({} bytes): {}",
+                u(&g["count"]),
+                u(&g["bytes"]),
+                s(&t["evidence"])
+            );
+            match out.iter_mut().find(|(pid, _)| *pid == pid_of(t)) {
+                Some((_, ev)) if !ev.iter().any(|e| e.starts_with(op)) => ev.push(line),
+                Some(_) => {}
+                None => out.push((pid_of(t), vec![line])),
+            }
+        }
+    }
+    out
+}
+
+pub(super) fn app_staged(r: &Value) -> Hits {
+    let mut out = Vec::new();
+    for g in arr(&r["transfers"]["groups"]) {
+        if s(&g["op"]) != "cuMemcpyDtoH+cuMemcpyHtoD" {
+            continue;
+        }
+        let mut pids: Vec<u32> = arr(&g["sample"]).iter().map(pid_of).collect();
+        pids.dedup();
+        for pid in pids {
+            let ev = arr(&g["sample"])
+                .iter()
+                .filter(|t| pid_of(t) == pid)
+                .map(|t| s(&t["evidence"]).to_string())
+                .take(1)
+                .chain([format!("{} such transfers, {} bytes", u(&g["count"]), u(&g["bytes"]))])
+                .collect();
+            out.push((pid, ev));
+        }
+    }
+    out
+}
+
+/// The rule table.
+pub static RULES: &[Rule] = &[
+    Rule {
+        id: "no-peer-memory-client",
+        looks_at: "registration.processes[].failed_registrations on GPU memory, kernel_failures (ib_umem_get: EFAULT), nccl_log GDR lines, facts.modules, facts.memory_peers",
+        cause: "No peer-memory client: nvidia_peermem is not loaded (or not registered with ib_core), so the RDMA stack cannot pin GPU memory; registering it fails with EFAULT and the data is staged through host memory. Load it (modprobe nvidia-peermem) or register GPU memory through dma-buf (ibv_reg_dmabuf_mr).",
+        check: no_peer_memory,
+    },
+    Rule {
+        id: "dmabuf-unsupported",
+        looks_at: "registration.processes[].failed_registrations (ibv_reg_dmabuf_mr), kernel_failures (ib_umem_dmabuf_get*), nccl_log warnings",
+        cause: "dma-buf MRs are not supported here (EOPNOTSUPP from the RDMA driver or kernel): GPU memory cannot be registered through dma-buf. Use a kernel and RDMA driver with dma-buf MR support, or peer memory (nvidia_peermem) with NCCL_DMABUF_ENABLE=0.",
+        check: dmabuf_unsupported,
+    },
+    Rule {
+        id: "nccl-env-forced",
+        looks_at: "processes[].env (NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_IB_DISABLE, NCCL_NET_GDR_LEVEL, NCCL_DMABUF_ENABLE, NCCL_P2P_LEVEL, NCCL_NET) of processes that call NCCL, verdicts",
+        cause: "NCCL's transport was forced by the environment: a variable switched a direct path off, so NCCL used a slower one. Unset it unless it works around a known problem.",
+        check: nccl_env,
+    },
+    Rule {
+        id: "gpu-nic-far",
+        looks_at: "facts.gpu_nic_paths (SYS, NODE), registration by backing, nccl_log communicators' GDR decision",
+        cause: "The GPU and the NIC are too far apart (the PCIe path crosses the CPU socket link or host bridges): NCCL does not use GPUDirect RDMA beyond NCCL_NET_GDR_LEVEL and stages through host memory. Use a NIC close to the GPU (PIX/PXB) or raise NCCL_NET_GDR_LEVEL if the platform handles it.",
+        check: gpu_nic_far,
+    },
+    Rule {
+        id: "acs-iommu-blocks-p2p",
+        looks_at: "facts.acs_redirect, facts.iommu, verdicts (shm/socket/host-staged without an NCCL variable disabling P2P)",
+        cause: "PCIe ACS redirect (and the IOMMU) sends peer-to-peer traffic up to the root complex, where it is blocked or slow, so GPU-to-GPU traffic fell back through host memory. Disable ACS redirect on the bridges between the GPUs (setpci) or use iommu=pt.",
+        check: acs_iommu,
+    },
+    Rule {
+        id: "host-memory-registered",
+        looks_at: "registration.processes[].by_backing and allocations, ibv_reg_* transfer evidence (managed memory)",
+        cause: "Host (pageable or pinned) or managed memory was registered for RDMA while the process has GPU memory: the NIC reads and writes host memory and the data is copied to or from the GPU, a silent fallback from GPUDirect RDMA. Register the device buffers (cuMemAlloc) instead.",
+        check: host_memory_registered,
+    },
+    Rule {
+        id: "ucx-tls-excludes-direct",
+        looks_at: "ucx.processes[].paths (host-staged GPU data), processes[].env UCX_TLS, facts.rdma_devices",
+        cause: "UCX_TLS leaves out a direct transport (cuda_ipc between GPUs of one node, rc/dc for GPUDirect RDMA), so UCX staged GPU data through host memory with cuda_copy. Allow it (add cuda_ipc, or drop the ^ exclusion) unless it works around a known problem.",
+        check: crate::classify::ucx::rules::tls_excludes_direct,
+    },
+    Rule {
+        id: "ucx-cuda-ipc-unavailable",
+        looks_at: "ucx.processes[].paths (host-staged GPU data), processes[].env UCX_TLS, CUDA IPC calls (cuIpc*, cuMem export/import), ucx.processes[].modules, facts.nvlink, ucx.log warnings",
+        cause: "cuda_ipc was not used although UCX_TLS allows it: the processes could not map each other's GPU memory (different containers or IPC namespaces, no peer access between the GPUs, or a UCX without its CUDA transport module), so UCX staged GPU data through host memory. Run the peers in one IPC namespace on GPUs with peer access, with a UCX that loads libuct_cuda.",
+        check: crate::classify::ucx::rules::cuda_ipc_unavailable,
+    },
+    Rule {
+        id: "ucx-gpu-rdma-without-peer-memory",
+        looks_at: "ucx.processes[].paths (GPU data staged for rc/ud), registration failures on GPU memory, MRs by backing, facts.modules, facts.memory_peers",
+        cause: "UCX could not register GPU memory with the NIC: no peer-memory client (nvidia_peermem) and no dma-buf MRs, so rc/dc moved GPU data through host bounce buffers (cuda_copy) instead of GPUDirect RDMA. Load nvidia-peermem or use a kernel, driver and UCX with dma-buf registration.",
+        check: crate::classify::ucx::rules::gpu_rdma_without_peer_memory,
+    },
+    Rule {
+        id: "ucx-rcache-disabled",
+        looks_at: "processes[].env (UCX_RCACHE_ENABLE, UCX_IB_REG_METHODS), ucx.processes[] registrations, data calls, rcache lookups",
+        cause: "UCX's registration cache is off (UCX_RCACHE_ENABLE=n, or UCX_IB_REG_METHODS without rcache): every rendezvous transfer registers and deregisters its buffer, pinning pages and programming the NIC each time. Leave the cache on, or map long-lived buffers once (ucp_mem_map) and pass their memory handles.",
+        check: crate::classify::ucx::rules::rcache_disabled,
+    },
+    Rule {
+        id: "ucx-rcache-thrashing",
+        looks_at: "ucx.processes[].rcache (lookups, misses, misses of ranges that missed before), registrations per data call",
+        cause: "UCX's registration cache is thrashing: its regions are evicted or invalidated (cache limits UCX_RCACHE_MAX_REGIONS/MAX_SIZE, or buffers freed and allocated again) and registered again, so transfers keep paying for registration. Raise the limits, or keep buffers allocated (a memory pool).",
+        check: crate::classify::ucx::rules::rcache_thrashing,
+    },
+    Rule {
+        id: "registration-churn",
+        looks_at: "registration.processes[].most_registered_range, by_backing rates, lifetime",
+        cause: "Registration churn: the same range is registered and deregistered again and again; every registration pins pages and programs the NIC or IOMMU. Register once and reuse (an MR cache, io_uring buffers kept registered).",
+        check: churn,
+    },
+    Rule {
+        id: "peer-access-not-enabled",
+        looks_at: "transfers of cuMemcpyPeer* and cross-device cuMemcpyDtoD/cuMemcpy with a host-staged verdict (no peer access for the pair)",
+        cause: "GPU-to-GPU copies without peer access: cuCtxEnablePeerAccess (cudaDeviceEnablePeerAccess) was not called for the pair, so the driver stages every copy through host memory. Enable peer access once per GPU pair.",
+        check: peer_access,
+    },
+    Rule {
+        id: "app-staged-gpu-copies",
+        looks_at: "transfers cuMemcpyDtoH+cuMemcpyHtoD (a device-to-host copy followed by a host-to-device copy through the same host buffer on one thread)",
+        cause: "The application moves data between GPU buffers through host memory itself (D2H then H2D): two PCIe crossings and a CPU round trip. Copy device to device (cuMemcpyPeer with peer access, or cuMemcpyDtoD) instead.",
+        check: app_staged,
+    },
+    Rule {
+        id: "pageable-host-copies",
+        looks_at: "transfers of cuMemcpy* with a host-staged verdict from pageable memory",
+        cause: "Copies between the GPU and pageable host memory: the driver stages them through its own pinned bounce buffer (an extra copy on the CPU). Allocate the host buffers with cuMemAllocHost/cuMemHostAlloc or pin them with cuMemHostRegister.",
+        check: pageable_copies,
+    },
+];

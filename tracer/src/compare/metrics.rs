@@ -1,0 +1,193 @@
+//! What `compare` reads from one report: verdicts, latency per operation
+//! and transport, moved and staged bytes, bandwidth series.
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::decode_hist;
+
+/// Latency of one (operation, transport).
+#[derive(Clone, Debug)]
+pub struct Lat {
+    pub count: u64,
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub max: u64,
+    /// Percentiles recomputed from the serialized histogram (not copied).
+    pub exact: bool,
+    /// Power-of-two buckets `(min, max, count)`.
+    pub buckets: Vec<(u64, u64, u64)>,
+}
+
+/// One point of a bandwidth series (from a workload summary).
+#[derive(Clone, Debug)]
+pub struct BwPoint {
+    pub size: u64,
+    pub gbps: f64,
+    pub cpu_s_per_gb: Option<f64>,
+}
+
+/// What `compare` reads from one report.
+#[derive(Clone, Debug, Default)]
+pub struct Metrics {
+    /// Transport verdict -> processes with it.
+    pub verdicts: BTreeMap<String, u64>,
+    /// Operation -> transport -> calls.
+    pub op_transports: BTreeMap<String, BTreeMap<String, u64>>,
+    /// `op [transport]` -> latency.
+    pub latency: BTreeMap<String, Lat>,
+    /// Bytes of copies and collectives, and of those the host-staged part.
+    pub moved_bytes: u64,
+    pub staged_bytes: u64,
+    pub cpu_seconds: f64,
+    pub registrations: u64,
+    pub duration_s: f64,
+    /// Series (copy case, collective) -> points by size.
+    pub bandwidth: BTreeMap<String, Vec<BwPoint>>,
+}
+
+/// Transports whose bytes go through host memory.
+pub fn staged_transport(t: &str) -> bool {
+    matches!(t, "host-staged" | "shm" | "socket")
+}
+
+fn latency_of(o: &Value) -> Lat {
+    if let Some(h) = o["histogram"].as_str().and_then(|h| decode_hist(h).ok()) {
+        return Lat {
+            count: h.len(),
+            p50: h.value_at_quantile(0.50),
+            p90: h.value_at_quantile(0.90),
+            p99: h.value_at_quantile(0.99),
+            max: h.max(),
+            exact: true,
+            buckets: crate::report::log2_buckets(
+                h.iter_recorded().map(|v| (v.value_iterated_to(), v.count_at_value())),
+            )
+            .into_iter()
+            .map(|b| (b.min, b.max, b.count))
+            .collect(),
+        };
+    }
+    let l = &o["latency"];
+    let u = |k: &str| l[k].as_u64().unwrap_or(0);
+    Lat {
+        count: u("count"),
+        p50: u("p50"),
+        p90: u("p90"),
+        p99: u("p99"),
+        max: u("max"),
+        exact: false,
+        buckets: l["buckets"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|b| {
+                        let f = |k: &str| b[k].as_u64().unwrap_or(0);
+                        (f("min"), f("max"), f("count"))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}
+
+impl Metrics {
+    pub fn of(r: &Value) -> Metrics {
+        let mut m = Metrics {
+            duration_s: r["duration_s"].as_f64().unwrap_or(0.0),
+            ..Metrics::default()
+        };
+        for v in r["verdicts"].as_array().into_iter().flatten() {
+            if let Some(t) = v["transport"].as_str() {
+                *m.verdicts.entry(t.to_string()).or_default() += 1;
+            }
+        }
+        for o in r["operations"].as_array().into_iter().flatten() {
+            let name = o["name"].as_str().unwrap_or("?").to_string();
+            // Old baselines name GPU<->pinned copies `host-only`: read as today's name.
+            let transport =
+                crate::classify::Transport::current_name(&name, o["transport"].as_str().unwrap_or("unknown"))
+                    .to_string();
+            let calls = o["calls"].as_u64().unwrap_or(0);
+            *m.op_transports
+                .entry(name.clone())
+                .or_default()
+                .entry(transport.clone())
+                .or_default() += calls;
+            if name.starts_with("cuMemcpy") {
+                let bytes = o["bytes"].as_u64().unwrap_or(0);
+                m.moved_bytes += bytes;
+                if staged_transport(&transport) {
+                    m.staged_bytes += bytes;
+                }
+            }
+            m.latency.insert(format!("{name} [{transport}]"), latency_of(o));
+        }
+        for c in r["collectives"].as_array().into_iter().flatten() {
+            let bytes = c["bytes"].as_u64().unwrap_or(0);
+            m.moved_bytes += bytes;
+            if staged_transport(c["transport"].as_str().unwrap_or("")) {
+                m.staged_bytes += bytes;
+            }
+        }
+        for p in r["processes"].as_array().into_iter().flatten() {
+            m.cpu_seconds += p["cpu_seconds"].as_f64().unwrap_or(0.0);
+            m.registrations += p["registrations"].as_u64().unwrap_or(0);
+        }
+        for w in r["workloads"].as_array().into_iter().flatten() {
+            let s = &w["summary"];
+            // cuda-copy: results[] {case, size, gbps, cpu_s_per_gb};
+            // nccl: sizes[] {size, busbw, iters, cpu_s}.
+            for key in ["results", "sizes"] {
+                for x in s[key].as_array().into_iter().flatten() {
+                    let Some(size) = x["size"].as_u64() else { continue };
+                    let Some(gbps) = x["gbps"].as_f64().or_else(|| x["busbw"].as_f64()) else {
+                        continue;
+                    };
+                    let series = x["case"]
+                        .as_str()
+                        .map(str::to_string)
+                        .or_else(|| s["op"].as_str().map(|op| format!("{op} busbw")))
+                        .unwrap_or_else(|| key.to_string());
+                    let cpu = x["cpu_s_per_gb"].as_f64().or_else(|| {
+                        let bytes = size as f64 * x["iters"].as_f64()?;
+                        (bytes > 0.0).then(|| x["cpu_s"].as_f64().unwrap_or(0.0) / (bytes / 1e9))
+                    });
+                    m.bandwidth.entry(series).or_default().push(BwPoint {
+                        size,
+                        gbps,
+                        cpu_s_per_gb: cpu,
+                    });
+                }
+            }
+        }
+        for pts in m.bandwidth.values_mut() {
+            pts.sort_by_key(|p| p.size);
+        }
+        m
+    }
+
+    /// Host-staged share of moved bytes, in percent.
+    pub fn staged_pct(&self) -> Option<f64> {
+        (self.moved_bytes > 0).then(|| self.staged_bytes as f64 * 100.0 / self.moved_bytes as f64)
+    }
+
+    /// CPU seconds of the traced processes per GB moved (with at least 1 MiB moved).
+    pub fn cpu_per_gb(&self) -> Option<f64> {
+        (self.moved_bytes >= 1 << 20 && self.cpu_seconds > 0.0)
+            .then(|| self.cpu_seconds / (self.moved_bytes as f64 / 1e9))
+    }
+
+    /// `p2p/nvlink x2, shm x1`.
+    pub fn verdict_mix(&self) -> String {
+        if self.verdicts.is_empty() {
+            return "none".into();
+        }
+        self.verdicts
+            .iter()
+            .map(|(t, n)| format!("{t} x{n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}

@@ -1,0 +1,199 @@
+use serde_json::Value;
+
+use super::*;
+
+fn report(transport: &str, p50: u64) -> Value {
+    let mut h = crate::stats::new_histogram();
+    for i in 0..100 {
+        h.record(p50 + i).expect("in range");
+    }
+    serde_json::json!({
+        "schema": "gdrtrace.report/v1",
+        "tool_version": "0.1.0",
+        "host": {"kernel": "6.1.0-test", "lockdown": "none"},
+        "command": ["/x/gdrtrace", "drive", "cuda-copy"],
+        "duration_s": 1.0,
+        "operations": [{
+            "name": "cuMemcpyHtoD", "family": "cuda", "transport": transport, "calls": 100,
+            "errors": 0, "bytes": 1u64 << 30, "pages": 0, "evidence": "", "incomplete": false,
+            "latency": serde_json::to_value(crate::report::Latency::from_hist(&h)).expect("serializable"),
+            "histogram": crate::report::serialize_hist(&h),
+        }],
+        "coverage": [{"point": "pin_user_pages_fast", "family": "pinning", "status": "attached", "via": "fentry/fexit", "reason": null, "tried": []}],
+        "processes": [{"pid": 1, "cpu_seconds": 0.5, "registrations": 0}],
+        "verdicts": [],
+    })
+}
+
+fn doc(r: Value) -> Document {
+    check_report(&r).expect("valid report");
+    let name = workload_name(&r);
+    let (baseline, _) = record(
+        vec![Run {
+            workload: name,
+            report: r,
+        }],
+        "test".into(),
+    );
+    Document {
+        name: "t".into(),
+        baseline,
+        plain_report: false,
+    }
+}
+
+#[test]
+fn exact_percentiles_from_the_serialized_histogram() {
+    let m = Metrics::of(&report("gpu-host-dma", 10_000));
+    let l = &m.latency["cuMemcpyHtoD [gpu-host-dma]"];
+    assert!(l.exact);
+    assert_eq!(l.count, 100);
+    assert!(l.p50 >= 10_040 && l.p50 <= 10_060, "{}", l.p50);
+}
+
+#[test]
+fn direct_to_staged_is_a_regression_naming_the_change() {
+    let c = compare(
+        &doc(report("gpu-host-dma", 10_000)),
+        &doc(report("host-staged", 10_000)),
+        &Thresholds::default(),
+        false,
+    )
+    .expect("same profile");
+    assert_eq!(c.exit_code(), 1);
+    assert_eq!(c.transport_changes.len(), 1);
+    assert!(
+        c.headline().contains("gpu-host-dma (100) -> host-staged (100)"),
+        "{}",
+        c.headline()
+    );
+    let staged = c.workloads[0]
+        .rows
+        .iter()
+        .find(|r| r.metric == "host-staged share of bytes")
+        .expect("staged row");
+    assert_eq!(staged.status, Status::Regression);
+}
+
+/// Baselines recorded before `gpu-host-dma` named GPU<->pinned copies
+/// `host-only`: compared with a report of today, that is no change.
+#[test]
+fn old_host_only_copies_read_as_gpu_host_dma() {
+    let c = compare(
+        &doc(report("host-only", 10_000)),
+        &doc(report("gpu-host-dma", 10_000)),
+        &Thresholds::default(),
+        false,
+    )
+    .expect("same profile");
+    assert!(c.transport_changes.is_empty(), "{:?}", c.transport_changes);
+    assert_eq!(c.exit_code(), 0, "{}", c.headline());
+}
+
+#[test]
+fn same_run_is_no_regression_and_latency_threshold_applies() {
+    let a = doc(report("gpu-host-dma", 10_000));
+    let c = compare(&a, &a, &Thresholds::default(), false).expect("same profile");
+    assert_eq!(c.exit_code(), 0, "{:?}", c.workloads[0].rows);
+    let slow = doc(report("gpu-host-dma", 20_000));
+    let c = compare(&a, &slow, &Thresholds::default(), false).expect("same profile");
+    assert_eq!(c.exit_code(), 1);
+    assert!(
+        c.workloads[0]
+            .rows
+            .iter()
+            .any(|r| r.metric.contains("latency p50") && r.status == Status::Regression)
+    );
+    let lax = Thresholds::parse("[defaults]\nlatency_p50_increase_pct = 150\nlatency_p99_increase_pct = 150\n")
+        .expect("valid");
+    assert_eq!(compare(&a, &slow, &lax, false).expect("same").exit_code(), 0);
+}
+
+#[test]
+fn profile_change_is_refused_unless_allowed() {
+    let a = doc(report("gpu-host-dma", 10_000));
+    let mut r = report("gpu-host-dma", 10_000);
+    r["host"]["kernel"] = "6.12.0-test".into();
+    r["coverage"][0]["status"] = "unavailable".into();
+    let b = doc(r);
+    let e = compare(&a, &b, &Thresholds::default(), false).expect_err("kernel differs");
+    assert!(e.contains("kernel: 6.1.0-test -> 6.12.0-test"), "{e}");
+    let c = compare(&a, &b, &Thresholds::default(), true).expect("allowed");
+    assert_eq!(c.profile_diffs[0].field, "kernel");
+    assert_eq!(c.lost_probes.len(), 1);
+    assert_eq!(c.exit_code(), 1);
+}
+
+#[test]
+fn workload_names() {
+    assert_eq!(workload_name(&report("x", 1)), "cuda-copy");
+    let v = serde_json::json!({"command": ["/usr/bin/ib_write_bw", "-d"], "workloads": []});
+    assert_eq!(workload_name(&v), "ib_write_bw");
+    let v = serde_json::json!({"command": ["/opt/gdrtrace", "attach", "--pid", "7"]});
+    assert_eq!(workload_name(&v), "attach");
+    let v = serde_json::json!({"workloads": [{"workload": "pin-churn"}]});
+    assert_eq!(workload_name(&v), "pin-churn");
+}
+
+/// One model, three renderers: every section the model lays out is headed
+/// by its title in each format that shows that kind of section, in the
+/// model's order, and every row of every workload is in all three.
+#[test]
+fn renderers_show_the_sections_of_one_model() {
+    use super::sections::{Section, sections};
+    let a = doc(report("gpu-host-dma", 10_000));
+    let mut r = report("host-staged", 30_000);
+    r["host"]["kernel"] = "6.12.0-test".into();
+    r["coverage"][0]["status"] = "unavailable".into();
+    let c = compare(&a, &doc(r), &Thresholds::default(), true).expect("allowed");
+    let model = sections(&c);
+    let kinds = |s: &Section| match s {
+        Section::Profile(_) => "profile",
+        Section::LostProbes { .. } => "lost",
+        Section::TransportChanges(_) => "transport",
+        Section::Note(_) => "note",
+        Section::Missing { .. } => "missing",
+        Section::OverThreshold(_) => "over",
+        Section::Staging(_) => "staging",
+        Section::Workload(_) => "workload",
+    };
+    let present: Vec<&str> = model.iter().map(kinds).collect();
+    for k in ["profile", "lost", "transport", "over", "staging", "workload"] {
+        assert!(present.contains(&k), "{k} missing from {present:?}");
+    }
+    // The kinds each format shows (a plot has no text form; the text and
+    // HTML forms list regressions in the workload tables).
+    let outputs = [
+        (
+            "text",
+            render::text(&c),
+            ["profile", "lost", "transport", "workload"].as_slice(),
+        ),
+        (
+            "markdown",
+            render::markdown(&c),
+            ["profile", "lost", "transport", "over"].as_slice(),
+        ),
+        (
+            "html",
+            html::page(&c),
+            ["profile", "lost", "transport", "staging", "workload"].as_slice(),
+        ),
+    ];
+    for (format, out, shown) in &outputs {
+        let mut at = 0;
+        for s in model.iter().filter(|s| shown.contains(&kinds(s))) {
+            let title = s.title();
+            let found = out[at..]
+                .find(&title)
+                .unwrap_or_else(|| panic!("{format}: '{title}' missing or out of order:\n{out}"));
+            at += found + title.len();
+        }
+        for w in &c.workloads {
+            assert!(out.contains(&w.name), "{format}: workload {}", w.name);
+            for row in &w.rows {
+                assert!(out.contains(&row.metric), "{format}: row {}", row.metric);
+            }
+        }
+    }
+}

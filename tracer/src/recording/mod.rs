@@ -1,0 +1,240 @@
+//! Recordings (`--record FILE`, schema `gdrtrace.recording/v1`, described in
+//! docs/recording.md): the aggregator's whole input as JSON lines, so that
+//! `gdrtrace replay` rebuilds the report through the same aggregator,
+//! classification and report code.
+//!
+//! A recording is a header, then inputs in the order the aggregator received
+//! them (`event`, `target`, `tick`, `alive-check`, `aggregates`), each input
+//! followed by the process facts the live source answered while it was
+//! handled (`process`, `env`, `sample`, `gone`), then a footer (loss,
+//! coverage, pin counters, duration) and, optionally, a `workloads` line.
+use std::{
+    collections::BTreeMap,
+    fs::File,
+    io::{BufWriter, Write as _},
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tracer_common::{AggKey, AggValue, Event, kind};
+
+use crate::{
+    error::{Error, Result},
+    host::{Host, HostFacts, monotonic_ns},
+    probes::{
+        Coverage, Family, Status,
+        ops::{kind_code, kind_name, op_code, op_name},
+        planner::{Attempt, ProcessLibrary},
+    },
+    report::{Inputs, Loss, PinCounters},
+    stats::{
+        Aggregator,
+        input::{Input, Observer},
+        source::Fact,
+    },
+};
+
+pub const SCHEMA: &str = "gdrtrace.recording/v1";
+/// Schema family: a recording `gdrtrace.recording/vN` with N > 1 is newer
+/// than this build.
+const SCHEMA_PREFIX: &str = "gdrtrace.recording/v";
+
+/// The first line.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Header {
+    pub schema: String,
+    pub tool_version: String,
+    pub host: Host,
+    pub facts: HostFacts,
+    /// The clock of every `*_ns` field (`CLOCK_MONOTONIC`), and its value at the start.
+    pub clock: String,
+    pub started_ns: u64,
+}
+
+impl Header {
+    /// The header of a recording starting now, on this machine.
+    pub fn now() -> Self {
+        Header {
+            schema: SCHEMA.into(),
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            host: crate::host::host(),
+            facts: HostFacts::read(),
+            clock: "CLOCK_MONOTONIC".into(),
+            started_ns: monotonic_ns(),
+        }
+    }
+}
+
+/// The footer of a trace, from the report inputs the trace gathered.
+pub fn footer(inputs: &Inputs, agg: &Aggregator, events: u64) -> Footer {
+    Footer {
+        command: inputs.command.clone(),
+        duration_s: inputs.duration_s,
+        events,
+        loss: inputs.loss.clone(),
+        pin_counters: inputs.pins.clone(),
+        coverage: inputs
+            .coverage
+            .iter()
+            .filter_map(|c| serde_json::to_value(c).ok())
+            .collect(),
+        kernel_slots: inputs
+            .kernel_slots
+            .iter()
+            .map(|(code, slots)| Slots {
+                op: op_name(*code),
+                op_code: *code,
+                slots: slots.clone(),
+            })
+            .collect(),
+        process_libraries: inputs
+            .process_libraries
+            .iter()
+            .map(|(pid, libs)| (*pid, libs.iter().filter_map(|l| serde_json::to_value(l).ok()).collect()))
+            .collect(),
+        vm_pin_kib_at_attach: agg
+            .procs
+            .iter()
+            .filter_map(|(pid, p)| Some((*pid, p.vm_pin_kib_at_attach?)))
+            .collect(),
+        gpu_links: inputs.gpu_links.clone(),
+        probe_hits: inputs
+            .probe_hits
+            .iter()
+            .map(|(op, hits)| crate::report::ProbeHits {
+                op: op_name(*op),
+                hits: *hits,
+            })
+            .collect(),
+    }
+}
+
+/// The report inputs a recording's header and footer hold.
+pub fn inputs_of(header: &Header, footer: &Footer) -> std::result::Result<Inputs, String> {
+    Ok(Inputs {
+        command: footer.command.clone(),
+        gpu_links: footer.gpu_links.clone(),
+        host: header.host.clone(),
+        facts: header.facts.clone(),
+        duration_s: footer.duration_s,
+        coverage: footer
+            .coverage
+            .iter()
+            .map(coverage_of)
+            .collect::<std::result::Result<_, _>>()?,
+        loss: footer.loss.clone(),
+        kernel_slots: footer
+            .kernel_slots
+            .iter()
+            .map(|s| (op_code(&s.op).unwrap_or(s.op_code), s.slots.clone()))
+            .collect(),
+        pins: footer.pin_counters.clone(),
+        process_libraries: footer
+            .process_libraries
+            .iter()
+            .map(|(pid, libs)| {
+                Ok((
+                    *pid,
+                    libs.iter()
+                        .map(library_of)
+                        .collect::<std::result::Result<Vec<_>, String>>()?,
+                ))
+            })
+            .collect::<std::result::Result<_, String>>()?,
+        probe_hits: footer
+            .probe_hits
+            .iter()
+            .filter_map(|h| Some((op_code(&h.op)?, h.hits)))
+            .collect(),
+    })
+}
+
+/// In-kernel log2 slots of one op.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Slots {
+    pub op: String,
+    pub op_code: u32,
+    pub slots: Vec<u64>,
+}
+
+/// The last line of the trace (before an optional `workloads` line).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Footer {
+    pub command: Vec<String>,
+    pub duration_s: f64,
+    /// Events written (a truncated file has fewer lines than this).
+    pub events: u64,
+    pub loss: Loss,
+    pub pin_counters: PinCounters,
+    pub coverage: Vec<Value>,
+    pub kernel_slots: Vec<Slots>,
+    #[serde(default)]
+    pub process_libraries: BTreeMap<u32, Vec<Value>>,
+    /// `VmPin` at attach, per process (`attach`).
+    #[serde(default)]
+    pub vm_pin_kib_at_attach: BTreeMap<u32, u64>,
+    /// GPU interconnect traffic over the window (steady-state evidence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_links: Option<crate::counters::GpuLinks>,
+    /// Probe entries per op.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probe_hits: Vec<crate::report::ProbeHits>,
+}
+
+fn strategy(name: &str) -> &'static str {
+    crate::probes::catalog::Strategy::ALL
+        .into_iter()
+        .map(|s| s.name())
+        .find(|s| *s == name)
+        .unwrap_or("unknown")
+}
+
+/// A coverage row from its JSON form.
+pub fn coverage_of(v: &Value) -> std::result::Result<Coverage, String> {
+    let family: Family = serde_json::from_value(v["family"].clone()).map_err(|e| format!("coverage family: {e}"))?;
+    let status: Status = serde_json::from_value(v["status"].clone()).map_err(|e| format!("coverage status: {e}"))?;
+    let strs = |k: &str| -> Vec<String> {
+        v[k].as_array()
+            .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+            .unwrap_or_default()
+    };
+    Ok(Coverage {
+        point: v["point"].as_str().ok_or("coverage row without point")?.to_string(),
+        family,
+        status,
+        via: v["via"].as_str().map(strategy),
+        reason: v["reason"].as_str().map(String::from),
+        tried: v["tried"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|t| Attempt {
+                        strategy: strategy(t["strategy"].as_str().unwrap_or("")),
+                        error: t["error"].as_str().unwrap_or("").to_string(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        detail: strs("detail"),
+    })
+}
+
+pub fn library_of(v: &Value) -> std::result::Result<ProcessLibrary, String> {
+    Ok(ProcessLibrary {
+        lib: serde_json::from_value(v["lib"].clone()).map_err(|e| format!("library: {e}"))?,
+        path: v["path"].as_str().map(String::from),
+        status: serde_json::from_value(v["status"].clone()).map_err(|e| format!("library status: {e}"))?,
+        detail: v["detail"].as_str().unwrap_or("").to_string(),
+        modules: serde_json::from_value(v["modules"].clone()).unwrap_or_default(),
+    })
+}
+
+mod codec;
+mod reader;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+pub use self::{codec::*, reader::*, writer::*};

@@ -1,0 +1,160 @@
+//! The recorder: an observer of the aggregator's inputs, one line each.
+use super::*;
+
+/// Writes a recording while tracing. Write errors are kept and reported
+/// once, when the recording is finished.
+#[derive(Debug)]
+pub struct Recorder {
+    path: PathBuf,
+    out: BufWriter<File>,
+    error: Option<std::io::Error>,
+    /// A trigger (tick, alive check) written only if facts follow it.
+    lazy: Option<Value>,
+    last_aggregates: Vec<(AggKey, u64, u64)>,
+    last_sample: BTreeMap<u32, (Option<u64>, Option<f64>)>,
+    pub events: u64,
+}
+
+impl Recorder {
+    pub fn create(path: &Path, header: &Header) -> Result<Self> {
+        let f = File::create(path).map_err(|e| Error::io(format!("creating the recording {}", path.display()), e))?;
+        let mut r = Recorder {
+            path: path.to_path_buf(),
+            out: BufWriter::with_capacity(1 << 16, f),
+            error: None,
+            lazy: None,
+            last_aggregates: Vec::new(),
+            last_sample: BTreeMap::new(),
+            events: 0,
+        };
+        let mut h = serde_json::to_value(header).map_err(|e| Error::Workload(format!("recording header: {e}")))?;
+        if let Some(m) = h.as_object_mut() {
+            m.insert("type".into(), "header".into());
+        }
+        r.line(&h);
+        Ok(r)
+    }
+
+    fn line(&mut self, v: &Value) {
+        if self.error.is_some() {
+            return;
+        }
+        let r = serde_json::to_writer(&mut self.out, v)
+            .map_err(std::io::Error::from)
+            .and_then(|()| self.out.write_all(b"\n"));
+        if let Err(e) = r {
+            self.error = Some(e);
+        }
+    }
+
+    fn event(&mut self, e: &Event) {
+        self.lazy = None;
+        self.events += 1;
+        self.line(&event_json(e));
+    }
+
+    /// An input that always gets a line (a target added).
+    fn input(&mut self, v: Value) {
+        self.lazy = None;
+        self.line(&v);
+    }
+
+    /// An input written only if a fact follows (ticks, alive checks).
+    fn lazy_input(&mut self, v: Value) {
+        self.lazy = Some(v);
+    }
+
+    fn fact(&mut self, f: &Fact) {
+        if let Fact::Sample {
+            pid,
+            vm_pin_kib,
+            cpu_seconds,
+        } = f
+        {
+            let now = (*vm_pin_kib, *cpu_seconds);
+            if self.last_sample.get(pid) == Some(&now) {
+                return;
+            }
+            self.last_sample.insert(*pid, now);
+        }
+        if let Some(t) = self.lazy.take() {
+            self.line(&t);
+        }
+        match serde_json::to_value(f) {
+            Ok(v) => self.line(&v),
+            Err(e) => self.error = Some(e.into()),
+        }
+    }
+
+    /// The kernel aggregates, when they changed since the last line.
+    fn aggregates(&mut self, rows: &[(AggKey, AggValue)]) {
+        let mut now: Vec<(AggKey, u64, u64)> = rows.iter().map(|(k, v)| (*k, v.calls, v.bytes)).collect();
+        now.sort_by_key(|x| x.0);
+        if now == self.last_aggregates {
+            return;
+        }
+        self.last_aggregates = now;
+        self.lazy = None;
+        self.line(&serde_json::json!({"type": "aggregates", "t_ns": monotonic_ns(), "rows": agg_json(rows)}));
+    }
+
+    /// Writes the footer and closes the file.
+    pub fn finish(mut self, footer: &Footer) -> Result<()> {
+        self.lazy = None;
+        match serde_json::to_value(footer) {
+            Ok(mut v) => {
+                if let Some(m) = v.as_object_mut() {
+                    m.insert("type".into(), "footer".into());
+                }
+                self.line(&v);
+            }
+            Err(e) => self.error = Some(e.into()),
+        }
+        if self.error.is_none()
+            && let Err(e) = self.out.flush()
+        {
+            self.error = Some(e);
+        }
+        match self.error {
+            Some(e) => Err(Error::io(format!("writing the recording {}", self.path.display()), e)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The recorder observes the aggregator's inputs: each one is a line (ticks
+/// and alive checks only when a fact follows them), each fact a line.
+impl Observer for Recorder {
+    fn input(&mut self, input: &Input) {
+        match input {
+            Input::Event(e) => self.event(e),
+            Input::Target { pid, parent } => {
+                self.input(serde_json::json!({"type": "target", "pid": pid, "parent": parent}));
+            }
+            Input::Tick => self.lazy_input(serde_json::json!({"type": "tick", "t_ns": monotonic_ns()})),
+            Input::AliveCheck => {
+                self.lazy_input(serde_json::json!({"type": "alive-check", "t_ns": monotonic_ns()}));
+            }
+            Input::SetupClosed => self.input(serde_json::json!({"type": "setup-closed", "t_ns": monotonic_ns()})),
+            Input::Aggregates(rows) => self.aggregates(rows),
+        }
+    }
+
+    fn fact(&mut self, fact: &Fact) {
+        Recorder::fact(self, fact);
+    }
+}
+
+/// Appends the workloads' own summaries after the footer (they are known
+/// only once the command's report is complete).
+pub fn append_workloads(path: &Path, workloads: &[Value]) -> Result<()> {
+    if workloads.is_empty() {
+        return Ok(());
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(|e| Error::io(format!("appending to the recording {}", path.display()), e))?;
+    let line = serde_json::json!({"type": "workloads", "workloads": workloads});
+    writeln!(f, "{line}").map_err(|e| Error::io(format!("appending to the recording {}", path.display()), e))
+}

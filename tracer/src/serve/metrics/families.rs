@@ -1,0 +1,452 @@
+//! The metric families of a snapshot: per process, per node and of the
+//! agent itself, each registered once collected (docs/serve.md lists them).
+use prometheus_client::{
+    encoding::{EncodeMetric, MetricEncoder},
+    metrics::{MetricType, TypedMetric, counter::ConstCounter, gauge::ConstGauge},
+    registry::{Registry, Unit},
+};
+
+use super::*;
+
+/// Series of one family.
+#[derive(Debug)]
+struct Rows<M>(Vec<(Labels, M)>);
+
+impl<M: EncodeMetric + TypedMetric> EncodeMetric for Rows<M> {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (labels, m) in &self.0 {
+            m.encode(encoder.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        M::TYPE
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+fn proc_labels(p: &ProcessFigures) -> Labels {
+    let mut l: Labels = vec![("pid", p.pid.to_string()), ("comm", p.comm.clone())];
+    if let Some(pod) = &p.pod {
+        for (k, v) in [
+            ("namespace", &pod.namespace),
+            ("pod", &pod.pod),
+            ("container", &pod.container),
+        ] {
+            if !v.is_empty() {
+                l.push((k, v.clone()));
+            }
+        }
+    }
+    l
+}
+
+fn with(mut l: Labels, extra: &[(&'static str, &str)]) -> Labels {
+    l.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+    l
+}
+
+/// The series of one family, registered once collected.
+struct Family<M> {
+    name: &'static str,
+    help: &'static str,
+    unit: Option<Unit>,
+    rows: Vec<(Labels, M)>,
+}
+
+impl<M: EncodeMetric + TypedMetric + Send + Sync + std::fmt::Debug + 'static> Family<M> {
+    fn new(name: &'static str, help: &'static str, unit: Option<Unit>) -> Self {
+        Self {
+            name,
+            help,
+            unit,
+            rows: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, labels: Labels, m: M) -> &mut Self {
+        self.rows.push((labels, m));
+        self
+    }
+
+    fn register(self, reg: &mut Registry) {
+        let rows = Rows(self.rows);
+        match self.unit {
+            Some(u) => reg.register_with_unit(self.name, self.help, u, rows),
+            None => reg.register(self.name, self.help, rows),
+        }
+    }
+}
+
+fn counter(v: u64) -> ConstCounter<u64> {
+    ConstCounter::new(v)
+}
+
+fn counter_f(v: f64) -> ConstCounter<f64> {
+    ConstCounter::new(v)
+}
+
+fn gauge(v: i64) -> ConstGauge<i64> {
+    ConstGauge::new(v)
+}
+
+pub(super) fn register(reg: &mut Registry, s: &Snapshot) {
+    process_families(reg, s);
+    node_families(reg, s);
+    agent_families(reg, s);
+}
+
+fn process_families(reg: &mut Registry, s: &Snapshot) {
+    let mut info = Family::new(
+        "process_info",
+        "A tracked GPU or RDMA process (value 1): how it was discovered and whether it exited (kept until --exited-retention)",
+        None,
+    );
+    for p in &s.processes {
+        info.add(
+            with(
+                proc_labels(p),
+                &[
+                    ("discovered_by", p.discovered_by),
+                    ("exited", if p.exited { "true" } else { "false" }),
+                ],
+            ),
+            gauge(1),
+        );
+    }
+    info.register(reg);
+
+    let mut verdict = Family::new(
+        "transport_verdict_info",
+        "The transport verdict of a process and its communicators (value 1), with the kind of evidence it rests on",
+        None,
+    );
+    for p in &s.processes {
+        let Some(v) = &p.verdict else { continue };
+        let base = with(
+            proc_labels(p),
+            &[
+                ("transport", v.transport),
+                ("host_staged", if v.host_staged { "true" } else { "false" }),
+                ("evidence_kind", v.evidence_kind),
+            ],
+        );
+        let mut handles: Vec<&str> = p.communicators.iter().map(|c| c.handle.as_str()).collect();
+        handles.dedup();
+        if handles.is_empty() {
+            handles.push("");
+        }
+        for h in handles {
+            verdict.add(with(base.clone(), &[("communicator", h)]), gauge(1));
+        }
+    }
+    verdict.register(reg);
+
+    let mut moved = Family::new(
+        "moved",
+        "Bytes a process moved: copies and collectives (in-kernel totals)",
+        Some(Unit::Bytes),
+    );
+    let mut staged = Family::new(
+        "host_staged",
+        "Bytes a process moved through host memory: pageable or staged copies, and collectives on a host-staged transport (shm, socket)",
+        Some(Unit::Bytes),
+    );
+    for p in &s.processes {
+        moved.add(proc_labels(p), counter(p.moved_bytes));
+        staged.add(proc_labels(p), counter(p.staged_bytes));
+    }
+    moved.register(reg);
+    staged.register(reg);
+
+    let mut calls = Family::new(
+        "collective_calls",
+        "Collective and point-to-point calls per communicator, counted in the kernel",
+        None,
+    );
+    for p in &s.processes {
+        for c in &p.communicators {
+            calls.add(
+                with(proc_labels(p), &[("communicator", &c.handle), ("op", &c.op)]),
+                counter(c.calls),
+            );
+        }
+    }
+    calls.register(reg);
+    let mut bytes = Family::new(
+        "collective",
+        "Bytes of collective and point-to-point calls per communicator (count x data-type size), counted in the kernel",
+        Some(Unit::Bytes),
+    );
+    for p in &s.processes {
+        for c in &p.communicators {
+            bytes.add(
+                with(proc_labels(p), &[("communicator", &c.handle), ("op", &c.op)]),
+                counter(c.bytes),
+            );
+        }
+    }
+    bytes.register(reg);
+
+    let mut regs = Family::new(
+        "registrations",
+        "Memory registrations (MRs, io_uring buffer sets, host registrations) by what backs the memory",
+        None,
+    );
+    for p in &s.processes {
+        for (backing, n, _) in &p.registrations {
+            regs.add(with(proc_labels(p), &[("backing", backing)]), counter(*n));
+        }
+    }
+    regs.register(reg);
+    let mut deregs = Family::new(
+        "deregistrations",
+        "Memory deregistrations by what backs the memory",
+        None,
+    );
+    for p in &s.processes {
+        for (backing, _, n) in &p.registrations {
+            deregs.add(with(proc_labels(p), &[("backing", backing)]), counter(*n));
+        }
+    }
+    deregs.register(reg);
+
+    let mut pinned = Family::new(
+        "process_pinned",
+        "Memory the kernel holds pinned for a process (VmPin)",
+        Some(Unit::Bytes),
+    );
+    let mut cpu = Family::new(
+        "process_cpu",
+        "CPU time of a tracked process (user + system)",
+        Some(Unit::Seconds),
+    );
+    for p in &s.processes {
+        if let Some(b) = p.pinned_bytes {
+            pinned.add(proc_labels(p), gauge(b as i64));
+        }
+        if let Some(c) = p.cpu_seconds {
+            cpu.add(proc_labels(p), counter_f(c));
+        }
+    }
+    pinned.register(reg);
+    cpu.register(reg);
+
+    let mut pin_pages = Family::new(
+        "pinned_pages",
+        "Pages pinned by the kernel's pinning functions for a process (kernel probes; only where fentry or kprobes load)",
+        None,
+    );
+    let mut unpin_pages = Family::new(
+        "unpinned_pages",
+        "Pages unpinned by the kernel's unpinning functions for a process (kernel probes)",
+        None,
+    );
+    let mut by_transport = Family::new(
+        "calls",
+        "Traced calls of a process by the transport verdict of each call",
+        None,
+    );
+    let mut socket = Family::new(
+        "socket",
+        "Bytes through a process's socket send/recv syscalls (in-kernel totals), by direction",
+        Some(Unit::Bytes),
+    );
+    for p in &s.processes {
+        if p.pages_pinned + p.pages_unpinned > 0 {
+            pin_pages.add(proc_labels(p), counter(p.pages_pinned));
+            unpin_pages.add(proc_labels(p), counter(p.pages_unpinned));
+        }
+        for (t, n) in &p.calls_by_transport {
+            by_transport.add(with(proc_labels(p), &[("transport", t)]), counter(*n));
+        }
+        if p.socket_sent_bytes + p.socket_received_bytes > 0 {
+            socket.add(
+                with(proc_labels(p), &[("direction", "sent")]),
+                counter(p.socket_sent_bytes),
+            );
+            socket.add(
+                with(proc_labels(p), &[("direction", "received")]),
+                counter(p.socket_received_bytes),
+            );
+        }
+    }
+    pin_pages.register(reg);
+    unpin_pages.register(reg);
+    by_transport.register(reg);
+    socket.register(reg);
+}
+
+fn node_families(reg: &mut Registry, s: &Snapshot) {
+    let mut lat = Family::new(
+        "operation_duration",
+        "Latency of traced operations on this node, from the in-kernel log2 slots (every completed call; _sum estimated at slot midpoints)",
+        Some(Unit::Seconds),
+    );
+    for (op, slots) in &s.op_latency {
+        lat.add(vec![("op", op.clone())], Hist::from_slots(slots));
+    }
+    lat.register(reg);
+    let mut reg_lat = Family::new(
+        "registration_duration",
+        "Latency of memory registrations on this node, by backing",
+        Some(Unit::Seconds),
+    );
+    for (backing, h) in &s.registration_latency {
+        reg_lat.add(vec![("backing", backing.to_string())], h.clone());
+    }
+    reg_lat.register(reg);
+
+    if let Some(p) = s.node_pins {
+        reg.register(
+            "node_pinned_pages",
+            "Pages pinned on the whole node (/proc/vmstat nr_foll_pin_acquired)",
+            counter(p.acquired),
+        );
+        reg.register(
+            "node_unpinned_pages",
+            "Pages unpinned on the whole node (/proc/vmstat nr_foll_pin_released)",
+            counter(p.released),
+        );
+    }
+
+    let mut probes = Family::new(
+        "probe_info",
+        "Probe coverage (value 1): each probe point, whether it attached and how",
+        None,
+    );
+    for p in &s.probes {
+        probes.add(
+            vec![
+                ("point", p.point.clone()),
+                ("family", p.family.into()),
+                ("status", p.status.into()),
+                ("via", p.via.into()),
+            ],
+            gauge(1),
+        );
+    }
+    probes.register(reg);
+    let mut hits = Family::new(
+        "probe_hits",
+        "Probe entries of traced processes per operation (every trap, aggregated ones included)",
+        None,
+    );
+    for (op, n) in &s.probe_hits {
+        hits.add(vec![("op", op.clone())], counter(*n));
+    }
+    hits.register(reg);
+    reg.register(
+        "library_files_attached",
+        "Library files (libcuda, libibverbs, libnccl copies) with uprobes attached",
+        gauge(s.library_files as i64),
+    );
+    reg.register(
+        "setup_probes_closed",
+        "1 once the set-up uprobe links (context switches) were closed over their hit-rate budget",
+        gauge(s.setup_probes_closed as i64),
+    );
+
+    let mut lost = Family::new(
+        "events_lost",
+        "Events lost, by reason: ring buffer full, in-flight table full, probe read errors, aggregation table full, malformed or undecodable records. Any non-zero value means figures are lower bounds",
+        None,
+    );
+    for (reason, n) in &s.lost {
+        lost.add(vec![("reason", reason.to_string())], counter(*n));
+    }
+    lost.register(reg);
+    reg.register(
+        "returns_without_entry",
+        "Returns whose entry was not seen (a call in flight when its process was discovered); not a loss of completed calls",
+        counter(s.returns_without_entry),
+    );
+    reg.register(
+        "discovery_read_errors",
+        "Opens whose path discovery could not read (a GPU or RDMA process may have been missed)",
+        counter(s.discovery_read_errors),
+    );
+}
+
+fn agent_families(reg: &mut Registry, s: &Snapshot) {
+    reg.register(
+        "build_info",
+        "The agent's version (value 1)",
+        Rows(vec![(
+            vec![("version", env!("CARGO_PKG_VERSION").to_string())],
+            gauge(1),
+        )]),
+    );
+    let mut discovered = Family::new(
+        "targets_discovered",
+        "Processes that became targets, by what gave them away (a library or device node they opened, or the /proc scan at start); their children follow in the kernel",
+        None,
+    );
+    for (reason, n) in &s.discovered {
+        discovered.add(vec![("reason", reason.to_string())], counter(*n));
+    }
+    discovered.register(reg);
+    reg.register(
+        "targets_forgotten",
+        "Exited processes whose state was dropped after --exited-retention",
+        counter(s.forgotten),
+    );
+    let mut shed = Family::new(
+        "shed",
+        "Work not done to stay within bounds, by what and why: targets refused (target set full, CPU budget), library rescans and process samples skipped (CPU budget)",
+        None,
+    );
+    for (what, reason, n) in &s.shed {
+        shed.add(
+            vec![("what", what.to_string()), ("reason", reason.to_string())],
+            counter(*n),
+        );
+    }
+    shed.register(reg);
+    reg.register("events", "Ring-buffer records decoded", counter(s.events));
+    let mut entries = Family::new("bpf_map_entries", "Entries in the agent's BPF maps.", None);
+    for (map, n, _) in &s.maps {
+        entries.add(vec![("map", map.to_string())], gauge(*n as i64));
+    }
+    entries.register(reg);
+    let mut max = Family::new(
+        "bpf_map_max_entries",
+        "Capacity of the agent's BPF maps (--max-targets, --max-aggregate-rows)",
+        None,
+    );
+    for (map, _, m) in &s.maps {
+        max.add(vec![("map", map.to_string())], gauge(*m as i64));
+    }
+    max.register(reg);
+    reg.register(
+        "tracked_processes",
+        "Processes the agent keeps state for (live, and exited within --exited-retention)",
+        gauge(s.tracked as i64),
+    );
+    reg.register_with_unit(
+        "agent_cpu",
+        "CPU time the agent used (user + system)",
+        Unit::Seconds,
+        counter_f(s.agent_cpu_seconds),
+    );
+    reg.register_with_unit(
+        "agent_resident_memory",
+        "Resident memory of the agent (VmRSS)",
+        Unit::Bytes,
+        gauge(s.agent_rss_bytes as i64),
+    );
+    reg.register(
+        "agent_cpu_budget_ratio",
+        "CPU the agent may use, as a fraction of one CPU (--cpu-budget)",
+        ConstGauge::new(s.cpu_budget),
+    );
+    reg.register(
+        "agent_shed_level",
+        "0: within the CPU budget; 1: process samples and library rescans skipped; 2: new targets refused too",
+        gauge(s.shed_level as i64),
+    );
+}

@@ -1,0 +1,217 @@
+//! What a scrape sees: the agent's figures per process (verdict, calls,
+//! latency, pins, communicators) and per node, gathered into a
+//! [`Snapshot`] for `metrics`.
+use super::*;
+
+impl Agent {
+    /// GPU link traffic since the agent started. Who else had the GPUs
+    /// open is not read (`gpu_processes`): every process that opens them is
+    /// a target here, so the judging function sees the others among the
+    /// traced processes.
+    fn links_since(&self) -> Option<GpuLinks> {
+        self.links.and_then(|b| b.since())
+    }
+
+    /// Every tracked process's verdict, by the report's judging function:
+    /// its set-up calls, or, when those were not seen (it ran before the
+    /// agent), its steady state against the other tracked processes.
+    fn verdicts(&self) -> BTreeMap<u32, VerdictFigures> {
+        let inputs = judge::Inputs::of_aggregator(&self.agg, self.links_since(), Some(self.facts.clone()));
+        judge::verdicts(&inputs)
+            .into_iter()
+            .map(|v| {
+                let evidence_kind = match (v.transport, v.basis) {
+                    (Transport::Unknown, _) => "none",
+                    (_, Basis::SetUp) => "setup-calls",
+                    (_, Basis::SteadyState) => "steady-state",
+                };
+                let f = VerdictFigures {
+                    transport: v.transport.name(),
+                    host_staged: v.host_staged,
+                    evidence_kind,
+                };
+                (v.pid, f)
+            })
+            .collect()
+    }
+
+    fn process(&mut self, pid: u32, verdict: Option<VerdictFigures>, sample: bool) -> Option<ProcessFigures> {
+        self.label(pid);
+        let pod = self.meta.get(&pid).and_then(|m| m.pod.clone()).flatten();
+        let meta = self.meta.get(&pid)?;
+        let p = self.agg.procs.get(&pid)?;
+        let mut by_handle: BTreeMap<u64, Vec<(&str, u64, u64)>> = BTreeMap::new();
+        for ((cp, op, handle), (calls, bytes)) in &self.agg.collectives {
+            if *cp == pid {
+                by_handle.entry(*handle).or_default().push((op, *calls, *bytes));
+            }
+        }
+        let collective_bytes: u64 = by_handle.values().flatten().map(|(_, _, b)| b).sum();
+        // The busiest communicators by name, the rest as `other`.
+        let mut handles: Vec<(u64, u64)> = by_handle
+            .iter()
+            .map(|(h, ops)| (*h, ops.iter().map(|o| o.2).sum()))
+            .collect();
+        handles.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let named: BTreeSet<u64> = handles.iter().take(metrics::MAX_COMMUNICATORS).map(|h| h.0).collect();
+        let mut communicators: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+        for (h, ops) in &by_handle {
+            let name = if named.contains(h) {
+                format!("{h:#x}")
+            } else {
+                "other".into()
+            };
+            for (op, calls, bytes) in ops {
+                let c = communicators.entry((name.clone(), op.to_string())).or_default();
+                c.0 += calls;
+                c.1 += bytes;
+            }
+        }
+        let staged_collectives = if verdict.as_ref().is_some_and(|v| v.host_staged) {
+            collective_bytes
+        } else {
+            0
+        };
+        let live = !p.exited && sample;
+        let registrations = self
+            .agg
+            .registry
+            .procs
+            .get(&pid)
+            .map(|r| {
+                r.churn
+                    .by_backing
+                    .iter()
+                    .map(|(b, c)| (*b, c.registrations, c.deregistrations))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(ProcessFigures {
+            pid,
+            comm: if p.comm.is_empty() { "?".into() } else { p.comm.clone() },
+            pod,
+            discovered_by: discover::reason_name(meta.reason),
+            exited: p.exited,
+            verdict,
+            communicators: communicators
+                .into_iter()
+                .map(|((handle, op), (calls, bytes))| Communicator {
+                    handle,
+                    op,
+                    calls,
+                    bytes,
+                })
+                .collect(),
+            moved_bytes: p.moved_bytes + collective_bytes,
+            staged_bytes: p.staged_bytes + staged_collectives,
+            registrations,
+            pages_pinned: p.pages_pinned,
+            pages_unpinned: p.pages_unpinned,
+            pinned_bytes: live
+                .then(|| crate::counters::vm_pin_kib(pid))
+                .flatten()
+                .map(|k| k * 1024),
+            cpu_seconds: if live {
+                crate::counters::cpu_seconds(pid).or(p.cpu_seconds)
+            } else {
+                p.cpu_seconds
+            },
+            calls_by_transport: p.transports.iter().map(|(t, n)| (*t, *n)).collect(),
+            socket_sent_bytes: p.socket.bytes_sent,
+            socket_received_bytes: p.socket.bytes_received,
+        })
+    }
+
+    pub(super) fn snapshot(&mut self) -> Snapshot {
+        let mut verdicts = self.verdicts();
+        let sample = self.budget.level == 0;
+        let pids: Vec<u32> = self.agg.procs.keys().copied().collect();
+        if !sample {
+            let live = pids.iter().filter(|p| !self.agg.procs[*p].exited).count() as u64;
+            *self.shed.entry(("process-sample", "cpu-budget")).or_default() += live;
+        }
+        let processes = pids
+            .into_iter()
+            .filter_map(|pid| self.process(pid, verdicts.remove(&pid), sample))
+            .collect();
+        let ebpf = &self.session.ebpf;
+        let c = kernel::counters(ebpf).unwrap_or_else(|_| vec![0; counter::COUNT as usize]);
+        let mut shed: Vec<(&'static str, &'static str, u64)> = vec![
+            ("target", "targets-full", c[counter::TARGETS_FULL as usize]),
+            ("target", "cpu-budget", 0),
+        ];
+        for ((what, why), n) in &self.shed {
+            match shed.iter_mut().find(|s| s.0 == *what && s.1 == *why) {
+                Some(s) => s.2 += n,
+                None => shed.push((what, why, *n)),
+            }
+        }
+        let planner = &self.session.planner;
+        Snapshot {
+            node: self.node.clone(),
+            processes,
+            op_latency: self
+                .session
+                .kernel_slots()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(op, s)| (crate::probes::ops::op_name(op), s))
+                .collect(),
+            registration_latency: self
+                .agg
+                .reg_latency
+                .iter()
+                .map(|(b, h)| (*b, metrics::Hist::from_hdr(h)))
+                .collect(),
+            probes: planner
+                .table()
+                .iter()
+                .map(|r| metrics::Probe {
+                    point: r.point.clone(),
+                    family: r.family.name(),
+                    status: match r.status {
+                        Status::Attached => "attached",
+                        Status::Unavailable => "unavailable",
+                    },
+                    via: r.via.unwrap_or(""),
+                })
+                .collect(),
+            probe_hits: self
+                .session
+                .hits()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(op, n)| (crate::probes::ops::op_name(op), n))
+                .collect(),
+            library_files: planner.libs.len() as u64,
+            setup_probes_closed: planner.setup_dropped.is_some(),
+            lost: vec![
+                ("ringbuf_full", c[counter::RINGBUF_DROPS as usize]),
+                ("inflight_full", c[counter::INFLIGHT_FULL as usize]),
+                ("read_error", c[counter::READ_ERRORS as usize]),
+                ("aggregate_full", c[counter::AGGREGATE_FULL as usize]),
+                ("malformed", self.malformed),
+                ("undecoded", self.agg.undecoded),
+            ],
+            returns_without_entry: c[counter::RETURN_WITHOUT_ENTRY as usize],
+            discovery_read_errors: c[counter::DISCOVER_READ_ERRORS as usize],
+            shed,
+            discovered: discover::REASONS
+                .iter()
+                .map(|r| (discover::reason_name(*r), self.discovered.get(r).copied().unwrap_or(0)))
+                .collect(),
+            forgotten: self.forgotten,
+            events: self.agg.events + self.discover_events,
+            maps: ["TARGETS", "AGGREGATE", "INFLIGHT"]
+                .into_iter()
+                .filter_map(|m| kernel::fill(ebpf, m).map(|(n, max)| (m, n, max)))
+                .collect(),
+            node_pins: crate::counters::FollPin::read(),
+            agent_cpu_seconds: agent_cpu_seconds(),
+            agent_rss_bytes: agent_rss_bytes(),
+            cpu_budget: self.budget.limit,
+            shed_level: self.budget.level,
+            tracked: self.agg.procs.len() as u64,
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! The aggregator's one input type. Live tracing and replay feed the same
+//! inputs (`Aggregator::feed`); an observer (the `--record` recorder) sees
+//! each input, and each process fact answered while handling it, in order.
+use std::any::Any;
+
+use tracer_common::{AggKey, AggValue, Event};
+
+use super::source::Fact;
+
+/// One input of the aggregator, with the facts answered while handling it.
+#[derive(Clone, Debug)]
+pub enum Input {
+    Event(Event),
+    Target {
+        pid: u32,
+        parent: Option<u32>,
+    },
+    Tick,
+    AliveCheck,
+    Aggregates(Vec<(AggKey, AggValue)>),
+    /// The set-up uprobe links were closed over budget: threads' context
+    /// switches are no longer seen.
+    SetupClosed,
+}
+
+/// Sees every input of the aggregator and every fact its process source
+/// answered, in order (`Aggregator::observer`).
+pub trait Observer: Any + std::fmt::Debug {
+    fn input(&mut self, input: &Input);
+    fn fact(&mut self, fact: &Fact);
+}
