@@ -29,6 +29,16 @@ pub struct Evidence {
     pub env: BTreeMap<String, String>,
     /// Whether any NVLink joins the local GPUs (from `topo`).
     pub nvlink: Option<bool>,
+    /// The rank count of each communicator the process joined.
+    pub nccl_ranks: Vec<u32>,
+}
+
+const ONE_RANK: &str = "every NCCL communicator it joined has one rank (ncclCommInitRank nranks=1): NCCL moves nothing between GPUs, so there is no transport to judge";
+
+/// Whether a verdict is the one for a process whose communicators all have
+/// a single rank.
+pub fn is_one_rank(v: &Verdict) -> bool {
+    v.transport == Transport::Unknown && v.evidence.iter().any(|e| e == ONE_RANK)
 }
 
 /// What kind of evidence decided a verdict.
@@ -107,6 +117,20 @@ pub fn verdict(e: &Evidence) -> Option<Verdict> {
     // checks peer access at any time), not evidence of NCCL's choice.
     if nccl && !e.calls.keys().any(|k| k.starts_with("ncclCommInit")) {
         return None;
+    }
+    // A communicator of one rank allocates its host buffers like any other
+    // but has no peer: whatever its set-up looks like, nothing crosses a link.
+    if nccl && !e.nccl_ranks.is_empty() && e.nccl_ranks.iter().all(|n| *n == 1) {
+        return Some(Verdict {
+            pid: e.pid,
+            comm: e.comm.clone(),
+            transport: Transport::Unknown,
+            host_staged: false,
+            basis: Basis::SetUp,
+            evidence: vec![ONE_RANK.into()],
+            cause: None,
+            nccl_log: None,
+        });
     }
     let mut evidence = Vec::new();
     let (transport, staged) = if peer > 0 && import > 0 {
@@ -362,7 +386,33 @@ mod tests {
             calls: calls.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             nvlink: Some(true),
+            nccl_ranks: Vec::new(),
         }
+    }
+
+    // A one-rank torch job on one H200 (2026-12-01): NCCL allocated its
+    // pinned host buffers as for a socket transport, but had no peer.
+    #[test]
+    fn one_rank_communicator_has_no_transport() {
+        let calls = [
+            ("ncclCommInitRankConfig", 1),
+            ("cuMemHostAlloc", 4),
+            ("ncclAllReduce", 106_360),
+        ];
+        let mut e = ev(&calls, &[]);
+        assert_eq!(
+            verdict(&e).unwrap().transport,
+            Transport::Socket,
+            "without the rank count"
+        );
+        e.nccl_ranks = vec![1];
+        let v = verdict(&e).unwrap();
+        assert_eq!(v.transport, Transport::Unknown);
+        assert!(!v.host_staged);
+        assert!(is_one_rank(&v), "{:?}", v.evidence);
+        // One communicator of two ranks among them: judged as before.
+        e.nccl_ranks = vec![1, 2];
+        assert_eq!(verdict(&e).unwrap().transport, Transport::Socket);
     }
 
     // Counts as measured with NCCL 2.28 on 2xH200 (ENVIRONMENT notes).

@@ -54,6 +54,8 @@ pub struct ProcessIn {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub socket: SocketTotals,
+    #[serde(default)]
+    pub nccl_ranks: Vec<u32>,
     /// Registrations by backing (MRs on GPU or host memory), for UCX paths.
     #[serde(default)]
     pub churn: Option<ChurnIn>,
@@ -114,6 +116,7 @@ impl Inputs {
                     calls: p.calls.clone(),
                     env: p.env.clone(),
                     socket: p.socket.clone(),
+                    nccl_ranks: p.nccl_ranks.clone(),
                     churn: agg.registry.procs.get(pid).map(|r| churn_of(&r.churn)),
                 })
                 .collect(),
@@ -171,6 +174,7 @@ pub fn verdicts(i: &Inputs) -> Vec<Verdict> {
                 calls: p.calls.clone(),
                 env: p.env.clone(),
                 nvlink,
+                nccl_ranks: p.nccl_ranks.clone(),
             })
         })
         .map(|v| (v.pid, v))
@@ -190,7 +194,9 @@ pub fn verdicts(i: &Inputs) -> Vec<Verdict> {
     let mut out = Vec::new();
     for s in &all {
         let set_up = setup.get(&s.pid);
-        if let Some(v) = set_up.filter(|v| v.transport != Transport::Unknown) {
+        // A set-up verdict stands unless it is `unknown` for want of
+        // evidence; one-rank communicators are decided (nothing to judge).
+        if let Some(v) = set_up.filter(|v| v.transport != Transport::Unknown || comm::is_one_rank(v)) {
             out.push(v.clone());
         } else if let Some(v) = steady::verdict(s, &cx) {
             out.push(v);
@@ -200,4 +206,32 @@ pub fn verdicts(i: &Inputs) -> Vec<Verdict> {
     }
     ucx::verdicts(i, &mut out);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-rank job's set-up verdict stands: the steady state (socket
+    /// bytes of torch's store, collectives) must not turn it into a transport.
+    #[test]
+    fn one_rank_job_is_not_judged_from_its_steady_state() {
+        let report = |ranks: &str| {
+            serde_json::from_str::<Inputs>(&format!(
+                r#"{{"processes": [{{"pid": 658, "comm": "python3",
+                    "calls": {{"ncclCommInitRankConfig": 1, "cuMemHostAlloc": 4}},
+                    "socket": {{"calls": 96, "bytes_sent": 851, "bytes_received": 38706, "sockets": 6}}
+                    {ranks}}}],
+                   "collectives": [{{"pid": 658, "op": "ncclAllReduce", "communicator": "0x28265320",
+                    "calls": 106360, "bytes": 15191170170880}}]}}"#
+            ))
+            .unwrap()
+        };
+        let v = verdicts(&report(r#", "nccl_ranks": [1]"#));
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].transport, Transport::Unknown);
+        assert!(comm::is_one_rank(&v[0]), "{:?}", v[0].evidence);
+        // The same report from before the rank count was recorded.
+        assert_eq!(verdicts(&report(""))[0].transport, Transport::Socket);
+    }
 }

@@ -114,6 +114,7 @@ pub fn inputs_of(r: &Report) -> Inputs {
                 calls: p.calls.clone(),
                 env: p.env.clone(),
                 socket: p.socket.clone(),
+                nccl_ranks: p.nccl_ranks.clone(),
                 churn: p.churn.as_ref().map(crate::judge::churn_of),
             })
             .collect(),

@@ -78,6 +78,10 @@ pub struct ProcInfo {
     pub staging_copies: u64,
     /// D2H followed by H2D through the same host buffer (one staged transfer each).
     pub staged_pairs: u64,
+    /// The rank count of each NCCL communicator the process joined
+    /// (`ncclCommInitRank*`'s `nranks` argument), in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nccl_ranks: Vec<u32>,
     /// Whether `env` was read since the last exec (an empty environment is an answer too).
     #[serde(skip)]
     pub env_read: bool,
@@ -419,6 +423,12 @@ impl Aggregator {
             return;
         };
         self.ucx.observe(e, c.transport, &self.registry);
+        // ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
+        // (and ...Config(..., config)): `nranks` in the second register.
+        if c.label.starts_with("ncclCommInitRank") && !c.failed {
+            let p = self.procs.entry(e.pid).or_default();
+            p.nccl_ranks.push(e.args[1] as u32);
+        }
         if registered || (c.label == "cuMemHostRegister" && !c.failed) {
             let backing = match c.transport {
                 Transport::GdrDmabuf => "gpu/dma-buf",

@@ -213,7 +213,9 @@ pub(super) fn staged(p: &mut UcxPath, u: &UcxProcess, cx: &Context, bytes: u64, 
         "shm"
     };
     p.path = format!("cuda_copy+{carrier}");
-    let of = if u.data_bytes > 0 {
+    // Against what the process sent, when that is what it copied: a
+    // receiver sends next to nothing, and a percentage of that says nothing.
+    let of = if u.data_bytes > 0 && bytes <= u.data_bytes.saturating_mul(2) {
         format!(
             " ({:.1}% of the {} sent)",
             ratio(bytes, u.data_bytes) * 100.0,
