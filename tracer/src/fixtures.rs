@@ -474,6 +474,27 @@ mod tests {
         assert_eq!(c, vec![(4100, Some(true)), (4101, Some(false))]);
     }
 
+    /// A one-rank torch all-reduce job under `run` on one H200 (2026-12-01):
+    /// its set-up looks like NCCL's socket transport (pinned host buffers,
+    /// no exports), but its one communicator has one rank.
+    #[test]
+    fn one_rank_job_on_one_gpu() {
+        let (r, _) = replay_fixture("gpu-h200-one-rank-run");
+        let ranks: Vec<_> = r
+            .processes
+            .iter()
+            .filter(|p| !p.nccl_ranks.is_empty())
+            .map(|p| p.nccl_ranks.clone())
+            .collect();
+        assert_eq!(ranks, vec![vec![1]]);
+        assert_eq!(r.verdicts.len(), 1);
+        assert!(
+            crate::classify::comm::is_one_rank(&r.verdicts[0]),
+            "{:?}",
+            r.verdicts[0]
+        );
+    }
+
     /// Every report under `tests/fixtures/reports/` that carries verdicts
     /// (drop a full `attach --json` report there, with its NCCL log as
     /// `tests/fixtures/logs/<name>.log` and its `--record` recording as
