@@ -44,23 +44,34 @@ open(sys.argv[2], "wb").write(urllib.request.urlopen(f"http://127.0.0.1:{sys.arg
     "$PORT" "$1" 2>> "$R/scrape-errors.txt"
 }
 
+# watched MODE LOG CMD...: runs a job while /metrics is scraped every 2 s
+# (scrapes-MODE/), then once more after it (metrics-MODE.txt).
+watched() {
+  local mode=$1 log=$2
+  shift 2
+  mkdir -p "$R/scrapes-$mode"
+  ( n=0; while :; do scrape "$R/scrapes-$mode/$(printf %03d $n).txt"; n=$((n + 1)); sleep 2; done ) &
+  local scraper=$!
+  "$@" > "$log" 2>&1
+  echo "job rc=$?" >> "$log"
+  kill $scraper 2>/dev/null
+  wait $scraper 2>/dev/null
+  sleep 3
+  scrape "$R/metrics-$mode.txt"
+}
+stop_agent() {
+  kill -TERM $agent
+  wait $agent
+  echo "serve rc=$?" >> "$R/serve.err"
+}
+
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
 echo "gpus=$NGPU" >> "$R/env.txt"
 if [ "$NGPU" -lt 2 ]; then
   for mode in pinned pageable; do
-    mkdir -p "$R/scrapes-$mode"
-    ( n=0; while :; do scrape "$R/scrapes-$mode/$(printf %03d $n).txt"; n=$((n + 1)); sleep 2; done ) &
-    scraper=$!
-    python3 scripts/gpu/copy_loop.py --memory $mode --seconds 15 > "$R/copy-$mode.log" 2>&1
-    echo "job rc=$?" >> "$R/copy-$mode.log"
-    kill $scraper 2>/dev/null
-    wait $scraper 2>/dev/null
-    sleep 3
-    scrape "$R/metrics-$mode.txt"
+    watched $mode "$R/copy-$mode.log" python3 scripts/gpu/copy_loop.py --memory $mode --seconds 15
   done
-  kill -TERM $agent
-  wait $agent
-  echo "serve rc=$?" >> "$R/serve.err"
+  stop_agent
   python3 - "$R" <<'PY' | tee "$R/summary.txt"
 import json, re, sys
 R = sys.argv[1]
@@ -111,22 +122,12 @@ for mode in auto no-p2p no-p2p-no-shm; do
     no-p2p) modeenv="NCCL_P2P_DISABLE=1" ;;
     no-p2p-no-shm) modeenv="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1" ;;
   esac
-  mkdir -p "$R/scrapes-$mode"
-  ( n=0; while :; do scrape "$R/scrapes-$mode/$(printf %03d $n).txt"; n=$((n + 1)); sleep 2; done ) &
-  scraper=$!
   # shellcheck disable=SC2086
-  env $SAFE $modeenv NCCL_DEBUG=INFO python3 scripts/gpu/allreduce.py --ngpu 2 --seconds 15 \
-    --port $((29800 + i)) > "$R/nccl-$mode.log" 2>&1
-  echo "job rc=$?" >> "$R/nccl-$mode.log"
-  kill $scraper 2>/dev/null
-  wait $scraper 2>/dev/null
-  sleep 3
-  scrape "$R/metrics-$mode.txt"
+  watched $mode "$R/nccl-$mode.log" env $SAFE $modeenv NCCL_DEBUG=INFO python3 scripts/gpu/allreduce.py \
+    --ngpu "$NGPU" --seconds 15 --port $((29800 + i))
   i=$((i + 1))
 done
-kill -TERM $agent
-wait $agent
-echo "serve rc=$?" >> "$R/serve.err"
+stop_agent
 
 python3 - "$R" <<'PY' | tee "$R/summary.txt"
 import json, re, sys

@@ -102,6 +102,22 @@ pub struct CollectiveIn {
     pub bytes: u64,
 }
 
+impl ProcessIn {
+    /// What a process's figures give the judge (live or from a report).
+    pub fn of(pid: u32, p: &crate::stats::ProcInfo, churn: Option<&crate::model::Churn>) -> Self {
+        ProcessIn {
+            pid,
+            comm: p.comm.clone(),
+            parent: p.parent,
+            calls: p.calls.clone(),
+            env: p.env.clone(),
+            socket: p.socket.clone(),
+            nccl_ranks: p.nccl_ranks.clone(),
+            churn: churn.map(churn_of),
+        }
+    }
+}
+
 impl Inputs {
     /// The inputs so far, from the live aggregator (`--interval`).
     pub fn of_aggregator(agg: &crate::stats::Aggregator, links: Option<GpuLinks>, facts: Option<HostFacts>) -> Self {
@@ -109,16 +125,7 @@ impl Inputs {
             processes: agg
                 .procs
                 .iter()
-                .map(|(pid, p)| ProcessIn {
-                    pid: *pid,
-                    comm: p.comm.clone(),
-                    parent: p.parent,
-                    calls: p.calls.clone(),
-                    env: p.env.clone(),
-                    socket: p.socket.clone(),
-                    nccl_ranks: p.nccl_ranks.clone(),
-                    churn: agg.registry.procs.get(pid).map(|r| churn_of(&r.churn)),
-                })
+                .map(|(pid, p)| ProcessIn::of(*pid, p, agg.registry.procs.get(pid).map(|r| &r.churn)))
                 .collect(),
             collectives: agg
                 .collectives

@@ -107,16 +107,7 @@ pub fn inputs_of(r: &Report) -> Inputs {
         processes: r
             .processes
             .iter()
-            .map(|p| ProcessIn {
-                pid: p.pid,
-                comm: p.comm.clone(),
-                parent: p.parent,
-                calls: p.calls.clone(),
-                env: p.env.clone(),
-                socket: p.socket.clone(),
-                nccl_ranks: p.nccl_ranks.clone(),
-                churn: p.churn.as_ref().map(crate::judge::churn_of),
-            })
+            .map(|p| ProcessIn::of(p.pid, &p.info, p.churn.as_ref()))
             .collect(),
         collectives: r
             .collectives
