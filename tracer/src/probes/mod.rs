@@ -1,6 +1,7 @@
 //! What can be probed (the catalog), how library symbols are found, and the
 //! planner that attaches each point by the best strategy this kernel allows.
 pub mod catalog;
+pub mod coverage;
 pub mod libs;
 pub mod ops;
 pub mod planner;
