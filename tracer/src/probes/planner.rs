@@ -110,27 +110,11 @@ impl Planner {
         {
             return row(point, Err(e), Vec::new());
         }
-        let mut tried = Vec::new();
-        for strategy in point.strategies {
-            let r = match strategy {
-                Strategy::RawSyscall => self.raw_syscall(ebpf, point, name),
-                Strategy::Tracepoint => tracepoint_programs(ebpf, point, category, name),
-                _ => Err("strategy not applicable to tracepoints".into()),
-            };
-            match r {
-                Ok(()) => return row(point, Ok(*strategy), tried),
-                Err(e) => tried.push(Attempt {
-                    strategy: strategy.name(),
-                    error: e,
-                }),
-            }
-        }
-        let reason = tried
-            .iter()
-            .map(|a| format!("{}: {}", a.strategy, a.error))
-            .collect::<Vec<_>>()
-            .join("; ");
-        row(point, Err(reason), tried)
+        first_strategy(point, |strategy| match strategy {
+            Strategy::RawSyscall => self.raw_syscall(ebpf, point, name),
+            Strategy::Tracepoint => tracepoint_programs(ebpf, point, category, name),
+            _ => Err("strategy not applicable to tracepoints".into()),
+        })
     }
 
     /// Routes a syscall point through the raw syscall programs: they are
@@ -163,27 +147,11 @@ impl Planner {
                 Vec::new(),
             );
         }
-        let mut tried = Vec::new();
-        for strategy in point.strategies {
-            let r = match strategy {
-                Strategy::Fentry => self.fentry(ebpf, func),
-                Strategy::Kprobe => self.kprobe(ebpf, func),
-                _ => Err("strategy not applicable to kernel functions".into()),
-            };
-            match r {
-                Ok(()) => return row(point, Ok(*strategy), tried),
-                Err(e) => tried.push(Attempt {
-                    strategy: strategy.name(),
-                    error: e,
-                }),
-            }
-        }
-        let reason = tried
-            .iter()
-            .map(|a| format!("{}: {}", a.strategy, a.error))
-            .collect::<Vec<_>>()
-            .join("; ");
-        row(point, Err(reason), tried)
+        first_strategy(point, |strategy| match strategy {
+            Strategy::Fentry => self.fentry(ebpf, func),
+            Strategy::Kprobe => self.kprobe(ebpf, func),
+            _ => Err("strategy not applicable to kernel functions".into()),
+        })
     }
 
     fn fentry(&mut self, ebpf: &mut Ebpf, func: &str) -> Result<(), String> {
@@ -488,6 +456,27 @@ impl Planner {
         rows.extend(self.library_rows());
         rows
     }
+}
+
+/// Tries a point's strategies in order: the first that attaches wins, and
+/// every refusal before it is kept.
+fn first_strategy(point: &ProbePoint, mut attach: impl FnMut(Strategy) -> Result<(), String>) -> Coverage {
+    let mut tried = Vec::new();
+    for strategy in point.strategies {
+        match attach(*strategy) {
+            Ok(()) => return row(point, Ok(*strategy), tried),
+            Err(e) => tried.push(Attempt {
+                strategy: strategy.name(),
+                error: e,
+            }),
+        }
+    }
+    let reason = tried
+        .iter()
+        .map(|a| format!("{}: {}", a.strategy, a.error))
+        .collect::<Vec<_>>()
+        .join("; ");
+    row(point, Err(reason), tried)
 }
 
 fn row(point: &ProbePoint, result: Result<Strategy, String>, tried: Vec<Attempt>) -> Coverage {
