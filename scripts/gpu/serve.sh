@@ -74,14 +74,10 @@ if [ "$NGPU" -lt 2 ]; then
   stop_agent
   python3 - "$R" <<'PY' | tee "$R/summary.txt"
 import json, re, sys
+sys.path.insert(0, "scripts/gpu")
+from prom import series
 R = sys.argv[1]
 want = {"pinned": ("gpu-host-dma", 0.0), "pageable": ("host-staged", 1.0)}
-lab = re.compile(r'(\w+)="([^"]*)"')
-def series(text, name):
-    for line in text.splitlines():
-        if line.startswith(name + "{"):
-            labels = dict(lab.findall(line[len(name) + 1:line.rindex("}")]))
-            yield labels, float(line.rsplit(" ", 1)[1])
 summary = {}
 for mode, (expect, ratio) in want.items():
     log = open(f"{R}/copy-{mode}.log", errors="replace").read()
@@ -131,15 +127,10 @@ stop_agent
 
 python3 - "$R" <<'PY' | tee "$R/summary.txt"
 import json, re, sys
+sys.path.insert(0, "scripts/gpu")
+from prom import series
 R = sys.argv[1]
 want = {"auto": "p2p/nvlink", "no-p2p": "shm", "no-p2p-no-shm": "socket"}
-lab = re.compile(r'(\w+)="([^"]*)"')
-
-def series(text, name):
-    for line in text.splitlines():
-        if line.startswith(name + "{"):
-            labels = dict(lab.findall(line[len(name) + 1:line.rindex("}")]))
-            yield labels, float(line.rsplit(" ", 1)[1])
 
 summary = {}
 for mode, expect in want.items():
