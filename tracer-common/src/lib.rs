@@ -381,10 +381,20 @@ pub struct Event {
     pub args: [u64; MAX_ARGS],
     /// Return value (register), sign-extended.
     pub ret: i64,
-    /// Command name of the caller.
+    /// Command name of the caller, in lifecycle and discovery records only
+    /// (`FORK`, `EXIT`, `EXEC`, `DISCOVER`); zero in `CALL` and `ENTRY`
+    /// records, whose process user space names from procfs or, once it has
+    /// gone, from its `EXIT` record (`has_comm`).
     pub comm: [u8; 16],
 }
 const _: () = assert!(core::mem::size_of::<Event>() == 104);
+
+/// Whether records of this kind carry the caller's command name: the
+/// per-call records leave it out, since the helper and its zero padding were
+/// a measurable part of a traced syscall's cost (docs/perf.md).
+pub const fn has_comm(kind: u32) -> bool {
+    kind != kind::CALL && kind != kind::ENTRY
+}
 
 /// Log2 latency slot of a duration in ns, clamped to `MAX_SLOTS - 1`.
 #[inline(always)]

@@ -1,8 +1,11 @@
 //! Trivial programs `gdrtrace doctor` loads and attaches to learn which
 //! program kinds this kernel actually accepts. They record nothing.
 use aya_ebpf::{
-    macros::{fentry, fexit, kprobe, kretprobe, raw_tracepoint, tracepoint, uprobe, uretprobe},
-    programs::{FEntryContext, FExitContext, ProbeContext, RawTracePointContext, RetProbeContext, TracePointContext},
+    macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, raw_tracepoint, tracepoint, uprobe, uretprobe},
+    programs::{
+        BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RawTracePointContext, RetProbeContext,
+        TracePointContext,
+    },
 };
 
 #[fentry]
@@ -27,6 +30,10 @@ pub fn doctor_tracepoint(_ctx: TracePointContext) -> u32 {
 }
 #[raw_tracepoint]
 pub fn doctor_raw_tp(_ctx: RawTracePointContext) -> i32 {
+    0
+}
+#[btf_tracepoint(function = "sys_enter")]
+pub fn doctor_tp_btf(_ctx: BtfTracePointContext) -> i32 {
     0
 }
 #[uprobe]

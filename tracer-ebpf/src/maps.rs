@@ -53,10 +53,13 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(RINGBUF_BYTES, 0);
 #[map]
 pub static TARGETS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_TARGETS, 0);
 
-/// Key: (pid_tgid, op) of a call that has entered and not returned. Value:
-/// entry time and arguments.
+/// Key: (pid_tgid, op): one slot per thread and op, rewritten by each call.
+/// Value: the last entry's time and arguments; `start_ns` is 0 once its
+/// return consumed it. LRU, so the slots of exited threads age out; an
+/// evicted slot of a call still in flight shows as
+/// `counter::RETURN_WITHOUT_ENTRY`.
 #[map]
-pub static INFLIGHT: HashMap<InflightKey, Inflight> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
+pub static INFLIGHT: LruHashMap<InflightKey, Inflight> = LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
 
 /// Index: `counter::*`. Value: per-CPU count of losses and errors.
 #[map]

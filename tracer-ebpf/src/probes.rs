@@ -8,11 +8,11 @@
 //! wake the reader only once the ring buffer holds `WAKEUP_AT` bytes.
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, generated},
 };
 use tracer_common::{
-    AggKey, AggValue, Event, Inflight, InflightKey, MAX_ARGS, MAX_OPS, MAX_SLOTS, OpConfig, counter, filter, kind,
-    log2_slot, nccl_dtype_size, op_flags,
+    AggKey, AggValue, Event, Inflight, InflightKey, MAX_ARGS, MAX_OPS, MAX_SLOTS, OpConfig, counter, filter, has_comm,
+    kind, log2_slot, nccl_dtype_size, op_flags,
 };
 
 use crate::maps::{
@@ -80,9 +80,19 @@ pub fn on_entry(op: u32, args: [u64; MAX_ARGS]) -> Result<u32, Skip> {
     // SAFETY: helper without preconditions.
     let start_ns = unsafe { bpf_ktime_get_ns() };
     let value = Inflight { start_ns, args };
-    if INFLIGHT.insert(&key, &value, 0).is_err() {
-        count(counter::INFLIGHT_FULL);
-        return Err(Skip::Full);
+    // A thread's slot for an op is created once and rewritten in place after
+    // that: a lookup is inlined by the verifier, while an insert and a delete
+    // per call (bucket lock, free-list pop and push) were the largest part of
+    // the tracer's cost on a syscall-heavy job (docs/perf.md).
+    match INFLIGHT.get_ptr_mut(&key) {
+        // SAFETY: only this thread writes its own (pid_tgid, op) slot.
+        Some(slot) => unsafe { *slot = value },
+        None => {
+            if INFLIGHT.insert(&key, &value, 0).is_err() {
+                count(counter::INFLIGHT_FULL);
+                return Err(Skip::Full);
+            }
+        }
     }
     Ok(0)
 }
@@ -99,17 +109,21 @@ pub fn on_return(op: u32, ret: i64) -> Result<u32, Skip> {
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     let key = InflightKey { pid_tgid, op, _pad: 0 };
-    // SAFETY: the value is copied out before the entry is removed.
-    let entry = match unsafe { INFLIGHT.get(&key) } {
-        Some(v) => *v,
-        None => {
+    // The slot stays for the thread's next call; `start_ns == 0` marks it
+    // consumed. SAFETY: only this thread writes its own slot.
+    let entry = match INFLIGHT.get_ptr_mut(&key) {
+        Some(slot) if unsafe { (*slot).start_ns } != 0 => unsafe {
+            let v = *slot;
+            (*slot).start_ns = 0;
+            v
+        },
+        _ => {
             if traced((pid_tgid >> 32) as u32) {
                 count(counter::RETURN_WITHOUT_ENTRY);
             }
             return Err(Skip::NoEntry);
         }
     };
-    let _ = INFLIGHT.remove(&key);
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let dur_ns = now.saturating_sub(entry.start_ns);
@@ -192,6 +206,8 @@ fn aggregate(op: u32, pid_tgid: u64, config: &OpConfig, args: &[u64; MAX_ARGS], 
     }
 }
 
+const TASK_COMM_LEN: u32 = 16;
+
 /// Writes one record to the ring buffer, counting a failed reservation. The
 /// reader is woken only when the buffer holds `WAKEUP_AT` bytes (or `wake`:
 /// records user space must act on soon); otherwise its tick drains it.
@@ -209,18 +225,32 @@ pub fn emit(
 ) {
     match EVENTS.reserve::<Event>(0) {
         Some(mut slot) => {
-            let comm = bpf_get_current_comm().unwrap_or([0; 16]);
-            slot.write(Event {
-                kind,
-                op,
-                pid: (pid_tgid >> 32) as u32,
-                tid: pid_tgid as u32,
-                start_ns,
-                dur_ns,
-                args,
-                ret,
-                comm,
-            });
+            let e = slot.as_mut_ptr();
+            // SAFETY: `e` is the reserved record; every field is written
+            // before the submit. The comm, where the kind carries one, goes
+            // straight into the record (the helper writes all 16 bytes,
+            // zero-padded, or zeroes them on failure), saving the zeroed
+            // stack copy aya's wrapper makes.
+            unsafe {
+                (*e).kind = kind;
+                (*e).op = op;
+                (*e).pid = (pid_tgid >> 32) as u32;
+                (*e).tid = pid_tgid as u32;
+                (*e).start_ns = start_ns;
+                (*e).dur_ns = dur_ns;
+                (*e).args = args;
+                (*e).ret = ret;
+                let comm = core::ptr::addr_of_mut!((*e).comm);
+                if has_comm(kind) {
+                    generated::bpf_get_current_comm(comm.cast(), TASK_COMM_LEN);
+                } else {
+                    // Volatile: plain zero stores become a call to the
+                    // byte-loop `memset` subprogram.
+                    let words = comm.cast::<u64>();
+                    words.write_volatile(0);
+                    words.add(1).write_volatile(0);
+                }
+            }
             let flags = if wake || EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_AT.load() as u64 {
                 BPF_RB_FORCE_WAKEUP
             } else {

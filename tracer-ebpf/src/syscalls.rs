@@ -14,8 +14,8 @@
 //! on 6.1 and 6.18): fd @16, opcode @24, arg @32, nr_args @40; exit: ret @16.
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel,
-    macros::{raw_tracepoint, tracepoint},
-    programs::{RawTracePointContext, TracePointContext},
+    macros::{btf_tracepoint, raw_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use tracer_common::{MAX_SYSCALLS, op};
 
@@ -55,10 +55,100 @@ fn syscall_op(nr: u64) -> Option<u32> {
     SYSCALL_OPS.get(nr as u32).copied().filter(|op| *op != 0)
 }
 
+/// `orig_ax`, `ip` and `cs` of `struct pt_regs`: all `sys_exit` needs to
+/// filter, read on every syscall of the machine (24 bytes, not the 88 of
+/// `Regs`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ExitRegs {
+    orig_ax: u64,
+    _ip: u64,
+    cs: u64,
+}
+const EXIT_REGS_AT: usize = REGS_AT + 64;
+const _: () = assert!(core::mem::offset_of!(Regs, orig_ax) == EXIT_REGS_AT - REGS_AT);
+
 #[inline(always)]
 fn regs(ptr: u64) -> Option<Regs> {
     // SAFETY: a kernel pointer passed by the tracepoint, read with the checked helper.
     unsafe { bpf_probe_read_kernel((ptr as usize + REGS_AT) as *const Regs) }.ok()
+}
+
+/// What both `sys_enter` programs do once they have the registers.
+#[inline(always)]
+fn enter(op: u32, r: &Regs) -> i32 {
+    if r.cs != USER_CS {
+        return 0;
+    }
+    match on_entry(op, [r.di, r.si, r.dx, r.r10, r.r8, r.r9]) {
+        Ok(v) => v as i32,
+        Err(e) => e.code() as i32,
+    }
+}
+
+/// What both `sys_exit` programs do once they have `orig_ax` and `cs`.
+#[inline(always)]
+fn exit(r: &ExitRegs, ret: i64) -> i32 {
+    let Some(op) = syscall_op(r.orig_ax) else { return 0 };
+    if r.cs != USER_CS {
+        return 0;
+    }
+    match on_return(op, ret) {
+        Ok(v) => v as i32,
+        Err(e) => e.code() as i32,
+    }
+}
+
+/// Loads a `T` at byte `at` of a BTF-typed kernel pointer with plain loads
+/// (the verifier checks them against the type and makes them fault-safe):
+/// no helper call, unlike `bpf_probe_read_kernel`.
+#[inline(always)]
+unsafe fn load<T: Copy>(base: *const u8, at: usize) -> T {
+    // SAFETY: the caller names an offset inside the pointee.
+    unsafe { core::ptr::read_volatile(base.add(at).cast::<T>()) }
+}
+
+/// `sys_enter` as a BTF-typed tracepoint (`tp_btf`, 5.5+): the same
+/// dispatch as `raw_sys_enter`, but the registers are read with plain loads
+/// instead of a helper call per syscall. The planner prefers it and falls
+/// back to the raw tracepoint where the kernel refuses it.
+#[btf_tracepoint(function = "sys_enter")]
+pub fn btf_sys_enter(ctx: BtfTracePointContext) -> i32 {
+    let nr: u64 = ctx.arg(1);
+    let Some(op) = syscall_op(nr) else { return 0 };
+    let regs: *const u8 = ctx.arg(0);
+    // SAFETY: offsets inside `struct pt_regs`, one load per field.
+    let r = unsafe {
+        Regs {
+            r10: load(regs, REGS_AT),
+            r9: load(regs, REGS_AT + 8),
+            r8: load(regs, REGS_AT + 16),
+            ax: 0,
+            cx: 0,
+            dx: load(regs, REGS_AT + 40),
+            si: load(regs, REGS_AT + 48),
+            di: load(regs, REGS_AT + 56),
+            orig_ax: 0,
+            ip: 0,
+            cs: load(regs, REGS_AT + 80),
+        }
+    };
+    enter(op, &r)
+}
+
+/// `sys_exit` as a BTF-typed tracepoint; see `btf_sys_enter`.
+#[btf_tracepoint(function = "sys_exit")]
+pub fn btf_sys_exit(ctx: BtfTracePointContext) -> i32 {
+    let regs: *const u8 = ctx.arg(0);
+    // SAFETY: offsets inside `struct pt_regs`.
+    let r = unsafe {
+        ExitRegs {
+            orig_ax: load(regs, EXIT_REGS_AT),
+            _ip: 0,
+            cs: load(regs, EXIT_REGS_AT + 16),
+        }
+    };
+    exit(&r, ctx.arg(1))
 }
 
 /// The generic `sys_enter` raw tracepoint (`TP_PROTO(struct pt_regs *regs,
@@ -74,28 +164,19 @@ pub fn raw_sys_enter(ctx: RawTracePointContext) -> i32 {
         count(tracer_common::counter::READ_ERRORS);
         return 0;
     };
-    if r.cs != USER_CS {
-        return 0;
-    }
-    match on_entry(op, [r.di, r.si, r.dx, r.r10, r.r8, r.r9]) {
-        Ok(v) => v as i32,
-        Err(e) => e.code() as i32,
-    }
+    enter(op, &r)
 }
 
 /// The generic `sys_exit` raw tracepoint (`TP_PROTO(struct pt_regs *regs,
 /// long ret)`): the number is `orig_ax`.
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn raw_sys_exit(ctx: RawTracePointContext) -> i32 {
-    let Some(r) = regs(ctx.arg(0)) else { return 0 };
-    let Some(op) = syscall_op(r.orig_ax) else { return 0 };
-    if r.cs != USER_CS {
+    let at = ctx.arg::<u64>(0) as usize + EXIT_REGS_AT;
+    // SAFETY: a kernel pointer passed by the tracepoint, read with the checked helper.
+    let Ok(r) = (unsafe { bpf_probe_read_kernel(at as *const ExitRegs) }) else {
         return 0;
-    }
-    match on_return(op, ctx.arg::<i64>(1)) {
-        Ok(v) => v as i32,
-        Err(e) => e.code() as i32,
-    }
+    };
+    exit(&r, ctx.arg::<i64>(1))
 }
 
 #[tracepoint]

@@ -4,7 +4,7 @@ use std::{fs, path::Path};
 use aya::{
     Btf, Ebpf,
     programs::{
-        FEntry, FExit, KProbe, RawTracePoint, TracePoint, UProbe,
+        BtfTracePoint, FEntry, FExit, KProbe, RawTracePoint, TracePoint, UProbe,
         uprobe::{UProbeAttachLocation, UProbeScope},
     },
 };
@@ -188,6 +188,11 @@ fn kinds(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Vec<Kind> {
             let p: &mut RawTracePoint = prog(ebpf, "doctor_raw_tp")?;
             p.load().map_err(l)?;
             p.attach("sys_enter").map_err(a).map(drop)
+        }),
+        trial("tp_btf", || {
+            let p: &mut BtfTracePoint = prog(ebpf, "doctor_tp_btf")?;
+            p.load("sys_enter", btf.ok_or_else(no_btf)?).map_err(l)?;
+            p.attach().map_err(a).map(drop)
         }),
         up,
         uret,

@@ -76,8 +76,12 @@ pub enum Strategy {
     Kprobe,
     /// A tracepoint program (pair), named by its programs.
     Tracepoint,
-    /// The shared raw `sys_enter`/`sys_exit` tracepoint programs, which
-    /// dispatch on the syscall number (syscall rows).
+    /// The shared BTF-typed `sys_enter`/`sys_exit` tracepoint programs
+    /// (`tp_btf`), which dispatch on the syscall number (syscall rows) and
+    /// read the registers without a helper call.
+    BtfSyscall,
+    /// The shared raw `sys_enter`/`sys_exit` tracepoint programs: the same
+    /// dispatch, where the kernel refuses `tp_btf`.
     RawSyscall,
     /// uprobe + uretprobe on library symbols, one perf-event link per offset.
     Uprobe,
@@ -89,10 +93,11 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 7] = [
+    pub const ALL: [Strategy; 8] = [
         Strategy::Fentry,
         Strategy::Kprobe,
         Strategy::Tracepoint,
+        Strategy::BtfSyscall,
         Strategy::RawSyscall,
         Strategy::Uprobe,
         Strategy::UprobeMulti,
@@ -104,6 +109,7 @@ impl Strategy {
             Strategy::Fentry => "fentry/fexit",
             Strategy::Kprobe => "kprobe/kretprobe",
             Strategy::Tracepoint => "tracepoint",
+            Strategy::BtfSyscall => "tp_btf",
             Strategy::RawSyscall => "raw_tracepoint",
             Strategy::Uprobe => "uprobe/uretprobe",
             Strategy::UprobeMulti => "uprobe_multi",
@@ -163,7 +169,7 @@ const fn tp(
         op,
         required: true,
         strategies: if syscall_nr(tp_name).is_some() {
-            &[Strategy::RawSyscall, Strategy::Tracepoint]
+            &[Strategy::BtfSyscall, Strategy::RawSyscall, Strategy::Tracepoint]
         } else {
             &[Strategy::Tracepoint]
         },

@@ -11,7 +11,7 @@ use std::{
 use aya::{
     Btf, Ebpf,
     maps::Array,
-    programs::{FEntry, FExit, KProbe, RawTracePoint, TracePoint},
+    programs::{BtfTracePoint, FEntry, FExit, KProbe, RawTracePoint, TracePoint},
 };
 use tracer_common::OpConfig;
 
@@ -45,8 +45,9 @@ pub struct Planner {
     pub uprobes: UprobeLinks,
     /// Why the set-up links were closed, once they were.
     pub setup_dropped: Option<String>,
-    /// The shared raw syscall programs, once tried.
-    raw_syscalls: Option<Result<(), String>>,
+    /// The shared syscall program pairs tried so far (`tp_btf`, then raw
+    /// tracepoint), and how each went; at most one is ever attached.
+    syscall_pairs: Vec<(Strategy, Result<(), String>)>,
 }
 
 impl Default for Planner {
@@ -73,7 +74,7 @@ impl Planner {
             configured: None,
             uprobes: UprobeLinks::new(),
             setup_dropped: None,
-            raw_syscalls: None,
+            syscall_pairs: Vec::new(),
         }
     }
 
@@ -101,9 +102,10 @@ impl Planner {
         self.coverage.last()
     }
 
-    /// A tracepoint point: syscall rows first through the shared raw
-    /// `sys_enter`/`sys_exit` programs (one dispatch-table entry each), then
-    /// through their own `syscalls:sys_{enter,exit}_X` pair.
+    /// A tracepoint point: syscall rows first through the shared
+    /// `sys_enter`/`sys_exit` programs (one dispatch-table entry each; BTF
+    /// typed, else raw), then through their own `syscalls:sys_{enter,exit}_X`
+    /// pair.
     fn tracepoint(&mut self, ebpf: &mut Ebpf, point: &ProbePoint, category: &str, name: &str) -> Coverage {
         if let Some(cfg) = super::catalog::kernel_config(point.op)
             && let Err(e) = set_op_config(ebpf, point.op, cfg)
@@ -111,30 +113,69 @@ impl Planner {
             return row(point, Err(e), Vec::new());
         }
         first_strategy(point, |strategy| match strategy {
-            Strategy::RawSyscall => self.raw_syscall(ebpf, point, name),
+            Strategy::BtfSyscall | Strategy::RawSyscall => self.syscall_pair(ebpf, strategy, point, name),
             Strategy::Tracepoint => tracepoint_programs(ebpf, point, category, name),
             _ => Err("strategy not applicable to tracepoints".into()),
         })
     }
 
-    /// Routes a syscall point through the raw syscall programs: they are
+    /// Routes a syscall point through a shared syscall pair: the pair is
     /// loaded and attached once, then the point's number maps to its op.
-    fn raw_syscall(&mut self, ebpf: &mut Ebpf, point: &ProbePoint, name: &str) -> Result<(), String> {
+    /// Only one pair ever carries the rows: a second would count every call
+    /// twice.
+    fn syscall_pair(
+        &mut self,
+        ebpf: &mut Ebpf,
+        strategy: Strategy,
+        point: &ProbePoint,
+        name: &str,
+    ) -> Result<(), String> {
         let nr = super::catalog::syscall_nr(name).ok_or_else(|| format!("{name} is not a known syscall"))?;
-        if self.raw_syscalls.is_none() {
-            let r = [("raw_sys_enter", "sys_enter"), ("raw_sys_exit", "sys_exit")]
-                .into_iter()
-                .try_for_each(|(prog, tp)| {
-                    let p: &mut RawTracePoint = program(ebpf, prog)?;
-                    p.load().map_err(|e| describe(&e))?;
-                    p.attach(tp).map(drop).map_err(|e| describe(&e))
-                });
-            self.raw_syscalls = Some(r);
+        if let Some((live, _)) = self.syscall_pairs.iter().find(|(s, r)| *s != strategy && r.is_ok()) {
+            return Err(format!("the {} pair carries the syscall rows", live.name()));
         }
-        self.raw_syscalls.clone().unwrap_or(Ok(()))?;
+        let tried = match self.syscall_pairs.iter().find(|(s, _)| *s == strategy) {
+            Some((_, r)) => r.clone(),
+            None => {
+                let r = self.attach_syscall_pair(ebpf, strategy);
+                self.syscall_pairs.push((strategy, r.clone()));
+                r
+            }
+        };
+        tried?;
         let map = ebpf.map_mut("SYSCALL_OPS").ok_or("map SYSCALL_OPS missing")?;
         let mut ops: Array<_, u32> = Array::try_from(map).map_err(|e| describe(&e))?;
         ops.set(nr, &point.op, 0).map_err(|e| describe(&e))
+    }
+
+    fn attach_syscall_pair(&self, ebpf: &mut Ebpf, strategy: Strategy) -> Result<(), String> {
+        let sides = [("sys_enter", "enter"), ("sys_exit", "exit")];
+        let r = if strategy == Strategy::RawSyscall {
+            sides.into_iter().try_for_each(|(tp, side)| {
+                let p: &mut RawTracePoint = program(ebpf, &format!("raw_sys_{side}"))?;
+                p.load().map_err(|e| describe(&e))?;
+                p.attach(tp).map(drop).map_err(|e| describe(&e))
+            })
+        } else {
+            let btf = self
+                .btf
+                .as_ref()
+                .ok_or_else(|| format!("no vmlinux BTF ({})", self.btf_error.as_deref().unwrap_or("?")))?;
+            sides.into_iter().try_for_each(|(tp, side)| {
+                let p: &mut BtfTracePoint = program(ebpf, &format!("btf_sys_{side}"))?;
+                p.load(tp, btf).map_err(|e| describe(&e))?;
+                p.attach().map(drop).map_err(|e| describe(&e))
+            })
+        };
+        if r.is_err() {
+            // Never half a pair: entries without exits would only fill the
+            // in-flight table.
+            for (_, side) in sides {
+                unload::<RawTracePoint>(ebpf, &format!("raw_sys_{side}"));
+                unload::<BtfTracePoint>(ebpf, &format!("btf_sys_{side}"));
+            }
+        }
+        r
     }
 
     fn kernel_fn(&mut self, ebpf: &mut Ebpf, point: &ProbePoint, func: &str) -> Coverage {
@@ -541,7 +582,7 @@ macro_rules! impl_unload {
         }
     })*};
 }
-impl_unload!(FEntry, FExit, KProbe);
+impl_unload!(FEntry, FExit, KProbe, RawTracePoint, BtfTracePoint);
 
 /// Writes one op's eBPF-side configuration into `OP_CONFIG`.
 fn set_op_config(ebpf: &mut Ebpf, op: u32, cfg: OpConfig) -> Result<(), String> {

@@ -393,6 +393,11 @@ impl Aggregator {
                 self.sample_live();
                 let p = self.procs.entry(e.pid).or_default();
                 p.exited = true;
+                // Per-call records carry no name: a process that was gone
+                // before procfs could name it is named by its exit record.
+                if p.comm.is_empty() {
+                    p.comm = comm_of(e);
+                }
             }
             kind::CALL | kind::ENTRY => self.call(e),
             _ => self.undecoded += 1,
