@@ -265,7 +265,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     j = sub.add_parser("job")
-    j.add_argument("--ngpu", type=int, default=2)
+    j.add_argument("--ngpu", type=int, default=0, help="ranks, one per GPU (0: every GPU)")
     j.add_argument("--sizes", default="8K")
     j.add_argument("--seconds", type=float, default=2.0)
     j.add_argument("--port", type=int, default=29700)
@@ -282,9 +282,9 @@ if __name__ == "__main__":
     b.add_argument("--window", type=float, default=1.5)
     b.add_argument("--parts", default="attach,run")
     a = ap.parse_args()
+    if not a.ngpu:
+        a.ngpu = int(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU "))
     if a.cmd == "job":
         job(a)
     else:
-        if not a.ngpu:
-            a.ngpu = int(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU "))
         bench(a)
