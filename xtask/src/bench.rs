@@ -212,7 +212,14 @@ fn pin_churn(a: &Args) -> Result<Value> {
 fn pipeline(a: &Args) -> Result<Value> {
     let mut rows = Vec::new();
     let mut best = 0.0f64;
-    for rate in [250_000u64, 500_000, 1_000_000, 1_500_000, 2_000_000, 0] {
+    // One generator thread at rising rates, then unpaced with one and with
+    // two threads: a traced thread's own syscall cost caps what one thread
+    // can ask for, below what the reader can take.
+    let runs = [250_000u64, 500_000, 1_000_000, 1_500_000, 2_000_000, 0]
+        .map(|rate| (rate, 1u32))
+        .into_iter()
+        .chain([(0, 2)]);
+    for (rate, threads) in runs {
         // About two seconds of events at the paced rates.
         let calls = if rate == 0 {
             4_000_000
@@ -228,6 +235,8 @@ fn pipeline(a: &Args) -> Result<Value> {
                     &calls.to_string(),
                     "--rate",
                     &rate.to_string(),
+                    "--threads",
+                    &threads.to_string(),
                 ])
                 .stderr(Stdio::null()),
         )?;
@@ -238,7 +247,7 @@ fn pipeline(a: &Args) -> Result<Value> {
             .context("no JSON from bench pipeline")?;
         let v: Value = serde_json::from_str(line)?;
         eprintln!(
-            "xtask bench: pipeline at {rate}/s: {:.0} events/s, {} drops",
+            "xtask bench: pipeline at {rate}/s, {threads} thread(s): {:.0} events/s, {} drops",
             v["events_per_s"].as_f64().unwrap_or(0.0),
             v["ringbuf_drops"]
         );
@@ -405,15 +414,16 @@ fn markdown(v: &Value) -> String {
         }
     }
     if !v["pipeline"].is_null() {
-        s += "- pipeline (getppid tracepoint, paced):\n\n  | asked/s | delivered/s | delivered | drops | tracer CPU us/event |\n  |---|---|---|---|---|\n";
+        s += "- pipeline (getppid through the syscall programs):\n\n  | asked/s | threads | delivered/s | delivered | drops | tracer CPU us/event |\n  |---|---|---|---|---|---|\n";
         for r in v["pipeline"]["runs"].as_array().into_iter().flatten() {
             s += &format!(
-                "  | {} | {:.0} | {} of {} | {} | {:.2} |\n",
+                "  | {} | {} | {:.0} | {} of {} | {} | {:.2} |\n",
                 if r["rate"] == 0 {
                     "unpaced".to_string()
                 } else {
                     r["rate"].to_string()
                 },
+                r["threads"],
                 r["events_per_s"].as_f64().unwrap_or(0.0),
                 r["delivered"],
                 r["calls"],

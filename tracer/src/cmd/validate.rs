@@ -225,10 +225,12 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
     let cuda = drive_ucx::memory_types(&perftest).iter().any(|m| m == "cuda");
     let mut checks = Vec::new();
     println!("\nvalidate: ucx ({})", perftest.display());
-    println!(
+    // The table is printed once every mode has run: each perftest prints its
+    // own summary line while it runs, which would land between the rows.
+    let mut rows = vec![format!(
         "  {:<12} {:<12} {:<14} {:>8} {:>12} {:>10} {:>14}  UCX LOG",
         "MODE", "VERDICT", "PATH", "SENDS", "BYTES", "MB/s", "STAGED B"
-    );
+    )];
     for mode in UcxMode::ALL {
         let skip = match mode {
             // UCT alone: the VM tier's Soft-RoCE check (tests/vm/checks/50-ucx.sh).
@@ -241,7 +243,7 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
             _ => None,
         };
         if let Some(why) = skip {
-            println!("  {:<12} skipping: {why}", mode.name());
+            rows.push(format!("  {:<12} skipping: {why}", mode.name()));
             continue;
         }
         let (size, iterations) = if mode.memory() == "cuda" {
@@ -279,7 +281,7 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
         let log_says = path
             .and_then(|x| x.log.as_ref())
             .map_or("-", |l| if l.agrees { "agrees" } else { "DISAGREES" });
-        println!(
+        rows.push(format!(
             "  {:<12} {:<12} {:<14} {:>8} {:>12} {:>10.1} {:>14}  {log_says}",
             mode.name(),
             path.map_or("unknown", |x| x.transport.name()),
@@ -288,9 +290,10 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
             p.map_or(0, |p| p.data_bytes),
             v["bandwidth_mb_s"].as_f64().unwrap_or(0.0),
             path.map_or(0, |x| x.staged_bytes)
-        );
+        ));
         reports.push((name, r));
     }
+    println!("{}", rows.join("\n"));
     println!("\nvalidate: ucx checks");
     print_checks(&checks);
     Ok(checks)
