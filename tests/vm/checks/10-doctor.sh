@@ -1,6 +1,6 @@
 #!/bin/sh
 # doctor inside a distro kernel: fentry/fexit, kprobe/kretprobe, tracepoints
-# and uprobes all load and attach; the probe matrix is kept for comparison
+# (tp_btf among them) and uprobes all load and attach; the probe matrix is kept for comparison
 # across kernels.
 set -eu
 "$GDRTRACE" doctor --json > "$VM_OUT/doctor.json"
@@ -9,11 +9,14 @@ python3 - "$VM_OUT/doctor.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 kinds = {k["kind"]: k for k in d["program_kinds"]}
-bad = [k for k in ("fentry", "fexit", "kprobe", "kretprobe", "tracepoint", "raw_tracepoint", "uprobe", "uretprobe") if not kinds[k]["available"]]
+bad = [k for k in ("fentry", "fexit", "kprobe", "kretprobe", "tracepoint", "raw_tracepoint", "tp_btf", "uprobe", "uretprobe") if not kinds[k]["available"]]
 assert not bad, f"program kinds unavailable in the VM: {bad}: {[kinds[k]['error'] for k in bad]}"
 cov = {c["point"]: c for c in d["coverage"]}
 for p in ("pin_user_pages_fast", "unpin_user_pages", "ib_umem_get", "ib_umem_release"):
     assert cov[p]["status"] == "attached", f"{p}: {cov[p]}"
+# Syscall rows: the BTF-typed sys_enter/sys_exit pair on both kernels.
+for p in ("io_uring_register", "sendmsg"):
+    assert cov[p]["status"] == "attached" and cov[p]["via"] == "tp_btf", f"{p}: {cov[p]}"
 # Library probes: uprobe_multi links from 6.6 on, per-point perf links
 # before (Debian's 6.1), with the reason in the coverage row.
 major, minor = (int(x) for x in d["kernel"].split(".")[:2])

@@ -604,3 +604,6 @@ fn comm_of(e: &Event) -> String {
     let end = e.comm.iter().position(|&b| b == 0).unwrap_or(e.comm.len());
     String::from_utf8_lossy(&e.comm[..end]).into_owned()
 }
+
+#[cfg(test)]
+mod tests;
