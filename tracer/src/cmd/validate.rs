@@ -168,6 +168,9 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
     let host = crate::topo::discover();
     if host.gpus.len() < 2 {
         outln!("\nvalidate: nccl: skipping: one GPU (NCCL's transports are between ranks on two or more)");
+        // The cuda-copy checks still count, so they are shown.
+        outln!("\nvalidate: GPU checks");
+        print_checks(&checks);
         return Ok(checks);
     }
     let nvlink = host.nvlink();
