@@ -312,6 +312,21 @@ pub enum Bench {
     /// Attach and close N uprobe points (functions of this binary) as
     /// uprobe_multi links or, with --per-point, one link per point.
     Detach(BenchDetachArgs),
+    /// What a probed collective costs per call: a stand-in with
+    /// ncclAllReduce's arguments, probed as ncclAllReduce is (entry-only,
+    /// summed in the kernel), against an identical unprobed function,
+    /// interleaved.
+    UprobeHit(BenchUprobeHitArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BenchUprobeHitArgs {
+    /// Calls per round, to each function.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub calls: u64,
+    /// Interleaved rounds.
+    #[arg(long, default_value_t = 9)]
+    pub rounds: u32,
 }
 
 #[derive(Debug, clap::Args)]

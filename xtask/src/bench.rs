@@ -45,7 +45,8 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     repeats: usize,
     /// Run only these scenarios (comma-separated: pin-churn, pipeline,
-    /// detach, attach-sigint, run-exit; soak runs only when named alone).
+    /// detach, uprobe-hit, attach-sigint, run-exit; soak runs only when
+    /// named alone).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Minutes of the soak.
@@ -77,6 +78,11 @@ pub fn main(a: &Args) -> Result<std::process::ExitCode> {
     let churn = if want("pin-churn") { pin_churn(a)? } else { Value::Null };
     let pipeline = if want("pipeline") { pipeline(a)? } else { Value::Null };
     let detach = if want("detach") { detach(a)? } else { Value::Null };
+    let hit = if want("uprobe-hit") {
+        uprobe_hit(a)?
+    } else {
+        Value::Null
+    };
     let sigint = if want("attach-sigint") {
         attach_sigint(a)?
     } else {
@@ -89,6 +95,7 @@ pub fn main(a: &Args) -> Result<std::process::ExitCode> {
         "pin_churn": churn,
         "pipeline": pipeline,
         "detach": detach,
+        "uprobe_hit": hit,
         "attach_sigint": sigint,
         "run_exit": run_exit,
         "seconds": started.elapsed().as_secs_f64(),
@@ -257,6 +264,17 @@ fn pipeline(a: &Args) -> Result<Value> {
         rows.push(v);
     }
     Ok(json!({"runs": rows, "best_lossless_events_per_s": best}))
+}
+
+/// What one probed collective costs per call (`gdrtrace bench uprobe-hit`).
+fn uprobe_hit(a: &Args) -> Result<Value> {
+    let out = util::run_output(Command::new(&a.bin).args(["bench", "uprobe-hit"]).stderr(Stdio::null()))?;
+    let v: Value = serde_json::from_str(out.lines().last().unwrap_or(""))?;
+    eprintln!(
+        "xtask bench: uprobe hit {:.0} ns per probed call",
+        v["ns_per_hit"].as_f64().unwrap_or(0.0)
+    );
+    Ok(v)
 }
 
 fn detach(a: &Args) -> Result<Value> {
@@ -434,6 +452,18 @@ fn markdown(v: &Value) -> String {
         s += &format!(
             "\n  highest lossless rate: {:.0} events/s\n",
             v["pipeline"]["best_lossless_events_per_s"].as_f64().unwrap_or(0.0)
+        );
+    }
+    if !v["uprobe_hit"].is_null() {
+        let h = &v["uprobe_hit"];
+        s += &format!(
+            "- uprobe hit (entry-only, summed in the kernel, as a collective; {}): {} ns per probed call (rounds {}-{}), unprobed call {} ns; the kernel counted {} calls\n",
+            h["mode"].as_str().unwrap_or("?"),
+            f(&h["ns_per_hit"]),
+            f(&h["ns_per_hit_min"]),
+            f(&h["ns_per_hit_max"]),
+            f(&h["unprobed_ns_per_call"]),
+            h["counted_calls"]
         );
     }
     if !v["detach"].is_null() {

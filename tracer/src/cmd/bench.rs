@@ -6,7 +6,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::{
-    cli::{Bench, BenchDetachArgs, BenchPipelineArgs},
+    cli::{Bench, BenchDetachArgs, BenchPipelineArgs, BenchUprobeHitArgs},
     error::{Error, Result},
     loader::{self, LoadOptions},
     probes::{
@@ -22,6 +22,7 @@ pub fn bench(b: &Bench) -> Result<i32> {
     match b {
         Bench::Pipeline(a) => pipeline(a),
         Bench::Detach(a) => detach(a),
+        Bench::UprobeHit(a) => uprobe_hit(a),
     }
 }
 
@@ -222,5 +223,157 @@ fn detach(a: &BenchDetachArgs) -> Result<i32> {
         "bench detach: {} points ({} entry+return) as {} link(s), {}: attach {:.0} ms, close {:.0} ms",
         r.points, r.points, r.links, r.mode, r.attach_ms, r.close_ms
     );
+    print(&r, line)
+}
+
+/// The benchmark's probed stand-in for a collective: ncclAllReduce's
+/// argument layout (send, recv, count, data type, reduction, communicator)
+/// and a C function's prologue, whose first instruction (`push`) the
+/// kernel emulates at the breakpoint as it does for a library's function
+/// (a first instruction it cannot emulate would add a single-step trap).
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub extern "C" fn gdrtrace_bench_collective(_: u64, _: u64, _: u64, _: u64, _: u64, _: u64) -> u32 {
+    core::arch::naked_asm!("push rbp", "mov rbp, rsp", "xor eax, eax", "pop rbp", "ret")
+}
+
+/// The same function, never probed: the baseline of each round. It
+/// returns another value so that the linker cannot fold the two into one
+/// (a probe on one would then fire for both).
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub extern "C" fn gdrtrace_bench_unprobed(_: u64, _: u64, _: u64, _: u64, _: u64, _: u64) -> u32 {
+    core::arch::naked_asm!("push rbp", "mov rbp, rsp", "mov eax, 1", "pop rbp", "ret")
+}
+
+/// Seconds for `n` calls of `f` with an 8 KiB float all-reduce's arguments.
+fn call_loop(f: extern "C" fn(u64, u64, u64, u64, u64, u64) -> u32, n: u64) -> f64 {
+    const COMM: u64 = 0xc0ffee;
+    let t = Instant::now();
+    for _ in 0..n {
+        // 2048 float32 (NCCL data type 7): 8 KiB.
+        std::hint::black_box(f(std::hint::black_box(0x1000), 0x2000, 2048, 7, 0, COMM));
+    }
+    t.elapsed().as_secs_f64()
+}
+
+#[derive(Serialize)]
+struct UprobeHitResult {
+    mode: String,
+    calls_per_round: u64,
+    rounds: u32,
+    /// Median over rounds of (probed - unprobed) / calls.
+    ns_per_hit: f64,
+    ns_per_hit_min: f64,
+    ns_per_hit_max: f64,
+    unprobed_ns_per_call: f64,
+    /// What the kernel summed for the stand-in's row (calls, bytes).
+    counted_calls: u64,
+    counted_bytes: u64,
+}
+
+fn uprobe_hit(a: &BenchUprobeHitArgs) -> Result<i32> {
+    if a.calls == 0 || a.rounds == 0 {
+        return Err(Error::Usage("--calls and --rounds must be at least 1".into()));
+    }
+    let mut session = bare_session(LoadOptions {
+        targets_only: true,
+        ..LoadOptions::default()
+    })?;
+    let exe = std::env::current_exe().map_err(|e| Error::io("locating this executable", e))?;
+    let sym = symbols::functions(&exe)?
+        .into_iter()
+        .find(|s| s.name == "gdrtrace_bench_collective")
+        .ok_or_else(|| Error::Workload("this binary has no gdrtrace_bench_collective symbol".into()))?;
+    let op = uapi::TABLE
+        .iter()
+        .position(|r| r.symbol == "ncclAllReduce")
+        .map(uapi::op_of)
+        .ok_or_else(|| Error::Workload("the table has no ncclAllReduce row".into()))?;
+    session
+        .planner
+        .configure_table(&mut session.ebpf)
+        .map_err(|e| Error::Workload(format!("writing the op table: {e}")))?;
+    session.add_target(std::process::id())?;
+    let point = Point {
+        offset: sym.file_offset,
+        op,
+        symbol: sym.display(),
+        needs_return: false,
+        group: Group::Steady,
+    };
+    let (_, errors) = session.planner.uprobes.attach(&mut session.ebpf, &exe, &[point]);
+    if let Some(e) = errors.first() {
+        return Err(Error::Workload(format!("the stand-in did not attach: {e}")));
+    }
+    let mode = match session.planner.uprobes.mode() {
+        Some(crate::probes::uprobes::Mode::Multi) => "uprobe_multi".to_string(),
+        _ => "per-point".to_string(),
+    };
+    let (probed, unprobed): (extern "C" fn(u64, u64, u64, u64, u64, u64) -> u32, _) =
+        (gdrtrace_bench_collective, gdrtrace_bench_unprobed);
+    if probed as *const () == unprobed as *const () {
+        return Err(Error::Workload(
+            "the probed and unprobed stand-ins were folded into one function".into(),
+        ));
+    }
+    let n = a.calls;
+    // Warm both paths once.
+    call_loop(gdrtrace_bench_unprobed, n / 10 + 1);
+    call_loop(gdrtrace_bench_collective, n / 10 + 1);
+    let mut per_hit = Vec::new();
+    let mut base = Vec::new();
+    for round in 0..a.rounds {
+        let (off, on) = if round % 2 == 0 {
+            let off = call_loop(gdrtrace_bench_unprobed, n);
+            (off, call_loop(gdrtrace_bench_collective, n))
+        } else {
+            let on = call_loop(gdrtrace_bench_collective, n);
+            (call_loop(gdrtrace_bench_unprobed, n), on)
+        };
+        per_hit.push((on - off) * 1e9 / n as f64);
+        base.push(off * 1e9 / n as f64);
+    }
+    let row = session
+        .aggregates()?
+        .into_iter()
+        .find(|(k, _)| k.tgid == std::process::id() && k.op == op);
+    let (counted_calls, counted_bytes) = row.map_or((0, 0), |(_, v)| (v.calls, v.bytes));
+    session.close_uprobes();
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let r = UprobeHitResult {
+        mode,
+        calls_per_round: n,
+        rounds: a.rounds,
+        ns_per_hit_min: per_hit.iter().copied().fold(f64::INFINITY, f64::min),
+        ns_per_hit_max: per_hit.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        ns_per_hit: median(&mut per_hit),
+        unprobed_ns_per_call: median(&mut base),
+        counted_calls,
+        counted_bytes,
+    };
+    let expected = n * u64::from(a.rounds) + n / 10 + 1;
+    let line = format!(
+        "bench uprobe-hit: {:.0} ns per probed call ({:.0}-{:.0} over {} rounds of {} calls, {}); the kernel counted {} of {} calls, {} bytes",
+        r.ns_per_hit,
+        r.ns_per_hit_min,
+        r.ns_per_hit_max,
+        r.rounds,
+        n,
+        r.mode,
+        r.counted_calls,
+        expected,
+        r.counted_bytes
+    );
+    if r.counted_calls != expected {
+        errln!("{line}");
+        return Err(Error::Workload(format!(
+            "the kernel counted {} calls of the stand-in, {expected} were made",
+            r.counted_calls
+        )));
+    }
     print(&r, line)
 }

@@ -240,7 +240,7 @@ impl Planner {
 
     /// Writes every table row's configuration (flags, out-pointers) into
     /// `OP_CONFIG`, once.
-    fn configure_table(&mut self, ebpf: &mut Ebpf) -> Result<(), String> {
+    pub(crate) fn configure_table(&mut self, ebpf: &mut Ebpf) -> Result<(), String> {
         if let Some(r) = &self.configured {
             return r.clone();
         }
