@@ -12,6 +12,8 @@
 //! ```
 //! Record layout (`syscalls/sys_enter_io_uring_register/format`, identical
 //! on 6.1 and 6.18): fd @16, opcode @24, arg @32, nr_args @40; exit: ret @16.
+use core::mem::offset_of;
+
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel,
     macros::{btf_tracepoint, raw_tracepoint, tracepoint},
@@ -66,7 +68,7 @@ struct ExitRegs {
     cs: u64,
 }
 const EXIT_REGS_AT: usize = REGS_AT + 64;
-const _: () = assert!(core::mem::offset_of!(Regs, orig_ax) == EXIT_REGS_AT - REGS_AT);
+const _: () = assert!(offset_of!(Regs, orig_ax) == EXIT_REGS_AT - REGS_AT);
 
 #[inline(always)]
 fn regs(ptr: u64) -> Option<Regs> {
@@ -74,13 +76,13 @@ fn regs(ptr: u64) -> Option<Regs> {
     unsafe { bpf_probe_read_kernel((ptr as usize + REGS_AT) as *const Regs) }.ok()
 }
 
-/// What both `sys_enter` programs do once they have the registers.
+/// What both `sys_enter` programs do once they have the arguments and `cs`.
 #[inline(always)]
-fn enter(op: u32, r: &Regs) -> i32 {
-    if r.cs != USER_CS {
+fn enter(op: u32, args: [u64; 6], cs: u64) -> i32 {
+    if cs != USER_CS {
         return 0;
     }
-    match on_entry(op, [r.di, r.si, r.dx, r.r10, r.r8, r.r9]) {
+    match on_entry(op, args) {
         Ok(v) => v as i32,
         Err(e) => e.code() as i32,
     }
@@ -88,9 +90,9 @@ fn enter(op: u32, r: &Regs) -> i32 {
 
 /// What both `sys_exit` programs do once they have `orig_ax` and `cs`.
 #[inline(always)]
-fn exit(r: &ExitRegs, ret: i64) -> i32 {
-    let Some(op) = syscall_op(r.orig_ax) else { return 0 };
-    if r.cs != USER_CS {
+fn exit(nr: u64, cs: u64, ret: i64) -> i32 {
+    let Some(op) = syscall_op(nr) else { return 0 };
+    if cs != USER_CS {
         return 0;
     }
     match on_return(op, ret) {
@@ -117,38 +119,27 @@ pub fn btf_sys_enter(ctx: BtfTracePointContext) -> i32 {
     let nr: u64 = ctx.arg(1);
     let Some(op) = syscall_op(nr) else { return 0 };
     let regs: *const u8 = ctx.arg(0);
-    // SAFETY: offsets inside `struct pt_regs`, one load per field.
-    let r = unsafe {
-        Regs {
-            r10: load(regs, REGS_AT),
-            r9: load(regs, REGS_AT + 8),
-            r8: load(regs, REGS_AT + 16),
-            ax: 0,
-            cx: 0,
-            dx: load(regs, REGS_AT + 40),
-            si: load(regs, REGS_AT + 48),
-            di: load(regs, REGS_AT + 56),
-            orig_ax: 0,
-            ip: 0,
-            cs: load(regs, REGS_AT + 80),
-        }
-    };
-    enter(op, &r)
+    // SAFETY: offsets inside `struct pt_regs` (the fields of `Regs`).
+    let field = |at: usize| unsafe { load::<u64>(regs, REGS_AT + at) };
+    let args = [
+        field(offset_of!(Regs, di)),
+        field(offset_of!(Regs, si)),
+        field(offset_of!(Regs, dx)),
+        field(offset_of!(Regs, r10)),
+        field(offset_of!(Regs, r8)),
+        field(offset_of!(Regs, r9)),
+    ];
+    enter(op, args, field(offset_of!(Regs, cs)))
 }
 
 /// `sys_exit` as a BTF-typed tracepoint; see `btf_sys_enter`.
 #[btf_tracepoint(function = "sys_exit")]
 pub fn btf_sys_exit(ctx: BtfTracePointContext) -> i32 {
     let regs: *const u8 = ctx.arg(0);
-    // SAFETY: offsets inside `struct pt_regs`.
-    let r = unsafe {
-        ExitRegs {
-            orig_ax: load(regs, EXIT_REGS_AT),
-            _ip: 0,
-            cs: load(regs, EXIT_REGS_AT + 16),
-        }
-    };
-    exit(&r, ctx.arg(1))
+    // SAFETY: offsets inside `struct pt_regs` (the fields of `ExitRegs`).
+    let field = |at: usize| unsafe { load::<u64>(regs, EXIT_REGS_AT + at) };
+    let (nr, cs) = (field(offset_of!(ExitRegs, orig_ax)), field(offset_of!(ExitRegs, cs)));
+    exit(nr, cs, ctx.arg(1))
 }
 
 /// The generic `sys_enter` raw tracepoint (`TP_PROTO(struct pt_regs *regs,
@@ -164,7 +155,7 @@ pub fn raw_sys_enter(ctx: RawTracePointContext) -> i32 {
         count(tracer_common::counter::READ_ERRORS);
         return 0;
     };
-    enter(op, &r)
+    enter(op, [r.di, r.si, r.dx, r.r10, r.r8, r.r9], r.cs)
 }
 
 /// The generic `sys_exit` raw tracepoint (`TP_PROTO(struct pt_regs *regs,
@@ -176,7 +167,7 @@ pub fn raw_sys_exit(ctx: RawTracePointContext) -> i32 {
     let Ok(r) = (unsafe { bpf_probe_read_kernel(at as *const ExitRegs) }) else {
         return 0;
     };
-    exit(&r, ctx.arg::<i64>(1))
+    exit(r.orig_ax, r.cs, ctx.arg::<i64>(1))
 }
 
 #[tracepoint]

@@ -233,26 +233,16 @@ fn pipeline(a: &Args) -> Result<Value> {
         } else {
             (rate * 2).max(1_000_000)
         };
-        let out = util::run_output(
-            Command::new(&a.bin)
-                .args([
-                    "bench",
-                    "pipeline",
-                    "--calls",
-                    &calls.to_string(),
-                    "--rate",
-                    &rate.to_string(),
-                    "--threads",
-                    &threads.to_string(),
-                ])
-                .stderr(Stdio::null()),
-        )?;
-        let line = out
-            .lines()
-            .rev()
-            .find(|l| l.starts_with('{'))
-            .context("no JSON from bench pipeline")?;
-        let v: Value = serde_json::from_str(line)?;
+        let v = bench_json(Command::new(&a.bin).args([
+            "bench",
+            "pipeline",
+            "--calls",
+            &calls.to_string(),
+            "--rate",
+            &rate.to_string(),
+            "--threads",
+            &threads.to_string(),
+        ]))?;
         eprintln!(
             "xtask bench: pipeline at {rate}/s, {threads} thread(s): {:.0} events/s, {} drops",
             v["events_per_s"].as_f64().unwrap_or(0.0),
@@ -266,10 +256,21 @@ fn pipeline(a: &Args) -> Result<Value> {
     Ok(json!({"runs": rows, "best_lossless_events_per_s": best}))
 }
 
+/// The JSON object a `gdrtrace bench ...` command prints last on stdout
+/// (its stderr line is dropped).
+fn bench_json(cmd: &mut Command) -> Result<Value> {
+    let out = util::run_output(cmd.stderr(Stdio::null()))?;
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .with_context(|| format!("no JSON from {cmd:?}"))?;
+    Ok(serde_json::from_str(line)?)
+}
+
 /// What one probed collective costs per call (`gdrtrace bench uprobe-hit`).
 fn uprobe_hit(a: &Args) -> Result<Value> {
-    let out = util::run_output(Command::new(&a.bin).args(["bench", "uprobe-hit"]).stderr(Stdio::null()))?;
-    let v: Value = serde_json::from_str(out.lines().last().unwrap_or(""))?;
+    let v = bench_json(Command::new(&a.bin).args(["bench", "uprobe-hit"]))?;
     eprintln!(
         "xtask bench: uprobe hit {:.0} ns per probed call",
         v["ns_per_hit"].as_f64().unwrap_or(0.0)
@@ -281,13 +282,11 @@ fn detach(a: &Args) -> Result<Value> {
     let mut rows = Vec::new();
     for (points, per_point) in [(28, false), (200, false), (1000, false), (28, true)] {
         let mut cmd = Command::new(&a.bin);
-        cmd.args(["bench", "detach", "--points", &points.to_string()])
-            .stderr(Stdio::null());
+        cmd.args(["bench", "detach", "--points", &points.to_string()]);
         if per_point {
             cmd.arg("--per-point");
         }
-        let out = util::run_output(&mut cmd)?;
-        let v: Value = serde_json::from_str(out.lines().last().unwrap_or(""))?;
+        let v = bench_json(&mut cmd)?;
         eprintln!(
             "xtask bench: detach {points} points {}: close {:.0} ms",
             v["mode"],

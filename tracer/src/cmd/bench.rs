@@ -36,6 +36,15 @@ fn bare_session(load: LoadOptions) -> Result<Session> {
     })
 }
 
+/// How the session's uprobe links were made.
+fn link_mode(session: &Session) -> String {
+    match session.planner.uprobes.mode() {
+        Some(crate::probes::uprobes::Mode::Multi) => "uprobe_multi",
+        _ => "per-point",
+    }
+    .to_string()
+}
+
 /// CPU seconds this process has used (user + system).
 fn cpu_seconds() -> f64 {
     // SAFETY: getrusage fills the struct we own.
@@ -207,10 +216,7 @@ fn detach(a: &BenchDetachArgs) -> Result<i32> {
             points.len()
         )));
     }
-    let mode = match session.planner.uprobes.mode() {
-        Some(crate::probes::uprobes::Mode::Multi) => "uprobe_multi".to_string(),
-        _ => "per-point".to_string(),
-    };
+    let mode = link_mode(&session);
     let closed = session.close_uprobes();
     let r = DetachResult {
         mode,
@@ -306,10 +312,7 @@ fn uprobe_hit(a: &BenchUprobeHitArgs) -> Result<i32> {
     if let Some(e) = errors.first() {
         return Err(Error::Workload(format!("the stand-in did not attach: {e}")));
     }
-    let mode = match session.planner.uprobes.mode() {
-        Some(crate::probes::uprobes::Mode::Multi) => "uprobe_multi".to_string(),
-        _ => "per-point".to_string(),
-    };
+    let mode = link_mode(&session);
     let (probed, unprobed): (extern "C" fn(u64, u64, u64, u64, u64, u64) -> u32, _) =
         (gdrtrace_bench_collective, gdrtrace_bench_unprobed);
     if probed as *const () == unprobed as *const () {
@@ -319,17 +322,17 @@ fn uprobe_hit(a: &BenchUprobeHitArgs) -> Result<i32> {
     }
     let n = a.calls;
     // Warm both paths once.
-    call_loop(gdrtrace_bench_unprobed, n / 10 + 1);
-    call_loop(gdrtrace_bench_collective, n / 10 + 1);
+    call_loop(unprobed, n / 10 + 1);
+    call_loop(probed, n / 10 + 1);
     let mut per_hit = Vec::new();
     let mut base = Vec::new();
     for round in 0..a.rounds {
         let (off, on) = if round % 2 == 0 {
-            let off = call_loop(gdrtrace_bench_unprobed, n);
-            (off, call_loop(gdrtrace_bench_collective, n))
+            let off = call_loop(unprobed, n);
+            (off, call_loop(probed, n))
         } else {
-            let on = call_loop(gdrtrace_bench_collective, n);
-            (call_loop(gdrtrace_bench_unprobed, n), on)
+            let on = call_loop(probed, n);
+            (call_loop(unprobed, n), on)
         };
         per_hit.push((on - off) * 1e9 / n as f64);
         base.push(off * 1e9 / n as f64);
