@@ -38,6 +38,46 @@ pub const IBVERBS_ATTACHED: &[&str] = &[
 // ---------------------------------------------------------------------------
 // Building the stand-ins.
 
+/// The libnccl stand-in and the two-rank job over it (`nccl_job.c`), built
+/// in a fresh per-test directory under `tmp` (removed on drop).
+pub struct NcclJob {
+    pub dir: PathBuf,
+    /// `libnccl.so.2` (the tracer recognises it by file name).
+    pub nccl: PathBuf,
+    pub job: PathBuf,
+}
+
+impl Drop for NcclJob {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Builds the NCCL stand-in job as `dir_name/job_name` under `tmp`: the
+/// job's command name is its file name (`attach --comm` finds it by that).
+pub fn build_nccl_job(tmp: &Path, dir_name: &str, job_name: &str) -> NcclJob {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("standin");
+    // Under the target directory rather than /tmp, which may be noexec.
+    let dir = tmp.join(dir_name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("creating the test directory");
+    let s = |p: &Path| p.to_str().expect("UTF-8 path").to_string();
+    let nccl = dir.join("libnccl.so.2");
+    let job = dir.join(job_name);
+    compile(&[
+        "-O2",
+        "-fPIC",
+        "-shared",
+        "-Wall",
+        "-Wl,-soname,libnccl.so.2",
+        "-o",
+        &s(&nccl),
+        &s(&src.join("standin_nccl.c")),
+    ]);
+    compile(&["-O2", "-Wall", "-o", &s(&job), &s(&src.join("nccl_job.c")), "-ldl"]);
+    NcclJob { dir, nccl, job }
+}
+
 /// A per-test directory with freshly built stand-ins; removed on drop.
 pub struct StandIns {
     pub dir: PathBuf,
@@ -202,6 +242,7 @@ pub fn session() -> Session {
         },
         families: None,
         installed_libraries: false,
+        collectives: gdrtrace::probes::duty::Mode::Exact,
     };
     Session::open(&opts).expect("opening a session")
 }

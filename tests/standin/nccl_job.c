@@ -9,7 +9,8 @@
  * The launcher makes a socket pair and forks two ranks. Each rank dlopens
  * LIBNCCL, creates its communicator (ncclCommInitRank), prints
  * "rank R ready pid=P", then calls ncclAllReduce on KIB KiB (default 1024)
- * until SECONDS have passed, and prints "rank R calls=N". The transport
+ * until SECONDS have passed (after NCCL_JOB_WARMUP_MS milliseconds, if set),
+ * and prints "rank R calls=N". The transport
  * comes from the environment, as for NCCL: NCCL_P2P_DISABLE=1 and
  * NCCL_SHM_DISABLE=1 move the bytes over the socket pair. With
  * NCCL_DEBUG=INFO the stand-in prints NCCL's INFO lines on stdout.
@@ -71,6 +72,11 @@ static int rank_main(const char *lib, int rank, int fd, double secs, size_t coun
 		return 1;
 	printf("rank %d ready pid=%d\n", rank, (int)getpid());
 	fflush(stdout);
+	/* NCCL_JOB_WARMUP_MS: wait before the first call (a traced run's tracer
+	 * attaches the library on its next look at the maps). */
+	const char *warm = getenv("NCCL_JOB_WARMUP_MS");
+	if (warm)
+		usleep(atoi(warm) * 1000);
 	double end = now_s() + secs;
 	for (;; calls++) {
 		long at = __atomic_load_n(stop_at, __ATOMIC_SEQ_CST);

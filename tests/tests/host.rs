@@ -42,6 +42,7 @@ fn session(ringbuf_bytes: u32) -> Session {
         },
         families: None,
         installed_libraries: false,
+        collectives: gdrtrace::probes::duty::Mode::Exact,
     };
     let mut s = Session::open(&opts).expect("opening a session");
     s.add_target(std::process::id()).expect("adding self to the target set");
@@ -56,7 +57,7 @@ fn attach(s: &mut Session, symbol: &str, row_symbol: &str) -> Vec<String> {
         .enumerate()
         .find(|(_, r)| r.symbol == row_symbol)
         .unwrap();
-    let Session { ebpf, planner } = s;
+    let Session { ebpf, planner, .. } = s;
     let base = symbol.trim_end_matches("_v2");
     planner
         .attach_symbol(ebpf, &exe, &syms, base, uapi::op_of(i))

@@ -80,7 +80,7 @@ fn versioned_and_suffixed_variants_are_resolved_and_attached() {
     assert_eq!(Lib::of_path(s.cuda.to_str().unwrap()), Some(Lib::Cuda));
 
     let mut sess = session();
-    let Session { ebpf, planner } = &mut sess;
+    let Session { ebpf, planner, .. } = &mut sess;
     assert!(planner.attach_library(ebpf, &file(Lib::Ibverbs, &s.ibverbs)));
     assert!(
         !planner.attach_library(ebpf, &file(Lib::Ibverbs, &s.ibverbs)),

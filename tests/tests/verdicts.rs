@@ -30,47 +30,22 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{can_trace, compile, gdrtrace_path, read_json, run, stderr, stdout};
+use integration_tests::{can_trace, gdrtrace_path, read_json, run, stderr, stdout};
 use serde_json::Value;
 
 /// One attach at a time: the tests count on their own processes only.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-struct StandIns {
-    dir: PathBuf,
-    nccl: PathBuf,
-    job: PathBuf,
-}
-
-impl Drop for StandIns {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+type StandIns = integration_tests::standin::NcclJob;
 
 fn build(test: &str) -> StandIns {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("standin");
-    // Under the target directory rather than /tmp, which may be noexec.
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gdrtrace-verdicts-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("creating the test directory");
-    let s = |p: &Path| p.to_str().expect("UTF-8 path").to_string();
-    let nccl = dir.join("libnccl.so.2");
     // A command name of this run's own, so `attach --comm` finds only its
     // jobs even when another test run shares the machine.
-    let job = dir.join(job_comm());
-    compile(&[
-        "-O2",
-        "-fPIC",
-        "-shared",
-        "-Wall",
-        "-Wl,-soname,libnccl.so.2",
-        "-o",
-        &s(&nccl),
-        &s(&src.join("standin_nccl.c")),
-    ]);
-    compile(&["-O2", "-Wall", "-o", &s(&job), &s(&src.join("nccl_job.c")), "-ldl"]);
-    StandIns { dir, nccl, job }
+    integration_tests::standin::build_nccl_job(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &format!("gdrtrace-verdicts-{}-{test}", std::process::id()),
+        &job_comm(),
+    )
 }
 
 /// The stand-in job's command name: `nj` and this test process's id

@@ -76,6 +76,11 @@ pub mod op_flags {
     /// user space learns what one call of each row pointed at (the memory
     /// behind a UCX send buffer) without an event per call.
     pub const SAMPLE_FIRST: u32 = 16;
+    /// A row of the duty-cycled `Sampled` link (collectives, group and
+    /// UCX data calls): while `control::SAMPLE_OFF` is set its entries
+    /// return at once, so an off phase starts exactly when user space says
+    /// so, whatever the kernel still needs to close the links.
+    pub const SAMPLED: u32 = 32;
 }
 
 /// Indices of the `CONTROL` array, written by user space while tracing.
@@ -87,8 +92,12 @@ pub mod control {
     /// The agent's own tgid (`gdrtrace serve`): discovery never adds it,
     /// whatever it opens (NVML opens `/dev/nvidiactl`).
     pub const AGENT_TGID: u32 = 1;
+    /// Non-zero while the sampled rows (`op_flags::SAMPLED`) are in an off
+    /// phase of their duty cycle: their links are closed or closing, and
+    /// whatever still fires is neither counted nor lost.
+    pub const SAMPLE_OFF: u32 = 2;
     /// Number of slots.
-    pub const COUNT: u32 = 2;
+    pub const COUNT: u32 = 3;
 }
 
 /// Default fill level (bytes) of the ring buffer above which a record wakes

@@ -85,6 +85,12 @@ pub fn stopped() -> bool {
     CONTROL.get(control::STOPPED).is_some_and(|v| *v != 0)
 }
 
+/// Whether the sampled rows are in an off phase (`control::SAMPLE_OFF`).
+#[inline(always)]
+pub fn sample_off() -> bool {
+    CONTROL.get(control::SAMPLE_OFF).is_some_and(|v| *v != 0)
+}
+
 /// Bumps a per-CPU slot of a per-CPU array.
 #[inline(always)]
 pub fn bump(array: &PerCpuArray<u64>, index: u32) {

@@ -17,7 +17,7 @@ use tracer_common::{
 
 use crate::maps::{
     AGGREGATE, CUR_CTX, EVENTS, FILTER_MODE, HITS, INFLIGHT, LATENCY, OP_CONFIG, TARGETS, WAKEUP_AT, bump, count,
-    stopped,
+    sample_off, stopped,
 };
 
 /// Why a probe did not record anything. Fits a register (returned as the
@@ -30,6 +30,7 @@ pub enum Skip {
     Full = 3,
     BadOp = 4,
     Stopped = 5,
+    SampleOff = 6,
 }
 const _: () = assert!(core::mem::size_of::<Skip>() == 4);
 
@@ -59,14 +60,23 @@ pub fn on_entry(op: u32, args: [u64; MAX_ARGS]) -> Result<u32, Skip> {
     if op >= MAX_OPS {
         return Err(Skip::BadOp);
     }
+    // Only library rows are entry-only or sampled; kernel ops skip the lookup.
+    let config = if op >= tracer_common::op::USER_BASE {
+        OP_CONFIG.get(op).copied().unwrap_or_default()
+    } else {
+        OpConfig::default()
+    };
+    // An off phase of the sampled rows' duty cycle: their links may still
+    // be closing; nothing they see counts.
+    if config.flags & op_flags::SAMPLED != 0 && sample_off() {
+        return Err(Skip::SampleOff);
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
     if !traced((pid_tgid >> 32) as u32) {
         return Err(Skip::NotTraced);
     }
     bump(&HITS, op);
-    // Only library rows are entry-only; kernel ops skip the lookup.
     if op >= tracer_common::op::USER_BASE {
-        let config = OP_CONFIG.get(op).copied().unwrap_or_default();
         if config.flags & op_flags::ENTRY_ONLY != 0 {
             if config.flags & op_flags::TRACK_CTX != 0 {
                 track_ctx(op, pid_tgid, args);

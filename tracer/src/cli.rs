@@ -194,6 +194,13 @@ pub struct TraceArgs {
     /// (libraries mapped by traced processes are still attached).
     #[arg(long)]
     pub no_installed_libraries: bool,
+    /// How collectives, group and UCX data calls (a uprobe trap each) are
+    /// counted: `auto` (run, attach: every call while each process makes
+    /// at most 1000 a second; above, the probes are duty-cycled and the
+    /// counts scaled and marked, as perf stat scales multiplexed counters),
+    /// `auto:HZ`, `exact` (validate), or `ON/PERIOD` (e.g. 1s/10s).
+    #[arg(long, value_name = "MODE")]
+    pub collectives: Option<crate::probes::duty::Mode>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -317,6 +324,28 @@ pub enum Bench {
     /// summed in the kernel), against an identical unprobed function,
     /// interleaved.
     UprobeHit(BenchUprobeHitArgs),
+    /// What probed collectives cost a job under a --collectives mode: a
+    /// loop of calls with WORK of spin each (a collective's duration), to
+    /// the probed stand-in and to an unprobed twin in alternating windows,
+    /// while the tracing loop runs the duty cycle.
+    Duty(BenchDutyArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BenchDutyArgs {
+    /// The mode of the probed stand-in's row (as `run --collectives`).
+    #[arg(long, default_value = "auto")]
+    pub collectives: crate::probes::duty::Mode,
+    /// Nanoseconds of spin per call before it (the collective's own time:
+    /// an 8 KiB all-reduce on 2xH200 takes 20-36 us).
+    #[arg(long, default_value_t = 20_000)]
+    pub work_ns: u64,
+    /// Length of each window (probed, then unprobed, alternating).
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub window: std::time::Duration,
+    /// Window pairs.
+    #[arg(long, default_value_t = 12)]
+    pub pairs: u32,
 }
 
 #[derive(Debug, clap::Args)]

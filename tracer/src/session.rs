@@ -1,6 +1,10 @@
 //! A tracing session: the loaded object, the planner's attachments, the
 //! target set, and the read-out of in-kernel counters and histograms.
-use std::collections::BTreeMap;
+use std::{
+    collections::BTreeMap,
+    sync::mpsc,
+    time::{Duration, Instant},
+};
 
 use aya::{
     Ebpf,
@@ -12,8 +16,14 @@ use crate::{
     error::{Error, Result},
     events::EventStream,
     loader::{self, LoadOptions},
-    probes::{Family, Planner, Status, libs, uprobes::Closed},
+    probes::{
+        Family, Planner, Status,
+        duty::{self, DutyCycle, Switch},
+        libs, uapi,
+        uprobes::{Closed, Group},
+    },
     report::Loss,
+    stats::Aggregator,
 };
 
 #[derive(Clone, Debug, Default)]
@@ -23,11 +33,68 @@ pub struct SessionOptions {
     pub families: Option<Vec<Family>>,
     /// Attach the library table to the host's installed libraries up front.
     pub installed_libraries: bool,
+    /// How the sampled rows (collectives, group and UCX data calls) are
+    /// traced (`--collectives`).
+    pub collectives: duty::Mode,
 }
 
 pub struct Session {
     pub ebpf: Ebpf,
     pub planner: Planner,
+    /// The sampled rows' duty cycle.
+    pub duty: DutyCycle,
+    /// When the session opened (the duty cycle's clock) and when the
+    /// aggregates were last read.
+    opened: Instant,
+    last_tick: Instant,
+    /// The tracing window is closed: the cycle switches no more.
+    stopped: bool,
+    /// Closes the links of ended on phases off the tracing loop.
+    closer: Closer,
+}
+
+/// A thread that drops uprobe links handed to it: closing per-point links
+/// takes ~45 ms each behind a grace period (docs/perf.md), which the loop
+/// draining the ring buffer must not wait for.
+#[derive(Default)]
+struct Closer {
+    tx: Option<mpsc::Sender<Vec<aya::programs::uprobe::UProbeLink>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Closer {
+    fn close(&mut self, links: Vec<aya::programs::uprobe::UProbeLink>) {
+        if links.is_empty() {
+            return;
+        }
+        if self.tx.is_none() {
+            let (tx, rx) = mpsc::channel::<Vec<aya::programs::uprobe::UProbeLink>>();
+            let spawned = std::thread::Builder::new()
+                .name("gdrtrace-close".into())
+                .spawn(move || rx.into_iter().for_each(drop));
+            match spawned {
+                Ok(t) => {
+                    self.tx = Some(tx);
+                    self.thread = Some(t);
+                }
+                // No thread: close them here, slower but closed.
+                Err(_) => return drop(links),
+            }
+        }
+        if let Some(tx) = &self.tx
+            && let Err(mpsc::SendError(links)) = tx.send(links)
+        {
+            drop(links);
+        }
+    }
+
+    /// Waits for every link handed over to be closed.
+    fn join(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Session {
@@ -52,7 +119,16 @@ impl Session {
                 row.summary()
             )));
         }
-        let mut s = Session { ebpf, planner };
+        let now = Instant::now();
+        let mut s = Session {
+            ebpf,
+            planner,
+            duty: DutyCycle::new(opts.collectives),
+            opened: now,
+            last_tick: now,
+            stopped: false,
+            closer: Closer::default(),
+        };
         if opts.installed_libraries {
             for file in libs::installed() {
                 if enabled(file.lib.family()) {
@@ -175,15 +251,77 @@ impl Session {
     /// on, so nothing that fires while links are being closed is recorded
     /// or counted as lost.
     pub fn stop(&mut self) -> Result<()> {
+        self.stopped = true;
+        self.set_control(control::STOPPED, 1)
+    }
+
+    /// Writes one slot of the `CONTROL` array.
+    fn set_control(&mut self, index: u32, value: u64) -> Result<()> {
         let map = self.ebpf.map_mut("CONTROL").ok_or(Error::MissingMap("CONTROL"))?;
         let mut control: Array<&mut MapData, u64> = Array::try_from(map).map_err(|source| Error::Map {
             name: "CONTROL".into(),
             source,
         })?;
-        control.set(control::STOPPED, &1, 0).map_err(|source| Error::Map {
+        control.set(index, &value, 0).map_err(|source| Error::Map {
             name: "CONTROL".into(),
             source,
         })
+    }
+
+    /// One tick of the kernel aggregation: the duty cycle's last interval
+    /// goes to the aggregator (each live process's traced and sampled
+    /// time), then the kernel's totals, scaled by it; then the cycle
+    /// switches if a phase is over (not once the window is closed).
+    pub fn aggregate_tick(&mut self, agg: &mut Aggregator) {
+        let now = Instant::now();
+        if self.duty.cycles() {
+            let us = now.duration_since(self.last_tick).as_micros() as u64;
+            agg.duty(us, self.duty.is_on());
+        }
+        self.last_tick = now;
+        let Ok(rows) = self.aggregates() else { return };
+        agg.set_aggregates(&rows);
+        if self.stopped || !self.duty.cycles() {
+            return;
+        }
+        let calls = sampled_calls(&rows);
+        if let Some(switch) = self.duty.tick(now.duration_since(self.opened), &calls) {
+            self.switch(switch);
+        }
+    }
+
+    /// Carries out a switch of the duty cycle. Off: the kernel's switch
+    /// first (nothing counts from now on), then the links go to the closer.
+    /// On: the links first, then the switch.
+    fn switch(&mut self, switch: Switch) {
+        match switch {
+            Switch::Off { why } => {
+                if let Err(e) = self.set_control(control::SAMPLE_OFF, 1) {
+                    log::warn!("starting an off phase of the sampled rows: {e}");
+                }
+                let (links, closed) = self.planner.uprobes.close_sampled(&mut self.ebpf);
+                log::info!(
+                    "sampled rows off ({why}): closing {} link(s) of {} point(s)",
+                    closed.links,
+                    closed.points
+                );
+                self.planner.sampling_note.get_or_insert(why);
+                self.closer.close(links);
+            }
+            Switch::On => {
+                for e in self.planner.uprobes.open_sampled(&mut self.ebpf) {
+                    log::warn!("sampled rows on: {e}");
+                }
+                if let Err(e) = self.set_control(control::SAMPLE_OFF, 0) {
+                    log::warn!("starting an on phase of the sampled rows: {e}");
+                }
+            }
+        }
+    }
+
+    /// The duty cycle's clock: time since the session opened.
+    pub fn elapsed(&self) -> Duration {
+        self.opened.elapsed()
     }
 
     /// Entries of traced processes per op, summed over CPUs (every hit,
@@ -239,6 +377,8 @@ impl Session {
         let started = std::time::Instant::now();
         let (links, mut closed) = self.planner.uprobes.take(&mut self.ebpf, None);
         drop(links);
+        // And the links of ended on phases, if any are still closing.
+        self.closer.join();
         closed.ms = started.elapsed().as_secs_f64() * 1e3;
         closed
     }
@@ -253,6 +393,17 @@ impl Session {
             .map(|(op, s)| (op as u32, s.to_vec()))
             .collect())
     }
+}
+
+/// Counted calls of the sampled rows per process, from the kernel's rows.
+fn sampled_calls(rows: &[(AggKey, AggValue)]) -> BTreeMap<u32, u64> {
+    let mut calls = BTreeMap::new();
+    for (k, v) in rows {
+        if uapi::row_of(k.op).is_some_and(|(_, r)| r.group() == Group::Sampled) {
+            *calls.entry(k.tgid).or_default() += v.calls;
+        }
+    }
+    calls
 }
 
 /// Closes the uprobe links after the report is out and says how long it

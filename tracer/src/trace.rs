@@ -21,7 +21,7 @@ use crate::{
 };
 
 /// How often counters are sampled and target libraries rescanned.
-const TICK: Duration = Duration::from_millis(250);
+pub const TICK: Duration = Duration::from_millis(250);
 /// How often the ring buffer is drained between wake-ups: records are
 /// submitted without waking the reader until the buffer fills to
 /// `LoadOptions::wakeup_bytes`, so a quiet buffer is read on this beat.
@@ -301,9 +301,7 @@ impl Trace {
     fn on_tick(&mut self) {
         self.budget_setup();
         self.agg.sample();
-        if let Ok(rows) = self.session.aggregates() {
-            self.agg.set_aggregates(&rows);
-        }
+        self.session.aggregate_tick(&mut self.agg);
         if self.stop_when_targets_exit && !self.agg.procs.is_empty() && self.agg.check_exited() {
             self.finished = true;
         }

@@ -108,6 +108,21 @@ pub fn size_label(v: u64) -> String {
     v.to_string()
 }
 
+/// A duration as `parse_duration` reads it back: `250ms`, `1s`, `1.5s`,
+/// `40s`, `1m` (duty-cycle phases in coverage details and reasons).
+pub fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms.is_multiple_of(60_000) {
+        format!("{}m", ms / 60_000)
+    } else if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
 /// Nanoseconds with one decimal (two for seconds): `850ns`, `8.3us`,
 /// `1.2ms`, `2.50s` (report tables, compare rows and plots).
 pub fn ns(v: u64) -> String {

@@ -14,6 +14,9 @@
 //! - attach + SIGINT on a pin-churn loop: signal to report, signal to exit,
 //!   drops.
 //! - run: from the traced command's exit to the report and to exit.
+//! - duty: `bench duty` (calls of 20 us with a probed stand-in collective
+//!   against an unprobed twin, alternating windows) with `--collectives
+//!   exact` and `auto`: per-call cost and the share of calls that trapped.
 //! - soak (only with `--only soak`): `serve` under short-lived traced
 //!   processes for a fixed time, its RSS and CPU (soak.rs).
 use std::{
@@ -45,10 +48,13 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     repeats: usize,
     /// Run only these scenarios (comma-separated: pin-churn, pipeline,
-    /// detach, uprobe-hit, attach-sigint, run-exit; soak runs only when
+    /// detach, uprobe-hit, attach-sigint, run-exit, duty; soak runs only when
     /// named alone).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Window pairs (5 s each side) of the duty scenario, per mode.
+    #[arg(long, default_value_t = 12)]
+    duty_pairs: u32,
     /// Minutes of the soak.
     #[arg(long, default_value_t = 10.0)]
     soak_minutes: f64,
@@ -89,6 +95,7 @@ pub fn main(a: &Args) -> Result<std::process::ExitCode> {
         Value::Null
     };
     let run_exit = if want("run-exit") { run_exit(a)? } else { Value::Null };
+    let duty = if want("duty") { duty(a)? } else { Value::Null };
     let out = json!({
         "machine": machine(),
         "date": date.trim(),
@@ -98,6 +105,7 @@ pub fn main(a: &Args) -> Result<std::process::ExitCode> {
         "uprobe_hit": hit,
         "attach_sigint": sigint,
         "run_exit": run_exit,
+        "duty": duty,
         "seconds": started.elapsed().as_secs_f64(),
     });
     let dir = util::target_dir()?.join("bench");
@@ -276,6 +284,30 @@ fn uprobe_hit(a: &Args) -> Result<Value> {
         v["ns_per_hit"].as_f64().unwrap_or(0.0)
     );
     Ok(v)
+}
+
+/// What probed collectives cost a job of 20 us calls, every call trapped
+/// (`exact`) and duty-cycled (`auto`): `bench duty`, `--duty-pairs` pairs of
+/// 5 s windows each.
+fn duty(a: &Args) -> Result<Value> {
+    let mut rows = Vec::new();
+    for mode in ["exact", "auto"] {
+        let v = bench_json(Command::new(&a.bin).args([
+            "bench",
+            "duty",
+            "--collectives",
+            mode,
+            "--pairs",
+            &a.duty_pairs.to_string(),
+        ]))?;
+        eprintln!(
+            "xtask bench: duty {mode}: probed/unprobed {:.4}, {:.2}% of calls trapped",
+            v["ratio_of_sums"].as_f64().unwrap_or(0.0),
+            v["trapped_share"].as_f64().unwrap_or(0.0) * 100.0
+        );
+        rows.push(v);
+    }
+    Ok(Value::Array(rows))
 }
 
 fn detach(a: &Args) -> Result<Value> {
@@ -487,6 +519,26 @@ fn markdown(v: &Value) -> String {
                 f(&r["signal_to_exit_ms"]),
                 r["ringbuf_drops"],
                 r["complete"]
+            );
+        }
+    }
+    if !v["duty"].is_null() {
+        s += "- duty (calls of 20 us, probed stand-in collective against an unprobed twin, alternating 5 s windows):
+
+  | --collectives | link | probed/unprobed (all windows) | median of pairs | calls trapped | traps/s | off phases |
+  |---|---|---|---|---|---|---|
+";
+        for r in v["duty"].as_array().into_iter().flatten() {
+            s += &format!(
+                "  | {} | {} | {} | {} | {:.2}% of {} | {:.0} | {} |\n",
+                r["collectives"].as_str().unwrap_or(""),
+                r["link_mode"].as_str().unwrap_or(""),
+                f(&r["ratio_of_sums"]),
+                f(&r["median_pair_ratio"]),
+                r["trapped_share"].as_f64().unwrap_or(0.0) * 100.0,
+                r["probed_calls"],
+                r["traps_per_s"].as_f64().unwrap_or(0.0),
+                r["off_phases"]
             );
         }
     }

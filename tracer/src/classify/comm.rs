@@ -508,6 +508,7 @@ mod tests {
             calls: 3,
             bytes: 300,
             transport: "p2p/nvlink",
+            counted: None,
         });
         r.verdicts.push(Verdict {
             pid: 700,

@@ -44,6 +44,9 @@ pub struct Steady {
     /// Bytes through the process's socket send/recv syscalls.
     pub socket_bytes: u64,
     pub env: BTreeMap<String, String>,
+    /// The share of its traced time its collectives were counted in, when
+    /// the duty cycle sampled them (the collective figures are estimates).
+    pub sampled_share: Option<f64>,
 }
 
 /// Collective rows (per process, op, communicator) that moved bytes.
@@ -151,9 +154,13 @@ pub fn verdict(s: &Steady, cx: &Context) -> Option<Verdict> {
     }
     let coll = s.collective_bytes.max(1) as f64;
     let mut evidence = vec![format!(
-        "inferred from the steady state (attached after set-up): {} collective calls moved {}",
+        "inferred from the steady state (attached after set-up): {} collective calls moved {}{}",
         s.collective_calls,
-        gb(s.collective_bytes)
+        gb(s.collective_bytes),
+        s.sampled_share.map_or(String::new(), |share| format!(
+            " (estimated from {:.1}% of its traced time: the collectives were duty-cycled)",
+            share * 100.0
+        ))
     )];
     let nics = cx.rdma_nics();
     let p2p_off = comm::env_set(&s.env, "NCCL_P2P_DISABLE");
@@ -277,6 +284,7 @@ mod tests {
             collective_bytes: coll,
             socket_bytes: sock,
             env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            sampled_share: None,
         }
     }
 

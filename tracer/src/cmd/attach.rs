@@ -323,6 +323,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         },
         families: None,
         installed_libraries: args.all,
+        collectives: args.trace.collectives.unwrap_or_default(),
     };
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);

@@ -6,7 +6,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::{
-    cli::{Bench, BenchDetachArgs, BenchPipelineArgs, BenchUprobeHitArgs},
+    cli::{Bench, BenchDetachArgs, BenchDutyArgs, BenchPipelineArgs, BenchUprobeHitArgs},
     error::{Error, Result},
     loader::{self, LoadOptions},
     probes::{
@@ -23,6 +23,7 @@ pub fn bench(b: &Bench) -> Result<i32> {
         Bench::Pipeline(a) => pipeline(a),
         Bench::Detach(a) => detach(a),
         Bench::UprobeHit(a) => uprobe_hit(a),
+        Bench::Duty(a) => duty(a),
     }
 }
 
@@ -33,6 +34,7 @@ fn bare_session(load: LoadOptions) -> Result<Session> {
         load,
         families: Some(vec![Family::Sched]),
         installed_libraries: false,
+        collectives: crate::probes::duty::Mode::Exact,
     })
 }
 
@@ -90,7 +92,7 @@ fn pipeline(a: &BenchPipelineArgs) -> Result<i32> {
     };
     let mut session = bare_session(load)?;
     let p = &crate::probes::catalog::BENCH_POINT;
-    let Session { ebpf, planner } = &mut session;
+    let Session { ebpf, planner, .. } = &mut session;
     match planner.attach_point(ebpf, p) {
         Some(row) if row.status == crate::probes::Status::Attached => {}
         row => {
@@ -278,13 +280,18 @@ struct UprobeHitResult {
     counted_bytes: u64,
 }
 
-fn uprobe_hit(a: &BenchUprobeHitArgs) -> Result<i32> {
-    if a.calls == 0 || a.rounds == 0 {
-        return Err(Error::Usage("--calls and --rounds must be at least 1".into()));
-    }
-    let mut session = bare_session(LoadOptions {
-        targets_only: true,
-        ..LoadOptions::default()
+/// A bare session of this process with the stand-in collective probed as
+/// table row ncclAllReduce is (entry-only, summed in the kernel), in
+/// `group`; returns the session and the row's op.
+fn probed_standin(mode: crate::probes::duty::Mode, group: Group) -> Result<(Session, u32)> {
+    let mut session = Session::open(&SessionOptions {
+        load: LoadOptions {
+            targets_only: true,
+            ..LoadOptions::default()
+        },
+        families: Some(vec![Family::Sched]),
+        installed_libraries: false,
+        collectives: mode,
     })?;
     let exe = std::env::current_exe().map_err(|e| Error::io("locating this executable", e))?;
     let sym = symbols::functions(&exe)?
@@ -306,12 +313,20 @@ fn uprobe_hit(a: &BenchUprobeHitArgs) -> Result<i32> {
         op,
         symbol: sym.display(),
         needs_return: false,
-        group: Group::Steady,
+        group,
     };
     let (_, errors) = session.planner.uprobes.attach(&mut session.ebpf, &exe, &[point]);
     if let Some(e) = errors.first() {
         return Err(Error::Workload(format!("the stand-in did not attach: {e}")));
     }
+    Ok((session, op))
+}
+
+fn uprobe_hit(a: &BenchUprobeHitArgs) -> Result<i32> {
+    if a.calls == 0 || a.rounds == 0 {
+        return Err(Error::Usage("--calls and --rounds must be at least 1".into()));
+    }
+    let (mut session, op) = probed_standin(crate::probes::duty::Mode::Exact, Group::Steady)?;
     let mode = link_mode(&session);
     let (probed, unprobed): (extern "C" fn(u64, u64, u64, u64, u64, u64) -> u32, _) =
         (gdrtrace_bench_collective, gdrtrace_bench_unprobed);
@@ -378,5 +393,137 @@ fn uprobe_hit(a: &BenchUprobeHitArgs) -> Result<i32> {
             r.counted_calls
         )));
     }
+    print(&r, line)
+}
+
+#[derive(Serialize)]
+struct DutyResult {
+    collectives: String,
+    link_mode: String,
+    work_ns: u64,
+    window_s: f64,
+    pairs: u32,
+    /// Calls to the probed stand-in, and how many the kernel counted.
+    probed_calls: u64,
+    counted_calls: u64,
+    /// Share of the probed windows' calls that trapped.
+    trapped_share: f64,
+    traps_per_s: f64,
+    /// Per-call time of probed windows over unprobed ones: all windows
+    /// summed, and the median of the pairs.
+    ratio_of_sums: f64,
+    median_pair_ratio: f64,
+    unprobed_ns_per_call: f64,
+    off_phases: u64,
+    sampled_s: f64,
+}
+
+/// One window of calls: `work_ns` of spin, then the call.
+fn spin_calls(
+    f: extern "C" fn(u64, u64, u64, u64, u64, u64) -> u32,
+    work_ns: u64,
+    window: std::time::Duration,
+) -> (u64, f64) {
+    const COMM: u64 = 0xc0ffee;
+    let t = Instant::now();
+    let mut calls = 0u64;
+    while t.elapsed() < window {
+        let until = Instant::now() + std::time::Duration::from_nanos(work_ns);
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        std::hint::black_box(f(std::hint::black_box(0x1000), 0x2000, 2048, 7, 0, COMM));
+        calls += 1;
+    }
+    (calls, t.elapsed().as_secs_f64())
+}
+
+fn duty(a: &BenchDutyArgs) -> Result<i32> {
+    if a.pairs == 0 || a.window.is_zero() {
+        return Err(Error::Usage("--pairs and --window must be positive".into()));
+    }
+    let (mut session, op) = probed_standin(a.collectives, Group::Sampled)?;
+    let link_mode = link_mode(&session);
+    let mut agg = crate::stats::Aggregator::default();
+    agg.add_process(std::process::id(), None);
+    let (work_ns, window, pairs) = (a.work_ns, a.window, a.pairs);
+    // The job: a thread of this process, windows alternating (probed first
+    // in even pairs, unprobed first in odd ones).
+    let job = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        for pair in 0..pairs {
+            let (p, u) = if pair % 2 == 0 {
+                let p = spin_calls(gdrtrace_bench_collective, work_ns, window);
+                (p, spin_calls(gdrtrace_bench_unprobed, work_ns, window))
+            } else {
+                let u = spin_calls(gdrtrace_bench_unprobed, work_ns, window);
+                (spin_calls(gdrtrace_bench_collective, work_ns, window), u)
+            };
+            out.push((p, u));
+        }
+        out
+    });
+    // The tracing loop's tick, as `run` and `attach` tick it.
+    while !job.is_finished() {
+        std::thread::sleep(crate::trace::TICK);
+        session.aggregate_tick(&mut agg);
+    }
+    let windows = job
+        .join()
+        .map_err(|_| Error::Workload("the benchmark's job thread panicked".into()))?;
+    session.stop()?;
+    session.aggregate_tick(&mut agg);
+    let key = agg
+        .collectives_counted
+        .keys()
+        .find(|(pid, name, _)| *pid == std::process::id() && *name == crate::probes::ops::op_name(op))
+        .cloned();
+    let counted_calls = key
+        .as_ref()
+        .and_then(|k| agg.collectives_counted.get(k))
+        .map_or(0, |v| v.0);
+    session.close_uprobes();
+    let probed_calls: u64 = windows.iter().map(|w| w.0.0).sum();
+    let per_call = |(calls, secs): (u64, f64)| secs / calls.max(1) as f64;
+    let mut ratios: Vec<f64> = windows.iter().map(|(p, u)| per_call(*p) / per_call(*u)).collect();
+    ratios.sort_by(f64::total_cmp);
+    let sum = |pick: fn(&((u64, f64), (u64, f64))) -> (u64, f64)| {
+        windows
+            .iter()
+            .map(pick)
+            .fold((0u64, 0f64), |(c, s), (c2, s2)| (c + c2, s + s2))
+    };
+    let (pc, ps) = sum(|w| w.0);
+    let (uc, us) = sum(|w| w.1);
+    let probed_s = ps;
+    let r = DutyResult {
+        collectives: a.collectives.to_string(),
+        link_mode,
+        work_ns,
+        window_s: window.as_secs_f64(),
+        pairs,
+        probed_calls,
+        counted_calls,
+        trapped_share: counted_calls as f64 / probed_calls.max(1) as f64,
+        traps_per_s: counted_calls as f64 / probed_s.max(1e-9),
+        ratio_of_sums: (ps / pc.max(1) as f64) / (us / uc.max(1) as f64),
+        median_pair_ratio: ratios[ratios.len() / 2],
+        unprobed_ns_per_call: us * 1e9 / uc.max(1) as f64,
+        off_phases: agg.duty.off_phases,
+        sampled_s: agg.duty.on_us as f64 / 1e6,
+    };
+    let line = format!(
+        "bench duty ({}, {}): {} of {} probed calls trapped ({:.2}%, {:.0} traps/s); per call probed/unprobed {:.4} (all windows), {:.4} (median of {} pairs) at {:.1} us a call",
+        r.collectives,
+        r.link_mode,
+        r.counted_calls,
+        r.probed_calls,
+        r.trapped_share * 100.0,
+        r.traps_per_s,
+        r.ratio_of_sums,
+        r.median_pair_ratio,
+        r.pairs,
+        r.unprobed_ns_per_call / 1e3
+    );
     print(&r, line)
 }

@@ -161,6 +161,7 @@ pub fn session_options(t: &TraceArgs) -> Result<SessionOptions> {
         },
         families: None,
         installed_libraries: !t.no_installed_libraries,
+        collectives: t.collectives.unwrap_or_default(),
     })
 }
 

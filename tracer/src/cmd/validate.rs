@@ -320,7 +320,11 @@ pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)>
         "--summary".into(),
         summary.display().to_string(),
     ];
-    let trace: &TraceArgs = &args.trace;
+    // The checks hold the tracer's counts against the workloads' own: every
+    // collective is counted unless the command line asks otherwise.
+    let mut trace: TraceArgs = args.trace.clone();
+    trace.collectives.get_or_insert(crate::probes::duty::Mode::Exact);
+    let trace = &trace;
     // Every file is checked before any BPF is loaded.
     let files = Outputs::open(trace)?;
     let (report, code, errors) = super::run::trace_command(trace, &argv)?.finish();
@@ -347,7 +351,7 @@ pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)>
     if crate::topo::discover().gpus.is_empty() {
         outln!("validate: cuda-copy, nccl: skipping: no GPU (/proc/driver/nvidia/gpus is absent)");
     } else {
-        let gpu_checks = gpu(&args.trace, &exe, &mut reports)?;
+        let gpu_checks = gpu(trace, &exe, &mut reports)?;
         checks.extend(gpu_checks);
     }
     if rdma_devices().is_empty() {

@@ -59,6 +59,10 @@ pub struct ProcessIn {
     /// Registrations by backing (MRs on GPU or host memory), for UCX paths.
     #[serde(default)]
     pub churn: Option<ChurnIn>,
+    /// Its traced and sampled time where the duty cycle sampled its
+    /// collectives (their counts are then estimates).
+    #[serde(default)]
+    pub collectives_sampled: crate::stats::SampledTime,
 }
 
 /// A process's registrations by backing (`host`, `gpu/peer-mem`, `gpu/dma-buf`).
@@ -114,6 +118,7 @@ impl ProcessIn {
             socket: p.socket.clone(),
             nccl_ranks: p.nccl_ranks.clone(),
             churn: churn.map(churn_of),
+            collectives_sampled: p.collectives_sampled,
         }
     }
 }
@@ -163,6 +168,7 @@ impl Inputs {
             collective_bytes: bytes,
             socket_bytes: p.socket.bytes_sent + p.socket.bytes_received,
             env: p.env.clone(),
+            sampled_share: (!p.collectives_sampled.is_exact()).then(|| p.collectives_sampled.share()),
         }
     }
 }

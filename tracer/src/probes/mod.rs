@@ -2,6 +2,7 @@
 //! planner that attaches each point by the best strategy this kernel allows.
 pub mod catalog;
 pub mod coverage;
+pub mod duty;
 pub mod libs;
 pub mod ops;
 pub mod planner;

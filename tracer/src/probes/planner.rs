@@ -45,6 +45,9 @@ pub struct Planner {
     pub uprobes: UprobeLinks,
     /// Why the set-up links were closed, once they were.
     pub setup_dropped: Option<String>,
+    /// How the sampled rows were traced, once their duty cycle first
+    /// closed them (`probes/duty.rs`): the coverage detail of their files.
+    pub sampling_note: Option<String>,
     /// The shared syscall program pairs tried so far (`tp_btf`, then raw
     /// tracepoint), and how each went; at most one is ever attached.
     syscall_pairs: Vec<(Strategy, Result<(), String>)>,
@@ -74,6 +77,7 @@ impl Planner {
             configured: None,
             uprobes: UprobeLinks::new(),
             setup_dropped: None,
+            sampling_note: None,
             syscall_pairs: Vec::new(),
         }
     }
@@ -341,7 +345,7 @@ impl Planner {
                 // Set-up rows are not attached again once their budget is spent.
                 if self.setup_dropped.is_some() {
                     att.dropped = dropped_rows(&points);
-                    points.retain(|p| p.group == uprobes::Group::Steady);
+                    points.retain(|p| p.group != uprobes::Group::Setup);
                 }
                 let (symbols, errors) = self.uprobes.attach(ebpf, &file.host_path, &points);
                 att.symbols = symbols;
@@ -396,6 +400,12 @@ impl Planner {
                             self.setup_dropped.as_deref().unwrap_or("hot path of a running job"),
                             a.dropped.join(", ")
                         ));
+                    }
+                    if let Some(note) = &self.sampling_note {
+                        let rows = sampled_rows(a);
+                        if !rows.is_empty() {
+                            detail.push(format!("{}: duty-cycled ({note}): {}", a.path, rows.join(", ")));
+                        }
                     }
                     for e in &a.errors {
                         detail.push(format!("{}: {e}", a.path));
@@ -649,4 +659,13 @@ fn dropped_rows(points: &[Point]) -> Vec<&'static str> {
         .collect();
     rows.dedup();
     rows
+}
+
+/// Names of the sampled rows (`Group::Sampled`) attached in a file.
+fn sampled_rows(a: &LibAttachment) -> Vec<&'static str> {
+    uapi::TABLE
+        .iter()
+        .filter(|r| r.lib == a.lib && r.group() == uprobes::Group::Sampled && !a.missing.contains(&r.symbol))
+        .map(|r| r.symbol)
+        .collect()
 }

@@ -193,10 +193,15 @@ impl Row {
         self.aggregate || self.hot_setup
     }
 
-    /// The link the row's offsets join.
+    /// The link the row's offsets join: context switches and budgeted
+    /// set-up paths in the droppable `Setup` link; the rows a running job
+    /// calls per transfer (collectives, group calls, UCX data calls, all
+    /// aggregated in the kernel) in the duty-cycled `Sampled` link.
     pub const fn group(&self) -> super::uprobes::Group {
         if self.hot_setup || self.budgeted {
             super::uprobes::Group::Setup
+        } else if self.aggregate {
+            super::uprobes::Group::Sampled
         } else {
             super::uprobes::Group::Steady
         }
@@ -911,6 +916,9 @@ pub fn config_of(row: &Row) -> OpConfig {
     if row.sample_first {
         flags |= op_flags::SAMPLE_FIRST;
     }
+    if matches!(row.group(), super::uprobes::Group::Sampled) {
+        flags |= op_flags::SAMPLED;
+    }
     OpConfig {
         flags,
         deref_args: deref,
@@ -1000,7 +1008,7 @@ mod tests {
             let c = config_of(r);
             assert_eq!(
                 c.flags,
-                op_flags::AGGREGATE_ONLY | op_flags::ENTRY_ONLY | op_flags::SAMPLE_FIRST
+                op_flags::AGGREGATE_ONLY | op_flags::ENTRY_ONLY | op_flags::SAMPLE_FIRST | op_flags::SAMPLED
             );
         }
         // Each form of uct_md_mem_reg keeps its own row: the v2 row comes first.

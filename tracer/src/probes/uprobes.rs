@@ -9,13 +9,22 @@
 //! unregisters one at a time behind a grace period (~45 ms each on these
 //! machines, docs/perf.md): the same groups, only slower to close.
 //!
-//! Groups: `Steady` rows (allocations, copies, registrations, collectives)
-//! stay for the whole window; `Setup` rows (`Row::hot_setup` context
-//! switches and `Row::budgeted` registration-cache lookups, which running
-//! jobs may repeat on every API call or send) are one droppable link per
-//! file, closed by `Planner::drop_setup` when their hit rate goes over
-//! budget.
-use std::{collections::BTreeSet, path::Path};
+//! Groups: `Steady` rows (allocations, copies, registrations) stay for the
+//! whole window; `Setup` rows (`Row::hot_setup` context switches and
+//! `Row::budgeted` registration-cache lookups, which running jobs may
+//! repeat on every API call or send) are one droppable link per file,
+//! closed by `Planner::drop_setup` when their hit rate goes over budget;
+//! `Sampled` rows (collectives, group and UCX data calls: a trap per
+//! transfer) are one link per file that the duty cycle (`probes/duty.rs`)
+//! closes and opens again. Their files are kept open, so a link re-opened
+//! later goes to the same inode even when the path has since been replaced
+//! or the process whose `/proc/PID/root` named it has exited.
+use std::{
+    collections::BTreeSet,
+    fs::File,
+    os::fd::AsRawFd,
+    path::{Path, PathBuf},
+};
 
 use aya::{
     Ebpf,
@@ -63,6 +72,7 @@ impl Mode {
 pub enum Group {
     Steady,
     Setup,
+    Sampled,
 }
 
 /// One offset to probe.
@@ -85,6 +95,11 @@ struct Held {
     points: usize,
 }
 
+/// A path the kernel resolves to the inode `file` holds.
+fn fd_path(file: &File) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
 /// What closing links took.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct Closed {
@@ -94,12 +109,26 @@ pub struct Closed {
     pub ms: f64,
 }
 
+/// A file's `Sampled` points, kept to open their link again.
+struct SampledFile {
+    /// Held open: the link is opened through `/proc/self/fd/N`, the inode
+    /// the points were resolved in.
+    file: File,
+    shown: PathBuf,
+    points: Vec<Point>,
+}
+
 /// The uprobe programs, their attach mode and every link they hold.
 pub struct UprobeLinks {
     mode: Option<Result<Mode, String>>,
     /// Per-point links asked for (why), whatever the kernel supports.
     forced: Option<String>,
     held: Vec<Held>,
+    /// Every file's sampled points, attached or not.
+    sampled: Vec<SampledFile>,
+    /// Whether the sampled links are open (an on phase); false from the
+    /// first off phase until the next on phase.
+    sampled_open: bool,
 }
 
 impl Default for UprobeLinks {
@@ -114,6 +143,8 @@ impl UprobeLinks {
             mode: None,
             forced: None,
             held: Vec::new(),
+            sampled: Vec::new(),
+            sampled_open: true,
         }
     }
 
@@ -169,26 +200,35 @@ impl UprobeLinks {
             Ok(m) => m,
             Err(e) => return (Vec::new(), vec![e]),
         };
-        let (entry, ret) = mode.programs();
         let mut failed: BTreeSet<String> = BTreeSet::new();
         let mut errors = Vec::new();
-        for group in [Group::Steady, Group::Setup] {
-            let in_group: Vec<&Point> = points.iter().filter(|p| p.group == group).collect();
-            for (program, wanted) in [
-                (entry, in_group.clone()),
-                (ret, in_group.iter().copied().filter(|p| p.needs_return).collect()),
-            ] {
-                if wanted.is_empty() {
-                    continue;
+        for group in [Group::Steady, Group::Setup, Group::Sampled] {
+            let mut in_group: Vec<Point> = points.iter().filter(|p| p.group == group).cloned().collect();
+            if in_group.is_empty() {
+                continue;
+            }
+            if group != Group::Sampled {
+                failed.extend(self.attach_group(ebpf, &mode, path, path, group, &in_group, &mut errors));
+                continue;
+            }
+            match File::open(path) {
+                Ok(file) => {
+                    // Attached only in an on phase; the next one opens them.
+                    if self.sampled_open {
+                        let bad = self.attach_group(ebpf, &mode, &fd_path(&file), path, group, &in_group, &mut errors);
+                        in_group.retain(|p| !bad.contains(&p.symbol));
+                        failed.extend(bad);
+                    }
+                    self.sampled.push(SampledFile {
+                        file,
+                        shown: path.to_path_buf(),
+                        points: in_group,
+                    });
                 }
-                if self.attach_one(ebpf, program, path, group, &wanted).is_ok() {
-                    continue;
-                }
-                // Find the offsets the kernel refuses, keep the rest.
-                for p in wanted {
-                    if let Err(e) = self.attach_one(ebpf, program, path, group, &[p]) {
+                Err(e) => {
+                    for p in &in_group {
                         failed.insert(p.symbol.clone());
-                        errors.push(format!("{} in {}: {e}", p.symbol, path.display()));
+                        errors.push(format!("{} in {}: opening the file: {e}", p.symbol, path.display()));
                     }
                 }
             }
@@ -200,6 +240,86 @@ impl UprobeLinks {
             .collect();
         attached.dedup();
         (attached, errors)
+    }
+
+    /// Attaches `points` of one group, found in the file at `at` (shown as
+    /// `shown`): per program one link for the entry probes and one for the
+    /// return probes (the points that need them). A link the kernel refuses
+    /// is retried point by point, so one bad offset costs only its own
+    /// symbol. Returns the symbols that did not attach; their errors go to
+    /// `errors`.
+    #[expect(clippy::too_many_arguments, reason = "the group's file, as opened and as shown")]
+    fn attach_group(
+        &mut self,
+        ebpf: &mut Ebpf,
+        mode: &Mode,
+        at: &Path,
+        shown: &Path,
+        group: Group,
+        points: &[Point],
+        errors: &mut Vec<String>,
+    ) -> BTreeSet<String> {
+        let (entry, ret) = mode.programs();
+        let mut failed = BTreeSet::new();
+        for (program, wanted) in [
+            (entry, points.iter().collect::<Vec<_>>()),
+            (ret, points.iter().filter(|p| p.needs_return).collect()),
+        ] {
+            if wanted.is_empty() || self.attach_one(ebpf, program, at, group, &wanted).is_ok() {
+                continue;
+            }
+            for p in wanted {
+                if let Err(e) = self.attach_one(ebpf, program, at, group, &[p]) {
+                    failed.insert(p.symbol.clone());
+                    errors.push(format!("{} in {}: {e}", p.symbol, shown.display()));
+                }
+            }
+        }
+        failed
+    }
+
+    /// Whether the sampled links are open (or would be, for files not yet seen).
+    pub fn sampled_open(&self) -> bool {
+        self.sampled_open
+    }
+
+    /// Sampled points known, attached or not.
+    pub fn sampled_points(&self) -> usize {
+        self.sampled.iter().map(|f| f.points.len()).sum()
+    }
+
+    /// Ends an on phase: takes the sampled links out of their programs
+    /// (dropping them closes them; the caller decides where that time is
+    /// spent). The points are kept for the next on phase.
+    pub fn close_sampled(&mut self, ebpf: &mut Ebpf) -> (Vec<UProbeLink>, Closed) {
+        self.sampled_open = false;
+        self.take(ebpf, Some(Group::Sampled))
+    }
+
+    /// Starts an on phase: one link per file again, through the file held
+    /// open. Returns the errors of points that did not attach; they leave
+    /// the cycle.
+    pub fn open_sampled(&mut self, ebpf: &mut Ebpf) -> Vec<String> {
+        self.sampled_open = true;
+        let Some(Ok(mode)) = self.mode.clone() else {
+            return Vec::new();
+        };
+        let mut errors = Vec::new();
+        let mut files = std::mem::take(&mut self.sampled);
+        for f in &mut files {
+            let bad = self.attach_group(
+                ebpf,
+                &mode,
+                &fd_path(&f.file),
+                &f.shown,
+                Group::Sampled,
+                &f.points,
+                &mut errors,
+            );
+            f.points.retain(|p| !bad.contains(&p.symbol));
+        }
+        self.sampled = files;
+        errors
     }
 
     fn attach_one(

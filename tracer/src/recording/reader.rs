@@ -84,6 +84,10 @@ pub fn read(r: &mut dyn std::io::BufRead) -> std::result::Result<Recording, Stri
             "alive-check" => Input::AliveCheck,
             "setup-closed" => Input::SetupClosed,
             "aggregates" => Input::Aggregates(agg_of(&v).map_err(|e| format!("line {n}: {e}"))?),
+            "duty" => Input::Duty {
+                us: num(&v["us"]).ok_or_else(|| format!("line {n}: duty without us"))?,
+                on: v["on"].as_bool().ok_or_else(|| format!("line {n}: duty without on"))?,
+            },
             "process" | "env" | "sample" | "gone" | "space" => {
                 let f: Fact = serde_json::from_value(v).map_err(|e| format!("line {n}: {ty}: {e}"))?;
                 match inputs.last_mut() {

@@ -92,10 +92,24 @@ pub struct Collective {
     pub pid: u32,
     pub op: String,
     pub communicator: String,
+    /// Calls and bytes: counted, or estimated from the counted ones where
+    /// the duty cycle sampled the process (then `counted` says what the
+    /// kernel counted).
     pub calls: u64,
     pub bytes: u64,
     #[serde(deserialize_with = "crate::intern::str")]
     pub transport: crate::intern::Name,
+    /// What the kernel counted, when `calls` and `bytes` are estimates
+    /// (`--collectives`: the process's `collectives_sampled` time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counted: Option<Counted>,
+}
+
+/// Calls and bytes as counted in on phases of the duty cycle.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Counted {
+    pub calls: u64,
+    pub bytes: u64,
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
@@ -218,6 +232,11 @@ pub struct Report {
     /// aggregated in the kernel, with the transport of the process's verdict.
     #[serde(default)]
     pub collectives: Vec<Collective>,
+    /// The duty cycle of collectives, group and UCX data calls over the
+    /// trace, when it had off phases (`--collectives`; absent: every call
+    /// was counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<crate::stats::DutyTotals>,
     /// Transfer records per (op, verdict), with a sample of each.
     #[serde(default)]
     pub transfers: accounting::Transfers,
@@ -377,15 +396,28 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
             .collectives
             .iter()
             .filter(|((_, op, _), _)| !crate::classify::ucx::is_data_op(op))
-            .map(|((pid, op, handle), (calls, bytes))| Collective {
-                pid: *pid,
-                op: op.clone(),
-                communicator: format!("{handle:#x}"),
-                calls: *calls,
-                bytes: *bytes,
-                transport: "unknown",
+            .map(|(key, (calls, bytes))| {
+                let (pid, op, handle) = key;
+                let counted = agg
+                    .collectives_counted
+                    .get(key)
+                    .filter(|c| **c != (*calls, *bytes))
+                    .map(|(calls, bytes)| Counted {
+                        calls: *calls,
+                        bytes: *bytes,
+                    });
+                Collective {
+                    pid: *pid,
+                    op: op.clone(),
+                    communicator: format!("{handle:#x}"),
+                    calls: *calls,
+                    bytes: *bytes,
+                    transport: "unknown",
+                    counted,
+                }
             })
             .collect(),
+        sampling: (agg.duty.off_us > 0).then_some(agg.duty),
         transfers: accounting::transfers(agg),
         staging: accounting::Staging::default(),
         registration: accounting::registration(agg, inputs.duration_s),

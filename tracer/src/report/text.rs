@@ -104,6 +104,25 @@ fn quantile_at_most(buckets: &[Bucket], q: f64) -> Option<u64> {
     })
 }
 
+/// Says that a collective row is an estimate: what was counted, in what
+/// share of the process's traced time.
+fn sampled_note(r: &Report, c: &crate::report::Collective) -> String {
+    let Some(counted) = c.counted else {
+        return String::new();
+    };
+    let share = r
+        .processes
+        .iter()
+        .find(|p| p.pid == c.pid)
+        .map(|p| p.collectives_sampled.share())
+        .unwrap_or(1.0);
+    format!(
+        " (estimated: {} calls counted in {:.1}% of its traced time)",
+        counted.calls,
+        share * 100.0
+    )
+}
+
 /// Operations: the evented calls with their histograms' percentiles, and
 /// the calls aggregated in the kernel (collectives), with the log2 slots'
 /// upper bounds.
@@ -129,18 +148,21 @@ fn operations(o: &mut String, r: &Report) {
             ns(op.latency.max)
         );
     }
-    // Per (op, transport): the kernel counted the calls of every communicator.
-    let mut agg: Vec<(&str, &str, u64, u64)> = Vec::new();
+    // Per (op, transport): the kernel counted the calls of every communicator
+    // (estimated, `~`, where the duty cycle sampled them).
+    let mut agg: Vec<(&str, &str, u64, u64, bool)> = Vec::new();
     for c in &r.collectives {
-        match agg.iter_mut().find(|(op, t, _, _)| *op == c.op && *t == c.transport) {
+        let est = c.counted.is_some();
+        match agg.iter_mut().find(|(op, t, ..)| *op == c.op && *t == c.transport) {
             Some(x) => {
                 x.2 += c.calls;
                 x.3 += c.bytes;
+                x.4 |= est;
             }
-            None => agg.push((&c.op, c.transport, c.calls, c.bytes)),
+            None => agg.push((&c.op, c.transport, c.calls, c.bytes, est)),
         }
     }
-    for (op, transport, calls, b) in &agg {
+    for (op, transport, calls, b, est) in &agg {
         let buckets = r
             .kernel_histograms
             .iter()
@@ -152,7 +174,7 @@ fn operations(o: &mut String, r: &Report) {
             "  {:<40} {:<24} {:>8} {:>6} {:>10} {:>9} {:>9} {:>9} {:>9}",
             format!("{op} (kernel)"),
             transport,
-            calls,
+            if *est { format!("~{calls}") } else { calls.to_string() },
             "-",
             bytes(*b),
             at_most(0.5),
@@ -168,6 +190,12 @@ fn operations(o: &mut String, r: &Report) {
             o,
             "  (kernel): counted in the kernel per process and communicator; latency as log2-slot upper bounds"
         );
+        if agg.iter().any(|a| a.4) {
+            let _ = writeln!(
+                o,
+                "  ~: estimated from on phases of the duty cycle (counted calls x traced time / sampled time; --collectives)"
+            );
+        }
     }
     let _ = writeln!(o);
 }
@@ -200,16 +228,26 @@ pub fn render_with(r: &Report, detail: bool) -> String {
             o,
             "Collectives (aggregated in the kernel, per process and communicator)"
         );
+        if let Some(d) = &r.sampling {
+            let _ = writeln!(
+                o,
+                "  duty-cycled (--collectives): counting {:.1} s, off {:.1} s in {} off phase(s); each process's counts scaled by its traced over sampled time",
+                d.on_us as f64 / 1e6,
+                d.off_us as f64 / 1e6,
+                d.off_phases
+            );
+        }
         for c in &r.collectives {
             let _ = writeln!(
                 o,
-                "  pid {:>7} {:<18} comm {:<16} {:>9} calls {:>12} {}",
+                "  pid {:>7} {:<18} comm {:<16} {:>9} calls {:>12} {}{}",
                 c.pid,
                 c.op,
                 c.communicator,
                 c.calls,
                 bytes(c.bytes),
-                c.transport
+                c.transport,
+                sampled_note(r, c)
             );
         }
         let _ = writeln!(o);
@@ -531,6 +569,7 @@ mod tests {
                 calls: 14_500,
                 bytes: 1 << 30,
                 transport: "p2p/nvlink",
+                counted: None,
             });
         }
         r.kernel_histograms.push(crate::report::KernelHistogram {

@@ -86,6 +86,13 @@ pub struct ServeArgs {
     /// Stop after this long (default: run until SIGINT or SIGTERM).
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
+    /// How collectives, group and UCX data calls are counted: `auto` (every
+    /// call while each process makes at most 1000 a second, duty-cycled
+    /// above; the counters then hold what was counted and
+    /// gdrtrace_collective_sampled_ratio the share of time sampled),
+    /// `auto:HZ`, `exact`, or `ON/PERIOD` (e.g. 1s/10s).
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pub collectives: crate::probes::duty::Mode,
 }
 
 /// How often the agent does its housekeeping.
@@ -344,9 +351,7 @@ impl Agent {
             );
         }
         self.rescan_due(now);
-        if let Ok(rows) = self.session.aggregates() {
-            self.agg.set_aggregates(&rows);
-        }
+        self.session.aggregate_tick(&mut self.agg);
         if self
             .session
             .budget_setup(&mut self.setup_hits, crate::trace::SETUP_BUDGET_HZ)
@@ -504,6 +509,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         },
         families: None,
         installed_libraries: !args.no_installed_libraries,
+        collectives: args.collectives,
     };
     let mut session = Session::open(&opts)?;
     kernel::set_agent(&mut session.ebpf, me)?;

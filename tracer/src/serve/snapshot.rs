@@ -41,7 +41,9 @@ impl Agent {
         let meta = self.meta.get(&pid)?;
         let p = self.agg.procs.get(&pid)?;
         let mut by_handle: BTreeMap<u64, Vec<(&str, u64, u64)>> = BTreeMap::new();
-        for ((cp, op, handle), (calls, bytes)) in &self.agg.collectives {
+        // The counters hold what the kernel counted (monotonic); where the
+        // duty cycle sampled a process, its sampled ratio says how much.
+        for ((cp, op, handle), (calls, bytes)) in &self.agg.collectives_counted {
             if *cp == pid {
                 by_handle.entry(*handle).or_default().push((op, *calls, *bytes));
             }
@@ -119,6 +121,7 @@ impl Agent {
             calls_by_transport: p.transports.iter().map(|(t, n)| (*t, *n)).collect(),
             socket_sent_bytes: p.socket.bytes_sent,
             socket_received_bytes: p.socket.bytes_received,
+            collective_sampled_ratio: p.collectives_sampled.share(),
         })
     }
 

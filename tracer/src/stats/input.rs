@@ -21,6 +21,13 @@ pub enum Input {
     /// The set-up uprobe links were closed over budget: threads' context
     /// switches are no longer seen.
     SetupClosed,
+    /// One tick of the sampled rows' duty cycle (`probes/duty.rs`): `us`
+    /// microseconds since the last, `on` whether the rows counted in them.
+    /// Only where the cycle can switch (not `--collectives exact`).
+    Duty {
+        us: u64,
+        on: bool,
+    },
 }
 
 /// Sees every input of the aggregator and every fact its process source

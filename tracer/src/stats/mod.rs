@@ -82,9 +82,62 @@ pub struct ProcInfo {
     /// (`ncclCommInitRank*`'s `nranks` argument), in order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nccl_ranks: Vec<u32>,
+    /// Time traced while the sampled rows' duty cycle ran, and the part of
+    /// it in on phases: the process's collective counts are scaled by their
+    /// ratio (absent when every call was counted).
+    #[serde(skip_serializing_if = "SampledTime::is_exact")]
+    pub collectives_sampled: SampledTime,
     /// Whether `env` was read since the last exec (an empty environment is an answer too).
     #[serde(skip)]
     pub env_read: bool,
+}
+
+/// Traced and sampled time of one process (`Input::Duty`), in microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct SampledTime {
+    pub sampled_us: u64,
+    pub traced_us: u64,
+}
+
+impl SampledTime {
+    /// Every call of the process was counted (no off phase while it was traced).
+    pub fn is_exact(&self) -> bool {
+        self.sampled_us >= self.traced_us
+    }
+
+    /// The share of its traced time the rows counted (1 when exact).
+    pub fn share(&self) -> f64 {
+        if self.is_exact() {
+            1.0
+        } else {
+            self.sampled_us as f64 / self.traced_us as f64
+        }
+    }
+
+    /// A counted figure scaled to the whole traced time, as `perf stat`
+    /// scales a multiplexed counter by time enabled over time running.
+    /// Without sampled time there is nothing to scale (the process was
+    /// seen only in the tick its counts arrived).
+    pub fn scale(&self, counted: u64) -> u64 {
+        if self.is_exact() || self.sampled_us == 0 {
+            counted
+        } else {
+            (counted as f64 * self.traced_us as f64 / self.sampled_us as f64).round() as u64
+        }
+    }
+}
+
+/// The duty cycle over the whole trace (`Input::Duty`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct DutyTotals {
+    pub on_us: u64,
+    pub off_us: u64,
+    /// Off phases begun.
+    pub off_phases: u64,
+    #[serde(skip)]
+    last_on: Option<bool>,
 }
 
 /// A process's socket traffic, summed over its sockets.
@@ -109,8 +162,15 @@ pub struct Aggregator {
     pub events: u64,
     /// Events whose op the tracer could not interpret (an ABI mismatch).
     pub undecoded: u64,
-    /// Aggregate-only calls from the kernel: (pid, op name, handle) -> (calls, bytes).
+    /// Aggregate-only calls from the kernel: (pid, op name, handle) ->
+    /// (calls, bytes), scaled to the process's traced time where the duty
+    /// cycle sampled them (`ProcInfo::collectives_sampled`); what every
+    /// report and verdict reads.
     pub collectives: BTreeMap<(u32, String, u64), (u64, u64)>,
+    /// The same rows as the kernel counted them (monotonic: `serve`'s counters).
+    pub collectives_counted: BTreeMap<(u32, String, u64), (u64, u64)>,
+    /// The sampled rows' duty cycle over the trace.
+    pub duty: DutyTotals,
     /// Pin-family calls per (process, thread) not yet attributed to an
     /// enclosing call: (start, end, pages). Inner calls return (and arrive)
     /// first.
@@ -195,6 +255,8 @@ impl Aggregator {
             undecoded: 0,
             pending_pins: Default::default(),
             collectives: BTreeMap::new(),
+            collectives_counted: BTreeMap::new(),
+            duty: DutyTotals::default(),
             source,
             observer: None,
             transfers: Transfers::default(),
@@ -228,7 +290,33 @@ impl Aggregator {
             }
             Input::Aggregates(rows) => self.set_aggregates(rows),
             Input::SetupClosed => self.setup_closed(),
+            Input::Duty { us, on } => self.duty(*us, *on),
         }
+    }
+
+    /// One tick of the duty cycle: `us` of traced time for every live
+    /// process, sampled time too when `on`.
+    pub fn duty(&mut self, us: u64, on: bool) {
+        self.observe(|| Input::Duty { us, on });
+        let d = &mut self.duty;
+        if on {
+            d.on_us += us;
+        } else {
+            d.off_us += us;
+            if d.last_on != Some(false) {
+                d.off_phases += 1;
+            }
+        }
+        d.last_on = Some(on);
+        for p in self.procs.values_mut().filter(|p| !p.exited) {
+            p.collectives_sampled.traced_us += us;
+            if on {
+                p.collectives_sampled.sampled_us += us;
+            }
+        }
+        // The estimates move with the time even when no count did (an off
+        // phase): the aggregates are recorded only when they change.
+        self.scale_collectives();
     }
 
     /// Registers a process the tracer started or attached to.
@@ -348,6 +436,7 @@ impl Aggregator {
         self.pending_pins.retain(|(p, _), _| *p != pid);
         self.pairs.forget(pid);
         self.collectives.retain(|(p, _, _), _| *p != pid);
+        self.collectives_counted.retain(|(p, _, _), _| *p != pid);
     }
 
     /// Marks processes that no longer exist as exited; true when none is left.
@@ -533,7 +622,7 @@ impl Aggregator {
     /// reflects them in the per-process call counts.
     pub fn set_aggregates(&mut self, rows: &[(tracer_common::AggKey, tracer_common::AggValue)]) {
         self.observe(|| Input::Aggregates(rows.to_vec()));
-        self.collectives.clear();
+        self.collectives_counted.clear();
         let mut sockets: BTreeMap<u32, SocketTotals> = BTreeMap::new();
         let mut sock_calls: BTreeMap<(u32, String), u64> = BTreeMap::new();
         let mut fds = std::collections::BTreeSet::new();
@@ -553,14 +642,14 @@ impl Aggregator {
                 *sock_calls.entry((k.tgid, name)).or_default() += v.calls;
                 continue;
             }
-            let e = self.collectives.entry((k.tgid, name, k.handle)).or_default();
+            let e = self.collectives_counted.entry((k.tgid, name, k.handle)).or_default();
             e.0 += v.calls;
             e.1 += v.bytes;
         }
         // A process running collectives that no target set announced
         // (`attach --all`): it gets its row, name, environment and parent.
         let new: std::collections::BTreeSet<u32> = self
-            .collectives
+            .collectives_counted
             .keys()
             .map(|(pid, _, _)| *pid)
             .filter(|pid| !self.procs.contains_key(pid))
@@ -575,18 +664,39 @@ impl Aggregator {
             });
             self.add_looked(pid, l.parent, Some(l));
         }
-        let mut per: BTreeMap<(u32, String), u64> = BTreeMap::new();
-        for ((pid, name, _), (calls, _)) in &self.collectives {
-            *per.entry((*pid, name.clone())).or_default() += calls;
-        }
-        for ((pid, name), calls) in per.into_iter().chain(sock_calls) {
+        for ((pid, name), calls) in sock_calls {
             if let Some(p) = self.procs.get_mut(&pid) {
                 p.calls.insert(name, calls);
             }
         }
+        self.scale_collectives();
         for (pid, p) in self.procs.iter_mut() {
             p.socket = sockets.remove(pid).unwrap_or_default();
             p.socket.sockets = fds.iter().filter(|(t, _)| t == pid).count() as u64;
+        }
+    }
+
+    /// The collective rows as every report reads them: counted, scaled
+    /// where the duty cycle left part of a process's time unsampled, and
+    /// reflected in the per-process call counts.
+    fn scale_collectives(&mut self) {
+        let time = |pid: &u32| self.procs.get(pid).map(|p| p.collectives_sampled).unwrap_or_default();
+        self.collectives = self
+            .collectives_counted
+            .iter()
+            .map(|(k, (calls, bytes))| {
+                let t = time(&k.0);
+                (k.clone(), (t.scale(*calls), t.scale(*bytes)))
+            })
+            .collect();
+        let mut per: BTreeMap<(u32, String), u64> = BTreeMap::new();
+        for ((pid, name, _), (calls, _)) in &self.collectives {
+            *per.entry((*pid, name.clone())).or_default() += calls;
+        }
+        for ((pid, name), calls) in per {
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.calls.insert(name, calls);
+            }
         }
     }
 

@@ -177,6 +177,15 @@ fn process_families(reg: &mut Registry, s: &Snapshot) {
         }
     }
     calls.register(reg);
+    let mut ratio = Family::new(
+        "collective_sampled_ratio",
+        "Share of a process's traced time in which its collective, group and UCX data calls were counted (1: every call; below 1 the duty cycle sampled them: divide rates by it to estimate the job's)",
+        None,
+    );
+    for p in s.processes.iter().filter(|p| !p.communicators.is_empty()) {
+        ratio.add(proc_labels(p), ConstGauge::new(p.collective_sampled_ratio));
+    }
+    ratio.register(reg);
     let mut bytes = Family::new(
         "collective",
         "Bytes of collective and point-to-point calls per communicator (count x data-type size), counted in the kernel",

@@ -140,6 +140,9 @@ pub struct ProcessFigures {
     pub calls_by_transport: Vec<(&'static str, u64)>,
     pub socket_sent_bytes: u64,
     pub socket_received_bytes: u64,
+    /// The share of its traced time its collectives, group and UCX data
+    /// calls were counted in (1 when every call was: `--collectives`).
+    pub collective_sampled_ratio: f64,
 }
 
 /// One probe point of the coverage table.
@@ -224,6 +227,7 @@ impl Snapshot {
                 cpu_seconds: Some(1.5),
                 calls_by_transport: vec![("shm", 100)],
                 socket_sent_bytes: 10,
+                collective_sampled_ratio: 1.0,
                 socket_received_bytes: 10,
             }],
             op_latency: vec![("ibv_reg_mr".into(), slots)],

@@ -1,0 +1,270 @@
+//! The duty cycle of collectives (`--collectives`, `probes/duty.rs`) on
+//! real probes: the libnccl **stand-in** job (`tests/standin/nccl_job.c`
+//! over `standin_nccl.c`: two rank processes calling `ncclAllReduce` in a
+//! loop, each printing how many calls it made), traced by `gdrtrace run`.
+//!
+//! What is proven:
+//! - `exact_counts_every_call`: with `--collectives exact` the kernel's
+//!   count of each rank's all-reduces equals the rank's own (the ranks wait
+//!   a second after `dlopen`, so the tracer has attached the library it
+//!   found in their maps), its probe hits are those calls, and nothing is
+//!   marked estimated;
+//! - `fixed_cycle_samples_and_scales`: with `--collectives 500ms/2s` the
+//!   kernel counts a fraction of the calls (its probe hits equal the
+//!   counted calls: off phases count nothing), each rank's estimate (counted
+//!   x traced time / sampled time) lands near its own count, the report
+//!   and its text mark the figures as estimates, `replay` of the recording
+//!   gives the same figures, and the kernel held one uprobe link fewer in
+//!   off phases (the link is closed, not only muted);
+//! - `auto_closes_over_budget`: by default a job over the budget (1,000
+//!   calls a second per process) is duty-cycled after its first on phase.
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use integration_tests::{can_trace, gdrtrace_path, read_json, run, stderr, stdout};
+use serde_json::Value;
+
+/// The tests count BPF links in the kernel: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+type Job = integration_tests::standin::NcclJob;
+
+fn build(test: &str) -> Job {
+    integration_tests::standin::build_nccl_job(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &format!("gdrtrace-duty-{}-{test}", std::process::id()),
+        "nccl_job",
+    )
+}
+
+/// Each rank's own count (`rank R calls=N` lines) by rank.
+fn rank_calls(out: &str) -> Vec<u64> {
+    let mut calls: Vec<(u32, u64)> = out
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("rank ")?;
+            let (rank, n) = rest.split_once(" calls=")?;
+            Some((rank.parse().ok()?, n.trim().parse().ok()?))
+        })
+        .collect();
+    calls.sort();
+    calls.into_iter().map(|(_, n)| n).collect()
+}
+
+/// The all-reduce rows of the report, per rank process (by pid order, which
+/// is fork order: rank 0 first).
+fn allreduce_rows(r: &Value) -> Vec<&Value> {
+    let mut rows: Vec<&Value> = r["collectives"]
+        .as_array()
+        .expect("collectives")
+        .iter()
+        .filter(|c| c["op"] == "ncclAllReduce")
+        .collect();
+    rows.sort_by_key(|c| c["pid"].as_u64());
+    rows
+}
+
+fn hits(r: &Value, op: &str) -> u64 {
+    r["probe_hits"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|h| h["op"] == op)
+        .and_then(|h| h["hits"].as_u64())
+        .unwrap_or(0)
+}
+
+/// `gdrtrace run --collectives MODE` of the job for `secs` on `kib` KiB
+/// buffers; returns the report, the ranks' own counts, the text report and
+/// the recording.
+fn traced(j: &Job, mode: &str, secs: &str, kib: &str, name: &str) -> (Value, Vec<u64>, String, PathBuf) {
+    let json = j.dir.join(format!("{name}.json"));
+    let rec = j.dir.join(format!("{name}.rec"));
+    let s = |p: &Path| p.to_str().expect("UTF-8 path").to_string();
+    let o = Command::new(gdrtrace_path())
+        .env("NCCL_JOB_WARMUP_MS", "1000")
+        .args([
+            "run",
+            "--collectives",
+            mode,
+            "--json",
+            &s(&json),
+            "--record",
+            &s(&rec),
+            "--",
+            &s(&j.job),
+            &s(&j.nccl),
+            secs,
+            kib,
+        ])
+        .output()
+        .expect("gdrtrace run");
+    let out = stdout(&o);
+    assert!(o.status.success(), "run: {out}{}", stderr(&o));
+    let own = rank_calls(&out);
+    assert_eq!(own.len(), 2, "two ranks reported their counts:\n{out}");
+    (read_json(&json), own, out, rec)
+}
+
+#[test]
+fn exact_counts_every_call() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_trace("exact_counts_every_call") {
+        return;
+    }
+    let j = build("exact");
+    let (r, own, out, _) = traced(&j, "exact", "3", "64", "exact");
+    let rows = allreduce_rows(&r);
+    assert_eq!(rows.len(), 2, "{}", r["collectives"]);
+    for (row, n) in rows.iter().zip(&own) {
+        assert_eq!(row["calls"].as_u64(), Some(*n), "{row}");
+        assert!(row.get("counted").is_none(), "{row}");
+    }
+    assert_eq!(hits(&r, "ncclAllReduce"), own.iter().sum::<u64>());
+    assert!(r.get("sampling").is_none(), "{}", r["sampling"]);
+    assert!(!out.contains("(estimated:"), "{out}");
+    assert_eq!(r["loss"]["complete"], true, "{}", r["loss"]);
+}
+
+#[test]
+fn fixed_cycle_samples_and_scales() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_trace("fixed_cycle_samples_and_scales") {
+        return;
+    }
+    let j = build("fixed");
+    // Watch the kernel's links while the job runs: the sampled link is
+    // closed in off phases.
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let w = watching.clone();
+    let watcher = std::thread::spawn(move || {
+        let mut seen = std::collections::BTreeSet::new();
+        while w.load(std::sync::atomic::Ordering::Relaxed) {
+            seen.insert(aya::programs::loaded_links().filter_map(Result::ok).count());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        seen
+    });
+    let (r, own, out, rec) = traced(&j, "500ms/2s", "9", "64", "fixed");
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    let links = watcher.join().expect("link watcher");
+
+    let rows = allreduce_rows(&r);
+    assert_eq!(rows.len(), 2, "{}", r["collectives"]);
+    let mut counted_sum = 0;
+    for (row, n) in rows.iter().zip(&own) {
+        let counted = row["counted"]["calls"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("an estimate says what was counted: {row}"));
+        counted_sum += counted;
+        let est = row["calls"].as_u64().expect("calls");
+        assert!(
+            counted * 2 < *n,
+            "a quarter of the time was sampled: counted {counted} of {n}"
+        );
+        let err = (est as f64 - *n as f64).abs() / *n as f64;
+        assert!(
+            err < 0.25,
+            "estimate {est} against the rank's own {n} ({:.0}% off)",
+            err * 100.0
+        );
+        let p = r["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pid"] == row["pid"])
+            .expect("the rank's process row");
+        let t = &p["collectives_sampled"];
+        let share = t["sampled_us"].as_f64().unwrap() / t["traced_us"].as_f64().unwrap();
+        assert!((0.15..0.40).contains(&share), "sampled share {share}: {t}");
+    }
+    // Off phases count nothing: every probe hit is a counted call.
+    assert_eq!(hits(&r, "ncclAllReduce"), counted_sum);
+    let sampling = &r["sampling"];
+    assert!(sampling["off_phases"].as_u64().unwrap_or(0) >= 3, "{sampling}");
+    assert_eq!(r["loss"]["complete"], true, "{}", r["loss"]);
+    assert!(out.contains("(estimated:"), "{out}");
+    assert!(out.contains("duty-cycled (--collectives)"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("ncclAllReduce (kernel)") && l.contains(" ~")),
+        "{out}"
+    );
+    // The coverage detail says how the rows were traced.
+    let detail = r["coverage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["detail"].as_array().cloned().unwrap_or_default())
+        .filter_map(|d| d.as_str().map(String::from))
+        .find(|d| d.contains("duty-cycled"))
+        .unwrap_or_else(|| panic!("no duty-cycled detail: {}", r["coverage"]));
+    assert!(
+        detail.contains("on 500ms of every 2s") && detail.contains("ncclAllReduce"),
+        "{detail}"
+    );
+    // The link went away in off phases and came back in on phases.
+    let (lo, hi) = (links.first().copied().unwrap_or(0), links.last().copied().unwrap_or(0));
+    assert!(
+        links.contains(&(hi - 1)) && lo < hi,
+        "links seen while tracing: {links:?}"
+    );
+
+    // Replay scales the same counts the same way.
+    let replayed = rec.with_extension("replayed.json");
+    let o = run(&[
+        "replay",
+        rec.to_str().unwrap(),
+        "--json",
+        replayed.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "replay: {}", stderr(&o));
+    let rr = read_json(&replayed);
+    assert_eq!(rr["collectives"], r["collectives"]);
+    assert_eq!(rr["sampling"], r["sampling"]);
+}
+
+#[test]
+fn auto_closes_over_budget() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_trace("auto_closes_over_budget") {
+        return;
+    }
+    let j = build("auto");
+    let json = j.dir.join("auto.json");
+    // Small buffers: many thousands of calls a second per rank.
+    let started = Instant::now();
+    let o = Command::new(gdrtrace_path())
+        .args(["run", "--json"])
+        .arg(&json)
+        .arg("--")
+        .arg(&j.job)
+        .arg(&j.nccl)
+        .args(["5", "4"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("gdrtrace run");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "run: {out}{}", String::from_utf8_lossy(&o.stderr));
+    let r = read_json(&json);
+    let own = rank_calls(&out);
+    let secs = started.elapsed().as_secs_f64();
+    assert!(
+        own.iter().all(|n| *n as f64 / secs > 2000.0),
+        "the job must be over budget to test it: {own:?} calls in {secs:.1} s"
+    );
+    assert!(
+        r["sampling"]["off_phases"].as_u64().unwrap_or(0) >= 1,
+        "{}",
+        r["sampling"]
+    );
+    for (row, n) in allreduce_rows(&r).iter().zip(&own) {
+        let counted = row["counted"]["calls"].as_u64().expect("counted");
+        assert!(counted * 2 < *n, "counted {counted} of {n}");
+    }
+}
