@@ -19,7 +19,8 @@ def rank_main(rank, nranks, args):
     os.environ["MASTER_PORT"] = str(args.port)
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=nranks)
-    x = torch.ones(args.mib * (1 << 20) // 4, device="cuda")
+    size = args.kib * 1024 if args.kib else args.mib * (1 << 20)
+    x = torch.ones(size // 4, device="cuda")
     dist.all_reduce(x)
     torch.cuda.synchronize()
     if rank == 0:
@@ -41,6 +42,7 @@ if __name__ == "__main__":
     ap.add_argument("--ngpu", type=int, default=torch.cuda.device_count())
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--kib", type=int, default=0, help="buffer size in KiB (overrides --mib)")
     ap.add_argument("--port", type=int, default=29500)
     a = ap.parse_args()
     mp.spawn(rank_main, args=(a.ngpu, a), nprocs=a.ngpu)

@@ -111,6 +111,22 @@ def job_cmd(a, sizes, seconds, port, summary=None, records=None, ready=None):
     return cmd
 
 
+def collectives(a):
+    """The tracer's --collectives flag, when one was asked for."""
+    return ["--collectives", a.collectives] if a.collectives else []
+
+
+def sampled(rep):
+    """What the duty cycle did in one report: (counted, estimated) all-reduce
+    calls and the sampled share of the busiest rank's time."""
+    rows = [c for c in rep.get("collectives", []) if c["op"] == "ncclAllReduce"]
+    est = sum(c["calls"] for c in rows)
+    counted = sum((c.get("counted") or {"calls": c["calls"]})["calls"] for c in rows)
+    shares = [p["collectives_sampled"]["sampled_us"] / max(1, p["collectives_sampled"]["traced_us"])
+              for p in rep.get("processes", []) if p.get("collectives_sampled")]
+    return counted, est, (min(shares) if shares else 1.0)
+
+
 def run_part(a, res):
     rows = []
     for r in range(a.rounds):
@@ -119,7 +135,7 @@ def run_part(a, res):
             summ = f"{a.out}/run-{r}-{'on' if traced else 'off'}.json"
             cmd = job_cmd(a, "8K,256M", a.window, 29700 + 2 * r + traced, summary=summ)
             if traced:
-                cmd = [a.gdrtrace, "run", "--json", f"{a.out}/run-{r}-report.json", "--"] + cmd
+                cmd = [a.gdrtrace, "run", *collectives(a), "--json", f"{a.out}/run-{r}-report.json", "--"] + cmd
             text = sh(cmd, timeout=60)
             open(f"{a.out}/run-{r}-{'on' if traced else 'off'}.txt", "w").write(text)
             try:
@@ -142,6 +158,7 @@ def run_part(a, res):
         row["drops"] = rep["loss"]["ringbuf_drops"]
         row["complete"] = rep["loss"]["complete"]
         row["verdicts"] = sorted({v["transport"] for v in rep.get("verdicts", [])})
+        row["counted"], row["estimated"], row["sampled_share"] = sampled(rep)
         rows.append(row)
         print(f"run round {r}: 8K {row['lat8k_off']:.1f} -> {row['lat8k_on']:.1f} us ({row['lat8k_ratio']:.4f}), "
               f"256M {row['bw256m_off']:.1f} -> {row['bw256m_on']:.1f} GB/s ({row['bw256m_ratio']:.4f}), "
@@ -186,7 +203,8 @@ def attach_part(a, res):
                 on1 = time.time()
                 close_ms = None
             else:
-                p = subprocess.Popen([a.gdrtrace, "attach", "--pid", str(launcher), "--duration", f"{a.window}s",
+                p = subprocess.Popen([a.gdrtrace, "attach", *collectives(a), "--pid", str(launcher),
+                                      "--duration", f"{a.window}s",
                                       "--json", f"{a.out}/attach-{size}-{i}.json"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                 on0 = None
@@ -229,12 +247,14 @@ def attach_part(a, res):
             "drops": sum(r["loss"]["ringbuf_drops"] for r in reports),
             "verdicts": sorted({v["transport"] for r in reports for v in r.get("verdicts", [])}),
             "attach_ms": [r["workloads"][0]["attach"]["latency_ms"] for r in reports],
+            "sampled": [sampled(r) for r in reports],
             "close_ms": [p["close_ms"] for p in pairs if p["close_ms"] is not None],
         }
         o = out[size]
         print(f"attach {size}: on/off median {o['median_on_off']}, off/off median {o['median_off_off']}, "
               f"drops {o['drops']}, verdicts {o['verdicts']}, attach ms {[round(x) for x in o['attach_ms']]}, "
-              f"close ms {[round(x) for x in o['close_ms']]}", flush=True)
+              f"close ms {[round(x) for x in o['close_ms']]}, sampled share "
+              f"{[round(s[2], 3) for s in o['sampled']]}", flush=True)
     res["attach"] = out
 
 
@@ -251,7 +271,7 @@ def summarize(res):
 def bench(a):
     os.makedirs(a.out, exist_ok=True)
     res = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "ngpu": a.ngpu,
-           "window_s": a.window, "block": BLOCK}
+           "window_s": a.window, "block": BLOCK, "collectives": a.collectives or "auto (default)"}
     parts = a.parts.split(",")
     for part in parts:
         {"run": run_part, "attach": attach_part}[part](a, res)
@@ -281,6 +301,7 @@ if __name__ == "__main__":
     b.add_argument("--control", type=int, default=6)
     b.add_argument("--window", type=float, default=1.5)
     b.add_argument("--parts", default="attach,run")
+    b.add_argument("--collectives", help="the tracer's --collectives mode (default: its own, auto)")
     a = ap.parse_args()
     if not a.ngpu:
         a.ngpu = int(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU "))

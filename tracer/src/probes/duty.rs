@@ -11,11 +11,12 @@
 //!
 //! `auto` (the default of `run`, `attach` and `serve`) keeps the link open,
 //! every call counted, while each process makes at most `budget_hz` of
-//! these calls a second; above that, on phases of [`ON_PHASE`] alternate
-//! with off phases long enough that a process traps at most `budget_hz`
-//! times a second on average (the cycle at most [`MAX_PERIOD`]). A job of
-//! large collectives is counted exactly; one of 40,000 small ones a second
-//! is sampled 2.5% of the time, and pays about 1,000 traps a second.
+//! these calls a second; above that, on phases of [`ON_PHASE`] (a tick of
+//! the loop: `serve`'s is 1 s) alternate with off phases long enough that a
+//! process traps at most `budget_hz` times a second on average (the cycle
+//! at most [`MAX_PERIOD`]). A job of large collectives is counted exactly;
+//! one of 40,000 small ones a second is sampled 2.5% of the time (250 ms of
+//! every 10 s), and pays about 1,000 traps a second.
 //!
 //! The state machine is pure: the tracing loop feeds it the session clock
 //! and each process's counted calls every tick, and carries out what it
@@ -26,8 +27,11 @@ use crate::units::{fmt_duration, parse_duration};
 
 /// Calls per second per process that `auto` counts exactly.
 pub const DEFAULT_BUDGET_HZ: f64 = 1000.0;
-/// An on phase of `auto`: long enough to measure the call rate again.
-pub const ON_PHASE: Duration = Duration::from_secs(1);
+/// An on phase of `auto`: one tick of the tracing loop, enough to measure
+/// the call rate again (an 8 KiB all-reduce loop makes about 10,000 calls
+/// in it), short enough that an `attach` of a few seconds pays little for
+/// its first one.
+pub const ON_PHASE: Duration = Duration::from_millis(250);
 /// The longest cycle (on plus off) of `auto`: a process that starts in an
 /// off phase is seen within it.
 pub const MAX_PERIOD: Duration = Duration::from_secs(60);
@@ -317,9 +321,9 @@ mod tests {
         let Some((t, Switch::Off { why })) = switches.first() else {
             panic!("no off phase: {switches:?}")
         };
-        assert_eq!(*t, 1000, "decided after one on phase");
+        assert_eq!(*t, 250, "decided after one on phase");
         assert!(why.contains("40000 calls/s by pid 7 > 1000/s"), "{why}");
-        assert!(why.contains("on 1s of every 40s"), "{why}");
+        assert!(why.contains("on 250ms of every 10s"), "{why}");
         // Phases alternate, on first after every off.
         for pair in switches.windows(2) {
             assert_ne!(
@@ -333,7 +337,7 @@ mod tests {
             (900.0..=1200.0).contains(&traps_per_s),
             "{traps_per_s} traps/s against a budget of 1000/s"
         );
-        assert!(d.off_phases >= 14, "{}", d.off_phases);
+        assert!(d.off_phases >= 55, "{}", d.off_phases);
     }
 
     /// The cycle is capped, so a process that starts in an off phase is
@@ -380,7 +384,7 @@ mod tests {
     fn auto_judges_the_busiest_process() {
         let mut d = DutyCycle::new(Mode::default());
         assert_eq!(d.tick(ms(0), &BTreeMap::from([(1, 0), (2, 0)])), None);
-        let s = d.tick(ms(1000), &BTreeMap::from([(1, 500), (2, 5000)]));
+        let s = d.tick(ms(250), &BTreeMap::from([(1, 125), (2, 1250)]));
         assert!(
             matches!(s, Some(Switch::Off { ref why }) if why.contains("pid 2")),
             "{s:?}"
