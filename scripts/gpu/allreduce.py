@@ -27,11 +27,17 @@ def rank_main(rank, nranks, args):
         print(f"ready launcher={os.getppid()} rank0={os.getpid()}", flush=True)
     end = time.time() + args.seconds
     calls = 0
+    # --progress: rank 0's calls so far, every quarter second ("time calls").
+    progress = open(args.progress, "w", buffering=1) if rank == 0 and args.progress else None
+    next_mark = time.time()
     while time.time() < end:
         dist.all_reduce(x)
         calls += 1
         if calls % 8 == 0:
             torch.cuda.synchronize()
+            if progress and time.time() >= next_mark:
+                progress.write(f"{time.time():.6f} {calls}\n")
+                next_mark += 0.25
     torch.cuda.synchronize()
     print(f"rank {rank} calls={calls}", flush=True)
     dist.destroy_process_group()
@@ -43,6 +49,7 @@ if __name__ == "__main__":
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--mib", type=int, default=256)
     ap.add_argument("--kib", type=int, default=0, help="buffer size in KiB (overrides --mib)")
+    ap.add_argument("--progress", help="rank 0 writes 'time calls' lines here every 0.25 s")
     ap.add_argument("--port", type=int, default=29500)
     a = ap.parse_args()
     mp.spawn(rank_main, args=(a.ngpu, a), nprocs=a.ngpu)

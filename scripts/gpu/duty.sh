@@ -14,8 +14,8 @@
 #   6. torch copy loops (pinned, pageable) under `run`: their verdicts (the
 #      copy rows are not sampled).
 # The binary is built on the development machine and carried in dist/.
-# Usage: [GDRTRACE=BIN] bash scripts/gpu/duty.sh; results in $OUT/duty.txt
-# and $OUT/duty.tgz.
+# Usage: [GDRTRACE=BIN] [PARTS="1 2 3 4 5 6"] bash scripts/gpu/duty.sh;
+# results in $OUT/duty.txt and $OUT/duty.tgz.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 B=${GDRTRACE:-$PWD/dist/gdrtrace}
@@ -25,6 +25,8 @@ OUT=${OUT:-/tmp/gdr-duty-out}
 rm -rf "$R"; mkdir -p "$R" "$OUT"
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
 S="$R/duty.txt"
+PARTS=${PARTS:-1 2 3 4 5 6}
+want() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 stamp() { python3 -u -c 'import sys, time
 for l in sys.stdin: sys.stdout.write("%.3f %s" % (time.time(), l))'; }
 
@@ -33,19 +35,25 @@ for l in sys.stdin: sys.stdout.write("%.3f %s" % (time.time(), l))'; }
   grep -m1 "model name" /proc/cpuinfo; nproc
 } > "$S" 2>&1
 
+if want 1; then
 echo "== 1. doctor" >> "$S"
 "$B" doctor > "$R/doctor.txt" 2>&1; echo "doctor rc=$?" >> "$S"
 grep -E "uprobe|verdict" "$R/doctor.txt" >> "$S"
+fi
 
+if want 2; then
 echo "== 2. validate" >> "$S"
 "$B" validate --json "$R/validate.json" > "$R/validate.txt" 2>&1
 echo "validate rc=$?" >> "$S"
 grep -E "^validate|^  (ok|FAIL)|MODE|^  (auto|no-p2p)" "$R/validate.txt" >> "$S"
+fi
 
+if want 3; then
 echo "== 3. bench uprobe-hit, bench duty" >> "$S"
 "$B" bench uprobe-hit > "$R/hit.json" 2>> "$S"
 "$B" bench duty --collectives exact --pairs 4 --window 3s > "$R/duty-exact.json" 2>> "$S"
 "$B" bench duty --collectives auto --pairs 6 --window 5s > "$R/duty-auto.json" 2>> "$S"
+fi
 
 # Prints what a run/attach report says of the all-reduce rows against the
 # job's own counts (its "rank R calls=N" lines in $2).
@@ -70,6 +78,7 @@ for c in r["coverage"]:
 PY
 }
 
+if want 4; then
 echo "== 4. run on a torch job (8 KiB all-reduce, 12 s), exact then auto" >> "$S"
 for mode in exact auto; do
   "$B" run --collectives "$mode" --json "$R/run-$mode.json" -- sh -c "python3 '$HERE/allreduce.py' --kib 8 --seconds 12 --port 2966${#mode}; \
@@ -85,18 +94,41 @@ PY
   summary "$R/run-$mode.json" "$R/run-$mode.txt"
   grep -h "closed\|estimated\|duty-cycled" "$R/run-$mode.txt" | cut -c1-300 | sed 's/^/  /' >> "$S"
 done
+fi
 
+if want 5; then
 echo "== 5. attach (auto) to a running torch job for 20 s" >> "$S"
-setsid python3 "$HERE/allreduce.py" --kib 8 --seconds 40 --port 29671 > "$R/job.txt" 2>&1 &
+setsid python3 "$HERE/allreduce.py" --kib 8 --seconds 40 --port 29671 --progress "$R/progress.txt" > "$R/job.txt" 2>&1 &
 J=$!
 for _ in $(seq 600); do grep -q ready "$R/job.txt" 2>/dev/null && break; sleep 0.1; done
 L=$(sed -n 's/.*launcher=\([0-9]*\).*/\1/p' "$R/job.txt" | head -1)
 sleep 2
-"$B" attach --pid "$L" --duration 20s --interval 5s --json "$R/attach.json" > "$R/attach.txt" 2>&1
+"$B" attach --pid "$L" --duration 20s --interval 5s --json "$R/attach.json" 2>&1 | stamp > "$R/attach.txt"
 wait "$J" 2>/dev/null
 summary "$R/attach.json" "$R/job.txt"
+# The job's own calls while the probes were live: rank 0's progress lines
+# between "attached to" and the report's first line.
+python3 - "$R/attach.txt" "$R/progress.txt" "$R/attach.json" >> "$S" <<'PY'
+import json, sys
+lines = [l.split(" ", 1) for l in open(sys.argv[1])]
+t0 = next(float(t) for t, l in lines if "attached to" in l)
+t1 = next(float(t) for t, l in lines if float(t) > t0 and "gdrtrace:" not in l and not l.startswith("["))
+prog = [tuple(map(float, l.split())) for l in open(sys.argv[2])]
+def at(t):
+    for (ta, ca), (tb, cb) in zip(prog, prog[1:]):
+        if ta <= t <= tb:
+            return ca + (cb - ca) * (t - ta) / (tb - ta)
+    return None
+own = at(t1) - at(t0)
+r = json.load(open(sys.argv[3]))
+rows = [c for c in r["collectives"] if c["op"] == "ncclAllReduce"]
+est = sum(c["calls"] for c in rows)
+print(f"  rank 0's own calls while attached ({t1 - t0:.2f} s): {own:.0f}; estimated {est} ({100 * (est - own) / own:+.1f}%)")
+PY
 grep -h "attached to\|closed" "$R/attach.txt" | sed 's/^/  /' >> "$S"
+fi
 
+if want 6; then
 echo "== 6. copy loops under run (auto)" >> "$S"
 for mem in pinned pageable; do
   "$B" run --json "$R/copy-$mem.json" -- python3 "$HERE/copy_loop.py" --memory "$mem" --seconds 4 > "$R/copy-$mem.txt" 2>&1
@@ -110,6 +142,7 @@ rules = sorted({f["rule"] for f in r["explain"]["findings"]})
 print(f"  {sys.argv[2]}: moved {moved} staged {staged} ({100 * staged / max(moved, 1):.1f}%), copies {ops}, rules {rules}, complete={r['loss']['complete']}")
 PY
 done
+fi
 
 cat "$S"
 cp "$S" "$OUT/duty.txt"

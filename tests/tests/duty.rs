@@ -11,17 +11,27 @@
 //!   marked estimated;
 //! - `fixed_cycle_samples_and_scales`: with `--collectives 500ms/2s` the
 //!   kernel counts a fraction of the calls (its probe hits equal the
-//!   counted calls: off phases count nothing), each rank's estimate (counted
-//!   x traced time / sampled time) lands near its own count, the report
-//!   and its text mark the figures as estimates, `replay` of the recording
-//!   gives the same figures, and the kernel held one uprobe link fewer in
-//!   off phases (the link is closed, not only muted);
-//! - `auto_closes_over_budget`: by default a job over the budget (1,000
-//!   calls a second per process) is duty-cycled after its first on phase.
+//!   counted calls: off phases count nothing), each rank's estimate (what
+//!   was counted, plus each off phase at the rates around it) lands within
+//!   25% of its own count, the report and its text mark the figures as
+//!   estimates, `replay` of the recording gives the same figures, and the
+//!   kernel held one uprobe link fewer in off phases (the link is closed,
+//!   not only muted);
+//! - `auto_closes_over_budget_and_estimates_the_job`: by default a job over
+//!   the budget (1,000 calls a second per process) that first idles with the
+//!   probes open is duty-cycled once it calls, and each rank's estimate
+//!   lands within 25% of its own count.
+//!
+//! The estimates extrapolate the rate seen while the probes were open, so
+//! they are low by what the probes cost the job: here, with two ranks
+//! trapping on 2 CPUs, a 64 KiB call (15 us) ran 20% slower traced, a
+//! 256 KiB one (60 us) within the noise, so the jobs use 256 KiB calls; on
+//! the GPU machine a trap is 0.6 us against 20-36 us for an 8 KiB
+//! all-reduce.
 use std::{
     path::{Path, PathBuf},
-    process::{Command, Stdio},
-    time::{Duration, Instant},
+    process::Command,
+    time::Duration,
 };
 
 use integration_tests::{can_trace, gdrtrace_path, read_json, run, stderr, stdout};
@@ -80,12 +90,19 @@ fn hits(r: &Value, op: &str) -> u64 {
 /// `gdrtrace run --collectives MODE` of the job for `secs` on `kib` KiB
 /// buffers; returns the report, the ranks' own counts, the text report and
 /// the recording.
-fn traced(j: &Job, mode: &str, secs: &str, kib: &str, name: &str) -> (Value, Vec<u64>, String, PathBuf) {
+fn traced(
+    j: &Job,
+    mode: &str,
+    warmup_ms: &str,
+    secs: &str,
+    kib: &str,
+    name: &str,
+) -> (Value, Vec<u64>, String, PathBuf) {
     let json = j.dir.join(format!("{name}.json"));
     let rec = j.dir.join(format!("{name}.rec"));
     let s = |p: &Path| p.to_str().expect("UTF-8 path").to_string();
     let o = Command::new(gdrtrace_path())
-        .env("NCCL_JOB_WARMUP_MS", "1000")
+        .env("NCCL_JOB_WARMUP_MS", warmup_ms)
         .args([
             "run",
             "--collectives",
@@ -116,7 +133,7 @@ fn exact_counts_every_call() {
         return;
     }
     let j = build("exact");
-    let (r, own, out, _) = traced(&j, "exact", "3", "64", "exact");
+    let (r, own, out, _) = traced(&j, "exact", "1000", "3", "64", "exact");
     let rows = allreduce_rows(&r);
     assert_eq!(rows.len(), 2, "{}", r["collectives"]);
     for (row, n) in rows.iter().zip(&own) {
@@ -148,7 +165,7 @@ fn fixed_cycle_samples_and_scales() {
         }
         seen
     });
-    let (r, own, out, rec) = traced(&j, "500ms/2s", "9", "64", "fixed");
+    let (r, own, out, rec) = traced(&j, "500ms/2s", "0", "9", "256", "fixed");
     watching.store(false, std::sync::atomic::Ordering::Relaxed);
     let links = watcher.join().expect("link watcher");
 
@@ -229,42 +246,37 @@ fn fixed_cycle_samples_and_scales() {
     assert_eq!(rr["sampling"], r["sampling"]);
 }
 
+/// A job that idles with the probes open (as a training job does through
+/// its set-up), then calls over the budget: `auto` closes the probes after
+/// one on phase, and the estimate follows what the ranks did.
 #[test]
-fn auto_closes_over_budget() {
+fn auto_closes_over_budget_and_estimates_the_job() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_trace("auto_closes_over_budget") {
+    if !can_trace("auto_closes_over_budget_and_estimates_the_job") {
         return;
     }
     let j = build("auto");
-    let json = j.dir.join("auto.json");
-    // Small buffers: many thousands of calls a second per rank.
-    let started = Instant::now();
-    let o = Command::new(gdrtrace_path())
-        .args(["run", "--json"])
-        .arg(&json)
-        .arg("--")
-        .arg(&j.job)
-        .arg(&j.nccl)
-        .args(["5", "4"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("gdrtrace run");
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(o.status.success(), "run: {out}{}", String::from_utf8_lossy(&o.stderr));
-    let r = read_json(&json);
-    let own = rank_calls(&out);
-    let secs = started.elapsed().as_secs_f64();
+    let (r, own, out, _) = traced(&j, "auto", "3000", "8", "256", "auto");
     assert!(
-        own.iter().all(|n| *n as f64 / secs > 2000.0),
-        "the job must be over budget to test it: {own:?} calls in {secs:.1} s"
+        own.iter().all(|n| *n > 8 * 2000),
+        "the job must be over budget to test it: {own:?} calls in 8 s"
     );
     assert!(
         r["sampling"]["off_phases"].as_u64().unwrap_or(0) >= 1,
         "{}",
         r["sampling"]
     );
-    for (row, n) in allreduce_rows(&r).iter().zip(&own) {
+    let rows = allreduce_rows(&r);
+    assert_eq!(rows.len(), 2, "{}", r["collectives"]);
+    for (row, n) in rows.iter().zip(&own) {
         let counted = row["counted"]["calls"].as_u64().expect("counted");
+        let est = row["calls"].as_u64().expect("calls");
         assert!(counted * 2 < *n, "counted {counted} of {n}");
+        let err = (est as f64 - *n as f64).abs() / *n as f64;
+        assert!(
+            err < 0.25,
+            "estimate {est} against the rank's own {n} ({:.0}% off)\n{out}",
+            err * 100.0
+        );
     }
 }

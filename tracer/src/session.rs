@@ -43,10 +43,12 @@ pub struct Session {
     pub planner: Planner,
     /// The sampled rows' duty cycle.
     pub duty: DutyCycle,
-    /// When the session opened (the duty cycle's clock) and when the
-    /// aggregates were last read.
+    /// When the session opened (the duty cycle's clock), when the
+    /// aggregates were last read, and when the sampled rows last began
+    /// counting (their links attached, `SAMPLE_OFF` cleared).
     opened: Instant,
     last_tick: Instant,
+    counting_since: Instant,
     /// The tracing window is closed: the cycle switches no more.
     stopped: bool,
     /// Closes the links of ended on phases off the tracing loop.
@@ -126,6 +128,7 @@ impl Session {
             duty: DutyCycle::new(opts.collectives),
             opened: now,
             last_tick: now,
+            counting_since: now,
             stopped: false,
             closer: Closer::default(),
         };
@@ -269,14 +272,21 @@ impl Session {
     }
 
     /// One tick of the kernel aggregation: the duty cycle's last interval
-    /// goes to the aggregator (each live process's traced and sampled
-    /// time), then the kernel's totals, scaled by it; then the cycle
-    /// switches if a phase is over (not once the window is closed).
+    /// goes to the aggregator (the part the sampled rows counted in and the
+    /// part they did not: an on phase counts from the moment its links
+    /// are attached), then the kernel's totals; then the cycle switches if
+    /// a phase is over (not once the window is closed).
     pub fn aggregate_tick(&mut self, agg: &mut Aggregator) {
         let now = Instant::now();
         if self.duty.cycles() {
-            let us = now.duration_since(self.last_tick).as_micros() as u64;
-            agg.duty(us, self.duty.is_on());
+            let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_micros() as u64;
+            let (on, off) = if self.duty.is_on() {
+                let from = self.counting_since.max(self.last_tick);
+                (us(from, now), us(self.last_tick, from))
+            } else {
+                (0, us(self.last_tick, now))
+            };
+            agg.duty(on, off);
         }
         self.last_tick = now;
         let Ok(rows) = self.aggregates() else { return };
@@ -315,6 +325,7 @@ impl Session {
                 if let Err(e) = self.set_control(control::SAMPLE_OFF, 0) {
                     log::warn!("starting an on phase of the sampled rows: {e}");
                 }
+                self.counting_since = Instant::now();
             }
         }
     }

@@ -431,6 +431,8 @@ impl Trace {
     /// report is judged, with the NCCL log when given), and finishes the
     /// recording and the transfer records.
     pub fn report(&mut self, command: Vec<String>, nccl_log: Option<&str>) -> Result<Report> {
+        // The duty cycle's last interval has its counts (replay does the same).
+        self.agg.settle();
         let after = FollPin::read();
         let delta = match (self.pins_before, after) {
             (Some(b), Some(a)) => Some(b.delta(&a)),

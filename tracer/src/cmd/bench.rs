@@ -483,19 +483,14 @@ fn duty(a: &BenchDutyArgs) -> Result<i32> {
         .and_then(|k| agg.collectives_counted.get(k))
         .map_or(0, |v| v.0);
     session.close_uprobes();
-    let probed_calls: u64 = windows.iter().map(|w| w.0.0).sum();
     let per_call = |(calls, secs): (u64, f64)| secs / calls.max(1) as f64;
     let mut ratios: Vec<f64> = windows.iter().map(|(p, u)| per_call(*p) / per_call(*u)).collect();
     ratios.sort_by(f64::total_cmp);
-    let sum = |pick: fn(&((u64, f64), (u64, f64))) -> (u64, f64)| {
-        windows
-            .iter()
-            .map(pick)
-            .fold((0u64, 0f64), |(c, s), (c2, s2)| (c + c2, s + s2))
-    };
-    let (pc, ps) = sum(|w| w.0);
-    let (uc, us) = sum(|w| w.1);
-    let probed_s = ps;
+    // (calls, seconds) summed over the probed windows and over the unprobed ones.
+    let ((pc, ps), (uc, us)) = windows.iter().fold(((0u64, 0f64), (0u64, 0f64)), |(p, u), (wp, wu)| {
+        ((p.0 + wp.0, p.1 + wp.1), (u.0 + wu.0, u.1 + wu.1))
+    });
+    let (probed_calls, probed_s) = (pc, ps);
     let r = DutyResult {
         collectives: a.collectives.to_string(),
         link_mode,

@@ -50,6 +50,7 @@ pub fn rebuild_with(
         None => None,
     };
     let mut agg = aggregate(rec, sink);
+    agg.settle();
     let inputs = recording::inputs_of(&rec.header, &rec.footer)?;
     let mut r = report::build(&agg, inputs);
     r.judge_with(nccl_log, rec.header.facts.nvlink);

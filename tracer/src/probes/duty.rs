@@ -4,10 +4,9 @@
 //! and an 8 KiB all-reduce on two H200s takes 20-36 us, so a link that
 //! stays open costs such a job 1.7-3% per rank. Their counts and bytes are
 //! arguments, summed in the kernel, so they sample well: the link is open
-//! in on phases and closed in off phases, and the counts are scaled by the
-//! time each process was traced over the time it was sampled, as
-//! `perf stat` scales multiplexed counters by time enabled over time
-//! running (the aggregator does the scaling, from `Input::Duty`).
+//! in on phases and closed in off phases, and the aggregator estimates
+//! each off phase's calls from the rate before it (`stats/duty.rs`, fed by
+//! `Input::Duty`).
 //!
 //! `auto` (the default of `run`, `attach` and `serve`) keeps the link open,
 //! every call counted, while each process makes at most `budget_hz` of
@@ -129,6 +128,13 @@ pub struct DutyCycle {
     off_for: Duration,
     /// Counted calls per process when the rate window began.
     mark: Option<(Duration, BTreeMap<u32, u64>)>,
+    /// This on phase began with its links attached (after an off phase):
+    /// its first window is all counting time. Otherwise a window over
+    /// budget may be the one in which the calls began, part idle: the
+    /// probes close after a second one (`was_over`), so the window the
+    /// estimates start from is a full one (`stats/duty.rs`).
+    fresh: bool,
+    was_over: bool,
     /// Off phases so far.
     pub off_phases: u64,
     /// Why the first off phase began (the coverage detail says it).
@@ -143,6 +149,8 @@ impl DutyCycle {
             since: Duration::ZERO,
             off_for: Duration::ZERO,
             mark: None,
+            fresh: false,
+            was_over: false,
             off_phases: 0,
             first_reason: None,
         }
@@ -183,11 +191,13 @@ impl DutyCycle {
                 self.on = true;
                 self.since = now;
                 self.mark = Some((now, calls.clone()));
+                self.fresh = true;
             }
             Some(Switch::Off { why }) => {
                 self.on = false;
                 self.since = now;
                 self.mark = None;
+                self.was_over = false;
                 self.off_phases += 1;
                 self.first_reason.get_or_insert_with(|| why.clone());
             }
@@ -197,8 +207,9 @@ impl DutyCycle {
     }
 
     /// In an on phase of `auto`: the busiest process's rate over the last
-    /// [`ON_PHASE`]; over budget, an off phase that brings its average
-    /// down to the budget.
+    /// [`ON_PHASE`]; over budget (in the phase's first window, or in two
+    /// windows in a row), an off phase that brings its average down to the
+    /// budget.
     fn over_budget(&mut self, now: Duration, calls: &BTreeMap<u32, u64>, budget_hz: f64) -> Option<Switch> {
         let (t0, before) = self.mark.get_or_insert_with(|| (now, calls.clone()));
         let span = now.saturating_sub(*t0);
@@ -210,8 +221,12 @@ impl DutyCycle {
             .map(|(pid, n)| (*pid, n.saturating_sub(before.get(pid).copied().unwrap_or(0))))
             .max_by_key(|(_, n)| *n);
         let secs = span.as_secs_f64();
+        let over = busiest.is_some_and(|(_, n)| n as f64 / secs > budget_hz);
+        let decided = over && (self.fresh || self.was_over);
+        self.fresh = false;
+        self.was_over = over;
         match busiest {
-            Some((pid, n)) if n as f64 / secs > budget_hz => {
+            Some((pid, n)) if decided => {
                 let rate = n as f64 / secs;
                 // On for `span`, off for the rest of a period of span * rate / budget.
                 let off = span.mul_f64(rate / budget_hz - 1.0);
@@ -321,7 +336,10 @@ mod tests {
         let Some((t, Switch::Off { why })) = switches.first() else {
             panic!("no off phase: {switches:?}")
         };
-        assert_eq!(*t, 250, "decided after one on phase");
+        assert_eq!(
+            *t, 500,
+            "decided after two windows over budget (the first may be part idle)"
+        );
         assert!(why.contains("40000 calls/s by pid 7 > 1000/s"), "{why}");
         assert!(why.contains("on 250ms of every 10s"), "{why}");
         // Phases alternate, on first after every off.
@@ -379,12 +397,34 @@ mod tests {
         assert!(d.first_reason.as_deref().unwrap().contains("on 1s of every 10s"));
     }
 
+    /// Calls that begin after an idle stretch close the probes after a
+    /// second window over budget (the first may be part idle); after an
+    /// off phase the first window decides.
+    #[test]
+    fn a_rise_over_budget_is_confirmed_once() {
+        let mut d = DutyCycle::new(Mode::default());
+        let calls = |n: u64| BTreeMap::from([(1u32, n)]);
+        assert_eq!(d.tick(ms(0), &calls(0)), None);
+        assert_eq!(d.tick(ms(250), &calls(0)), None, "idle");
+        assert_eq!(d.tick(ms(500), &calls(3000)), None, "first window over budget");
+        assert!(matches!(d.tick(ms(750), &calls(8000)), Some(Switch::Off { .. })));
+        let mut t = 750;
+        while d.tick(ms(t), &calls(8000)) != Some(Switch::On) {
+            t += 250;
+        }
+        assert!(
+            matches!(d.tick(ms(t + 250), &calls(13000)), Some(Switch::Off { .. })),
+            "the first window after an off phase decides"
+        );
+    }
+
     /// The busiest process decides: one rank over budget among quiet ones.
     #[test]
     fn auto_judges_the_busiest_process() {
         let mut d = DutyCycle::new(Mode::default());
         assert_eq!(d.tick(ms(0), &BTreeMap::from([(1, 0), (2, 0)])), None);
-        let s = d.tick(ms(250), &BTreeMap::from([(1, 125), (2, 1250)]));
+        assert_eq!(d.tick(ms(250), &BTreeMap::from([(1, 125), (2, 1250)])), None);
+        let s = d.tick(ms(500), &BTreeMap::from([(1, 250), (2, 2500)]));
         assert!(
             matches!(s, Some(Switch::Off { ref why }) if why.contains("pid 2")),
             "{s:?}"

@@ -85,8 +85,8 @@ pub fn read(r: &mut dyn std::io::BufRead) -> std::result::Result<Recording, Stri
             "setup-closed" => Input::SetupClosed,
             "aggregates" => Input::Aggregates(agg_of(&v).map_err(|e| format!("line {n}: {e}"))?),
             "duty" => Input::Duty {
-                us: num(&v["us"]).ok_or_else(|| format!("line {n}: duty without us"))?,
-                on: v["on"].as_bool().ok_or_else(|| format!("line {n}: duty without on"))?,
+                on_us: num(&v["on_us"]).ok_or_else(|| format!("line {n}: duty without on_us"))?,
+                off_us: num(&v["off_us"]).ok_or_else(|| format!("line {n}: duty without off_us"))?,
             },
             "process" | "env" | "sample" | "gone" | "space" => {
                 let f: Fact = serde_json::from_value(v).map_err(|e| format!("line {n}: {ty}: {e}"))?;

@@ -137,7 +137,9 @@ impl Observer for Recorder {
             }
             Input::SetupClosed => self.input(serde_json::json!({"type": "setup-closed", "t_ns": monotonic_ns()})),
             Input::Aggregates(rows) => self.aggregates(rows),
-            Input::Duty { us, on } => self.input(serde_json::json!({"type": "duty", "us": us, "on": on})),
+            Input::Duty { on_us, off_us } => {
+                self.input(serde_json::json!({"type": "duty", "on_us": on_us, "off_us": off_us}));
+            }
         }
     }
 

@@ -193,7 +193,7 @@ fn operations(o: &mut String, r: &Report) {
         if agg.iter().any(|a| a.4) {
             let _ = writeln!(
                 o,
-                "  ~: estimated from on phases of the duty cycle (counted calls x traced time / sampled time; --collectives)"
+                "  ~: counted in on phases of the duty cycle, off phases estimated from the rate before them (--collectives)"
             );
         }
     }
@@ -231,7 +231,7 @@ pub fn render_with(r: &Report, detail: bool) -> String {
         if let Some(d) = &r.sampling {
             let _ = writeln!(
                 o,
-                "  duty-cycled (--collectives): counting {:.1} s, off {:.1} s in {} off phase(s); each process's counts scaled by its traced over sampled time",
+                "  duty-cycled (--collectives): counting {:.1} s, off {:.1} s in {} off phase(s); the calls of each off phase estimated from the rate at the end of the on phase before it",
                 d.on_us as f64 / 1e6,
                 d.off_us as f64 / 1e6,
                 d.off_phases

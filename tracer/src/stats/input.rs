@@ -21,12 +21,14 @@ pub enum Input {
     /// The set-up uprobe links were closed over budget: threads' context
     /// switches are no longer seen.
     SetupClosed,
-    /// One tick of the sampled rows' duty cycle (`probes/duty.rs`): `us`
-    /// microseconds since the last, `on` whether the rows counted in them.
-    /// Only where the cycle can switch (not `--collectives exact`).
+    /// One tick of the sampled rows' duty cycle (`probes/duty.rs`): of the
+    /// microseconds since the last, `on_us` in which the rows counted and
+    /// `off_us` in which they did not (an off phase, or the attach that
+    /// began an on phase). Only where the cycle can switch (not
+    /// `--collectives exact`).
     Duty {
-        us: u64,
-        on: bool,
+        on_us: u64,
+        off_us: u64,
     },
 }
 

@@ -3,6 +3,7 @@
 //! events do not carry come from a [`source::ProcSource`] (`/proc` live, the
 //! recording on replay); with a recorder attached, every input and every
 //! answer is written down, so a replay repeats the same steps.
+pub mod duty;
 pub mod input;
 pub mod source;
 pub mod ucx;
@@ -83,8 +84,8 @@ pub struct ProcInfo {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nccl_ranks: Vec<u32>,
     /// Time traced while the sampled rows' duty cycle ran, and the part of
-    /// it in on phases: the process's collective counts are scaled by their
-    /// ratio (absent when every call was counted).
+    /// it they counted in (absent when every call was counted): where it is
+    /// less, the process's collective figures are estimates (`stats/duty.rs`).
     #[serde(skip_serializing_if = "SampledTime::is_exact")]
     pub collectives_sampled: SampledTime,
     /// Whether `env` was read since the last exec (an empty environment is an answer too).
@@ -114,18 +115,6 @@ impl SampledTime {
             self.sampled_us as f64 / self.traced_us as f64
         }
     }
-
-    /// A counted figure scaled to the whole traced time, as `perf stat`
-    /// scales a multiplexed counter by time enabled over time running.
-    /// Without sampled time there is nothing to scale (the process was
-    /// seen only in the tick its counts arrived).
-    pub fn scale(&self, counted: u64) -> u64 {
-        if self.is_exact() || self.sampled_us == 0 {
-            counted
-        } else {
-            (counted as f64 * self.traced_us as f64 / self.sampled_us as f64).round() as u64
-        }
-    }
 }
 
 /// The duty cycle over the whole trace (`Input::Duty`).
@@ -136,8 +125,9 @@ pub struct DutyTotals {
     pub off_us: u64,
     /// Off phases begun.
     pub off_phases: u64,
+    /// Whether the last interval ended counting.
     #[serde(skip)]
-    last_on: Option<bool>,
+    ended_on: bool,
 }
 
 /// A process's socket traffic, summed over its sockets.
@@ -171,6 +161,8 @@ pub struct Aggregator {
     pub collectives_counted: BTreeMap<(u32, String, u64), (u64, u64)>,
     /// The sampled rows' duty cycle over the trace.
     pub duty: DutyTotals,
+    /// Their estimates for the time they were not counted.
+    estimator: duty::Estimator,
     /// Pin-family calls per (process, thread) not yet attributed to an
     /// enclosing call: (start, end, pages). Inner calls return (and arrive)
     /// first.
@@ -257,6 +249,7 @@ impl Aggregator {
             collectives: BTreeMap::new(),
             collectives_counted: BTreeMap::new(),
             duty: DutyTotals::default(),
+            estimator: duty::Estimator::default(),
             source,
             observer: None,
             transfers: Transfers::default(),
@@ -290,30 +283,31 @@ impl Aggregator {
             }
             Input::Aggregates(rows) => self.set_aggregates(rows),
             Input::SetupClosed => self.setup_closed(),
-            Input::Duty { us, on } => self.duty(*us, *on),
+            Input::Duty { on_us, off_us } => self.duty(*on_us, *off_us),
         }
     }
 
-    /// One tick of the duty cycle: `us` of traced time for every live
-    /// process, sampled time too when `on`.
-    pub fn duty(&mut self, us: u64, on: bool) {
-        self.observe(|| Input::Duty { us, on });
+    /// One tick of the duty cycle: `on_us` in which the sampled rows
+    /// counted and `off_us` in which they did not, for every live process;
+    /// the uncounted time is estimated row by row (`stats/duty.rs`).
+    pub fn duty(&mut self, on_us: u64, off_us: u64) {
+        self.observe(|| Input::Duty { on_us, off_us });
         let d = &mut self.duty;
-        if on {
-            d.on_us += us;
-        } else {
-            d.off_us += us;
-            if d.last_on != Some(false) {
-                d.off_phases += 1;
-            }
+        d.on_us += on_us;
+        d.off_us += off_us;
+        if on_us == 0 && off_us > 0 && d.ended_on {
+            d.off_phases += 1;
         }
-        d.last_on = Some(on);
+        d.ended_on = on_us > 0;
         for p in self.procs.values_mut().filter(|p| !p.exited) {
-            p.collectives_sampled.traced_us += us;
-            if on {
-                p.collectives_sampled.sampled_us += us;
-            }
+            p.collectives_sampled.traced_us += on_us + off_us;
+            p.collectives_sampled.sampled_us += on_us;
         }
+        let procs = &self.procs;
+        self.estimator
+            .interval(&self.collectives_counted, on_us, off_us, |pid| {
+                procs.get(&pid).is_some_and(|p| !p.exited)
+            });
         // The estimates move with the time even when no count did (an off
         // phase): the aggregates are recorded only when they change.
         self.scale_collectives();
@@ -437,6 +431,7 @@ impl Aggregator {
         self.pairs.forget(pid);
         self.collectives.retain(|(p, _, _), _| *p != pid);
         self.collectives_counted.retain(|(p, _, _), _| *p != pid);
+        self.estimator.forget(pid);
     }
 
     /// Marks processes that no longer exist as exited; true when none is left.
@@ -669,6 +664,8 @@ impl Aggregator {
                 p.calls.insert(name, calls);
             }
         }
+        // The counts of the duty cycle's last interval.
+        self.estimator.counts(&self.collectives_counted);
         self.scale_collectives();
         for (pid, p) in self.procs.iter_mut() {
             p.socket = sockets.remove(pid).unwrap_or_default();
@@ -676,18 +673,21 @@ impl Aggregator {
         }
     }
 
-    /// The collective rows as every report reads them: counted, scaled
-    /// where the duty cycle left part of a process's time unsampled, and
+    /// The kernel's totals are final (the report is built next): the duty
+    /// cycle's last interval gets them, if no totals came after it.
+    pub fn settle(&mut self) {
+        self.estimator.settle(&self.collectives_counted);
+        self.scale_collectives();
+    }
+
+    /// The collective rows as every report reads them: counted, plus the
+    /// estimate of the time the duty cycle did not count them, and
     /// reflected in the per-process call counts.
     fn scale_collectives(&mut self) {
-        let time = |pid: &u32| self.procs.get(pid).map(|p| p.collectives_sampled).unwrap_or_default();
         self.collectives = self
             .collectives_counted
             .iter()
-            .map(|(k, (calls, bytes))| {
-                let t = time(&k.0);
-                (k.clone(), (t.scale(*calls), t.scale(*bytes)))
-            })
+            .map(|(k, c)| (k.clone(), self.estimator.estimate(k, *c)))
             .collect();
         let mut per: BTreeMap<(u32, String), u64> = BTreeMap::new();
         for ((pid, name, _), (calls, _)) in &self.collectives {

@@ -1,0 +1,348 @@
+//! What the sampled rows (collectives, group and UCX data calls) did while
+//! the duty cycle had their probes closed (`probes/duty.rs`).
+//!
+//! Each tick of the tracing loop ends one interval, split into the time the
+//! rows counted (`on_us`) and the time they did not (`off_us`: an off
+//! phase, or the attach at the start of an on phase); its counts arrive
+//! with the kernel's totals of the same tick. The uncounted time between
+//! two on phases is estimated per (process, op, communicator) row at the
+//! mean of the row's rate over the last tick of the on phase before it and
+//! the first second of the one after it (the one before alone until that
+//! is known, or when the process has exited). Which processes were alive
+//! is taken when each interval ends, so a replay, whose totals can arrive
+//! a tick later, reaches the same estimates. That follows a job
+//! whose rate changes: a training job idles through its set-up with the
+//! probes open, then runs collectives. One scale factor over its whole
+//! traced time (perf stat's time enabled over time running) does not:
+//! measured on the GPU machine, a torch job's all-reduces came out 85% low
+//! that way.
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// (pid, op name, communicator or endpoint).
+pub type RowKey = (u32, String, u64);
+
+/// Calls and bytes of each row.
+type Rows = BTreeMap<RowKey, (u64, u64)>;
+
+/// An on phase closes the gap before it once it has counted this long.
+const MIN_WINDOW_US: u64 = 50_000;
+/// The rates after a gap are taken over this much of the next on phase's
+/// counting time.
+const RATE_WINDOW_US: u64 = 1_000_000;
+/// The rates before a gap over this much of the end of the on phase before
+/// it (its last tick: the duty cycle closes the probes after a full tick
+/// over budget, `probes/duty.rs`).
+const END_WINDOW_US: u64 = 250_000;
+
+/// An on phase in progress.
+#[derive(Clone, Debug, Default)]
+struct Phase {
+    /// Counting time and counts of its first second.
+    first_us: u64,
+    first: Rows,
+    /// Its last intervals (counting time, counts), at least a tick of them.
+    last: VecDeque<(u64, Rows)>,
+    /// Whether the gap before it is estimated.
+    closed_gap: bool,
+}
+
+/// An interval waiting for its counts.
+#[derive(Clone, Debug)]
+struct Pending {
+    on_us: u64,
+    off_us: u64,
+    /// The processes alive when it ended.
+    live: BTreeSet<u32>,
+}
+
+/// Uncounted time of a row since the last on phase.
+#[derive(Clone, Copy, Debug, Default)]
+struct Gap {
+    /// The row's rate (calls, bytes per microsecond) at the end of the on
+    /// phase before it; None when the row began in none.
+    before: Option<(f64, f64)>,
+    us: u64,
+}
+
+/// The estimates of the uncounted time, fed one interval at a time.
+#[derive(Clone, Debug, Default)]
+pub struct Estimator {
+    /// The interval waiting for its counts, and the rows as counted when it
+    /// began.
+    pending: Option<Pending>,
+    before: Rows,
+    phase: Option<Phase>,
+    gaps: BTreeMap<RowKey, Gap>,
+    /// Estimated calls and bytes of the gaps closed so far.
+    extra: BTreeMap<RowKey, (f64, f64)>,
+}
+
+fn delta(now: &Rows, before: &Rows) -> Rows {
+    now.iter()
+        .map(|(k, (c, b))| {
+            let (c0, b0) = before.get(k).copied().unwrap_or_default();
+            (k.clone(), (c.saturating_sub(c0), b.saturating_sub(b0)))
+        })
+        .collect()
+}
+
+fn rates(us: u64, counts: &Rows) -> BTreeMap<RowKey, (f64, f64)> {
+    let us = us.max(1) as f64;
+    counts
+        .iter()
+        .map(|(k, (c, b))| (k.clone(), (*c as f64 / us, *b as f64 / us)))
+        .collect()
+}
+
+impl Estimator {
+    /// An interval ended: `on_us` counted, `off_us` not; `counted` holds
+    /// the rows as counted when it began, `live` says which processes still
+    /// run. Its own counts come with [`Estimator::counts`] (or, when none
+    /// came, with the next interval).
+    pub fn interval(&mut self, counted: &Rows, on_us: u64, off_us: u64, live: impl Fn(u32) -> bool) {
+        self.counts(counted);
+        let pids: BTreeSet<u32> = counted.keys().chain(self.gaps.keys()).map(|k| k.0).collect();
+        self.pending = Some(Pending {
+            on_us,
+            off_us,
+            live: pids.into_iter().filter(|p| live(*p)).collect(),
+        });
+        self.before.clone_from(counted);
+    }
+
+    /// The kernel's totals after the pending interval: its counts.
+    pub fn counts(&mut self, counted: &Rows) {
+        let Some(Pending { on_us, off_us, live }) = self.pending.take() else {
+            return;
+        };
+        let live = |pid: u32| live.contains(&pid);
+        let counts = delta(counted, &self.before);
+        self.before.clone_from(counted);
+        // Uncounted time first: it lies before this interval's counting.
+        if off_us > 0 {
+            if let Some(p) = self.phase.take().filter(|_| on_us == 0) {
+                self.end_phase(p, counted, &live);
+            }
+            for (k, g) in self.gaps.iter_mut() {
+                if live(k.0) {
+                    g.us += off_us;
+                }
+            }
+        }
+        if on_us == 0 {
+            return;
+        }
+        let p = self.phase.get_or_insert_with(Phase::default);
+        if p.first_us < RATE_WINDOW_US {
+            p.first_us += on_us;
+            for (k, (c, b)) in &counts {
+                let e = p.first.entry(k.clone()).or_default();
+                e.0 += c;
+                e.1 += b;
+            }
+        }
+        p.last.push_back((on_us, counts));
+        let mut total: u64 = p.last.iter().map(|(us, _)| us).sum();
+        while p.last.len() > 1 && total - p.last[0].0 >= END_WINDOW_US {
+            total -= p.last[0].0;
+            p.last.pop_front();
+        }
+        if !p.closed_gap && p.first_us >= MIN_WINDOW_US {
+            p.closed_gap = true;
+            let after = rates(p.first_us, &p.first);
+            self.close_gaps(&after, &live);
+        }
+    }
+
+    /// The kernel's totals are final (the report is being built): the
+    /// interval still waiting gets them.
+    pub fn settle(&mut self, counted: &Rows) {
+        self.counts(counted);
+    }
+
+    /// An on phase ended: its rows' rates over its last tick open the gaps.
+    fn end_phase(&mut self, p: Phase, counted: &Rows, live: &impl Fn(u32) -> bool) {
+        let us: u64 = p.last.iter().map(|(us, _)| us).sum();
+        let mut sums = Rows::new();
+        for (_, counts) in &p.last {
+            for (k, (c, b)) in counts {
+                let e = sums.entry(k.clone()).or_default();
+                e.0 += c;
+                e.1 += b;
+            }
+        }
+        let end = rates(us, &sums);
+        if !p.closed_gap {
+            // Too short to close the gap before it: its rates do both.
+            self.close_gaps(&end, live);
+        }
+        for k in counted.keys() {
+            let rate = end.get(k).copied().unwrap_or_default();
+            self.gaps.insert(
+                k.clone(),
+                Gap {
+                    before: Some(rate),
+                    us: 0,
+                },
+            );
+        }
+    }
+
+    /// Estimates the open gaps, now that the rates after them are known.
+    fn close_gaps(&mut self, after: &BTreeMap<RowKey, (f64, f64)>, live: &impl Fn(u32) -> bool) {
+        for (k, g) in std::mem::take(&mut self.gaps) {
+            let a = after.get(&k).copied().unwrap_or_default();
+            let (c, b) = match g.before {
+                Some(b) if live(k.0) => ((b.0 + a.0) / 2.0, (b.1 + a.1) / 2.0),
+                Some(b) => b,
+                None => a,
+            };
+            let e = self.extra.entry(k).or_default();
+            e.0 += c * g.us as f64;
+            e.1 += b * g.us as f64;
+        }
+    }
+
+    /// A row's calls and bytes: counted, plus the estimate of its uncounted
+    /// time (an open gap at the rate before it).
+    pub fn estimate(&self, key: &RowKey, counted: (u64, u64)) -> (u64, u64) {
+        let (mut c, mut b) = self.extra.get(key).copied().unwrap_or_default();
+        if let Some(Gap {
+            before: Some((rc, rb)),
+            us,
+        }) = self.gaps.get(key)
+        {
+            c += rc * *us as f64;
+            b += rb * *us as f64;
+        }
+        (counted.0 + c.round() as u64, counted.1 + b.round() as u64)
+    }
+
+    /// Drops what is kept of an exited process (`Aggregator::forget`).
+    pub fn forget(&mut self, pid: u32) {
+        let mine = |k: &RowKey| k.0 == pid;
+        self.extra.retain(|k, _| !mine(k));
+        self.gaps.retain(|k, _| !mine(k));
+        self.before.retain(|k, _| !mine(k));
+        if let Some(p) = &mut self.phase {
+            p.first.retain(|k, _| !mine(k));
+            for (_, c) in &mut p.last {
+                c.retain(|k, _| !mine(k));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(pid: u32) -> RowKey {
+        (pid, "ncclAllReduce".into(), 0x1)
+    }
+
+    /// Drives `e` for `ticks` intervals of 250 ms with `rate(i)` calls per
+    /// interval made by process 7, counting in the intervals `on(i)` says;
+    /// returns (made, counted).
+    fn drive(
+        e: &mut Estimator,
+        ticks: u32,
+        rate: impl Fn(u32) -> u64,
+        on: impl Fn(u32) -> bool,
+        mut counted: u64,
+    ) -> (u64, u64) {
+        let mut made = 0;
+        let rows = |n: u64| Rows::from([(key(7), (n, n * 8192))]);
+        for i in 0..ticks {
+            let (on_us, off_us) = if on(i) { (250_000, 0) } else { (0, 250_000) };
+            e.interval(&rows(counted), on_us, off_us, |_| true);
+            made += rate(i);
+            if on(i) {
+                counted += rate(i);
+            }
+            e.counts(&rows(counted));
+        }
+        (made, counted)
+    }
+
+    /// A process idles through its set-up with the probes open (no calls),
+    /// then calls 10,000 times a tick; the cycle closes the probes for 39
+    /// of every 40 ticks. Its estimate follows the calls it made, which one
+    /// scale factor over its traced time would not.
+    #[test]
+    fn off_phases_take_the_rates_of_the_on_phases_around_them() {
+        let mut e = Estimator::default();
+        let (_, counted) = drive(&mut e, 80, |_| 0, |_| true, 0);
+        let (made, counted) = drive(&mut e, 161, |_| 10_000, |i| i % 40 == 0, counted);
+        let (calls, bytes) = e.estimate(&key(7), (counted, counted * 8192));
+        assert_eq!(counted, 50_000);
+        let err = (calls as f64 - made as f64).abs() / made as f64;
+        assert!(err < 0.01, "estimate {calls} of {made} calls made");
+        assert_eq!(bytes, calls * 8192);
+    }
+
+    /// A rate that doubles between two on phases: the gap between them is
+    /// estimated at the mean; the open gap after the last at its rate.
+    #[test]
+    fn a_gap_takes_the_mean_of_the_rates_around_it() {
+        let mut e = Estimator::default();
+        let rows = |n: u64| Rows::from([(key(7), (n, 0))]);
+        e.interval(&rows(0), 250_000, 0, |_| true);
+        e.counts(&rows(1000));
+        for _ in 0..4 {
+            e.interval(&rows(1000), 0, 250_000, |_| true);
+            e.counts(&rows(1000));
+        }
+        // Open gap: at the rate before it, 1,000 a tick.
+        assert_eq!(e.estimate(&key(7), (1000, 0)).0, 5000);
+        e.interval(&rows(1000), 250_000, 0, |_| true);
+        e.counts(&rows(3000));
+        // Closed: 4 ticks at the mean of 1,000 and 2,000.
+        assert_eq!(e.estimate(&key(7), (3000, 0)).0, 3000 + 6000);
+    }
+
+    /// A process that exited in a gap gets the rate before it alone, and
+    /// nothing for the time after its exit.
+    #[test]
+    fn exited_processes_are_not_extrapolated() {
+        let mut e = Estimator::default();
+        let rows = |n: u64| Rows::from([(key(1), (n, n)), (key(2), (n, n))]);
+        e.interval(&rows(0), 250_000, 0, |_| true);
+        e.counts(&rows(1000));
+        e.interval(&rows(1000), 0, 250_000, |_| true);
+        e.counts(&rows(1000));
+        // Process 2 exited in this interval.
+        e.interval(&rows(1000), 0, 250_000, |pid| pid == 1);
+        e.counts(&rows(1000));
+        e.interval(&rows(1000), 250_000, 0, |pid| pid == 1);
+        e.counts(&Rows::from([(key(1), (2000, 2000)), (key(2), (1000, 1000))]));
+        assert_eq!(e.estimate(&key(1), (2000, 2000)), (4000, 4000));
+        assert_eq!(e.estimate(&key(2), (1000, 1000)), (2000, 2000));
+        e.forget(1);
+        assert_eq!(e.estimate(&key(1), (2000, 2000)), (2000, 2000));
+    }
+
+    /// Counts that arrive only with the next interval (a replay whose
+    /// totals did not change) or at the report (`settle`) give the same.
+    #[test]
+    fn late_counts_are_the_same_counts() {
+        let rows = |n: u64| Rows::from([(key(7), (n, 0))]);
+        let mut live = Estimator::default();
+        let mut late = Estimator::default();
+        for (n, on, off) in [
+            (0, 250_000, 0),
+            (500, 0, 250_000),
+            (500, 0, 250_000),
+            (500, 200_000, 50_000),
+        ] {
+            live.interval(&rows(n), on, off, |_| true);
+            live.counts(&rows(n + if on > 0 { 500 } else { 0 }));
+            late.interval(&rows(n), on, off, |_| true);
+            if on > 0 {
+                late.counts(&rows(n + 500));
+            }
+        }
+        late.settle(&rows(1000));
+        assert_eq!(live.estimate(&key(7), (1000, 0)), late.estimate(&key(7), (1000, 0)));
+    }
+}
