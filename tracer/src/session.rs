@@ -73,7 +73,7 @@ impl Closer {
             let (tx, rx) = mpsc::channel::<Vec<aya::programs::uprobe::UProbeLink>>();
             let spawned = std::thread::Builder::new()
                 .name("gdrtrace-close".into())
-                .spawn(move || rx.into_iter().for_each(drop));
+                .spawn(move || rx.into_iter().for_each(close_in_parallel));
             match spawned {
                 Ok(t) => {
                     self.tx = Some(tx);
@@ -387,7 +387,7 @@ impl Session {
     pub fn close_uprobes(&mut self) -> Closed {
         let started = std::time::Instant::now();
         let (links, mut closed) = self.planner.uprobes.take(&mut self.ebpf, None);
-        drop(links);
+        close_in_parallel(links);
         // And the links of ended on phases, if any are still closing.
         self.closer.join();
         closed.ms = started.elapsed().as_secs_f64() * 1e3;
@@ -404,6 +404,26 @@ impl Session {
             .map(|(op, s)| (op as u32, s.to_vec()))
             .collect())
     }
+}
+
+/// Closes links on threads of their own: each `uprobe_multi` link waits
+/// out its own grace periods when it is released (~45 ms here), and those
+/// waits overlap across threads.
+fn close_in_parallel(links: Vec<aya::programs::uprobe::UProbeLink>) {
+    const THREADS: usize = 16;
+    let mut groups: Vec<Vec<_>> = (0..THREADS.min(links.len())).map(|_| Vec::new()).collect();
+    let n = groups.len();
+    for (i, l) in links.into_iter().enumerate() {
+        groups[i % n].push(l);
+    }
+    std::thread::scope(|s| {
+        for g in groups {
+            // A thread that cannot start leaves its links to the drop below.
+            if let Err(e) = std::thread::Builder::new().spawn_scoped(s, move || drop(g)) {
+                log::debug!("closing uprobe links on this thread: {e}");
+            }
+        }
+    });
 }
 
 /// Counted calls of the sampled rows per process, from the kernel's rows.
