@@ -5,7 +5,7 @@
 //! stays open costs such a job 1.7-3% per rank. Their counts and bytes are
 //! arguments, summed in the kernel, so they sample well: the link is open
 //! in on phases and closed in off phases, and the aggregator estimates
-//! each off phase's calls from the rate before it (`stats/duty.rs`, fed by
+//! each off phase's calls from the rates around it (`stats/duty.rs`, fed by
 //! `Input::Duty`).
 //!
 //! `auto` (the default of `run`, `attach` and `serve`) keeps the link open,

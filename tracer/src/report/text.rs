@@ -193,7 +193,7 @@ fn operations(o: &mut String, r: &Report) {
         if agg.iter().any(|a| a.4) {
             let _ = writeln!(
                 o,
-                "  ~: counted in on phases of the duty cycle, off phases estimated from the rate before them (--collectives)"
+                "  ~: counted in on phases of the duty cycle, off phases estimated from the rates around them (--collectives)"
             );
         }
     }
@@ -231,7 +231,7 @@ pub fn render_with(r: &Report, detail: bool) -> String {
         if let Some(d) = &r.sampling {
             let _ = writeln!(
                 o,
-                "  duty-cycled (--collectives): counting {:.1} s, off {:.1} s in {} off phase(s); the calls of each off phase estimated from the rate at the end of the on phase before it",
+                "  duty-cycled (--collectives): counting {:.1} s, off {:.1} s in {} off phase(s); the calls of each off phase estimated from the rates of the on phases around it",
                 d.on_us as f64 / 1e6,
                 d.off_us as f64 / 1e6,
                 d.off_phases
