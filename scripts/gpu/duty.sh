@@ -112,7 +112,7 @@ python3 - "$R/attach.txt" "$R/progress.txt" "$R/attach.json" >> "$S" <<'PY'
 import json, sys
 lines = [l.split(" ", 1) for l in open(sys.argv[1])]
 t0 = next(float(t) for t, l in lines if "attached to" in l)
-t1 = next(float(t) for t, l in lines if float(t) > t0 and "gdrtrace:" not in l and not l.startswith("["))
+t1 = next(float(t) for t, l in lines if l.startswith("gdrtrace report"))
 prog = [tuple(map(float, l.split())) for l in open(sys.argv[2])]
 def at(t):
     for (ta, ca), (tb, cb) in zip(prog, prog[1:]):
