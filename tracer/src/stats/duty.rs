@@ -298,7 +298,10 @@ mod tests {
         e.interval(&rows(15_000), 0, 1_000_000, |_| true);
         e.counts(&rows(15_000));
         let extra = e.estimate(&key(7), (15_000, 0)).0 - 15_000;
-        assert!((47_000..=49_000).contains(&extra), "{extra}: 1 s at 12,000 calls a tick");
+        assert!(
+            (47_000..=49_000).contains(&extra),
+            "{extra}: 1 s at 12,000 calls a tick"
+        );
     }
 
     /// A rate that doubles between two on phases: the gap between them is
