@@ -197,7 +197,7 @@ pub struct TraceArgs {
     /// How collectives, group and UCX data calls (a uprobe trap each) are
     /// counted: `auto` (run, attach: every call while each process makes
     /// at most 1000 a second; above, the probes are duty-cycled and the
-    /// off phases estimated from the rate before them and marked as such),
+    /// off phases estimated from the rates around them and marked as such),
     /// `auto:HZ`, `exact` (validate), or `ON/PERIOD` (e.g. 1s/10s).
     #[arg(long, value_name = "MODE")]
     pub collectives: Option<crate::probes::duty::Mode>,

@@ -1,10 +1,6 @@
 //! A tracing session: the loaded object, the planner's attachments, the
 //! target set, and the read-out of in-kernel counters and histograms.
-use std::{
-    collections::BTreeMap,
-    sync::mpsc,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeMap, sync::mpsc, time::Instant};
 
 use aya::{
     Ebpf,
@@ -330,11 +326,6 @@ impl Session {
         }
     }
 
-    /// The duty cycle's clock: time since the session opened.
-    pub fn elapsed(&self) -> Duration {
-        self.opened.elapsed()
-    }
-
     /// Entries of traced processes per op, summed over CPUs (every hit,
     /// entry-only ops included).
     pub fn hits(&self) -> Result<BTreeMap<u32, u64>> {
@@ -418,7 +409,8 @@ fn close_in_parallel(links: Vec<aya::programs::uprobe::UProbeLink>) {
     }
     std::thread::scope(|s| {
         for g in groups {
-            // A thread that cannot start leaves its links to the drop below.
+            // A thread that cannot start drops its closure, and with it
+            // its links, here.
             if let Err(e) = std::thread::Builder::new().spawn_scoped(s, move || drop(g)) {
                 log::debug!("closing uprobe links on this thread: {e}");
             }

@@ -19,7 +19,7 @@
 //!
 //! The state machine is pure: the tracing loop feeds it the session clock
 //! and each process's counted calls every tick, and carries out what it
-//! returns (`Session::duty_tick`).
+//! returns (`Session::aggregate_tick`).
 use std::{collections::BTreeMap, fmt, str::FromStr, time::Duration};
 
 use crate::units::{fmt_duration, parse_duration};
@@ -326,7 +326,7 @@ mod tests {
         assert!(d.is_on());
     }
 
-    /// Over budget: on phases of about a second, off phases that bring the
+    /// Over budget: on phases of a tick, off phases that bring the
     /// busiest process down to its budget on average.
     #[test]
     fn auto_over_budget_keeps_the_average_at_the_budget() {

@@ -361,12 +361,7 @@ impl Planner {
     pub fn drop_setup(&mut self, ebpf: &mut Ebpf, why: String) -> Vec<aya::programs::uprobe::UProbeLink> {
         let (links, _) = self.uprobes.take(ebpf, Some(uprobes::Group::Setup));
         for att in self.libs.values_mut() {
-            let rows: Vec<&'static str> = uapi::TABLE
-                .iter()
-                .filter(|r| r.lib == att.lib && r.group() == uprobes::Group::Setup && !att.missing.contains(&r.symbol))
-                .map(|r| r.symbol)
-                .collect();
-            att.dropped = rows;
+            att.dropped = group_rows(att, uprobes::Group::Setup);
         }
         self.setup_dropped = Some(why);
         links
@@ -402,7 +397,7 @@ impl Planner {
                         ));
                     }
                     if let Some(note) = &self.sampling_note {
-                        let rows = sampled_rows(a);
+                        let rows = group_rows(a, uprobes::Group::Sampled);
                         if !rows.is_empty() {
                             detail.push(format!("{}: duty-cycled ({note}): {}", a.path, rows.join(", ")));
                         }
@@ -661,11 +656,11 @@ fn dropped_rows(points: &[Point]) -> Vec<&'static str> {
     rows
 }
 
-/// Names of the sampled rows (`Group::Sampled`) attached in a file.
-fn sampled_rows(a: &LibAttachment) -> Vec<&'static str> {
+/// Names of the table rows of `group` that a file exports.
+fn group_rows(a: &LibAttachment, group: uprobes::Group) -> Vec<&'static str> {
     uapi::TABLE
         .iter()
-        .filter(|r| r.lib == a.lib && r.group() == uprobes::Group::Sampled && !a.missing.contains(&r.symbol))
+        .filter(|r| r.lib == a.lib && r.group() == group && !a.missing.contains(&r.symbol))
         .map(|r| r.symbol)
         .collect()
 }

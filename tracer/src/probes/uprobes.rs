@@ -278,16 +278,6 @@ impl UprobeLinks {
         failed
     }
 
-    /// Whether the sampled links are open (or would be, for files not yet seen).
-    pub fn sampled_open(&self) -> bool {
-        self.sampled_open
-    }
-
-    /// Sampled points known, attached or not.
-    pub fn sampled_points(&self) -> usize {
-        self.sampled.iter().map(|f| f.points.len()).sum()
-    }
-
     /// Ends an on phase: takes the sampled links out of their programs
     /// (dropping them closes them; the caller decides where that time is
     /// spent). The points are kept for the next on phase.

@@ -100,7 +100,8 @@ pub struct Collective {
     #[serde(deserialize_with = "crate::intern::str")]
     pub transport: crate::intern::Name,
     /// What the kernel counted, when `calls` and `bytes` are estimates
-    /// (`--collectives`: the process's `collectives_sampled` time).
+    /// (`--collectives`; the process's `collectives_sampled` says how much
+    /// of its time that was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counted: Option<Counted>,
 }

@@ -153,9 +153,8 @@ pub struct Aggregator {
     /// Events whose op the tracer could not interpret (an ABI mismatch).
     pub undecoded: u64,
     /// Aggregate-only calls from the kernel: (pid, op name, handle) ->
-    /// (calls, bytes), scaled to the process's traced time where the duty
-    /// cycle sampled them (`ProcInfo::collectives_sampled`); what every
-    /// report and verdict reads.
+    /// (calls, bytes), with the estimate of the time the duty cycle did not
+    /// count them (`stats/duty.rs`); what every report and verdict reads.
     pub collectives: BTreeMap<(u32, String, u64), (u64, u64)>,
     /// The same rows as the kernel counted them (monotonic: `serve`'s counters).
     pub collectives_counted: BTreeMap<(u32, String, u64), (u64, u64)>,
@@ -308,9 +307,9 @@ impl Aggregator {
             .interval(&self.collectives_counted, on_us, off_us, |pid| {
                 procs.get(&pid).is_some_and(|p| !p.exited)
             });
-        // The estimates move with the time even when no count did (an off
-        // phase): the aggregates are recorded only when they change.
-        self.scale_collectives();
+        // The estimates follow with the kernel's totals of this tick
+        // (`set_aggregates`) or, in a replay whose totals did not change,
+        // with the next ones or `settle`.
     }
 
     /// Registers a process the tracer started or attached to.
