@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing gdrtrace needs on a fresh Debian 12
 # machine, idempotently: Debian packages (LLVM 22 for bpf-linker, the C
-# libraries the -sys crates need), the nightly toolchain's rust-src, and
-# bpf-linker built against LLVM 22. With --vm, also what the VM test tier
+# libraries the -sys crates need), the nightly toolchain's rust-src and
+# clippy, and bpf-linker built against LLVM 22. With --vm, also what the VM test tier
 # needs (QEMU, virtme-ng, rdma-core, perftest) and Chromium for the
 # compare page's screenshot test.
 set -euo pipefail
@@ -33,9 +33,10 @@ if ! rustup toolchain list | grep -q "^$stable-"; then
   echo "setup: installing Rust $stable (rust-toolchain.toml)"
   rustup toolchain install "$stable" --profile minimal -c rustfmt -c clippy >/dev/null
 fi
-if ! rustup component list --toolchain "$nightly" --installed 2>/dev/null | grep -q '^rust-src'; then
-  echo "setup: installing $nightly with rust-src (for the BPF target)"
-  rustup toolchain install "$nightly" --profile minimal -c rust-src >/dev/null
+installed=$(rustup component list --toolchain "$nightly" --installed 2>/dev/null || true)
+if ! grep -q '^rust-src' <<<"$installed" || ! grep -q '^clippy' <<<"$installed"; then
+  echo "setup: installing $nightly with rust-src (for the BPF target) and clippy (for the eBPF crate's lints)"
+  rustup toolchain install "$nightly" --profile minimal -c rust-src -c clippy >/dev/null
 fi
 
 if ! command -v bpf-linker >/dev/null 2>&1; then

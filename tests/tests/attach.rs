@@ -38,12 +38,12 @@ fn attach(args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawning gdrtrace attach");
-    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut err = BufReader::new(child.stderr.take().expect("piped stderr"));
     let mut line = String::new();
     loop {
         line.clear();
         assert!(
-            err.read_line(&mut line).unwrap() > 0,
+            err.read_line(&mut line).expect("reading the tracer's stderr") > 0,
             "gdrtrace attach exited before attaching"
         );
         if line.contains("attached to") {
@@ -85,17 +85,21 @@ fn attach_by_pid_follows_fork_and_exec() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let procs = r["processes"].as_array().unwrap();
-    let by_pid = |p: &str| procs.iter().find(|x| x["pid"].to_string() == p).cloned();
-    let shell = by_pid(&pid).expect("the attached process");
+    let target_pid = u64::from(target.id());
+    let shell = procs
+        .iter()
+        .find(|x| x["pid"] == target_pid)
+        .cloned()
+        .expect("the attached process");
     assert_eq!(
         shell["calls"]["io_uring_register:register-buffers"], 25,
         "exec'd image traced under the same pid"
     );
     let child = procs
         .iter()
-        .find(|x| x["parent"].to_string() == pid && x["calls"]["io_uring_register:register-buffers"] == 40)
+        .find(|x| x["parent"] == target_pid && x["calls"]["io_uring_register:register-buffers"] == 40)
         .unwrap_or_else(|| panic!("forked child not followed: {procs:?}"));
-    assert!(child["pid"].to_string() != pid);
+    assert!(child["pid"] != target_pid);
     let attach_meta = &r["workloads"][0]["attach"];
     assert!(attach_meta["latency_ms"].as_f64().unwrap() > 0.0);
     let _ = std::fs::remove_dir_all(&dir);

@@ -146,7 +146,7 @@ fn manifests_validate_against_the_kubernetes_schemas() {
 
 fn integration_tests_files(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
+        .expect("the deploy directory")
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))

@@ -50,13 +50,13 @@ fn session(ringbuf_bytes: u32) -> Session {
 }
 
 fn attach(s: &mut Session, symbol: &str, row_symbol: &str) -> Vec<String> {
-    let exe = std::env::current_exe().unwrap();
-    let syms = symbols::functions(&exe).unwrap();
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let syms = symbols::functions(&exe).expect("the test binary's symbols");
     let (i, _) = uapi::TABLE
         .iter()
         .enumerate()
         .find(|(_, r)| r.symbol == row_symbol)
-        .unwrap();
+        .expect("a row of the table");
     let Session { ebpf, planner, .. } = s;
     let base = symbol.trim_end_matches("_v2");
     planner
@@ -68,7 +68,7 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap()
+        .expect("a tokio runtime")
 }
 
 #[test]

@@ -91,10 +91,10 @@ impl Agent {
             .expect("spawning gdrtrace serve");
         let stderr = Arc::new(Mutex::new(String::new()));
         let sink = stderr.clone();
-        let pipe = child.stderr.take().unwrap();
+        let pipe = child.stderr.take().expect("piped stderr");
         std::thread::spawn(move || {
             for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                let mut s = sink.lock().unwrap();
+                let mut s = sink.lock().expect("stderr sink poisoned");
                 s.push_str(&line);
                 s.push('\n');
             }
@@ -116,7 +116,7 @@ impl Agent {
     }
 
     fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
+        self.stderr.lock().expect("stderr sink poisoned").clone()
     }
 
     fn metrics(&self) -> String {
@@ -178,21 +178,24 @@ impl Launcher {
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawning sh");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
         Launcher { child, stdin, stdout }
     }
 
     /// Runs `cmd` and waits for it; returns its exit status.
     fn run(&mut self, cmd: &str) -> i32 {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        self.stdin.flush().unwrap();
+        writeln!(self.stdin, "{cmd}").expect("writing to the launcher");
+        self.stdin.flush().expect("writing to the launcher");
         let mut line = String::new();
         loop {
             line.clear();
-            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "the launcher exited");
+            assert!(
+                self.stdout.read_line(&mut line).expect("reading the launcher") > 0,
+                "the launcher exited"
+            );
             if let Some(code) = line.trim().strip_prefix("done ") {
-                return code.parse().unwrap();
+                return code.parse().expect("the launcher prints a number");
             }
         }
     }
@@ -211,7 +214,13 @@ fn serve_child() -> PathBuf {
     let out = dir.join("serve_child");
     if !out.is_file() {
         let src = repo_root().join("tests/standin/serve_child.c");
-        compile(&["-O2", "-o", out.to_str().unwrap(), src.to_str().unwrap(), "-libverbs"]);
+        compile(&[
+            "-O2",
+            "-o",
+            out.to_str().expect("UTF-8 path"),
+            src.to_str().expect("UTF-8 path"),
+            "-libverbs",
+        ]);
     }
     out
 }
@@ -257,7 +266,7 @@ impl Prometheus {
             .map(|r| {
                 let labels = r["metric"]
                     .as_object()
-                    .unwrap()
+                    .expect("a metric's labels")
                     .iter()
                     .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
                     .collect();
@@ -522,7 +531,7 @@ fn daemonset_capabilities() -> Vec<String> {
         .as_array()
         .expect("capabilities.add")
         .iter()
-        .map(|c| c.as_str().unwrap().to_ascii_lowercase())
+        .map(|c| c.as_str().expect("capabilities are strings").to_ascii_lowercase())
         .collect()
 }
 

@@ -84,15 +84,19 @@ fn ucx_process(r: &serde_json::Value, pid: u64) -> &serde_json::Value {
 
 fn check_mode(mode: &str, want: &str) {
     let (r, s) = traced(mode, &[], None);
-    let (client, server, n) = (&s["client_pid"], &s["server_pid"], s["iterations"].as_u64().unwrap());
+    let (client, server, n) = (
+        &s["client_pid"],
+        &s["server_pid"],
+        s["iterations"].as_u64().expect("iterations in the summary"),
+    );
     assert!(n > 0);
-    let c = ucx_process(&r, client.as_u64().unwrap());
+    let c = ucx_process(&r, client.as_u64().expect("client_pid in the summary"));
     assert_eq!(
         c["data_calls"], n,
         "sends counted in the kernel = the perftest's iterations"
     );
     assert_eq!(c["data_bytes"], s["bytes"], "bytes = iterations x size");
-    let srv = ucx_process(&r, server.as_u64().unwrap());
+    let srv = ucx_process(&r, server.as_u64().expect("server_pid in the summary"));
     assert_eq!(srv["receives"], n, "receives posted by the server");
     for p in [c, srv] {
         let path = &p["paths"][0];
@@ -103,7 +107,11 @@ fn check_mode(mode: &str, want: &str) {
         assert_eq!(p["workers"], 1);
         assert_eq!(p["endpoints"], 1);
     }
-    let eps: Vec<&serde_json::Value> = r["ucx"]["endpoints"].as_array().unwrap().iter().collect();
+    let eps: Vec<&serde_json::Value> = r["ucx"]["endpoints"]
+        .as_array()
+        .expect("ucx.endpoints in the report")
+        .iter()
+        .collect();
     assert!(
         eps.iter().any(|e| e["pid"] == *client
             && e["op"] == "ucp_tag_send_nbx"
@@ -111,7 +119,7 @@ fn check_mode(mode: &str, want: &str) {
             && e["transport"] == want),
         "{eps:?}"
     );
-    let v = r["verdicts"].as_array().unwrap();
+    let v = r["verdicts"].as_array().expect("verdicts in the report");
     assert!(v.iter().any(|x| x["pid"] == *client && x["transport"] == want), "{v:?}");
     assert_eq!(r["loss"]["complete"], true);
 }

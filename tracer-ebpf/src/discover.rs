@@ -111,7 +111,7 @@ fn enter(ctx: &TracePointContext, filename_at: usize) -> u32 {
             filename,
         },
     };
-    let _ = DISCOVERING.insert(&(pid_tgid as u32), &pending, 0);
+    let _ = DISCOVERING.insert(pid_tgid as u32, pending, 0);
     0
 }
 
@@ -120,10 +120,10 @@ fn exit(ctx: &TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     // SAFETY: read-only lookup of a plain value, copied out.
-    let Some(pending) = (unsafe { DISCOVERING.get(&tid) }).copied() else {
+    let Some(pending) = (unsafe { DISCOVERING.get(tid) }).copied() else {
         return 0;
     };
-    let _ = DISCOVERING.remove(&tid);
+    let _ = DISCOVERING.remove(tid);
     if stopped() {
         return 0;
     }
@@ -147,7 +147,7 @@ fn exit(ctx: &TracePointContext) -> u32 {
         }
     };
     let known = traced(tgid);
-    if !known && TARGETS.insert(&tgid, &0, 0).is_err() {
+    if !known && TARGETS.insert(tgid, 0, 0).is_err() {
         count(counter::TARGETS_FULL);
         return 1;
     }

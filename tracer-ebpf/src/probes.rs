@@ -47,7 +47,7 @@ pub fn traced(tgid: u32) -> bool {
         return true;
     }
     // SAFETY: read-only lookup of a plain value.
-    unsafe { TARGETS.get(&tgid) }.is_some()
+    unsafe { TARGETS.get(tgid) }.is_some()
 }
 
 /// Records a call's entry: for entry-only ops everything happens here;
@@ -76,15 +76,13 @@ pub fn on_entry(op: u32, args: [u64; MAX_ARGS]) -> Result<u32, Skip> {
         return Err(Skip::NotTraced);
     }
     bump(&HITS, op);
-    if op >= tracer_common::op::USER_BASE {
-        if config.flags & op_flags::ENTRY_ONLY != 0 {
-            if config.flags & op_flags::TRACK_CTX != 0 {
-                track_ctx(op, pid_tgid, args);
-            } else if config.flags & op_flags::AGGREGATE_ONLY != 0 {
-                aggregate(op, pid_tgid, &config, &args, 0);
-            }
-            return Ok(0);
+    if op >= tracer_common::op::USER_BASE && config.flags & op_flags::ENTRY_ONLY != 0 {
+        if config.flags & op_flags::TRACK_CTX != 0 {
+            track_ctx(op, pid_tgid, args);
+        } else if config.flags & op_flags::AGGREGATE_ONLY != 0 {
+            aggregate(op, pid_tgid, &config, &args, 0);
         }
+        return Ok(0);
     }
     let key = InflightKey { pid_tgid, op, _pad: 0 };
     // SAFETY: helper without preconditions.
@@ -94,11 +92,11 @@ pub fn on_entry(op: u32, args: [u64; MAX_ARGS]) -> Result<u32, Skip> {
     // that: a lookup is inlined by the verifier, while an insert and a delete
     // per call (bucket lock, free-list pop and push) were the largest part of
     // the tracer's cost on a syscall-heavy job (docs/perf.md).
-    match INFLIGHT.get_ptr_mut(&key) {
+    match INFLIGHT.get_ptr_mut(key) {
         // SAFETY: only this thread writes its own (pid_tgid, op) slot.
         Some(slot) => unsafe { *slot = value },
         None => {
-            if INFLIGHT.insert(&key, &value, 0).is_err() {
+            if INFLIGHT.insert(key, value, 0).is_err() {
                 count(counter::INFLIGHT_FULL);
                 return Err(Skip::Full);
             }
@@ -121,7 +119,7 @@ pub fn on_return(op: u32, ret: i64) -> Result<u32, Skip> {
     let key = InflightKey { pid_tgid, op, _pad: 0 };
     // The slot stays for the thread's next call; `start_ns == 0` marks it
     // consumed. SAFETY: only this thread writes its own slot.
-    let entry = match INFLIGHT.get_ptr_mut(&key) {
+    let entry = match INFLIGHT.get_ptr_mut(key) {
         Some(slot) if unsafe { (*slot).start_ns } != 0 => unsafe {
             let v = *slot;
             (*slot).start_ns = 0;
@@ -173,10 +171,10 @@ fn track_ctx(op: u32, pid_tgid: u64, args: [u64; MAX_ARGS]) {
     let tid = pid_tgid as u32;
     let ctx = args[0];
     // SAFETY: read-only lookup of a plain value.
-    if unsafe { CUR_CTX.get(&tid) }.is_some_and(|v| *v == ctx) {
+    if unsafe { CUR_CTX.get(tid) }.is_some_and(|v| *v == ctx) {
         return;
     }
-    let _ = CUR_CTX.insert(&tid, &ctx, 0);
+    let _ = CUR_CTX.insert(tid, ctx, 0);
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     emit(kind::ENTRY, op, pid_tgid, now, 0, args, 0, false);
@@ -197,14 +195,14 @@ fn aggregate(op: u32, pid_tgid: u64, config: &OpConfig, args: &[u64; MAX_ARGS], 
     } else {
         arg(config.count_arg).wrapping_mul(nccl_dtype_size(arg(config.dtype_arg)))
     };
-    match AGGREGATE.get_ptr_mut(&key) {
+    match AGGREGATE.get_ptr_mut(key) {
         // SAFETY: per-CPU value, no concurrent writer on this CPU.
         Some(v) => unsafe {
             (*v).calls += 1;
             (*v).bytes += bytes;
         },
         None => {
-            if AGGREGATE.insert(&key, &AggValue { calls: 1, bytes }, 0).is_err() {
+            if AGGREGATE.insert(key, AggValue { calls: 1, bytes }, 0).is_err() {
                 count(counter::AGGREGATE_FULL);
             } else if config.flags & op_flags::SAMPLE_FIRST != 0 {
                 // The row's first call: one record of its arguments.

@@ -26,7 +26,7 @@ pub fn sched_process_fork(ctx: TracePointContext) -> u32 {
         return 1;
     };
     let child = child as u32;
-    if FILTER_MODE.load() == filter::TARGETS && TARGETS.insert(&child, &parent, 0).is_err() {
+    if FILTER_MODE.load() == filter::TARGETS && TARGETS.insert(child, parent, 0).is_err() {
         count(counter::TARGETS_FULL);
     }
     emit(
@@ -69,7 +69,7 @@ pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
     if tgid as u64 != pid_tgid & 0xffff_ffff {
         // A thread: drop it from the set if fork put it there.
         let tid = pid_tgid as u32;
-        let _ = TARGETS.remove(&tid);
+        let _ = TARGETS.remove(tid);
         return 0;
     }
     if !traced(tgid) {
@@ -77,7 +77,7 @@ pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
     }
     emit(kind::EXIT, op::NONE, pid_tgid, 0, 0, [0; 6], 0, false);
     if FILTER_MODE.load() == filter::TARGETS {
-        let _ = TARGETS.remove(&tgid);
+        let _ = TARGETS.remove(tgid);
     }
     0
 }
