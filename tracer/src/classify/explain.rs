@@ -157,6 +157,7 @@ const PATH_RULES: &[&str] = &[
     "no-peer-memory-client",
     "dmabuf-unsupported",
     "nccl-env-forced",
+    "nccl-no-rdma-device",
     "gpu-nic-far",
     "acs-iommu-blocks-p2p",
     "host-memory-registered",
@@ -352,5 +353,101 @@ mod tests {
         assert!(RULES.iter().all(|r| !r.cause.is_empty() && !r.looks_at.is_empty()));
         // An empty report explains nothing.
         assert!(findings(&serde_json::json!({})).is_empty());
+    }
+
+    /// A report of the emulated two-node job as the judge writes it, with
+    /// NCCL's log lines as that job printed them (one H200, 2026-12-01).
+    fn two_nodes(extra_env: serde_json::Value, rdma: serde_json::Value, log: bool) -> Value {
+        let mut env = serde_json::json!({"NCCL_HOSTID": "gdrtrace-emu-0", "NCCL_DEBUG": "INFO"});
+        for (k, v) in extra_env.as_object().unwrap() {
+            env[k] = v.clone();
+        }
+        let cause = crate::classify::comm::cause(
+            &serde_json::from_value(env.clone()).unwrap(),
+            crate::classify::Transport::Socket,
+            &crate::classify::comm::Network {
+                other_hosts: Some("x".into()),
+                rdma_devices: None,
+            },
+        );
+        let mut r = serde_json::json!({
+            "processes": [{"pid": 101, "comm": "python3", "env": env,
+                           "calls": {"ncclCommInitRankConfig": 1, "cuMemHostAlloc": 8}}],
+            "verdicts": [{"pid": 101, "comm": "python3", "transport": "socket", "host_staged": true,
+                          "net": "NET/Socket", "cause": cause,
+                          "other_hosts": "NCCL_HOSTID=gdrtrace-emu-0 here, NCCL_HOSTID=gdrtrace-emu-1 for pid 102 of the same job: NCCL's host hash differs"}],
+            "facts": {"rdma_devices": rdma, "acs_redirect": ["0000:00:01.0"]},
+        });
+        if log {
+            r["nccl_log"] = serde_json::json!({"processes": [{"pid": 101, "gdr_lines": [], "warnings": [],
+                "host_id": "gdrtrace-emu-0", "network": "Socket",
+                "net_lines": ["NET/IB : No device found.", "NET/Socket : Using [0]eth0:10.0.0.2<0>"]}]});
+        }
+        r
+    }
+
+    #[test]
+    fn inter_node_socket_is_explained() {
+        let none = serde_json::json!([]);
+        let e = explain(&two_nodes(serde_json::json!({}), none.clone(), true));
+        assert!(e.fired("nccl-no-rdma-device"), "{:?}", e.findings);
+        assert!(!e.fired("nccl-env-forced"), "{:?}", e.findings);
+        // ACS redirect does not explain traffic between hosts.
+        assert!(!e.fired("acs-iommu-blocks-p2p"), "{:?}", e.findings);
+        let f = e.findings.iter().find(|f| f.rule == "nccl-no-rdma-device").unwrap();
+        for want in [
+            "transport verdict socket (NET/Socket)",
+            "/sys/class/infiniband is empty",
+            "NCCL log: NET/IB : No device found.",
+            "NCCL log: Using network Socket",
+            "NCCL log: NET/Socket : Using [0]eth0",
+            "NCCL log: NCCL_HOSTID set by environment to gdrtrace-emu-0",
+            "NCCL_HOSTID=gdrtrace-emu-1 for pid 102",
+        ] {
+            assert!(f.evidence.iter().any(|l| l.contains(want)), "{want}: {:?}", f.evidence);
+        }
+        let p = &e.paths[0];
+        assert_eq!(p.explained_by, vec!["nccl-no-rdma-device"], "{p:?}");
+        assert!(
+            render(&two_nodes(serde_json::json!({}), none.clone(), true), &e).contains("cause: nccl-no-rdma-device")
+        );
+        // The log alone is evidence (a report without host facts).
+        let e = explain(&two_nodes(serde_json::json!({}), Value::Null, true));
+        assert!(e.fired("nccl-no-rdma-device"), "{:?}", e.findings);
+        // Neither facts nor log: no evidence, no finding.
+        let e = explain(&two_nodes(serde_json::json!({}), Value::Null, false));
+        assert!(!e.fired("nccl-no-rdma-device"), "{:?}", e.findings);
+        // A device exists and no log says otherwise: not this cause.
+        let e = explain(&two_nodes(serde_json::json!({}), serde_json::json!(["mlx5_0"]), false));
+        assert!(!e.fired("nccl-no-rdma-device"), "{:?}", e.findings);
+        // A variable chose the socket network: nccl-env-forced names it.
+        for (var, value) in [("NCCL_IB_DISABLE", "1"), ("NCCL_NET", "Socket")] {
+            let r = two_nodes(serde_json::json!({ var: value }), none.clone(), true);
+            let e = explain(&r);
+            assert!(!e.fired("nccl-no-rdma-device"), "{var}: {:?}", e.findings);
+            let f = e.findings.iter().find(|f| f.rule == "nccl-env-forced").unwrap();
+            assert!(f.evidence[0].starts_with(&format!("{var}={value}")), "{f:?}");
+            assert!(f.evidence.iter().any(|l| l.contains("NET/Socket")), "{f:?}");
+            assert_eq!(e.paths[0].explained_by, vec!["nccl-env-forced"]);
+            assert!(r["verdicts"][0]["cause"].as_str().unwrap().starts_with(var));
+        }
+    }
+
+    /// NCCL's distance decision (`GPU Direct RDMA Disabled for GPU ...
+    /// (distance D > L)`, src/graph/paths.cc) is gpu-nic-far's evidence,
+    /// not a missing peer-memory client.
+    #[test]
+    fn gdr_distance_line_is_gpu_nic_far() {
+        let r = serde_json::json!({
+            "processes": [{"pid": 7, "comm": "rank", "calls": {"ncclCommInitRank": 1}}],
+            "verdicts": [{"pid": 7, "transport": "host-staged", "host_staged": true, "net": "NET/IB"}],
+            "facts": {"modules": ["nvidia_peermem"], "memory_peers": true},
+            "nccl_log": {"processes": [{"pid": 7,
+                "gdr_lines": ["GPU Direct RDMA Disabled for GPU/0-1b000 (rank 0) - NET/0-0 (distance 6 > 4)"]}]},
+        });
+        let e = explain(&r);
+        assert!(e.fired("gpu-nic-far"), "{:?}", e.findings);
+        assert!(!e.fired("no-peer-memory-client"), "{:?}", e.findings);
+        assert_eq!(e.paths[0].explained_by, vec!["gpu-nic-far"]);
     }
 }

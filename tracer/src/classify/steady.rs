@@ -47,6 +47,8 @@ pub struct Steady {
     /// The share of its traced time its collectives were counted in, when
     /// the duty cycle sampled them (the collective figures are estimates).
     pub sampled_share: Option<f64>,
+    /// Where its peers are and which networks this host offers.
+    pub network: comm::Network,
 }
 
 /// Collective rows (per process, op, communicator) that moved bytes.
@@ -86,10 +88,14 @@ fn who(pid: u32, comm: &str) -> String {
     }
 }
 
-/// The NCCL variables that choose a transport (logging ones aside).
+/// The NCCL variables that choose a transport (logging ones aside, and the
+/// host identity, which differs between the ranks of one job placed on
+/// emulated or containerised hosts).
 fn nccl_config(env: &BTreeMap<String, String>) -> Vec<(&String, &String)> {
     env.iter()
-        .filter(|(k, _)| k.starts_with("NCCL_") && !k.starts_with("NCCL_DEBUG") && *k != "NCCL_VERSION")
+        .filter(|(k, _)| {
+            k.starts_with("NCCL_") && !k.starts_with("NCCL_DEBUG") && *k != "NCCL_VERSION" && *k != "NCCL_HOSTID"
+        })
         .collect()
 }
 
@@ -259,6 +265,11 @@ pub fn verdict(s: &Steady, cx: &Context) -> Option<Verdict> {
             }
         }
     };
+    if comm::Net::of(transport).is_some()
+        && let Some(why) = &s.network.other_hosts
+    {
+        evidence.push(why.clone());
+    }
     Some(Verdict {
         pid: s.pid,
         comm: s.comm.clone(),
@@ -266,8 +277,10 @@ pub fn verdict(s: &Steady, cx: &Context) -> Option<Verdict> {
         host_staged: transport.staged(),
         basis: Basis::SteadyState,
         evidence,
-        cause: comm::cause(&s.env, transport),
+        cause: comm::cause(&s.env, transport, &s.network),
         nccl_log: None,
+        net: comm::Net::of(transport),
+        other_hosts: s.network.other_hosts.clone(),
     })
 }
 
@@ -285,6 +298,7 @@ mod tests {
             socket_bytes: sock,
             env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             sampled_share: None,
+            network: Default::default(),
         }
     }
 

@@ -5,7 +5,8 @@ mod checks;
 use std::path::PathBuf;
 
 pub use self::checks::{
-    Check, cuda_copy_checks, nccl_checks, pin_churn_checks, ucx_checks, ucx_registration_checks, verbs_checks,
+    Check, cuda_copy_checks, nccl_checks, nodes_checks, pin_churn_checks, ucx_checks, ucx_registration_checks,
+    verbs_checks,
 };
 use self::checks::{check, collective_staged_bytes};
 use super::run::Outputs;
@@ -166,6 +167,7 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
         }
     }
     let host = crate::topo::discover();
+    checks.extend(nodes(trace, exe, reports, host.gpus.len())?);
     if host.gpus.len() < 2 {
         outln!("\nvalidate: nccl: skipping: one GPU (NCCL's transports are between ranks on two or more)");
         // The cuda-copy checks still count, so they are shown.
@@ -214,6 +216,77 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
     }
     outln!("\nvalidate: GPU checks");
     print_checks(&checks);
+    Ok(checks)
+}
+
+/// NCCL across emulated nodes (`drive nccl --hosts 2`: NCCL_HOSTID per
+/// rank): 2 nodes on one GPU wherever a GPU exists, and 2 nodes x N GPUs
+/// where N >= 2 exist.
+fn nodes(
+    trace: &TraceArgs,
+    exe: &std::path::Path,
+    reports: &mut Vec<(String, Report)>,
+    gpus: usize,
+) -> Result<Vec<Check>> {
+    let mut checks = Vec::new();
+    let rdma = rdma_devices();
+    if !rdma.is_empty() {
+        outln!(
+            "\nvalidate: nccl across emulated nodes: skipping: RDMA devices present ({}): NCCL would use NET/IB, the check expects NET/Socket",
+            rdma.join(", ")
+        );
+        return Ok(checks);
+    }
+    let mut shapes = vec![(2usize, 1usize)];
+    if gpus >= 2 {
+        shapes.push((2, gpus));
+    }
+    outln!("\nvalidate: nccl all-reduce across emulated nodes (NCCL_HOSTID per rank)");
+    outln!(
+        "  {:<12} {:<24} {:>12} {:>16}  CAUSE",
+        "NODES",
+        "VERDICT",
+        "1M us/call",
+        "host-staged B"
+    );
+    for (hosts, per_host) in shapes {
+        let label = format!("{hosts} nodes x {per_host} GPU");
+        let nranks = hosts * per_host;
+        let mut argv = vec![exe.display().to_string(), "drive".into(), "nccl".into()];
+        argv.extend([
+            "--hosts".to_string(),
+            hosts.to_string(),
+            "--nranks".into(),
+            nranks.to_string(),
+        ]);
+        argv.extend(["--sizes", "8K,1M", "--iters", "200"].map(String::from));
+        let name = format!("nccl-nodes-{hosts}x{per_host}");
+        let (r, v, code) = traced_workload(trace, argv, &name)?;
+        checks.push(check(
+            &format!("{label}: exited cleanly"),
+            code == 0,
+            format!("exit status {code}"),
+        ));
+        checks.extend(nodes_checks(&r, &v, &label));
+        let big = v["sizes"]
+            .as_array()
+            .and_then(|s| s.last().cloned())
+            .unwrap_or_default();
+        let first = r.verdicts.first();
+        outln!(
+            "  {:<12} {:<24} {:>12.1} {:>16}  {}",
+            format!("{hosts}x{per_host}"),
+            first.map_or("unknown".to_string(), |x| format!(
+                "{} ({})",
+                x.transport.name(),
+                x.net.map_or("-", |n| n.name())
+            )),
+            big["time_us"].as_f64().unwrap_or(0.0),
+            collective_staged_bytes(&r),
+            first.and_then(|x| x.cause.as_deref()).unwrap_or("-")
+        );
+        reports.push((name, r));
+    }
     Ok(checks)
 }
 

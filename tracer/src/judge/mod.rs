@@ -169,6 +169,33 @@ impl Inputs {
             socket_bytes: p.socket.bytes_sent + p.socket.bytes_received,
             env: p.env.clone(),
             sampled_share: (!p.collectives_sampled.is_exact()).then(|| p.collectives_sampled.share()),
+            network: self.network(p),
+        }
+    }
+
+    /// Whether a process takes part in NCCL collectives (set-up or steady state).
+    fn nccl(&self, p: &ProcessIn) -> bool {
+        p.calls.keys().any(|k| k.starts_with("nccl")) || !p.nccl_ranks.is_empty() || self.collectives_of(p.pid).0 > 0
+    }
+
+    /// Where a process's NCCL peers are (the other NCCL processes of its job
+    /// on this machine: the same launcher, where parents are known) and the
+    /// host's RDMA devices.
+    pub fn network(&self, p: &ProcessIn) -> comm::Network {
+        let peers = self.processes.iter().filter(|q| {
+            self.nccl(q)
+                && match (p.parent, q.parent) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => true,
+                }
+        });
+        comm::Network {
+            other_hosts: if self.nccl(p) {
+                comm::other_hosts(p.pid, &p.env, peers.map(|q| (q.pid, &q.env)))
+            } else {
+                None
+            },
+            rdma_devices: self.facts.as_ref().map(|f| f.rdma_devices.clone()),
         }
     }
 }
@@ -188,6 +215,12 @@ pub fn verdicts(i: &Inputs) -> Vec<Verdict> {
                 env: p.env.clone(),
                 nvlink,
                 nccl_ranks: p.nccl_ranks.clone(),
+                registrations: p
+                    .churn
+                    .as_ref()
+                    .map(|c| c.by_backing.iter().map(|(k, v)| (k.clone(), v.registrations)).collect())
+                    .unwrap_or_default(),
+                network: i.network(p),
             })
         })
         .map(|v| (v.pid, v))
@@ -246,5 +279,72 @@ mod tests {
         assert!(comm::is_one_rank(&v[0]), "{:?}", v[0].evidence);
         // The same report from before the rank count was recorded.
         assert_eq!(verdicts(&report(""))[0].transport, Transport::Socket);
+    }
+
+    /// The emulated two-node job (two ranks on one GPU, each with its own
+    /// NCCL_HOSTID; 2026-12-01 on one H200): from the set-up (run) and from
+    /// the steady state (attach), NET/Socket with the inter-node cause.
+    fn emulated(setup: bool, extra: &str) -> Inputs {
+        let rank = |pid: u32, host: u32| {
+            let calls = if setup {
+                r#""ncclCommInitRankConfig": 1, "cuMemHostAlloc": 8"#
+            } else {
+                r#""ncclAllReduce": 2710"#
+            };
+            format!(
+                r#"{{"pid": {pid}, "comm": "python3", "parent": 900, "calls": {{{calls}}},
+                    "env": {{"NCCL_HOSTID": "gdrtrace-emu-{host}", "NCCL_DEBUG": "INFO"{extra}}},
+                    "socket": {{"calls": 90000, "bytes_sent": 2841640960, "bytes_received": 2841640960, "sockets": 8}}}}"#
+            )
+        };
+        serde_json::from_str(&format!(
+            r#"{{"processes": [{}, {}, {{"pid": 900, "comm": "bash", "calls": {{}}}}],
+               "collectives": [
+                 {{"pid": 101, "op": "ncclAllReduce", "communicator": "0x1b7feae0", "calls": 2710, "bytes": 2841640960}},
+                 {{"pid": 102, "op": "ncclAllReduce", "communicator": "0x394334c0", "calls": 2710, "bytes": 2841640960}}],
+               "facts": {{"rdma_devices": [], "gpus": 1}}}}"#,
+            rank(101, 0),
+            rank(102, 1)
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn emulated_nodes_get_the_inter_node_cause() {
+        for setup in [true, false] {
+            let v = verdicts(&emulated(setup, ""));
+            assert_eq!(v.len(), 2, "{v:?}");
+            for x in &v {
+                assert_eq!(
+                    (x.transport, x.host_staged, x.net),
+                    (Transport::Socket, true, Some(comm::Net::Socket)),
+                    "{x:?}"
+                );
+                assert_eq!(x.basis == comm::Basis::SetUp, setup);
+                let c = x.cause.as_deref().unwrap();
+                assert!(
+                    c.starts_with("inter-node traffic over TCP sockets (NET/Socket): NCCL found no usable RDMA device"),
+                    "{c}"
+                );
+                let other = if x.pid == 101 {
+                    "gdrtrace-emu-1"
+                } else {
+                    "gdrtrace-emu-0"
+                };
+                assert!(x.other_hosts.as_deref().unwrap().contains(other), "{x:?}");
+            }
+            let v = verdicts(&emulated(setup, r#", "NCCL_IB_DISABLE": "1""#));
+            assert!(
+                v.iter()
+                    .all(|x| x.cause.as_deref().unwrap().starts_with("NCCL_IB_DISABLE=1")),
+                "{v:?}"
+            );
+            let v = verdicts(&emulated(setup, r#", "NCCL_NET": "Socket""#));
+            assert!(
+                v.iter()
+                    .all(|x| x.cause.as_deref().unwrap().starts_with("NCCL_NET=Socket")),
+                "{v:?}"
+            );
+        }
     }
 }

@@ -33,7 +33,7 @@ pub(super) fn no_peer_memory(r: &Value) -> Hits {
     for p in arr(&r["nccl_log"]["processes"]) {
         let lines: Vec<String> = arr(&p["gdr_lines"])
             .iter()
-            .filter(|l| s(l).contains("GPU Direct RDMA Disabled"))
+            .filter(|l| s(l).contains("GPU Direct RDMA Disabled") && !s(l).contains("distance"))
             .map(|l| format!("NCCL log: {}", s(l)))
             .collect();
         if !lines.is_empty() && !out.iter().any(|(pid, _)| *pid == pid_of(p)) {
@@ -98,6 +98,7 @@ pub(super) fn forcing(var: &str, value: &str) -> Option<&'static str> {
         }
         "NCCL_DMABUF_ENABLE" if off(value) => Some("disables dma-buf registration of GPU memory"),
         "NCCL_P2P_LEVEL" => Some("limits P2P to GPU pairs up to this distance (LOC or 0 turns it off)"),
+        "NCCL_NET_GDR_READ" if off(value) => Some("turns GPUDirect RDMA reads off: NCCL sends from host buffers"),
         "NCCL_NET" if value.eq_ignore_ascii_case("socket") => Some("selects the socket network transport"),
         _ => None,
     }
@@ -124,9 +125,94 @@ pub(super) fn nccl_env(r: &Value) -> Hits {
             continue;
         }
         if let Some(v) = arr(&r["verdicts"]).iter().find(|v| pid_of(v) == pid_of(p)) {
-            ev.push(format!("transport verdict: {}", s(&v["transport"])));
+            ev.push(format!("transport verdict: {}{}", s(&v["transport"]), net_of(v)));
+            if let Some(why) = v["other_hosts"].as_str() {
+                ev.push(why.to_string());
+            }
         }
         out.push((pid_of(p), ev));
+    }
+    out
+}
+
+/// ` (NET/Socket)`: NCCL's network path of a verdict, where it has one.
+fn net_of(v: &Value) -> String {
+    v["net"].as_str().map_or(String::new(), |n| format!(" ({n})"))
+}
+
+/// The NCCL log's view of one process (`nccl_log.processes[]`).
+fn log_process(r: &Value, pid: u32) -> Option<&Value> {
+    arr(&r["nccl_log"]["processes"]).iter().find(|p| pid_of(p) == pid)
+}
+
+/// Whether a variable in a process's environment forces `var`'s effect.
+fn forced(p: &Value, var: &str) -> bool {
+    env(p, var).is_some_and(|v| forcing(var, v).is_some())
+}
+
+pub(super) fn no_rdma_device(r: &Value) -> Hits {
+    let mut out = Vec::new();
+    for v in arr(&r["verdicts"]) {
+        if s(&v["transport"]) != "socket" {
+            continue;
+        }
+        let pid = pid_of(v);
+        let Some(p) = process(r, pid) else { continue };
+        let inter_node = v["other_hosts"].as_str();
+        // A variable chose the socket network, or ruled P2P and SHM out
+        // between ranks of one host: `nccl-env-forced` names it.
+        if forced(p, "NCCL_IB_DISABLE")
+            || forced(p, "NCCL_NET")
+            || (inter_node.is_none() && forced(p, "NCCL_P2P_DISABLE") && forced(p, "NCCL_SHM_DISABLE"))
+        {
+            continue;
+        }
+        // It used verbs: a device was there.
+        if p["calls"]
+            .as_object()
+            .is_some_and(|c| c.keys().any(|k| k.starts_with("ibv_")))
+        {
+            continue;
+        }
+        let log = log_process(r, pid);
+        let no_device_line = log.and_then(|l| {
+            arr(&l["net_lines"])
+                .iter()
+                .map(s)
+                .find(|x| x.starts_with("NET/IB") && x.contains("No device found"))
+        });
+        let no_devices = r["facts"]["rdma_devices"].as_array().is_some_and(|d| d.is_empty());
+        if !no_devices && no_device_line.is_none() {
+            continue;
+        }
+        let mut ev = vec![format!("transport verdict socket{}", net_of(v))];
+        if no_devices {
+            ev.push(
+                "no RDMA device on this host (/sys/class/infiniband is empty) and no ibv_* call by the process".into(),
+            );
+        }
+        if let Some(l) = no_device_line {
+            ev.push(format!("NCCL log: {l}"));
+        }
+        if let Some(l) = log {
+            if let Some(n) = l["network"].as_str() {
+                ev.push(format!("NCCL log: Using network {n}"));
+            }
+            ev.extend(
+                arr(&l["net_lines"])
+                    .iter()
+                    .map(s)
+                    .filter(|x| x.starts_with("NET/Socket"))
+                    .map(|x| format!("NCCL log: {x}")),
+            );
+            if let Some(id) = l["host_id"].as_str() {
+                ev.push(format!("NCCL log: NCCL_HOSTID set by environment to {id}"));
+            }
+        }
+        if let Some(why) = inter_node {
+            ev.push(why.to_string());
+        }
+        out.push((pid, ev));
     }
     out
 }
@@ -167,14 +253,31 @@ pub(super) fn staged_for_network(r: &Value, pid: u32) -> Option<String> {
     None
 }
 
+/// NCCL's `GPU Direct RDMA Disabled for GPU ... (distance D > L)` lines of a process.
+fn distance_lines(r: &Value, pid: u32) -> Vec<String> {
+    log_process(r, pid).map_or(Vec::new(), |l| {
+        arr(&l["gdr_lines"])
+            .iter()
+            .map(s)
+            .filter(|x| x.contains("GPU Direct RDMA Disabled") && x.contains("distance"))
+            .map(|x| format!("NCCL log: {x}"))
+            .collect()
+    })
+}
+
 pub(super) fn gpu_nic_far(r: &Value) -> Hits {
     let far = far_paths(r);
-    if far.is_empty() {
-        return Vec::new();
-    }
     let mut out = Vec::new();
     for p in arr(&r["processes"]) {
-        let mut ev = Vec::new();
+        let distance = distance_lines(r, pid_of(p));
+        if far.is_empty() {
+            // NCCL's own distance decision, without topology facts.
+            if !distance.is_empty() {
+                out.push((pid_of(p), distance));
+            }
+            continue;
+        }
+        let mut ev = distance;
         if let Some(x) = staged_for_network(r, pid_of(p)) {
             ev.push(x);
         }
@@ -199,7 +302,8 @@ pub(super) fn acs_iommu(r: &Value) -> Hits {
     let mut out = Vec::new();
     for v in arr(&r["verdicts"]) {
         let t = s(&v["transport"]);
-        if !matches!(t, "shm" | "socket" | "host-staged") {
+        // Between hosts (to NCCL) P2P is not the question.
+        if !matches!(t, "shm" | "socket" | "host-staged") || v["other_hosts"].is_string() {
             continue;
         }
         let forced = process(r, pid_of(v)).is_some_and(|p| {
@@ -409,14 +513,20 @@ pub static RULES: &[Rule] = &[
     },
     Rule {
         id: "nccl-env-forced",
-        looks_at: "processes[].env (NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_IB_DISABLE, NCCL_NET_GDR_LEVEL, NCCL_DMABUF_ENABLE, NCCL_P2P_LEVEL, NCCL_NET) of processes that call NCCL, verdicts",
+        looks_at: "processes[].env (NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_IB_DISABLE, NCCL_NET_GDR_LEVEL, NCCL_NET_GDR_READ, NCCL_DMABUF_ENABLE, NCCL_P2P_LEVEL, NCCL_NET) of processes that call NCCL, verdicts (net, other_hosts)",
         cause: "NCCL's transport was forced by the environment: a variable switched a direct path off, so NCCL used a slower one. Unset it unless it works around a known problem.",
         check: nccl_env,
     },
     Rule {
+        id: "nccl-no-rdma-device",
+        looks_at: "verdicts (socket, net, other_hosts), facts.rdma_devices, ibv_* calls, nccl_log processes (NET/IB : No device found., Using network, NET/Socket lines, NCCL_HOSTID), processes[].env",
+        cause: "Traffic between hosts over TCP sockets: NCCL found no usable RDMA device (no InfiniBand/RoCE NIC, or none it could open), so its network transport is NET/Socket and every byte goes through host memory and the kernel's TCP stack. Give the hosts an RDMA NIC with its driver and libibverbs (ibv_devices lists it); ranks that share one machine can share a host identity (NCCL_HOSTID) and use P2P or SHM instead.",
+        check: no_rdma_device,
+    },
+    Rule {
         id: "gpu-nic-far",
-        looks_at: "facts.gpu_nic_paths (SYS, NODE), registration by backing, nccl_log communicators' GDR decision",
-        cause: "The GPU and the NIC are too far apart (the PCIe path crosses the CPU socket link or host bridges): NCCL does not use GPUDirect RDMA beyond NCCL_NET_GDR_LEVEL and stages through host memory. Use a NIC close to the GPU (PIX/PXB) or raise NCCL_NET_GDR_LEVEL if the platform handles it.",
+        looks_at: "facts.gpu_nic_paths (SYS, NODE), registration by backing, nccl_log communicators' GDR decision, nccl_log GDR lines (distance D > L)",
+        cause: "The GPU and the NIC are too far apart (the PCIe path crosses the CPU socket link to a NIC on the remote socket, SYS, or host bridges, NODE): NCCL does not use GPUDirect RDMA beyond NCCL_NET_GDR_LEVEL and stages through host memory. Use a NIC close to the GPU (PIX/PXB) or raise NCCL_NET_GDR_LEVEL if the platform handles it.",
         check: gpu_nic_far,
     },
     Rule {

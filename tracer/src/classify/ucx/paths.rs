@@ -326,6 +326,8 @@ pub fn verdict_of(u: &UcxProcess, paths: &[UcxPath]) -> Option<comm::Verdict> {
         evidence,
         cause: p.cause.clone(),
         nccl_log: None,
+        net: None,
+        other_hosts: None,
     })
 }
 

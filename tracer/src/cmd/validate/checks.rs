@@ -350,6 +350,82 @@ pub fn nccl_checks(r: &Report, v: &serde_json::Value, mode: &str, nvlink: Option
     out
 }
 
+/// NCCL across emulated nodes (`drive nccl --hosts N`, no RDMA device):
+/// every rank on NET/Socket with the inter-node cause, its collectives
+/// counted, its bytes staged, and `explain` naming the cause.
+pub fn nodes_checks(r: &Report, v: &serde_json::Value, label: &str) -> Vec<Check> {
+    let ranks = v["ranks"].as_u64().unwrap_or(0);
+    let calls = v["calls"].as_u64().unwrap_or(0);
+    let got: Vec<String> = r
+        .verdicts
+        .iter()
+        .map(|x| format!("{} {}", x.transport.name(), x.net.map_or("-", |n| n.name())))
+        .collect();
+    let mut out = vec![check(
+        &format!("{label}: every rank's verdict is socket (NET/Socket)"),
+        got.len() as u64 == ranks
+            && r.verdicts.iter().all(|x| {
+                x.transport == crate::classify::Transport::Socket
+                    && x.host_staged
+                    && x.net == Some(crate::classify::comm::Net::Socket)
+            }),
+        format!("verdicts {got:?} for {ranks} ranks"),
+    )];
+    let causes: Vec<&str> = r.verdicts.iter().map(|x| x.cause.as_deref().unwrap_or("-")).collect();
+    out.push(check(
+        &format!("{label}: cause is inter-node, from the host identities"),
+        !causes.is_empty()
+            && r.verdicts.iter().all(|x| {
+                x.other_hosts.is_some()
+                    && x.cause
+                        .as_deref()
+                        .is_some_and(|c| c.starts_with("inter-node traffic over TCP sockets"))
+            }),
+        causes.first().map_or("no verdict".into(), |c| c.to_string()),
+    ));
+    let per_rank: Vec<u64> = r
+        .verdicts
+        .iter()
+        .map(|x| {
+            r.collectives
+                .iter()
+                .filter(|c| c.pid == x.pid && c.op == "ncclAllReduce")
+                .map(|c| c.calls)
+                .sum()
+        })
+        .collect();
+    out.push(check(
+        &format!("{label}: ncclAllReduce calls per rank (in-kernel aggregation)"),
+        !per_rank.is_empty() && per_rank.iter().all(|n| *n == calls),
+        format!("tracer {per_rank:?}, workload {calls} per rank"),
+    ));
+    let staged = collective_staged_bytes(r);
+    out.push(check(
+        &format!("{label}: host-staged bytes reported"),
+        staged > 0,
+        format!("{staged} bytes through host memory"),
+    ));
+    let unexplained: Vec<u32> = r
+        .explain
+        .paths
+        .iter()
+        .filter(|p| {
+            p.explained_by.is_empty() && (p.what.starts_with("communication verdict") || p.what.starts_with("nccl"))
+        })
+        .map(|p| p.pid)
+        .collect();
+    out.push(check(
+        &format!("{label}: explain names a cause for every rank"),
+        unexplained.is_empty() && r.explain.fired("nccl-no-rdma-device"),
+        if unexplained.is_empty() {
+            "nccl-no-rdma-device".to_string()
+        } else {
+            format!("no rule recognised a cause for pids {unexplained:?}")
+        },
+    ));
+    out
+}
+
 /// Bytes of collectives whose transport goes through host memory.
 pub(super) fn collective_staged_bytes(r: &Report) -> u64 {
     r.collectives

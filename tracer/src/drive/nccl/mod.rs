@@ -170,9 +170,18 @@ pub struct NcclOpts {
     /// call per iteration, printing `nccl: iter=I size=S time_us=T` (rank 0).
     #[arg(long, value_name = "DURATION", value_parser = crate::units::parse_duration)]
     pub duration: Option<Duration>,
-    /// Ranks, one GPU each (default: every visible GPU).
+    /// Ranks, one GPU each (default: every visible GPU; with --hosts N,
+    /// N times that).
     #[arg(long, value_name = "N")]
     pub nranks: Option<usize>,
+    /// Place the ranks on N emulated hosts: rank r runs on host
+    /// r / (nranks / N) with NCCL_HOSTID=gdrtrace-emu-<host>, on GPU r % GPUs.
+    /// Ranks with different NCCL_HOSTID are different hosts to NCCL, which
+    /// then connects them only through its network (NET/IB, or NET/Socket
+    /// without an RDMA NIC), as between nodes; ranks of different hosts may
+    /// share a GPU. 1: no NCCL_HOSTID is set.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub hosts: usize,
     /// Stop the ranks and fail if they have not finished after this long
     /// (default: 10m, or --duration plus 5m).
     #[arg(long, value_name = "DURATION", value_parser = crate::units::parse_duration)]
@@ -202,6 +211,7 @@ impl Default for NcclOpts {
             warmup: 5,
             duration: None,
             nranks: None,
+            hosts: 1,
             timeout: None,
             summary: None,
             rank: None,
@@ -222,6 +232,53 @@ impl NcclOpts {
             Some(s) => vec![s],
             None => self.sizes.0.clone(),
         }
+    }
+}
+
+/// The NCCL_HOSTID of emulated host `host`.
+pub fn emulated_host_id(host: usize) -> String {
+    format!("gdrtrace-emu-{host}")
+}
+
+/// Where the ranks of a run go: how many, and each rank's emulated host
+/// (None with one host: the machine as it is) and GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub nranks: usize,
+    pub hosts: usize,
+    pub gpus: usize,
+}
+
+impl Placement {
+    /// Checks `--nranks`/`--hosts` against the visible GPUs (`gpus`).
+    pub fn new(nranks: Option<usize>, hosts: usize, gpus: usize) -> Result<Placement, NcclError> {
+        if hosts == 0 {
+            return Err(NcclError::Usage("--hosts must be at least 1".into()));
+        }
+        let nranks = nranks.unwrap_or(gpus * hosts);
+        if hosts == 1 && nranks > gpus {
+            return Err(NcclError::Usage(format!(
+                "--nranks {nranks}: only {gpus} GPU(s) visible (one rank per GPU; --hosts N places ranks of N emulated hosts on shared GPUs)"
+            )));
+        }
+        if !nranks.is_multiple_of(hosts) || nranks < hosts {
+            return Err(NcclError::Usage(format!(
+                "--nranks {nranks} is not a multiple of --hosts {hosts} (the same number of ranks on every host)"
+            )));
+        }
+        if nranks / hosts > gpus {
+            return Err(NcclError::Usage(format!(
+                "--nranks {nranks} on --hosts {hosts}: {} ranks per host but only {gpus} GPU(s) visible (NCCL refuses two ranks of one host on one GPU)",
+                nranks / hosts
+            )));
+        }
+        Ok(Placement { nranks, hosts, gpus })
+    }
+
+    /// Rank `r`'s emulated host id (None with one host) and GPU.
+    pub fn of(&self, r: usize) -> (Option<String>, usize) {
+        let host = (self.hosts > 1).then(|| emulated_host_id(r / (self.nranks / self.hosts)));
+        (host, r % self.gpus.max(1))
     }
 }
 
@@ -299,6 +356,9 @@ pub struct RankSize {
 pub struct RankReport {
     pub rank: usize,
     pub pid: u32,
+    /// Its emulated host (NCCL_HOSTID), with --hosts N > 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     pub device: usize,
     pub device_name: String,
     pub nccl_version: String,
@@ -363,6 +423,8 @@ impl SizeResult {
 #[derive(Clone, Debug, Serialize)]
 pub struct NcclReport {
     pub ranks: usize,
+    /// Emulated hosts the ranks were placed on (1: none emulated).
+    pub hosts: usize,
     pub mode: NcclMode,
     pub op: NcclOp,
     /// Environment set on the ranks.
@@ -397,6 +459,18 @@ impl NcclReport {
             by_fn.join(" "),
             self.control_calls
         ));
+        if self.hosts > 1 {
+            let placed: Vec<String> = self
+                .rank_reports
+                .iter()
+                .map(|r| format!("{}:{}/gpu{}", r.rank, r.host.as_deref().unwrap_or("-"), r.device))
+                .collect();
+            out.push(format!(
+                "nccl: hosts={} emulated (NCCL_HOSTID per rank): {}",
+                self.hosts,
+                placed.join(" ")
+            ));
+        }
         let env: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let pids: Vec<String> = self.rank_reports.iter().map(|r| r.pid.to_string()).collect();
         out.push(format!(
@@ -428,6 +502,39 @@ mod tests {
     use std::path::Path;
 
     use super::{parent::rank_args, *};
+
+    #[test]
+    fn emulated_hosts_placement() {
+        // Two emulated nodes on one GPU: both ranks on GPU 0, one per host.
+        let p = Placement::new(None, 2, 1).unwrap();
+        assert_eq!(p.nranks, 2);
+        assert_eq!(p.of(0), (Some("gdrtrace-emu-0".into()), 0));
+        assert_eq!(p.of(1), (Some("gdrtrace-emu-1".into()), 0));
+        // 2 nodes x 2 GPUs: ranks 0,1 on host 0 (GPUs 0,1), ranks 2,3 on host 1.
+        let p = Placement::new(None, 2, 2).unwrap();
+        let placed: Vec<_> = (0..4).map(|r| p.of(r)).collect();
+        assert_eq!(
+            placed,
+            vec![
+                (Some("gdrtrace-emu-0".into()), 0),
+                (Some("gdrtrace-emu-0".into()), 1),
+                (Some("gdrtrace-emu-1".into()), 0),
+                (Some("gdrtrace-emu-1".into()), 1)
+            ]
+        );
+        // One host: no NCCL_HOSTID, one rank per GPU as before.
+        let p = Placement::new(None, 1, 2).unwrap();
+        assert_eq!((p.nranks, p.of(1)), (2, (None, 1)));
+        for (nranks, hosts, gpus, why) in [
+            (Some(3), 1, 2, "only 2 GPU(s)"),
+            (Some(3), 2, 2, "not a multiple"),
+            (Some(4), 2, 1, "NCCL refuses two ranks of one host on one GPU"),
+            (None, 0, 1, "at least 1"),
+        ] {
+            let e = Placement::new(nranks, hosts, gpus).unwrap_err().to_string();
+            assert!(e.contains(why), "{nranks:?} {hosts} {gpus}: {e}");
+        }
+    }
 
     #[test]
     fn busbw_factors_match_nccl_tests() {
@@ -495,6 +602,7 @@ mod tests {
     fn summary_first_line() {
         let r = NcclReport {
             ranks: 2,
+            hosts: 1,
             mode: NcclMode::NoP2p,
             op: NcclOp::AllReduce,
             env: BTreeMap::new(),

@@ -19,12 +19,8 @@ pub fn run(opts: &NcclOpts) -> Result<NcclReport, NcclError> {
     if ndev == 0 {
         return Err(CuError::NoDevice.into());
     }
-    let nranks = opts.nranks.unwrap_or(ndev);
-    if nranks > ndev {
-        return Err(NcclError::Usage(format!(
-            "--nranks {nranks}: only {ndev} GPU(s) visible (one rank per GPU)"
-        )));
-    }
+    let placement = Placement::new(opts.nranks, opts.hosts, ndev)?;
+    let nranks = placement.nranks;
     let lib = Nccl::load()?;
     let nccl_version = lib.version()?;
     // The bootstrap root now runs in this process until it exits.
@@ -39,7 +35,7 @@ pub fn run(opts: &NcclOpts) -> Result<NcclReport, NcclError> {
             .map_or(0, |d| d.as_nanos())
     ));
     std::fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
-    let outcome = spawn_and_wait(opts, nranks, &hex, &dir);
+    let outcome = spawn_and_wait(opts, &placement, &hex, &dir);
     let result = outcome.and_then(|outcomes| combine(opts, nranks, outcomes, &lib, nccl_version, started));
     let _ = std::fs::remove_dir_all(&dir);
     result
@@ -63,6 +59,8 @@ pub(super) fn rank_args(opts: &NcclOpts, rank: usize, nranks: usize, hex: &str, 
         opts.mode.name().into(),
         "--warmup".into(),
         opts.warmup.to_string(),
+        "--hosts".into(),
+        opts.hosts.to_string(),
     ];
     match opts.size {
         Some(s) => a.extend(["--size".into(), s.to_string()]),
@@ -101,7 +99,13 @@ fn stop_all(children: &mut [(usize, Child)], done: &[bool]) {
     }
 }
 
-fn spawn_and_wait(opts: &NcclOpts, nranks: usize, hex: &str, dir: &Path) -> Result<Vec<RankOutcome>, NcclError> {
+fn spawn_and_wait(
+    opts: &NcclOpts,
+    placement: &Placement,
+    hex: &str,
+    dir: &Path,
+) -> Result<Vec<RankOutcome>, NcclError> {
+    let nranks = placement.nranks;
     let exe = std::env::current_exe().map_err(io_err("locating the gdrtrace executable"))?;
     let mut children: Vec<(usize, Child)> = Vec::with_capacity(nranks);
     let mut done = vec![false; nranks];
@@ -114,6 +118,9 @@ fn spawn_and_wait(opts: &NcclOpts, nranks: usize, hex: &str, dir: &Path) -> Resu
             .stderr(Stdio::inherit());
         for (k, v) in opts.mode.env() {
             cmd.env(k, v);
+        }
+        if let (Some(host), _) = placement.of(rank) {
+            cmd.env("NCCL_HOSTID", host);
         }
         match cmd.spawn() {
             Ok(c) => children.push((rank, c)),
@@ -230,6 +237,7 @@ fn combine(
     }
     Ok(NcclReport {
         ranks: nranks,
+        hosts: opts.hosts,
         mode: opts.mode,
         op: opts.op,
         env: opts

@@ -121,10 +121,12 @@ fn rank_main(opts: &NcclOpts) -> Result<RankReport, NcclError> {
 
     cu::init()?;
     let ndev = cu::device_count()?;
-    if rank >= ndev {
-        return Err(NcclError::Usage(format!("rank {rank} has no GPU ({ndev} visible)")));
+    if ndev == 0 {
+        return Err(NcclError::Usage(format!("rank {rank} has no GPU (none visible)")));
     }
-    let dev = Device::open(rank)?;
+    let placement = Placement::new(Some(nranks), opts.hosts, ndev)?;
+    let (host, device) = placement.of(rank);
+    let dev = Device::open(device)?;
     let lib = Nccl::load()?;
     let nccl_version = lib.version()?;
 
@@ -207,7 +209,8 @@ fn rank_main(opts: &NcclOpts) -> Result<RankReport, NcclError> {
     Ok(RankReport {
         rank,
         pid: std::process::id(),
-        device: rank,
+        host,
+        device,
         device_name,
         nccl_version,
         nccl_library: lib.path.clone(),
