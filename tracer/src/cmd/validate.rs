@@ -169,7 +169,9 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
     let host = crate::topo::discover();
     checks.extend(nodes(trace, exe, reports, host.gpus.len())?);
     if host.gpus.len() < 2 {
-        outln!("\nvalidate: nccl: skipping: one GPU (NCCL's transports are between ranks on two or more)");
+        outln!(
+            "\nvalidate: nccl transport modes: skipping: one GPU (P2P and SHM between GPUs need two; the emulated-node check above runs on one)"
+        );
         // The cuda-copy checks still count, so they are shown.
         outln!("\nvalidate: GPU checks");
         print_checks(&checks);
@@ -422,7 +424,9 @@ pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)>
     print_checks(&checks);
     reports.push(("pin-churn".to_string(), report.clone()));
     if crate::topo::discover().gpus.is_empty() {
-        outln!("validate: cuda-copy, nccl: skipping: no GPU (/proc/driver/nvidia/gpus is absent)");
+        outln!(
+            "validate: cuda-copy, nccl, nccl across emulated nodes: skipping: no GPU (/proc/driver/nvidia/gpus is absent)"
+        );
     } else {
         let gpu_checks = gpu(trace, &exe, &mut reports)?;
         checks.extend(gpu_checks);
