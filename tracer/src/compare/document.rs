@@ -246,6 +246,18 @@ pub fn document(name: &str, v: Value) -> Result<Document, String> {
         if baseline.runs.is_empty() {
             return Err(format!("{name} is a malformed baseline: it holds no runs"));
         }
+        // Runs are paired by name: a second run of one name would never be
+        // compared (the first would answer for both).
+        for (i, run) in baseline.runs.iter().enumerate() {
+            if let Some(j) = baseline.runs[..i].iter().position(|r| r.workload == run.workload) {
+                return Err(format!(
+                    "{name} is a malformed baseline: runs {} and {} are both named '{}' (each workload is compared by its name: rename one)",
+                    j + 1,
+                    i + 1,
+                    run.workload
+                ));
+            }
+        }
         for (i, run) in baseline.runs.iter().enumerate() {
             check_report(&run.report)
                 .map_err(|e| format!("{name} is a malformed baseline: run {} ({}): {e}", i + 1, run.workload))?;

@@ -61,8 +61,9 @@ fn compare_runs(
     base: &Value,
     cur: &Value,
     l: &Limits,
-) -> (Vec<Row>, Vec<TransportChange>, Metrics, Metrics) {
-    let (a, b) = (Metrics::of(base), Metrics::of(cur));
+) -> Result<(Vec<Row>, Vec<TransportChange>, Metrics, Metrics), String> {
+    let a = Metrics::of(base).map_err(|e| format!("could not compare: workload {name} of the baseline: {e}"))?;
+    let b = Metrics::of(cur).map_err(|e| format!("could not compare: workload {name} of the current run: {e}"))?;
     let mut rows = Vec::new();
     let mut changes = Vec::new();
     // Transport verdicts: any change in the mix is a failure.
@@ -279,7 +280,7 @@ fn compare_runs(
             });
         }
     }
-    (rows, changes, a, b)
+    Ok((rows, changes, a, b))
 }
 
 /// Compares two documents. Profiles that differ are refused unless
@@ -354,7 +355,7 @@ pub fn compare(
     for (r, c) in pairs {
         let limits = t.for_workload(&r.workload);
         probe_lost_fails |= limits.probe_lost_fails;
-        let (rows, changes, base_m, cur_m) = compare_runs(&r.workload, &r.report, &c.report, &limits);
+        let (rows, changes, base_m, cur_m) = compare_runs(&r.workload, &r.report, &c.report, &limits)?;
         transport_changes.extend(changes);
         workloads.push(WorkloadCmp {
             name: r.workload.clone(),

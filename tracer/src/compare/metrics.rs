@@ -92,8 +92,20 @@ fn latency_of(o: &Value) -> Lat {
     }
 }
 
+/// `*sum += n`, or an error naming what overflowed (a report whose counts,
+/// summed across processes or operations, pass 2^64 - 1 cannot be compared:
+/// a wrapped sum would compare as a small one).
+fn add(sum: &mut u64, n: u64, what: &str) -> Result<(), String> {
+    *sum = sum
+        .checked_add(n)
+        .ok_or_else(|| format!("the sum of {what} overflows a 64-bit count"))?;
+    Ok(())
+}
+
 impl Metrics {
-    pub fn of(r: &Value) -> Metrics {
+    /// What `compare` reads from a checked report; an error when a sum
+    /// overflows.
+    pub fn of(r: &Value) -> Result<Metrics, String> {
         let mut m = Metrics {
             duration_s: r["duration_s"].as_f64().unwrap_or(0.0),
             ..Metrics::default()
@@ -110,30 +122,39 @@ impl Metrics {
                 crate::classify::Transport::current_name(&name, o["transport"].as_str().unwrap_or("unknown"))
                     .to_string();
             let calls = o["calls"].as_u64().unwrap_or(0);
-            *m.op_transports
-                .entry(name.clone())
-                .or_default()
-                .entry(transport.clone())
-                .or_default() += calls;
+            let per_op = m.op_transports.entry(name.clone()).or_default();
+            add(
+                per_op.entry(transport.clone()).or_default(),
+                calls,
+                "operations[].calls",
+            )?;
+            per_op
+                .values()
+                .try_fold(0u64, |a, b| a.checked_add(*b))
+                .ok_or_else(|| format!("the sum of operations[].calls of {name} overflows a 64-bit count"))?;
             if name.starts_with("cuMemcpy") {
                 let bytes = o["bytes"].as_u64().unwrap_or(0);
-                m.moved_bytes += bytes;
+                add(&mut m.moved_bytes, bytes, "operations[].bytes and collectives[].bytes")?;
                 if staged_transport(&transport) {
-                    m.staged_bytes += bytes;
+                    add(&mut m.staged_bytes, bytes, "staged bytes")?;
                 }
             }
             m.latency.insert(format!("{name} [{transport}]"), latency_of(o));
         }
         for c in r["collectives"].as_array().into_iter().flatten() {
             let bytes = c["bytes"].as_u64().unwrap_or(0);
-            m.moved_bytes += bytes;
+            add(&mut m.moved_bytes, bytes, "operations[].bytes and collectives[].bytes")?;
             if staged_transport(c["transport"].as_str().unwrap_or("")) {
-                m.staged_bytes += bytes;
+                add(&mut m.staged_bytes, bytes, "staged bytes")?;
             }
         }
         for p in r["processes"].as_array().into_iter().flatten() {
             m.cpu_seconds += p["cpu_seconds"].as_f64().unwrap_or(0.0);
-            m.registrations += p["registrations"].as_u64().unwrap_or(0);
+            add(
+                &mut m.registrations,
+                p["registrations"].as_u64().unwrap_or(0),
+                "processes[].registrations",
+            )?;
         }
         for w in r["workloads"].as_array().into_iter().flatten() {
             let s = &w["summary"];
@@ -165,7 +186,10 @@ impl Metrics {
         for pts in m.bandwidth.values_mut() {
             pts.sort_by_key(|p| p.size);
         }
-        m
+        if !m.cpu_seconds.is_finite() {
+            return Err("the sum of processes[].cpu_seconds is not a finite number".into());
+        }
+        Ok(m)
     }
 
     /// Host-staged share of moved bytes, in percent.

@@ -44,7 +44,7 @@ fn doc(r: Value) -> Document {
 
 #[test]
 fn exact_percentiles_from_the_serialized_histogram() {
-    let m = Metrics::of(&report("gpu-host-dma", 10_000));
+    let m = Metrics::of(&report("gpu-host-dma", 10_000)).expect("metrics");
     let l = &m.latency["cuMemcpyHtoD [gpu-host-dma]"];
     assert!(l.exact);
     assert_eq!(l.count, 100);
