@@ -18,6 +18,31 @@ pub(super) fn num(v: &Value) -> Option<u64> {
     }
 }
 
+/// A count, time or id (decimal or `0x` hex): a negative or fractional one
+/// is refused, never wrapped (a recording edited to `"dur_ns": -5` would
+/// replay as a 584-year call). None when absent.
+pub(super) fn unsigned(v: &Value, field: &str) -> std::result::Result<Option<u64>, String> {
+    let bad = || format!("{field} is {v}, not a non-negative integer");
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(n) => n.as_u64().map(Some).ok_or_else(bad),
+        Value::String(s) if !s.starts_with('-') => num(v).map(Some).ok_or_else(bad),
+        _ => Err(bad()),
+    }
+}
+
+/// A required [`unsigned`] field.
+pub(super) fn required(v: &Value, field: &str) -> std::result::Result<u64, String> {
+    unsigned(v, field)?.ok_or_else(|| format!("{field} missing"))
+}
+
+/// A process or thread id: [`unsigned`] and within 32 bits.
+pub(super) fn pid_of(v: &Value, field: &str) -> std::result::Result<Option<u32>, String> {
+    unsigned(v, field)?
+        .map(|p| u32::try_from(p).map_err(|_| format!("{field} is {p}, not a process id")))
+        .transpose()
+}
+
 pub(super) fn hex(v: u64) -> Value {
     Value::String(format!("{v:#x}"))
 }
@@ -64,11 +89,10 @@ pub fn event_of(v: &Value) -> std::result::Result<Event, String> {
             .or_else(|| v["op_code"].as_u64().map(|c| c as u32))
             .ok_or_else(|| format!("unknown op {name} (recorded by a newer gdrtrace?)"))?;
     }
-    let u = |k: &str| num(&v[k]).ok_or_else(|| format!("event field {k} missing or not a number"));
-    e.pid = u("pid")? as u32;
-    e.tid = num(&v["tid"]).map_or(e.pid, |t| t as u32);
-    e.start_ns = u("start_ns")?;
-    e.dur_ns = num(&v["dur_ns"]).unwrap_or(0);
+    e.pid = pid_of(&v["pid"], "event field pid")?.ok_or("event field pid missing")?;
+    e.tid = pid_of(&v["tid"], "event field tid")?.unwrap_or(e.pid);
+    e.start_ns = required(&v["start_ns"], "event field start_ns")?;
+    e.dur_ns = unsigned(&v["dur_ns"], "event field dur_ns")?.unwrap_or(0);
     if let Some(a) = v["args"].as_array() {
         if a.len() > e.args.len() {
             return Err(format!("event has {} args (at most {})", a.len(), e.args.len()));
@@ -107,10 +131,10 @@ pub fn agg_of(v: &Value) -> std::result::Result<Vec<(AggKey, AggValue)>, String>
                 .and_then(op_code)
                 .or_else(|| r["op_code"].as_u64().map(|c| c as u32))
                 .ok_or_else(|| format!("aggregate row with unknown op {}", r["op"]))?;
-            let f = |k: &str| num(&r[k]).ok_or_else(|| format!("aggregate row field {k} missing"));
+            let f = |k: &str| required(&r[k], &format!("aggregate row field {k}"));
             Ok((
                 AggKey {
-                    tgid: f("pid")? as u32,
+                    tgid: pid_of(&r["pid"], "aggregate row field pid")?.ok_or("aggregate row field pid missing")?,
                     op,
                     handle: num(&r["handle"]).unwrap_or(0),
                 },

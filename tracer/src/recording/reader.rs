@@ -77,19 +77,30 @@ pub fn read(r: &mut dyn std::io::BufRead) -> std::result::Result<Recording, Stri
         let input = match ty {
             "event" => Input::Event(event_of(&v).map_err(|e| format!("line {n}: {e}"))?),
             "target" => Input::Target {
-                pid: num(&v["pid"]).ok_or_else(|| format!("line {n}: target without pid"))? as u32,
-                parent: num(&v["parent"]).map(|p| p as u32),
+                pid: pid_of(&v["pid"], "target pid")
+                    .and_then(|p| p.ok_or_else(|| "target without pid".into()))
+                    .map_err(|e| format!("line {n}: {e}"))?,
+                parent: pid_of(&v["parent"], "target parent").map_err(|e| format!("line {n}: {e}"))?,
             },
             "tick" => Input::Tick,
             "alive-check" => Input::AliveCheck,
             "setup-closed" => Input::SetupClosed,
             "aggregates" => Input::Aggregates(agg_of(&v).map_err(|e| format!("line {n}: {e}"))?),
             "duty" => Input::Duty {
-                on_us: num(&v["on_us"]).ok_or_else(|| format!("line {n}: duty without on_us"))?,
-                off_us: num(&v["off_us"]).ok_or_else(|| format!("line {n}: duty without off_us"))?,
+                on_us: required(&v["on_us"], "duty on_us").map_err(|e| format!("line {n}: {e}"))?,
+                off_us: required(&v["off_us"], "duty off_us").map_err(|e| format!("line {n}: {e}"))?,
             },
             "process" | "env" | "sample" | "gone" | "space" => {
                 let f: Fact = serde_json::from_value(v).map_err(|e| format!("line {n}: {ty}: {e}"))?;
+                if let Fact::Sample {
+                    cpu_seconds: Some(c), ..
+                } = f
+                    && !(c.is_finite() && c >= 0.0)
+                {
+                    return Err(format!(
+                        "line {n}: sample: cpu_seconds is {c}, not a non-negative number"
+                    ));
+                }
                 match inputs.last_mut() {
                     Some((_, facts)) => facts.push(f),
                     None => return Err(format!("line {n}: {ty} before any input")),
@@ -97,7 +108,14 @@ pub fn read(r: &mut dyn std::io::BufRead) -> std::result::Result<Recording, Stri
                 continue;
             }
             "footer" => {
-                footer = Some(serde_json::from_value::<Footer>(v).map_err(|e| format!("line {n}: footer: {e}"))?);
+                let f = serde_json::from_value::<Footer>(v).map_err(|e| format!("line {n}: footer: {e}"))?;
+                if !(f.duration_s.is_finite() && f.duration_s >= 0.0) {
+                    return Err(format!(
+                        "line {n}: footer: duration_s is {}, not a non-negative number of seconds",
+                        f.duration_s
+                    ));
+                }
+                footer = Some(f);
                 continue;
             }
             // Lines of later minor revisions are skipped, as report fields are.
