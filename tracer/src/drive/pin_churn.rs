@@ -139,6 +139,7 @@ pub fn run(opts: &PinChurnOpts) -> Result<PinChurnSummary> {
         )));
     }
     let page = page_size();
+    check_memory(opts, page as u64, mem_available())?;
     let started = Instant::now();
     let cpu_started = process_cpu_s();
     let mut s = PinChurnSummary {
@@ -183,6 +184,62 @@ pub fn run(opts: &PinChurnOpts) -> Result<PinChurnSummary> {
         std::fs::write(path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
     }
     Ok(s)
+}
+
+/// At most this many buffers in one registration (io_uring/rsrc.c:
+/// `IORING_MAX_REG_BUFFERS`, 1 << 14).
+const MAX_REG_BUFFERS: u64 = 1 << 14;
+/// At most this much per buffer (io_uring/rsrc.c, `io_buffer_validate`: SZ_1G).
+const MAX_BUFFER_BYTES: u64 = 1 << 30;
+
+/// `MemAvailable` of /proc/meminfo in bytes (None: unknown).
+fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Refuses (exit 2) a request the kernel would refuse or the machine cannot
+/// hold, before anything is allocated: the buffers are faulted in and
+/// pinned, so a request past the available memory would run the machine
+/// out of memory rather than fail.
+fn check_memory(opts: &PinChurnOpts, page: u64, available: Option<u64>) -> Result<()> {
+    let unit = crate::units::bytes_limit;
+    if u64::from(opts.buffers) > MAX_REG_BUFFERS {
+        return Err(Error::Usage(format!(
+            "--buffers {}: io_uring registers at most {MAX_REG_BUFFERS} buffers at once",
+            opts.buffers
+        )));
+    }
+    let per_buffer = u64::from(opts.pages).saturating_mul(page);
+    if per_buffer > MAX_BUFFER_BYTES {
+        return Err(Error::Usage(format!(
+            "--pages {}: a buffer of {} is over io_uring's limit of {} per buffer",
+            opts.pages,
+            unit(per_buffer),
+            unit(MAX_BUFFER_BYTES)
+        )));
+    }
+    let total = per_buffer.saturating_mul(u64::from(opts.buffers));
+    if let Some(avail) = available
+        && total > avail
+    {
+        return Err(Error::Usage(format!(
+            "--buffers {} --pages {}: {} of buffers, more than this machine's available memory ({}, MemAvailable)",
+            opts.buffers,
+            opts.pages,
+            unit(total),
+            unit(avail)
+        )));
+    }
+    Ok(())
 }
 
 fn odirect(opts: &PinChurnOpts, buf: &mut Aligned, s: &mut PinChurnSummary) -> Result<()> {
@@ -235,4 +292,37 @@ fn odirect(opts: &PinChurnOpts, buf: &mut Aligned, s: &mut PinChurnSummary) -> R
         Err(e) => return named(s, format!("O_DIRECT I/O failed in {}: {e}", dir.display())),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(buffers: u32, pages: u32) -> PinChurnOpts {
+        PinChurnOpts {
+            iterations: 1,
+            buffers,
+            pages,
+            odirect_mib: 0,
+            dir: None,
+            summary: None,
+        }
+    }
+
+    #[test]
+    fn requests_past_the_kernel_or_the_memory_are_refused() {
+        let gib = 1u64 << 30;
+        assert!(check_memory(&opts(4, 16), 4096, Some(gib)).is_ok());
+        let e = check_memory(&opts(u32::MAX, 16), 4096, Some(gib)).expect_err("too many buffers");
+        assert!(e.to_string().contains("at most 16384 buffers"), "{e}");
+        let e = check_memory(&opts(1, u32::MAX), 4096, Some(u64::MAX)).expect_err("buffer too large");
+        assert!(e.to_string().contains("per buffer"), "{e}");
+        let e = check_memory(&opts(16384, 16384), 4096, Some(gib)).expect_err("over MemAvailable");
+        assert!(e.to_string().contains("MemAvailable"), "{e}");
+        assert_eq!(e.exit_code(), 2);
+        assert!(
+            check_memory(&opts(16384, 16384), 4096, None).is_ok(),
+            "unknown memory: the kernel decides"
+        );
+    }
 }
