@@ -171,9 +171,52 @@ pub fn describe(err: &(dyn std::error::Error + 'static)) -> String {
         }
     }
     // Verifier logs can be long; one line is the contract.
-    if line.len() > 300 {
-        line.truncate(300);
-        line.push('…');
+    cut_middle(&line, MAX_LINE).into_owned()
+}
+
+/// The longest error line, in bytes (about; see [`cut_middle`]).
+pub const MAX_LINE: usize = 300;
+
+/// `s` in at most about `max` bytes: a longer one loses its middle (`…`),
+/// so that both what it is about (the start: the file, the flag) and the
+/// reason (the end: `expected a string at line 3`) stay; cut at character
+/// boundaries (a multi-byte character is never split).
+pub fn cut_middle(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if s.len() <= max {
+        return std::borrow::Cow::Borrowed(s);
     }
-    line
+    let half = max / 2;
+    let mut head = half;
+    while !s.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = s.len() - half;
+    while !s.is_char_boundary(tail) {
+        tail += 1;
+    }
+    std::borrow::Cow::Owned(format!("{} … {}", &s[..head], &s[tail..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_lines_lose_their_middle_at_char_boundaries() {
+        assert_eq!(cut_middle("short", 300), "short");
+        // A long quoted input, then the reason: both ends stay.
+        let s = format!("t.toml: `{}` unknown field `bandwith`", "é".repeat(400));
+        let c = cut_middle(&s, 300);
+        assert!(c.starts_with("t.toml: `é"), "{c}");
+        assert!(c.ends_with("unknown field `bandwith`"), "{c}");
+        assert!(c.len() <= 310, "{}", c.len());
+        // Every cut point inside a multi-byte character (the old
+        // String::truncate(300) panicked there).
+        for pad in 0..4 {
+            let s = format!("{}{}", "x".repeat(pad), "€".repeat(200));
+            let _ = cut_middle(&s, 300);
+        }
+        let e = std::io::Error::other("ü".repeat(400));
+        assert!(describe(&e).len() <= 310);
+    }
 }

@@ -24,7 +24,7 @@ use std::{
 };
 
 use crate::{
-    error::{Error, Result, describe},
+    error::{Error, MAX_LINE as MAX_ERROR, Result, cut_middle, describe},
     units::bytes_limit,
 };
 
@@ -136,6 +136,14 @@ impl Input {
             (name, Box::new(io::stdin()))
         } else {
             let name = path.display().to_string();
+            // open(2) of a socket fails with ENXIO, which says little.
+            if let Ok(m) = std::fs::metadata(path)
+                && m.file_type().is_socket()
+            {
+                return Err(Error::Input(format!(
+                    "{name} is a socket: only regular files are read (or - for standard input)"
+                )));
+            }
             // O_NONBLOCK: opening a FIFO must not wait for a writer (it is
             // refused below); regular files ignore the flag.
             let file = std::fs::OpenOptions::new()
@@ -198,6 +206,15 @@ impl Input {
         &self.name
     }
 
+    /// Refuses an input with nothing in it (after decompression): the one
+    /// message every reader of reports, recordings and baselines gives.
+    pub fn refuse_empty(&mut self) -> Result<()> {
+        match self.reader.fill_buf() {
+            Ok([]) => Err(Error::Input(format!("{} is empty", self.name))),
+            _ => Ok(()),
+        }
+    }
+
     /// A one-line error about this input: the size limit when it was hit
     /// (whatever the parser made of the cut), else `msg`.
     pub fn error(&self, msg: impl std::fmt::Display) -> Error {
@@ -210,12 +227,7 @@ impl Input {
         } else {
             let msg = msg.to_string();
             let msg = msg.lines().next().unwrap_or("");
-            let cut = if msg.len() > 300 {
-                format!("{}…", &msg[..msg.floor_char_boundary(300)])
-            } else {
-                msg.to_string()
-            };
-            Error::Input(format!("{}: {cut}", self.name))
+            Error::Input(format!("{}: {}", self.name, cut_middle(msg, MAX_ERROR)))
         }
     }
 
@@ -307,6 +319,7 @@ pub fn read_json(path: &Path) -> Result<serde_json::Value> {
 /// Parses the rest of `input` as one JSON document; an empty, truncated or
 /// invalid document and the size limit are one-line errors naming the file.
 pub fn json_of(input: &mut Input) -> Result<serde_json::Value> {
+    input.refuse_empty()?;
     let empty = input
         .fill_buf()
         .map(|b| b.iter().all(u8::is_ascii_whitespace) && b.len() < 4096)
