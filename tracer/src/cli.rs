@@ -209,8 +209,9 @@ pub struct RunArgs {
     pub trace: TraceArgs,
     /// The command to trace, after `--` (flags before `--` are gdrtrace's:
     /// an unknown one is an error, never taken for the command).
+    /// Arguments are passed as they are, UTF-8 or not.
     #[arg(trailing_var_arg = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    pub command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -45,6 +45,9 @@ fn main() {
                     exit::USAGE
                 } else if output::stdout_closed() {
                     exit::STDOUT_CLOSED
+                } else if let Some(e) = output::stdout_error() {
+                    errln!("gdrtrace: writing to standard output: {e}");
+                    exit::FAILURE
                 } else {
                     exit::OK
                 });
@@ -68,6 +71,12 @@ fn main() {
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
         .format_timestamp(None)
+        // Log lines name processes and paths too: escaped as all output is.
+        .format(|buf, rec| {
+            use std::io::Write as _;
+            let msg = rec.args().to_string();
+            writeln!(buf, "[{} {}] {}", rec.level(), rec.target(), output::escape(&msg))
+        })
         .init();
     input::set_limit(cli.max_input_size);
     let code = match cmd::dispatch(cli.command) {

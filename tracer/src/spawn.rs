@@ -6,9 +6,10 @@
 //! pipe. The child is watched through a pidfd, so waiting for it never
 //! blocks a thread the tracer would have to join.
 use std::{
-    ffi::CString,
+    ffi::{CString, OsStr},
     io,
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    os::unix::ffi::OsStrExt as _,
     os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
     time::{Duration, Instant},
@@ -48,24 +49,61 @@ fn not_executable(p: &Path) -> Option<&'static str> {
     None
 }
 
+/// A script whose `#!` interpreter is missing or not executable: exit 126
+/// before anything is loaded, as a shell says "bad interpreter" (execve(2)
+/// fails with ENOENT there, which is not "command not found").
+fn bad_interpreter(argv0: &str, script: &Path) -> Result<()> {
+    use std::io::Read as _;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(script)
+        .and_then(|mut f| f.read(&mut head))
+        .unwrap_or(0);
+    let Some(line) = head[..n].strip_prefix(b"#!") else {
+        return Ok(());
+    };
+    let line = line.split(|b| *b == b'\n').next().unwrap_or(&[]);
+    let Some(interp) = line.split(|b| *b == b' ' || *b == b'\t').find(|w| !w.is_empty()) else {
+        return Err(Error::CommandNotExecutable(format!(
+            "cannot run '{argv0}': {}: a #! line without an interpreter",
+            script.display()
+        )));
+    };
+    let interp = Path::new(OsStr::from_bytes(interp));
+    let why = if !interp.exists() {
+        "no such file"
+    } else if let Some(why) = not_executable(interp) {
+        why
+    } else {
+        return Ok(());
+    };
+    Err(Error::CommandNotExecutable(format!(
+        "cannot run '{argv0}': bad interpreter {} ({why})",
+        interp.display()
+    )))
+}
+
 /// Finds `argv0` as execvp(3) does: a name with a slash as it is, else each
 /// `PATH` entry in turn (an empty entry is the current directory; an unset
 /// `PATH` is the C library's default). A match that exists but cannot be
 /// executed is remembered and the search goes on, as execvp does (EACCES).
-pub fn resolve(argv0: &str) -> Result<PathBuf> {
-    if argv0.is_empty() {
+pub fn resolve(argv0: impl AsRef<OsStr>) -> Result<PathBuf> {
+    let raw = argv0.as_ref();
+    if raw.is_empty() {
         return Err(Error::CommandNotFound("cannot run '': an empty command name".into()));
     }
-    let candidates: Vec<PathBuf> = if argv0.contains('/') {
-        vec![PathBuf::from(argv0)]
+    let argv0 = raw.to_string_lossy();
+    let argv0 = argv0.as_ref();
+    let slash = raw.as_bytes().contains(&b'/');
+    let candidates: Vec<PathBuf> = if slash {
+        vec![PathBuf::from(raw)]
     } else {
         let path = std::env::var("PATH").unwrap_or_else(|_| default_path());
         path.split(':')
             .map(|dir| {
                 if dir.is_empty() {
-                    PathBuf::from(argv0)
+                    PathBuf::from(raw)
                 } else {
-                    Path::new(dir).join(argv0)
+                    Path::new(dir).join(raw)
                 }
             })
             .collect()
@@ -76,7 +114,10 @@ pub fn resolve(argv0: &str) -> Result<PathBuf> {
             continue;
         }
         match not_executable(c) {
-            None => return Ok(c.clone()),
+            None => {
+                bad_interpreter(argv0, c)?;
+                return Ok(c.clone());
+            }
             Some(why) => {
                 refused.get_or_insert((c.clone(), why));
             }
@@ -87,7 +128,7 @@ pub fn resolve(argv0: &str) -> Result<PathBuf> {
             "cannot run '{argv0}': {} {why}",
             p.display()
         ))),
-        None if argv0.contains('/') => Err(Error::CommandNotFound(format!(
+        None if slash => Err(Error::CommandNotFound(format!(
             "cannot run '{argv0}': command not found (no such file)"
         ))),
         None => Err(Error::CommandNotFound(format!(
@@ -113,14 +154,19 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Forks `argv` held before exec.
-pub fn spawn_gated(argv: &[String]) -> Result<Gated> {
+/// Forks `argv` held before exec. Arguments are bytes, as execve(2) takes
+/// them: any, UTF-8 or not (`printf 'x\xffy'`).
+pub fn spawn_gated<S: AsRef<OsStr>>(argv: &[S]) -> Result<Gated> {
     let Some(argv0) = argv.first() else {
         return Err(Error::Usage("no command given".into()));
     };
+    let argv0 = argv0.as_ref().to_string_lossy().into_owned();
     let cargs: Vec<CString> = argv
         .iter()
-        .map(|a| CString::new(a.as_bytes()).map_err(|_| Error::Usage(format!("argument contains a NUL byte: {a:?}"))))
+        .map(|a| {
+            CString::new(a.as_ref().as_bytes())
+                .map_err(|_| Error::Usage(format!("argument contains a NUL byte: {:?}", a.as_ref())))
+        })
         .collect::<Result<_>>()?;
     let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
     ptrs.push(std::ptr::null());
@@ -159,7 +205,7 @@ pub fn spawn_gated(argv: &[String]) -> Result<Gated> {
         pid: pid as u32,
         gate: gate_w,
         exec_err: err_r,
-        argv0: argv0.clone(),
+        argv0,
     })
 }
 
@@ -205,6 +251,80 @@ fn pidfd_open(pid: u32) -> Option<OwnedFd> {
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
     // SAFETY: a fresh descriptor owned by nobody else.
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// A process that is not our child, held by a pidfd (Linux 5.3+): signals
+/// reach it and only it, and it can be waited for by poll(2).
+#[derive(Debug)]
+pub struct Watched {
+    pub pid: u32,
+    fd: OwnedFd,
+}
+
+impl Watched {
+    /// None when it is gone (or the kernel has no pidfds).
+    pub fn open(pid: u32) -> Option<Self> {
+        pidfd_open(pid).map(|fd| Watched { pid, fd })
+    }
+
+    /// pidfd_send_signal(2); false when it has exited.
+    pub fn signal(&self, sig: i32) -> bool {
+        // SAFETY: pidfd_send_signal(2) on our pidfd, no siginfo, no flags.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.fd.as_raw_fd(),
+                sig,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            ) == 0
+        }
+    }
+
+    /// Whether it has exited (its pidfd is readable then).
+    fn exited(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll(2) on one valid pollfd, no wait.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    }
+}
+
+/// Waits until every one of `procs` has exited or `until` passes, then
+/// sends SIGKILL to those still running; a signal ends the wait at once
+/// (nothing is killed then). Returns how many got SIGKILL.
+pub fn watch_until(procs: &[Watched], until: Instant, signals: &Signals) -> usize {
+    loop {
+        let running: Vec<&Watched> = procs.iter().filter(|w| !w.exited()).collect();
+        if running.is_empty() || signals.try_recv().is_some() {
+            return 0;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return running.iter().filter(|w| w.signal(libc::SIGKILL)).count();
+        }
+        let mut fds: Vec<libc::pollfd> = running
+            .iter()
+            .map(|w| w.fd.as_raw_fd())
+            .chain([signals.fd()])
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: poll(2) on a valid array of pollfds.
+        unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                left.as_millis().clamp(1, i32::MAX as u128) as i32,
+            )
+        };
+    }
 }
 
 /// Turns a wait status into a shell-style exit code (128+signal).

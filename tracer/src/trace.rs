@@ -14,6 +14,7 @@ use crate::{
     classify::steady::GpuLinks,
     counters::FollPin,
     error::{Error, Result},
+    output::StreamFile,
     recording,
     report::{self, Inputs, PinCounters, Report},
     session::Session,
@@ -175,6 +176,9 @@ pub struct Trace {
     /// Files that failed while the report was built (`--record`,
     /// `--transfers`); the report is still returned, the command exits non-zero.
     pub late_errors: Vec<Error>,
+    /// The `--record` stream once its footer is written: the workloads'
+    /// summaries follow, then `StreamFile::finish`.
+    pub recording: Option<StreamFile>,
     /// Set-up uprobe hits at the last tick, and when.
     setup_hits: (u64, Instant),
 }
@@ -241,6 +245,7 @@ impl Trace {
             links_window: None,
             facts: None,
             late_errors: Vec::new(),
+            recording: None,
             setup_hits: (0, Instant::now()),
         }
     }
@@ -406,15 +411,14 @@ impl Trace {
             .collect()
     }
 
-    /// Opens the `--record` and `--transfers` files of a command.
+    /// Opens the `--record` and `--transfers` files of a command (streams
+    /// with a fallback file: see `output::StreamFile`).
     pub fn outputs(&mut self, record: Option<&std::path::Path>, transfers: Option<&std::path::Path>) -> Result<()> {
         if let Some(path) = record {
             self.record(path)?;
         }
         if let Some(path) = transfers {
-            self.agg.transfers.sink = Some(std::io::BufWriter::new(
-                std::fs::File::create(path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?,
-            ));
+            self.agg.transfers.sink = Some(std::io::BufWriter::new(StreamFile::create("--transfers", path)?));
         }
         Ok(())
     }
@@ -423,7 +427,8 @@ impl Trace {
     pub fn record(&mut self, path: &std::path::Path) -> Result<()> {
         let header = recording::Header::now();
         self.facts = Some(header.facts.clone());
-        self.agg.observer = Some(Box::new(recording::Recorder::create(path, &header)?));
+        let out = StreamFile::create("--record", path)?;
+        self.agg.observer = Some(Box::new(recording::Recorder::create(out, &header)?));
         Ok(())
     }
 
@@ -471,15 +476,17 @@ impl Trace {
             .and_then(|o| (o as Box<dyn std::any::Any>).downcast::<recording::Recorder>().ok());
         if let Some(rec) = recorder {
             let events = rec.events;
-            if let Err(e) = rec.finish(&recording::footer(&inputs, &self.agg, events)) {
+            let (out, r) = rec.finish(&recording::footer(&inputs, &self.agg, events));
+            if let Err(e) = r {
                 self.late_errors.push(e);
             }
+            self.recording = Some(out);
         }
         let nvlink = inputs.facts.nvlink;
         let mut r = report::build(&self.agg, inputs);
         r.judge_with(nccl_log, nvlink);
         if let Err(e) = report::accounting::finish_transfers(&mut self.agg, &r) {
-            self.late_errors.push(Error::io("writing the transfer records", e));
+            self.late_errors.push(e);
         }
         Ok(r)
     }

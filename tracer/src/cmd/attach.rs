@@ -15,9 +15,9 @@ use std::{
 use crate::{
     cli::AttachArgs,
     counters,
-    error::{Error, Result, describe},
+    error::{Error, Result},
     loader::{self, LoadOptions},
-    output::OutputFile,
+    output::{Named, OutputFile, StreamFile},
     session::{Session, SessionOptions},
     trace::{Interval, IntervalRecord, Trace},
 };
@@ -62,9 +62,28 @@ pub fn cgroup_members(path: &Path) -> Result<Vec<u32>> {
     } else {
         PathBuf::from("/sys/fs/cgroup").join(path)
     };
+    // Only a directory of the cgroup file system itself: any other
+    // directory holding a file named cgroup.procs would pick the pids it
+    // lists (a user's file naming another user's processes).
+    match fs_magic(&dir) {
+        Ok(CGROUP2_SUPER_MAGIC | CGROUP_SUPER_MAGIC) => {}
+        Ok(_) => {
+            return Err(Error::Usage(format!(
+                "--cgroup {}: not a cgroup directory (not on a cgroup2 or cgroup v1 mount)",
+                dir.display()
+            )));
+        }
+        Err(e) => {
+            return Err(Error::Usage(format!(
+                "--cgroup {}: not a cgroup directory: {}",
+                dir.display(),
+                crate::error::describe(&e)
+            )));
+        }
+    }
     if !dir.join("cgroup.procs").is_file() {
         return Err(Error::Usage(format!(
-            "{} is not a cgroup v2 directory (no cgroup.procs)",
+            "--cgroup {}: not a cgroup directory (no cgroup.procs)",
             dir.display()
         )));
     }
@@ -85,6 +104,26 @@ pub fn cgroup_members(path: &Path) -> Result<Vec<u32>> {
     }
     Ok(out)
 }
+
+/// statfs(2)'s `f_type` of the file system holding `dir`.
+fn fs_magic(dir: &Path) -> std::io::Result<i64> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: statfs(2) on a NUL-terminated path into a zeroed struct we own.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.f_type as i64)
+}
+
+/// `f_type` of cgroup2 and of a cgroup v1 hierarchy (include/uapi/linux/magic.h).
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
+
+/// The longest command name the kernel keeps (TASK_COMM_LEN - 1): longer
+/// names are cut, so `--comm` with a longer one never matches.
+const COMM_MAX: usize = 15;
 
 /// Processes whose command name is `comm`.
 pub fn by_comm(comm: &str) -> Vec<u32> {
@@ -224,56 +263,38 @@ fn targets(roots: &[u32], notes: &mut Vec<String>) -> BTreeSet<u32> {
     out
 }
 
-/// Where `--jsonl` records go; the first write error is kept (reported at
-/// the end, non-zero exit) and the records after it are counted as lost.
+/// Where `--jsonl` records go: a stream whose write error moves the
+/// records to a fallback file (`output::StreamFile`), reported at the end
+/// with a non-zero exit.
 struct Jsonl {
-    file: OutputFile,
-    written: u64,
+    file: StreamFile,
+    /// Records that could not be serialized.
     lost: u64,
-    error: Option<std::io::Error>,
 }
 
 impl Jsonl {
     fn write(&mut self, rec: &IntervalRecord) {
-        if self.error.is_some() {
-            self.lost += 1;
-            return;
-        }
-        let line = match serde_json::to_string(rec) {
-            Ok(l) => l,
-            Err(e) => {
-                self.error = Some(e.into());
-                self.lost += 1;
-                return;
+        match serde_json::to_string(rec) {
+            // A StreamFile takes every byte (or moves to its fallback).
+            Ok(line) => {
+                let _ = writeln!(self.file, "{line}");
             }
-        };
-        let f = self.file.file();
-        match writeln!(f, "{line}").and_then(|()| f.flush()) {
-            Ok(()) => self.written += 1,
-            Err(e) => {
-                errln!(
-                    "gdrtrace: {} {}: {}; interval records from here on are lost",
-                    self.file.flag,
-                    self.file.path.display(),
-                    describe(&e)
-                );
-                self.error = Some(e);
-                self.lost += 1;
-            }
+            Err(_) => self.lost += 1,
         }
     }
 
-    fn result(&self) -> Option<Error> {
-        self.error.as_ref().map(|e| {
-            Error::Workload(format!(
-                "{} {}: {} of {} interval records were not written ({})",
-                self.file.flag,
-                self.file.path.display(),
-                self.lost,
-                self.lost + self.written,
-                describe(e)
-            ))
-        })
+    fn finish(self) -> Option<Error> {
+        let lost = self.lost;
+        let flag = self.file.flag;
+        let path = self.file.path.clone();
+        match self.file.finish() {
+            Err(e) => Some(e),
+            Ok(()) if lost > 0 => Some(Error::Workload(format!(
+                "{flag} {}: {lost} interval records could not be serialized",
+                path.display()
+            ))),
+            Ok(()) => None,
+        }
     }
 }
 
@@ -294,7 +315,19 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     if let Some(comm) = &args.comm {
         let m = by_comm(comm);
         if m.is_empty() {
-            notes.push(format!("comm {comm}: no running process has this name"));
+            let cut = if comm.len() > COMM_MAX {
+                let mut end = COMM_MAX;
+                while !comm.is_char_boundary(end) {
+                    end -= 1;
+                }
+                format!(
+                    " (a process's comm is at most {COMM_MAX} bytes: the kernel cuts longer names; try --comm {})",
+                    &comm[..end]
+                )
+            } else {
+                String::new()
+            };
+            notes.push(format!("comm {comm}: no running process has this name{cut}"));
         }
         roots.extend(m);
     }
@@ -306,13 +339,11 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         return Err(Error::Usage(format!("no process to attach to: {}", notes.join("; "))));
     }
     // Every file is checked before any BPF is loaded.
-    let files = super::run::Outputs::open(&args.trace)?;
+    let mut files = super::run::Outputs::open(&args.trace, &[Named::output("--jsonl", args.jsonl.as_deref())])?;
     let jsonl = OutputFile::open_opt("--jsonl", args.jsonl.as_deref())?.map(|file| {
         Rc::new(RefCell::new(Jsonl {
-            file,
-            written: 0,
+            file: file.stream(),
             lost: 0,
-            error: None,
         }))
     });
     let opts = SessionOptions {
@@ -398,6 +429,13 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     // trace as SIGPIPE would have, but the files are still written.
     let stdout_gone = Rc::new(tokio::sync::Notify::new());
     if let Some(every) = args.interval {
+        if every < crate::trace::TICK {
+            errln!(
+                "gdrtrace: note: --interval {} is shorter than the sampling tick: a record every {} ms",
+                crate::units::fmt_duration(every),
+                crate::trace::TICK.as_millis()
+            );
+        }
         let jsonl = jsonl.clone();
         let gone = stdout_gone.clone();
         trace.interval = Some(Interval::new(
@@ -439,9 +477,15 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
             "pre_existing": pre_existing,
         }
     }));
-    if let Some(e) = jsonl.and_then(|j| j.borrow().result()) {
+    // The interval sink (holding a clone) is gone with the trace's interval.
+    trace.interval = None;
+    if let Some(e) = jsonl
+        .and_then(Rc::into_inner)
+        .and_then(|j| j.into_inner().finish())
+    {
         errors.push(e);
     }
+    files.recording = trace.recording.take();
     if let Err(e) = super::run::emit(&args.trace, files, &report) {
         errors.push(e);
     }

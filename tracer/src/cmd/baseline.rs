@@ -5,10 +5,26 @@ use crate::{
     compare::{self, Run},
     error::{Error, Result},
     input,
-    output::OutputFile,
+    output::{self, Named, OutputFile},
 };
 
 pub fn record(args: &BaselineRecordArgs) -> Result<i32> {
+    let mut paths = vec![
+        Named::input("--from", args.from.as_deref()),
+        Named::output("--out", Some(&args.out)),
+    ];
+    if args.from.is_none() {
+        // validate's own outputs too (--json, --record, --transfers).
+        let t = &args.validate.trace;
+        paths.extend([
+            Named::input("--nccl-log", t.nccl_log.as_deref()),
+            Named::input("--ucx-log", t.ucx_log.as_deref()),
+            Named::output("--json", t.json.as_deref()),
+            Named::output("--record", t.record.as_deref()),
+            Named::output("--transfers", t.transfers.as_deref()),
+        ]);
+    }
+    output::check_distinct(&paths)?;
     // Without --from, validate runs first: --out is opened before it.
     let mut out = match &args.from {
         Some(_) => None,

@@ -5,12 +5,18 @@ use crate::{
     compare::{self, Thresholds, html, render},
     error::{Error, Result, exit},
     input,
-    output::OutputFile,
+    output::{self, Named, OutputFile},
 };
 
 /// Runs the comparison; every failure to compare is one line and exit 2
 /// (`Error::Input`/`Error::Usage`).
 pub fn compare(args: &CompareArgs) -> Result<i32> {
+    output::check_distinct(&[
+        Named::input("BASELINE", Some(&args.baseline)),
+        Named::input("CURRENT", Some(&args.current)),
+        Named::input("--thresholds", args.thresholds.as_deref()),
+        Named::output("--html", args.html.as_deref()),
+    ])?;
     let thresholds = match &args.thresholds {
         Some(p) => {
             Thresholds::parse(&input::read_to_string(p)?).map_err(|e| Error::Input(format!("{}: {e}", p.display())))?
@@ -46,13 +52,20 @@ pub fn compare(args: &CompareArgs) -> Result<i32> {
         CompareFormat::Markdown => out!("{}", render::markdown(&c)),
         CompareFormat::Html => out!("{}", html::page(&c)),
     };
+    let mut code = c.exit_code();
     if let Some(f) = page
         && let Err(e) = f.write(html::page(&c).as_bytes())
     {
         // The verdict is printed; the page is in the fallback file. Exit 2:
         // the command could not do all it was asked.
         errln!("gdrtrace: {}", crate::error::describe(&e));
-        return Ok(exit::USAGE);
+        code = exit::USAGE;
     }
-    Ok(c.exit_code())
+    // A verdict nobody could read (stdout full or failing) is not a
+    // regression: exit 2, with the write error (printed by main).
+    output::flush_stdout();
+    if output::stdout_error().is_some() {
+        code = exit::USAGE;
+    }
+    Ok(code)
 }

@@ -30,6 +30,7 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
     // One reader for both kinds (gzip, size limit, regular files): the first
     // line tells a recording from a report.
     let mut input = Input::open(&path)?;
+    input.refuse_empty()?;
     let mut first = String::new();
     input.next_line(&mut first).map_err(|e| input.error(e))?;
     let recording = first.contains("\"gdrtrace.recording/");

@@ -5,7 +5,8 @@ use std::{cell::RefCell, path::Path, rc::Rc};
 
 use crate::{
     cli::ReplayArgs,
-    error::Result,
+    error::{Error, Result},
+    output::{self, Named, OutputFile, StreamFile},
     recording::{self, Recording},
     report::{self, Report},
     stats::{Aggregator, source::Recorded},
@@ -13,7 +14,7 @@ use crate::{
 
 /// Feeds a recording's inputs to a fresh aggregator, in order, each with
 /// the facts the live source answered while handling it.
-pub fn aggregate(rec: &Recording, transfers: Option<std::io::BufWriter<std::fs::File>>) -> Aggregator {
+pub fn aggregate(rec: &Recording, transfers: Option<std::io::BufWriter<StreamFile>>) -> Aggregator {
     let pending = Rc::new(RefCell::new(Vec::new()));
     let mut agg = Aggregator::with_source(Box::new(Recorded {
         pending: pending.clone(),
@@ -37,24 +38,18 @@ pub fn rebuild(rec: &Recording, nccl_log: Option<&str>) -> std::result::Result<(
     rebuild_with(rec, nccl_log, None)
 }
 
-/// As `rebuild`, writing transfer records to `transfers`.
+/// As `rebuild`, writing transfer records to `transfers` (the caller closes
+/// it with `report::accounting::finish_transfers`).
 pub fn rebuild_with(
     rec: &Recording,
     nccl_log: Option<&str>,
-    transfers: Option<&Path>,
+    transfers: Option<StreamFile>,
 ) -> std::result::Result<(Report, Aggregator), String> {
-    let sink = match transfers {
-        Some(p) => Some(std::io::BufWriter::new(
-            std::fs::File::create(p).map_err(|e| format!("cannot create {}: {e}", p.display()))?,
-        )),
-        None => None,
-    };
-    let mut agg = aggregate(rec, sink);
+    let mut agg = aggregate(rec, transfers.map(std::io::BufWriter::new));
     agg.settle();
     let inputs = recording::inputs_of(&rec.header, &rec.footer)?;
     let mut r = report::build(&agg, inputs);
     r.judge_with(nccl_log, rec.header.facts.nvlink);
-    report::accounting::finish_transfers(&mut agg, &r).map_err(|e| format!("writing the transfer records: {e}"))?;
     r.workloads = rec.workloads.clone();
     Ok((r, agg))
 }
@@ -64,18 +59,34 @@ pub fn rebuild_with(
 /// line naming the file.
 pub fn load(path: &Path) -> Result<Recording> {
     let mut input = crate::input::Input::open(path)?;
+    input.refuse_empty()?;
     recording::read(&mut input).map_err(|e| input.error(e))
 }
 
 pub fn replay(args: &ReplayArgs) -> Result<i32> {
+    output::check_distinct(&[
+        Named::input("RECORDING", Some(&args.recording)),
+        Named::input("--nccl-log", args.nccl_log.as_deref()),
+        Named::input("--ucx-log", args.ucx_log.as_deref()),
+        Named::output("--json", args.json.as_deref()),
+        Named::output("--transfers", args.transfers.as_deref()),
+    ])?;
     // Files first: nothing is read or built for an output that cannot be written.
     let log = args.nccl_log.as_deref().map(crate::input::read_to_string).transpose()?;
     let ucx_log = args.ucx_log.as_deref().map(crate::input::read_to_string).transpose()?;
-    crate::output::check_writable("--transfers", args.transfers.as_deref())?;
-    let json = crate::output::OutputFile::open_opt("--json", args.json.as_deref())?;
+    let transfers = OutputFile::open_opt("--transfers", args.transfers.as_deref())?;
+    let json = OutputFile::open_opt("--json", args.json.as_deref())?;
     let rec = load(&args.recording)?;
-    let (report, _agg) = rebuild_with(&rec, log.as_deref(), args.transfers.as_deref())
-        .map_err(|e| crate::error::Error::Input(format!("{}: {e}", args.recording.display())))?;
-    super::run::emit_with(json, args.format, ucx_log.as_deref(), &report)?;
-    Ok(0)
+    let (report, mut agg) = rebuild_with(&rec, log.as_deref(), transfers.map(OutputFile::stream))
+        .map_err(|e| Error::Input(format!("{}: {e}", args.recording.display())))?;
+    // Every output is tried, the report printed whatever failed: a failed
+    // output names its flag and path (exit 1), never the recording.
+    let mut errors = Vec::new();
+    if let Err(e) = report::accounting::finish_transfers(&mut agg, &report) {
+        errors.push(e);
+    }
+    if let Err(e) = super::run::emit_with(json, args.format, ucx_log.as_deref(), &report) {
+        errors.push(e);
+    }
+    super::finish(0, errors)
 }

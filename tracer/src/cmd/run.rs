@@ -18,7 +18,7 @@ use crate::{
     error::{Error, Result},
     input,
     loader::{self, LoadOptions},
-    output::{self, OutputFile},
+    output::{self, Named, OutputFile},
     report::{Report, text},
     session::{Session, SessionOptions},
     signals::{Received, Signals},
@@ -38,9 +38,10 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     // Everything that can be refused is, before any BPF is loaded or the
     // command started: the command, then the files.
     spawn::resolve(&args.command[0])?;
-    let files = Outputs::open(&args.trace)?;
+    let mut files = Outputs::open(&args.trace, &[])?;
     let mut out = trace_command(&args.trace, &args.command)?;
     let mut errors = std::mem::take(&mut out.errors);
+    files.recording = out.recording.take();
     if let Err(e) = emit(&args.trace, files, &out.report) {
         errors.push(e);
     }
@@ -52,17 +53,34 @@ pub fn run(args: &RunArgs) -> Result<i32> {
 /// The files named by a command's trace flags, checked or opened up front.
 pub struct Outputs {
     pub json: Option<OutputFile>,
+    /// The `--record` stream once the trace is done (its footer written):
+    /// `emit` appends the workloads' summaries and closes it.
+    pub recording: Option<output::StreamFile>,
 }
 
 impl Outputs {
     /// No `--json` (validate's secondary workloads).
     pub fn none() -> Self {
-        Outputs { json: None }
+        Outputs {
+            json: None,
+            recording: None,
+        }
     }
 
-    /// Checks `--nccl-log` (read at the end), `--record` and `--transfers`
+    /// Checks that no output names an input or another output (`extra`:
+    /// the command's other paths, such as attach's `--jsonl`), checks
+    /// `--nccl-log` (read at the end), `--record` and `--transfers`
     /// (created when tracing starts), and opens `--json`.
-    pub fn open(t: &TraceArgs) -> Result<Self> {
+    pub fn open(t: &TraceArgs, extra: &[Option<Named<'_>>]) -> Result<Self> {
+        let mut paths = vec![
+            Named::input("--nccl-log", t.nccl_log.as_deref()),
+            Named::input("--ucx-log", t.ucx_log.as_deref()),
+            Named::output("--json", t.json.as_deref()),
+            Named::output("--record", t.record.as_deref()),
+            Named::output("--transfers", t.transfers.as_deref()),
+        ];
+        paths.extend_from_slice(extra);
+        output::check_distinct(&paths)?;
         if let Some(p) = &t.nccl_log {
             input::Input::open(p)?;
         }
@@ -70,6 +88,7 @@ impl Outputs {
         output::check_writable("--transfers", t.transfers.as_deref())?;
         Ok(Outputs {
             json: OutputFile::open_opt("--json", t.json.as_deref())?,
+            recording: None,
         })
     }
 }
@@ -79,9 +98,10 @@ impl Outputs {
 pub enum End {
     /// The command exited with this shell-style status.
     Exited(i32),
-    /// `--duration` passed: the command and its traced descendants (the
-    /// pids) got SIGTERM; the command is still to be waited for.
-    Deadline(Child, Vec<u32>),
+    /// `--duration` passed: the command and its traced descendants got
+    /// SIGTERM; the command is still to be waited for, the descendants
+    /// watched until [`KILL_AFTER`].
+    Deadline(Child, Vec<spawn::Watched>),
     /// A second signal ended the trace; the command still runs.
     Abandoned(Received),
 }
@@ -95,12 +115,14 @@ impl End {
             End::Abandoned(s) => s.exit_code(),
             End::Deadline(mut child, descendants) => {
                 output::flush_stdout();
+                let kill_at = std::time::Instant::now() + KILL_AFTER;
                 let Ok(signals) = Signals::install() else {
                     return spawn::wait(child.pid);
                 };
-                match child.wait_or_signal(&signals, KILL_AFTER) {
+                let code = match child.wait_or_signal(&signals, KILL_AFTER) {
                     Waited::Exited(code) => code,
-                    Waited::Signal(s) => s.exit_code(),
+                    // A signal now: exit at once, as a second signal does.
+                    Waited::Signal(s) => return s.exit_code(),
                     Waited::TimedOut => {
                         errln!(
                             "gdrtrace: the command (pid {}) was still running {} s after SIGTERM: sent SIGKILL",
@@ -108,25 +130,26 @@ impl End {
                             KILL_AFTER.as_secs()
                         );
                         child.signal(libc::SIGKILL);
-                        signal_running(&descendants, libc::SIGKILL);
                         match child.wait_or_signal(&signals, Duration::from_secs(3600)) {
                             Waited::Exited(code) => code,
                             Waited::Signal(s) => s.exit_code(),
                             Waited::TimedOut => 128 + libc::SIGKILL,
                         }
                     }
+                };
+                // The command is gone; a process traced with it that
+                // ignores SIGTERM (`(trap "" TERM; exec sleep 99) &`) still
+                // gets SIGKILL when the window ends: gdrtrace stays until
+                // then, watching it through its pidfd (never a reused pid).
+                let left = spawn::watch_until(&descendants, kill_at, &signals);
+                if left > 0 {
+                    errln!(
+                        "gdrtrace: {left} process(es) traced with the command still running {} s after SIGTERM: sent SIGKILL",
+                        KILL_AFTER.as_secs()
+                    );
                 }
+                code
             }
-        }
-    }
-}
-
-/// Sends `sig` to those of `pids` still running.
-fn signal_running(pids: &[u32], sig: i32) {
-    for pid in pids {
-        if crate::counters::running(*pid) {
-            // SAFETY: kill(2) on a traced process that is still running.
-            unsafe { libc::kill(*pid as i32, sig) };
         }
     }
 }
@@ -141,12 +164,19 @@ pub struct Outcome {
     /// The session, window closed: its links are closed after the report
     /// is out (or when this is dropped).
     pub session: Session,
+    /// The `--record` stream, footer written (see [`Outputs::recording`]).
+    pub recording: Option<output::StreamFile>,
 }
 
 impl Outcome {
     /// The report, the command's exit status (see [`End::finish`]) and the
-    /// files that failed.
-    pub fn finish(self) -> (Report, i32, Vec<Error>) {
+    /// files that failed (the recording is closed here, without workloads).
+    pub fn finish(mut self) -> (Report, i32, Vec<Error>) {
+        if let Some(r) = self.recording.take()
+            && let Err(e) = r.finish()
+        {
+            self.errors.push(e);
+        }
         let code = self.end.finish();
         (self.report, code, self.errors)
     }
@@ -176,7 +206,7 @@ enum Stop {
 /// Starts `argv` held, adds it to the target set, releases it, and traces
 /// until it exits, `--duration` passes, or a second signal (see the module
 /// documentation).
-pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
+pub fn trace_command<S: AsRef<std::ffi::OsStr>>(t: &TraceArgs, argv: &[S]) -> Result<Outcome> {
     spawn::resolve(&argv[0])?;
     // Handlers first: a signal while the programs load must not be lost.
     let signals = Signals::install().map_err(|e| Error::io("installing the SIGINT and SIGTERM handlers", e))?;
@@ -244,13 +274,26 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
         Ok::<_, Error>((pid, child))
     })?;
     let log = nccl_log(t).map_err(|e| trace.late_errors.push(e)).ok().flatten();
-    let report = trace.report(argv.to_vec(), log.as_deref())?;
+    // The report's command is text: an argument that is not UTF-8 shows
+    // its bad bytes as U+FFFD (the command itself got them as they are).
+    let command = argv.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
+    let report = trace.report(command, log.as_deref())?;
     let end = match stopped.get() {
         Some(Stop::Exited(code)) => End::Exited(code),
         Some(Stop::Abandoned(s)) => End::Abandoned(s),
         Some(Stop::Deadline) => {
-            let descendants: Vec<u32> = trace.agg.live_pids().into_iter().filter(|p| *p != pid).collect();
-            signal_running(&descendants, libc::SIGTERM);
+            // Pidfds first: the signals and the later SIGKILL reach these
+            // processes, never a process that reused a pid.
+            let descendants: Vec<spawn::Watched> = trace
+                .agg
+                .live_pids()
+                .into_iter()
+                .filter(|p| *p != pid && crate::counters::running(*p))
+                .filter_map(spawn::Watched::open)
+                .collect();
+            for d in &descendants {
+                d.signal(libc::SIGTERM);
+            }
             End::Deadline(child, descendants)
         }
         None => End::Exited(spawn::wait(child.pid)),
@@ -260,6 +303,7 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
         pid,
         end,
         errors: std::mem::take(&mut trace.late_errors),
+        recording: trace.recording.take(),
         session: trace.session,
     })
 }
@@ -269,8 +313,8 @@ pub fn trace_command(t: &TraceArgs, argv: &[String]) -> Result<Outcome> {
 /// failure is returned, the others printed.
 pub fn emit(t: &TraceArgs, files: Outputs, report: &Report) -> Result<()> {
     let mut errors = Vec::new();
-    if let Some(path) = &t.record
-        && let Err(e) = crate::recording::append_workloads(path, &report.workloads)
+    if let Some(out) = files.recording
+        && let Err(e) = crate::recording::finish_with_workloads(out, &report.workloads)
     {
         errors.push(e);
     }

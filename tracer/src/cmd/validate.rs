@@ -401,8 +401,11 @@ pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)>
     trace.collectives.get_or_insert(crate::probes::duty::Mode::Exact);
     let trace = &trace;
     // Every file is checked before any BPF is loaded.
-    let files = Outputs::open(trace)?;
-    let (report, code, errors) = super::run::trace_command(trace, &argv)?.finish();
+    let mut files = Outputs::open(trace, &[])?;
+    let mut traced = super::run::trace_command(trace, &argv)?;
+    // The recording's workloads line follows in `emit`.
+    files.recording = traced.recording.take();
+    let (report, code, errors) = traced.finish();
     let text_summary =
         std::fs::read_to_string(&summary).map_err(|e| Error::io(format!("reading {}", summary.display()), e));
     let _ = std::fs::remove_file(&summary);

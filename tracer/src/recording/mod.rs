@@ -10,9 +10,8 @@
 //! coverage, pin counters, duration) and, optionally, a `workloads` line.
 use std::{
     collections::BTreeMap,
-    fs::File,
     io::{BufWriter, Write as _},
-    path::{Path, PathBuf},
+    path::Path,
 };
 
 use serde::{Deserialize, Serialize};
@@ -22,6 +21,7 @@ use tracer_common::{AggKey, AggValue, Event, kind};
 use crate::{
     error::{Error, Result},
     host::{Host, HostFacts, monotonic_ns},
+    output::StreamFile,
     probes::{
         Coverage, Family, Status,
         ops::{kind_code, kind_name, op_code, op_name},

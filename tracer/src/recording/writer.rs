@@ -5,8 +5,9 @@ use super::*;
 /// once, when the recording is finished.
 #[derive(Debug)]
 pub struct Recorder {
-    path: PathBuf,
-    out: BufWriter<File>,
+    /// A stream: a write error moves the recording to a fallback file
+    /// (`output::StreamFile`); `error` holds serialization errors.
+    out: BufWriter<StreamFile>,
     error: Option<std::io::Error>,
     /// A trigger (tick, alive check) written only if facts follow it.
     lazy: Option<Value>,
@@ -16,11 +17,9 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn create(path: &Path, header: &Header) -> Result<Self> {
-        let f = File::create(path).map_err(|e| Error::io(format!("creating the recording {}", path.display()), e))?;
+    pub fn create(out: StreamFile, header: &Header) -> Result<Self> {
         let mut r = Recorder {
-            path: path.to_path_buf(),
-            out: BufWriter::with_capacity(1 << 16, f),
+            out: BufWriter::with_capacity(1 << 16, out),
             error: None,
             lazy: None,
             last_aggregates: Vec::new(),
@@ -98,8 +97,9 @@ impl Recorder {
         self.line(&serde_json::json!({"type": "aggregates", "t_ns": monotonic_ns(), "rows": agg_json(rows)}));
     }
 
-    /// Writes the footer and closes the file.
-    pub fn finish(mut self, footer: &Footer) -> Result<()> {
+    /// Writes the footer; returns the stream (the workloads' summaries
+    /// follow: [`append_workloads`]) and whether every line serialized.
+    pub fn finish(mut self, footer: &Footer) -> (StreamFile, Result<()>) {
         self.lazy = None;
         match serde_json::to_value(footer) {
             Ok(mut v) => {
@@ -110,15 +110,16 @@ impl Recorder {
             }
             Err(e) => self.error = Some(e.into()),
         }
-        if self.error.is_none()
-            && let Err(e) = self.out.flush()
-        {
-            self.error = Some(e);
-        }
-        match self.error {
-            Some(e) => Err(Error::io(format!("writing the recording {}", self.path.display()), e)),
+        // A StreamFile takes every byte: the flush cannot fail.
+        let out = match self.out.into_inner() {
+            Ok(s) => s,
+            Err(e) => e.into_inner().into_parts().0,
+        };
+        let r = match self.error {
+            Some(e) => Err(Error::io(format!("writing the recording {}", out.path.display()), e)),
             None => Ok(()),
-        }
+        };
+        (out, r)
     }
 }
 
@@ -149,7 +150,19 @@ impl Observer for Recorder {
 }
 
 /// Appends the workloads' own summaries after the footer (they are known
-/// only once the command's report is complete).
+/// only once the command's report is complete) and closes the recording:
+/// the error says where it went if the named file failed.
+pub fn finish_with_workloads(mut out: StreamFile, workloads: &[Value]) -> Result<()> {
+    if !workloads.is_empty() {
+        let line = serde_json::json!({"type": "workloads", "workloads": workloads});
+        // A StreamFile takes every byte (or moves to its fallback file).
+        let _ = writeln!(out, "{line}");
+    }
+    out.finish()
+}
+
+/// Appends the workloads' own summaries to a finished recording file
+/// (validate's workloads).
 pub fn append_workloads(path: &Path, workloads: &[Value]) -> Result<()> {
     if workloads.is_empty() {
         return Ok(());

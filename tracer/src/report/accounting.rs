@@ -311,7 +311,7 @@ pub fn registration(agg: &Aggregator, duration_s: f64) -> Registration {
 /// Writes the communicators' records to the `--transfers` file (their
 /// verdicts need the whole trace: `judged` is the judged report) and
 /// closes it.
-pub fn finish_transfers(agg: &mut Aggregator, judged: &super::Report) -> std::io::Result<()> {
+pub fn finish_transfers(agg: &mut Aggregator, judged: &super::Report) -> crate::error::Result<()> {
     if agg.transfers.sink.is_none() && agg.transfers.sink_error.is_none() {
         return Ok(());
     }
@@ -325,8 +325,13 @@ pub fn finish_transfers(agg: &mut Aggregator, judged: &super::Report) -> std::io
             .map(|u| crate::classify::ucx::transfers(u, &comms))
             .unwrap_or_default();
         for t in collective_transfers(&judged.collectives, &comms).into_iter().chain(ucx) {
-            serde_json::to_writer(&mut *out, &t).map_err(std::io::Error::from)?;
-            out.write_all(b"\n")?;
+            let r = serde_json::to_writer(&mut *out, &t)
+                .map_err(std::io::Error::from)
+                .and_then(|()| out.write_all(b"\n"));
+            if let Err(e) = r {
+                agg.transfers.sink_error.get_or_insert(e);
+                break;
+            }
         }
     }
     agg.transfers.finish()

@@ -185,7 +185,9 @@ pub struct Aggregator {
 #[derive(Debug, Default)]
 pub struct Transfers {
     pub groups: BTreeMap<(String, Transport), TransferGroup>,
-    pub sink: Option<std::io::BufWriter<std::fs::File>>,
+    /// The `--transfers` stream (a write error moves it to a fallback
+    /// file: `output::StreamFile`); `sink_error` holds a serialization error.
+    pub sink: Option<std::io::BufWriter<crate::output::StreamFile>>,
     pub sink_error: Option<std::io::Error>,
 }
 
@@ -217,16 +219,22 @@ impl Transfers {
         }
     }
 
-    /// Flushes and closes the `--transfers` file.
-    pub fn finish(&mut self) -> std::io::Result<()> {
-        if let Some(e) = self.sink_error.take() {
-            self.sink = None;
-            return Err(e);
-        }
-        match self.sink.take() {
-            Some(mut out) => std::io::Write::flush(&mut out),
+    /// Flushes and closes the `--transfers` file; the error says where
+    /// the records went when it failed.
+    pub fn finish(&mut self) -> crate::error::Result<()> {
+        let serialized = match self.sink_error.take() {
+            Some(e) => Err(crate::error::Error::io("serializing the transfer records", e)),
             None => Ok(()),
-        }
+        };
+        let closed = match self.sink.take() {
+            // A StreamFile takes every byte: the flush cannot fail.
+            Some(out) => match out.into_inner() {
+                Ok(s) => s.finish(),
+                Err(e) => e.into_inner().into_parts().0.finish(),
+            },
+            None => Ok(()),
+        };
+        closed.and(serialized)
     }
 }
 
