@@ -289,7 +289,7 @@ fn prepare(dir: &Path) -> Files {
         p["registrations"] = serde_json::json!(0);
     }
     w("zero.json", x.to_string().as_bytes());
-    let mut x = v;
+    let mut x = v.clone();
     x.as_object_mut().expect("object").remove("operations");
     w("no-operations.json", x.to_string().as_bytes());
     w("bad.toml", b"[defaults\n");
@@ -298,12 +298,66 @@ fn prepare(dir: &Path) -> Files {
     w("nosuch.toml", b"[workloads.nosuch]\nbandwidth_decrease_pct = 5\n");
     w("nan.toml", b"[defaults]\nlatency_p50_increase_pct = nan\n");
     w("script", b"#!/bin/sh\nexit 0\n");
+    // Issue 28: inputs an output may not overwrite, hostile names, values
+    // no trace can have, a socket, a fake cgroup, a #! without interpreter.
+    w("job.rec", rec.as_bytes());
+    w("r.json", report.as_bytes());
+    w(
+        "hostile.rec",
+        rec.replace("\"gdrtrace\"", "\"e\\u001b]0;PWN\\u0007\\u001b[2J\"")
+            .as_bytes(),
+    );
+    let edit_rec = |ty: &str, field: &str, value: serde_json::Value| -> String {
+        let mut done = false;
+        rec.lines()
+            .map(|l| {
+                let mut v: serde_json::Value = serde_json::from_str(l).expect("fixture line");
+                if !done && v["type"] == ty {
+                    v[field] = value.clone();
+                    done = true;
+                }
+                v.to_string() + "\n"
+            })
+            .collect()
+    };
+    w(
+        "negative-duration.rec",
+        edit_rec("footer", "duration_s", serde_json::json!(-1)).as_bytes(),
+    );
+    w(
+        "negative-cpu.rec",
+        edit_rec("sample", "cpu_seconds", serde_json::json!(-1.5)).as_bytes(),
+    );
+    w(
+        "negative-dur-ns.rec",
+        edit_rec("event", "dur_ns", serde_json::json!(-5)).as_bytes(),
+    );
+    std::fs::create_dir_all(dir.join("fakecg")).expect("fake cgroup");
+    w("fakecg/cgroup.procs", b"1\n");
+    drop(std::os::unix::net::UnixListener::bind(dir.join("sock")).expect("socket"));
+    w("bad-interp", b"#!/nonexistent/interp\nexit 0\n");
+    std::fs::set_permissions(
+        dir.join("bad-interp"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let mut x = v.clone();
+    let mut p = x["processes"][0].clone();
+    p["pid"] = serde_json::json!(999_999);
+    p["registrations"] = serde_json::json!(u64::MAX);
+    x["processes"].as_array_mut().expect("processes").push(p);
+    w("overflow.json", x.to_string().as_bytes());
     w("immutable.json", b"");
     let _ = Command::new("chattr")
         .arg("+i")
         .arg(dir.join("immutable.json"))
         .status();
     f
+}
+
+/// The baseline `main` records before the cases run.
+fn baseline_path(f: &Files) -> String {
+    f.p("baseline.json")
 }
 
 /// Every input of the battery.
@@ -563,6 +617,103 @@ fn cases(f: &Files) -> Vec<Case> {
         Code(0),
     ));
 
+    // Issue 28: an output that names an input or another output is refused
+    // (2) and the input is left as it was.
+    let job = f.p("job.rec");
+    let r_json = f.p("r.json");
+    let unchanged = |path: String, fixture_path: String| {
+        move |_: &Output| {
+            let now = std::fs::read(&path).map_err(|e| format!("{path}: {e}"))?;
+            let was = std::fs::read(&fixture_path).map_err(|e| format!("{fixture_path}: {e}"))?;
+            (now == was)
+                .then_some(())
+                .ok_or_else(|| format!("{path} was overwritten"))
+        }
+    };
+    let new_out = f.p("new.out");
+    for args in [
+        vec!["replay", &job, "--json", &job],
+        vec!["replay", &job, "--transfers", &job],
+        vec!["replay", &job, "--json", &new_out, "--transfers", &new_out],
+        vec!["baseline", "record", "--from", &r_json, "--out", &r_json],
+        vec!["compare", &base, &r_json, "--html", &r_json],
+        vec!["run", "--json", &new_out, "--record", &new_out, "--", "touch", &marker],
+        vec!["run", "--json", &r_json, "--nccl-log", &r_json, "--", "touch", &marker],
+    ] {
+        let check_rec = unchanged(job.clone(), recording.clone());
+        let check_rep = unchanged(r_json.clone(), report.clone());
+        let marker_gone = no_marker.clone();
+        v.push(
+            Case::new(format!("same file: {}", args.join(" ")), &args, Code(2)).check(move |o: &Output| {
+                check_rec(o)?;
+                check_rep(o)?;
+                marker_gone(o)
+            }),
+        );
+    }
+    // A failed streamed output keeps the report and the other outputs.
+    let ok_json = f.p("ok.json");
+    v.push(
+        Case::new(
+            "replay --json ok --transfers /dev/full",
+            &["replay", &recording, "--json", &ok_json, "--transfers", "/dev/full"],
+            Code(1),
+        )
+        .check(move |o: &Output| {
+            let err = String::from_utf8_lossy(&o.stderr);
+            if !err.contains("--transfers /dev/full") || !err.contains("written to ") {
+                return Err(format!("no fallback named for --transfers: {err}"));
+            }
+            written(&ok_json)
+        }),
+    );
+    // Names of traced processes are printed escaped.
+    v.push(
+        Case::new(
+            "replay a process named with escapes",
+            &["replay", &f.p("hostile.rec")],
+            Code(0),
+        )
+        .check(|o: &Output| {
+            if o.stdout.contains(&0x1b) || o.stdout.contains(&0x07) {
+                Err("a raw escape was printed".into())
+            } else {
+                Ok(())
+            }
+        }),
+    );
+    for name in ["negative-duration.rec", "negative-cpu.rec", "negative-dur-ns.rec"] {
+        v.push(Case::new(format!("replay {name}"), &["replay", &f.p(name)], Code(2)));
+    }
+    let sock = f.p("sock");
+    for args in [
+        vec!["attach", "--cgroup", &f.p("fakecg")],
+        vec!["attach", "--comm", "gdrtrace-a-name-longer-than-a-comm"],
+        vec!["compare", &baseline_path(f), &f.p("overflow.json")],
+        vec!["drive", "pin-churn", "--buffers", "4294967295", "--odirect-mib", "0"],
+        vec![
+            "drive",
+            "pin-churn",
+            "--buffers",
+            "16384",
+            "--pages",
+            "262144",
+            "--odirect-mib",
+            "0",
+        ],
+        vec!["replay", &recording, "--json", &sock],
+        vec!["explain", &sock],
+        vec!["replay", &sock],
+        vec!["compare", &base, &sock],
+    ] {
+        v.push(Case::new(format!("issue 28: {}", args.join(" ")), &args, Code(2)));
+    }
+    v.push(Case::new(
+        "run a script whose #! interpreter is missing",
+        &["run", "--", &f.p("bad-interp")],
+        Code(126),
+    ));
+
     // compare: structurally invalid is 2; hollow or zeroed is a regression.
     let baseline = f.p("baseline.json");
     for (name, code) in [
@@ -674,6 +825,44 @@ fn cases(f: &Files) -> Vec<Case> {
     .check(move |_: &Output| written(&json));
     c.stdout_closed = true;
     v.push(c);
+    // The grandchild ignores SIGTERM: the kill window still reaches it (a
+    // process left in the group is "not handled").
+    v.push(
+        Case::new(
+            "run --duration with a grandchild that ignores SIGTERM",
+            &[
+                "run",
+                "--duration",
+                "1s",
+                "--",
+                "sh",
+                "-c",
+                "(trap '' TERM; exec sleep 31) & sleep 32",
+            ],
+            Code(143),
+        )
+        .bpf(),
+    );
+    v.push(
+        Case::new(
+            "run --record /dev/full keeps the recording",
+            &["run", "--record", "/dev/full", "--", "true"],
+            Code(1),
+        )
+        .bpf()
+        .check(|o: &Output| {
+            let err = String::from_utf8_lossy(&o.stderr);
+            let spare = err
+                .split("written to ")
+                .nth(1)
+                .and_then(|r| r.split(" instead").next())
+                .ok_or_else(|| format!("no fallback named: {err}"))?;
+            let ok = std::fs::read_to_string(spare).is_ok_and(|t| t.contains("\"type\":\"footer\""));
+            let _ = std::fs::remove_file(spare);
+            ok.then_some(())
+                .ok_or_else(|| "the fallback recording has no footer".into())
+        }),
+    );
     let mut c = Case::new(
         "run without PATH (execvp's default path)",
         &["run", "--", "sh", "-c", "exit 6"],

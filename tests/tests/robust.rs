@@ -225,8 +225,9 @@ fn item3_jsonl_write_errors_are_reported() {
     let _ = target.wait();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
+    // Issue 28 item 2: the records are not lost, they are in the fallback file.
     assert!(
-        err.contains("--jsonl /dev/full: ENOSPC") && err.contains("interval records were not written"),
+        err.contains("--jsonl /dev/full: ENOSPC") && err.contains("written to "),
         "{err}"
     );
 }
