@@ -479,10 +479,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     }));
     // The interval sink (holding a clone) is gone with the trace's interval.
     trace.interval = None;
-    if let Some(e) = jsonl
-        .and_then(Rc::into_inner)
-        .and_then(|j| j.into_inner().finish())
-    {
+    if let Some(e) = jsonl.and_then(Rc::into_inner).and_then(|j| j.into_inner().finish()) {
         errors.push(e);
     }
     files.recording = trace.recording.take();
