@@ -242,14 +242,7 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
     let (_, row) = uapi::row_of(e.op)?;
     let family = row.lib.family();
     let bytes = row.args.iter().position(|a| *a == Arg::Bytes).map_or(0, |i| e.args[i]);
-    let failed = match (row.lib, row.kind) {
-        (uapi::Lib::Ibverbs, Kind::MrRegister | Kind::Setup)
-            if row.symbol != "ibv_rereg_mr" && row.symbol != "ibv_modify_qp" =>
-        {
-            e.ret == 0
-        }
-        _ => e.ret != 0,
-    };
+    let failed = !row.succeeded(e.ret);
     let mut c = Call {
         label: row.name.to_string(),
         family,
@@ -290,7 +283,7 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
             (c.transport, c.evidence) = peer_copy_verdict(e, row.name, registry);
         }
         Kind::MrRegister => {
-            let keys = if e.ret != 0 && !c.failed {
+            let keys = if row.ret_read.is_some() && !c.failed {
                 format!("MR lkey {:#x} ", e.args[5] as u32)
             } else {
                 "MR ".to_string()
@@ -311,7 +304,7 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
                     c.evidence = format!("ibv_reg_dmabuf_mr failed: {}", c.evidence);
                 }
             } else {
-                let addr = e.args[1];
+                let (addr, _) = registry.mr_range(e, row);
                 let region = registry.region(e.pid, addr);
                 let source = region.map_or("", |r| r.source);
                 match registry.backing(e.pid, addr) {

@@ -317,15 +317,9 @@ impl Registry {
             return;
         }
         let Some((_, row)) = uapi::row_of(e.op) else { return };
-        let ok = match row.lib {
-            Lib::Ibverbs => {
-                matches!(row.kind, Kind::MrRegister) && e.ret != 0 || row.kind == Kind::MrDeregister && e.ret == 0
-            }
-            _ => e.ret == 0,
-        };
-        if !ok {
+        if !row.succeeded(e.ret) {
             if row.kind == Kind::MrRegister && row.lib == Lib::Ibverbs {
-                let (addr, len) = self.mr_range(e, row.symbol);
+                let (addr, len) = self.mr_range(e, row);
                 let region = self.region(e.pid, addr).map(|r| (r.backing, r.source));
                 let p = self.procs.entry(e.pid).or_default();
                 if p.failed.len() < FAILED_LOG {
@@ -438,8 +432,15 @@ impl Registry {
             Kind::IpcImport if row.name == "cuIpcOpenMemHandle" => add(p, e.args[0], 4096, Backing::Gpu { device: -1 }),
             Kind::IpcImport => {}
             Kind::MrRegister => {
-                let (addr, len) = self.mr_range(e, row.symbol);
-                let keys = e.args[5];
+                let handle = row.object(&e.args, e.ret);
+                let (addr, len) = self.mr_range(e, row);
+                // The keys are read from the returned `struct ibv_mr`; a call
+                // that returns a status (`ibv_rereg_mr`) keeps the MR's.
+                let keys = match (row.ret_read, self.procs.get(&e.pid).and_then(|p| p.mrs.get(&handle))) {
+                    (Some(_), _) => e.args[5],
+                    (None, Some(m)) => u64::from(m.lkey) | u64::from(m.rkey) << 32,
+                    (None, None) => 0,
+                };
                 let dmabuf = row.symbol == "ibv_reg_dmabuf_mr";
                 let backing = match self.backing(e.pid, addr) {
                     Backing::Unknown if dmabuf => Backing::Gpu { device: -1 },
@@ -454,7 +455,7 @@ impl Registry {
                 // ibv_reg_mr@@IBVERBS_1.1 calls ibv_reg_mr_iova2: the outer
                 // call returns the MR the inner one already recorded.
                 if p.mrs
-                    .get(&(e.ret as u64))
+                    .get(&handle)
                     .is_some_and(|m| m.addr == addr && m.len == len && m.since_ns >= e.start_ns)
                 {
                     return;
@@ -471,8 +472,8 @@ impl Registry {
                     });
                 }
                 p.seen((addr, len), false);
-                p.mrs.insert(
-                    e.ret as u64,
+                let before = p.mrs.insert(
+                    handle,
                     Mr {
                         addr,
                         len,
@@ -480,10 +481,14 @@ impl Registry {
                         rkey: (keys >> 32) as u32,
                         backing,
                         since_ns: e.start_ns,
-                        handle: e.ret as u64,
+                        handle,
                         kind,
                     },
                 );
+                // A re-registration moves the MR: its old range is no longer pinned.
+                if let Some(old) = before {
+                    p.unpin(old.len);
+                }
                 p.pin(len);
             }
             Kind::MrDeregister => {
@@ -513,12 +518,23 @@ impl Registry {
 
     /// The address range an MR registration covers: `ibv_reg_dmabuf_mr`
     /// takes an offset into a dma-buf, resolved through the exporting call.
-    fn mr_range(&self, e: &Event, symbol: &str) -> (u64, u64) {
-        if symbol == "ibv_reg_dmabuf_mr" {
+    /// The range an MR call registers, by the row's argument layout: its
+    /// address and length arguments; a dma-buf registration's offset is
+    /// into the exported range (argument 1, the fd in argument 4).
+    /// `ibv_rereg_mr(mr, flags, pd, addr, length, access)` reads its
+    /// range only with `IBV_REREG_MR_CHANGE_TRANSLATION` in `flags`
+    /// (rdma-core verbs.h); otherwise the MR keeps the range it had.
+    pub fn mr_range(&self, e: &Event, row: &uapi::Row) -> (u64, u64) {
+        const IBV_REREG_MR_CHANGE_TRANSLATION: u64 = 1;
+        let at = |kind| row.arg(kind).map_or(0, |i| e.args[i]);
+        if row.symbol == "ibv_reg_dmabuf_mr" {
             let base = self.dmabuf(e.pid, e.args[4] as i32).map_or(0, |(a, _)| a);
             (base + e.args[1], e.args[2])
+        } else if row.returns == uapi::Returns::Status && e.args[1] & IBV_REREG_MR_CHANGE_TRANSLATION == 0 {
+            let known = self.procs.get(&e.pid).and_then(|p| p.mrs.get(&e.args[0]));
+            known.map_or((at(uapi::Arg::Addr), at(uapi::Arg::Bytes)), |m| (m.addr, m.len))
         } else {
-            (e.args[1], e.args[2])
+            (at(uapi::Arg::Addr), at(uapi::Arg::Bytes))
         }
     }
 }
@@ -562,5 +578,116 @@ pub fn copy_direction(name: &str) -> (Option<bool>, Option<bool>) {
         (Some(true), Some(true))
     } else {
         (None, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::{Event, kind};
+
+    use super::*;
+    use crate::probes::uapi::{TABLE, op_of};
+
+    fn call(symbol: &str, args: [u64; 6], ret: i64, start_ns: u64) -> Event {
+        let i = TABLE
+            .iter()
+            .position(|r| r.symbol == symbol)
+            .expect("a row of the table");
+        Event {
+            kind: kind::CALL,
+            op: op_of(i),
+            pid: 7,
+            tid: 7,
+            start_ns,
+            dur_ns: 1_000,
+            args,
+            ret,
+            ..Default::default()
+        }
+    }
+
+    const MR: i64 = 0x5000;
+    const PD: u64 = 0x6000;
+    const IBV_REREG_MR_CHANGE_TRANSLATION: u64 = 1;
+    const EINVAL: i64 = 22;
+
+    /// `ibv_rereg_mr(mr, flags, pd, addr, length, access)` returns 0 on
+    /// success and reads its range from arguments 3 and 4: a success moves
+    /// the MR (one registration, the new range pinned, the old one not), a
+    /// failure is logged with the range it asked for. The rule before
+    /// (success when ret != 0, range from arguments 1 and 2) logged every
+    /// success as a failure at (flags, pd).
+    #[test]
+    fn rereg_mr_success_and_failure_are_counted() {
+        let mut reg = Registry::default();
+        // struct ibv_mr *ibv_reg_mr(pd, addr, length, access); lkey 0x11, rkey 0x22.
+        reg.observe(&call(
+            "ibv_reg_mr",
+            [PD, 0x10_0000, 4096, 7, 0, 0x22 << 32 | 0x11],
+            MR,
+            1,
+        ));
+        let flags = IBV_REREG_MR_CHANGE_TRANSLATION;
+        reg.observe(&call("ibv_rereg_mr", [MR as u64, flags, PD, 0x20_0000, 8192, 7], 0, 2));
+        let p = &reg.procs[&7];
+        assert_eq!(p.churn.registrations, 2, "the registration and the re-registration");
+        assert!(
+            p.failed.is_empty(),
+            "a successful re-registration is no failure: {:?}",
+            p.failed
+        );
+        let mr = &p.mrs[&(MR as u64)];
+        assert_eq!((mr.addr, mr.len, mr.lkey, mr.rkey), (0x20_0000, 8192, 0x11, 0x22));
+        assert_eq!(p.churn.pinned_bytes, 8192, "the old range is no longer pinned");
+        assert_eq!(
+            p.churn.mr_log.last().map(|m| (m.addr, m.length)),
+            Some((0x20_0000, 8192))
+        );
+
+        // Only the access changes: the MR keeps its range whatever the
+        // (unused) address arguments hold.
+        reg.observe(&call("ibv_rereg_mr", [MR as u64, 4, PD, 0, 0, 1], 0, 3));
+        let p = &reg.procs[&7];
+        assert_eq!(p.churn.registrations, 3);
+        assert_eq!(p.mrs[&(MR as u64)].addr, 0x20_0000);
+
+        reg.observe(&call(
+            "ibv_rereg_mr",
+            [MR as u64, flags, PD, 0x30_0000, 64, 7],
+            EINVAL,
+            4,
+        ));
+        let p = &reg.procs[&7];
+        assert_eq!(p.churn.registrations, 3, "a failure is not a registration");
+        assert_eq!(p.failed.len(), 1);
+        assert_eq!(
+            (p.failed[0].op.as_str(), p.failed[0].addr, p.failed[0].length),
+            ("ibv_rereg_mr", 0x30_0000, 64)
+        );
+        assert_eq!(
+            p.mrs[&(MR as u64)].addr,
+            0x20_0000,
+            "a failed re-registration leaves the MR"
+        );
+    }
+
+    /// The classifier asks the same row: a re-registration that returned 0
+    /// is not a failed call, one that returned an error is.
+    #[test]
+    fn rereg_mr_classified_by_the_same_rule() {
+        let mut reg = Registry::default();
+        let ok = call(
+            "ibv_rereg_mr",
+            [MR as u64, IBV_REREG_MR_CHANGE_TRANSLATION, PD, 0x20_0000, 8192, 7],
+            0,
+            2,
+        );
+        reg.observe(&ok);
+        assert!(!crate::classify::call(&ok, &reg).expect("decoded").failed);
+        let bad = call("ibv_rereg_mr", [MR as u64, 1, PD, 0x20_0000, 8192, 7], EINVAL, 3);
+        assert!(crate::classify::call(&bad, &reg).expect("decoded").failed);
+        // Pointer-returning rows fail with NULL.
+        let null = call("ibv_reg_mr", [PD, 0x10_0000, 4096, 7, 0, 0], 0, 4);
+        assert!(crate::classify::call(&null, &reg).expect("decoded").failed);
     }
 }

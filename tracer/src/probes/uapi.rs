@@ -150,6 +150,18 @@ pub enum Kind {
     UcxData,
 }
 
+/// What a function returns, and so how its return value says it succeeded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Returns {
+    /// A status code, 0 on success: `CUresult`, `ncclResult_t`,
+    /// `ucs_status_t`, and the `int` of `ibv_dereg_mr`, `ibv_rereg_mr` and
+    /// `ibv_modify_qp`.
+    Status,
+    /// A pointer to the object the call made, NULL on failure
+    /// (`struct ibv_mr *`, `struct ibv_pd *`, `struct ibv_qp *`).
+    Object,
+}
+
 /// One row of the table.
 #[derive(Clone, Copy, Debug)]
 pub struct Row {
@@ -161,6 +173,8 @@ pub struct Row {
     pub name: &'static str,
     pub kind: Kind,
     pub args: &'static [Arg],
+    /// What the function returns (the success rule: [`Row::succeeded`]).
+    pub returns: Returns,
     /// Offset into the returned struct to read 8 bytes from (into `args[5]`),
     /// e.g. `struct ibv_mr` lkey/rkey at 36.
     pub ret_read: Option<u32>,
@@ -187,6 +201,31 @@ pub struct Row {
 }
 
 impl Row {
+    /// Whether a call of this row succeeded, by its return value. Every
+    /// stage asks the row (the registry, the classifier): one rule.
+    pub const fn succeeded(&self, ret: i64) -> bool {
+        match self.returns {
+            Returns::Status => ret == 0,
+            Returns::Object => ret != 0,
+        }
+    }
+
+    /// The object a successful call made or changed: the returned pointer,
+    /// or for a call that returns a status its first argument (the MR
+    /// `ibv_rereg_mr` changed).
+    pub const fn object(&self, args: &[u64; tracer_common::MAX_ARGS], ret: i64) -> u64 {
+        match self.returns {
+            Returns::Object => ret as u64,
+            Returns::Status => args[0],
+        }
+    }
+
+    /// Index of the first argument of a kind (`Arg::Addr`: the address a
+    /// call registers; `Arg::Bytes`: its length).
+    pub fn arg(&self, kind: Arg) -> Option<usize> {
+        self.args.iter().position(|a| *a == kind)
+    }
+
     /// No return probe: aggregated rows (counts and bytes are arguments)
     /// and context switches.
     pub const fn entry_only(&self) -> bool {
@@ -217,6 +256,7 @@ const fn row(lib: Lib, symbol: &'static str, name: &'static str, kind: Kind, arg
         name,
         kind,
         args,
+        returns: Returns::Status,
         ret_read: None,
         aggregate: false,
         coll: None,
@@ -258,11 +298,16 @@ const fn hot(mut r: Row) -> Row {
     r.aggregate = true;
     r
 }
+/// A function that returns the object it made (NULL on failure).
+const fn object(mut r: Row) -> Row {
+    r.returns = Returns::Object;
+    r
+}
 const fn mr(mut r: Row) -> Row {
     // struct ibv_mr { context*, pd*, void *addr; size_t length; u32 handle, lkey, rkey; }
     // lkey at 36, rkey at 40 (rdma-core libibverbs/verbs.h, stable since 1.0).
     r.ret_read = Some(36);
-    r
+    object(r)
 }
 
 /// The table. Prototypes are those of CUDA 13 `cuda.h`, rdma-core 44+
@@ -525,22 +570,29 @@ pub static TABLE: &[Row] = &[
         &[Handle],
     ),
     // struct ibv_pd *ibv_alloc_pd(struct ibv_context *context);
-    row(Lib::Ibverbs, "ibv_alloc_pd", "ibv_alloc_pd", Kind::Setup, &[Handle]),
+    object(row(
+        Lib::Ibverbs,
+        "ibv_alloc_pd",
+        "ibv_alloc_pd",
+        Kind::Setup,
+        &[Handle],
+    )),
     // struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
-    row(
+    object(row(
         Lib::Ibverbs,
         "ibv_create_qp",
         "ibv_create_qp",
         Kind::Setup,
         &[Handle, Addr],
-    ),
-    row(
+    )),
+    // struct ibv_qp *ibv_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
+    object(row(
         Lib::Ibverbs,
         "ibv_create_qp_ex",
         "ibv_create_qp_ex",
         Kind::Setup,
         &[Handle, Addr],
-    ),
+    )),
     // int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
     row(
         Lib::Ibverbs,
