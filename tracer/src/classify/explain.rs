@@ -189,7 +189,11 @@ pub fn paths(r: &Value, findings: &[Finding]) -> Vec<Path> {
         if v["host_staged"] == true || matches!(s(&v["transport"]), "unknown" | "ambiguous") {
             out.push((
                 pid_of(v),
-                format!("communication verdict {}", s(&v["transport"])),
+                format!(
+                    "communication verdict {}{}",
+                    s(&v["transport"]),
+                    v["net"].as_str().map_or(String::new(), |n| format!(" ({n})"))
+                ),
                 PATH_RULES,
             ));
         }
@@ -408,6 +412,7 @@ mod tests {
         }
         let p = &e.paths[0];
         assert_eq!(p.explained_by, vec!["nccl-no-rdma-device"], "{p:?}");
+        assert_eq!(p.what, "communication verdict socket (NET/Socket)");
         assert!(
             render(&two_nodes(serde_json::json!({}), none.clone(), true), &e).contains("cause: nccl-no-rdma-device")
         );

@@ -158,7 +158,7 @@ impl Inputs {
         )
     }
 
-    fn steady(&self, p: &ProcessIn) -> Steady {
+    fn steady(&self, p: &ProcessIn, network: comm::Network) -> Steady {
         let (calls, bytes) = self.collectives_of(p.pid);
         Steady {
             pid: p.pid,
@@ -169,34 +169,47 @@ impl Inputs {
             socket_bytes: p.socket.bytes_sent + p.socket.bytes_received,
             env: p.env.clone(),
             sampled_share: (!p.collectives_sampled.is_exact()).then(|| p.collectives_sampled.share()),
-            network: self.network(p),
+            network,
         }
     }
 
-    /// Whether a process takes part in NCCL collectives (set-up or steady state).
-    fn nccl(&self, p: &ProcessIn) -> bool {
-        p.calls.keys().any(|k| k.starts_with("nccl")) || !p.nccl_ranks.is_empty() || self.collectives_of(p.pid).0 > 0
-    }
-
-    /// Where a process's NCCL peers are (the other NCCL processes of its job
-    /// on this machine: the same launcher, where parents are known) and the
-    /// host's RDMA devices.
-    pub fn network(&self, p: &ProcessIn) -> comm::Network {
-        let peers = self.processes.iter().filter(|q| {
-            self.nccl(q)
-                && match (p.parent, q.parent) {
+    /// Where each process's NCCL peers are (the other NCCL processes of its
+    /// job on this machine: the same launcher, where parents are known) and
+    /// the host's RDMA devices, per pid.
+    pub fn networks(&self) -> BTreeMap<u32, comm::Network> {
+        let active: std::collections::BTreeSet<u32> = self.collectives.iter().map(|c| c.pid).collect();
+        // Processes that take part in NCCL (set-up calls, ranks, collectives).
+        let nccl: Vec<&ProcessIn> = self
+            .processes
+            .iter()
+            .filter(|p| {
+                p.calls.keys().any(|k| k.starts_with("nccl"))
+                    || !p.nccl_ranks.is_empty()
+                    || (active.contains(&p.pid) && self.collectives_of(p.pid).0 > 0)
+            })
+            .collect();
+        let rdma_devices = self.facts.as_ref().map(|f| f.rdma_devices.clone());
+        self.processes
+            .iter()
+            .map(|p| {
+                let peers = nccl.iter().filter(|q| match (p.parent, q.parent) {
                     (Some(a), Some(b)) => a == b,
                     _ => true,
-                }
-        });
-        comm::Network {
-            other_hosts: if self.nccl(p) {
-                comm::other_hosts(p.pid, &p.env, peers.map(|q| (q.pid, &q.env)))
-            } else {
-                None
-            },
-            rdma_devices: self.facts.as_ref().map(|f| f.rdma_devices.clone()),
-        }
+                });
+                let other_hosts = nccl
+                    .iter()
+                    .any(|q| q.pid == p.pid)
+                    .then(|| comm::other_hosts(p.pid, &p.env, peers.map(|q| (q.pid, &q.env))))
+                    .flatten();
+                (
+                    p.pid,
+                    comm::Network {
+                        other_hosts,
+                        rdma_devices: rdma_devices.clone(),
+                    },
+                )
+            })
+            .collect()
     }
 }
 
@@ -204,6 +217,8 @@ impl Inputs {
 /// communication have none).
 pub fn verdicts(i: &Inputs) -> Vec<Verdict> {
     let nvlink = i.facts.as_ref().and_then(|f| f.nvlink);
+    let networks = i.networks();
+    let network = |pid: u32| networks.get(&pid).cloned().unwrap_or_default();
     let setup: BTreeMap<u32, Verdict> = i
         .processes
         .iter()
@@ -220,7 +235,7 @@ pub fn verdicts(i: &Inputs) -> Vec<Verdict> {
                     .as_ref()
                     .map(|c| c.by_backing.iter().map(|(k, v)| (k.clone(), v.registrations)).collect())
                     .unwrap_or_default(),
-                network: i.network(p),
+                network: network(p.pid),
             })
         })
         .map(|v| (v.pid, v))
@@ -230,7 +245,7 @@ pub fn verdicts(i: &Inputs) -> Vec<Verdict> {
         .filter(|v| v.transport != Transport::Unknown)
         .map(|v| (v.pid, v.transport))
         .collect();
-    let all: Vec<Steady> = i.processes.iter().map(|p| i.steady(p)).collect();
+    let all: Vec<Steady> = i.processes.iter().map(|p| i.steady(p, network(p.pid))).collect();
     let cx = steady::Context {
         all: &all,
         decided: &decided,
