@@ -419,6 +419,22 @@ mod tests {
         // The log alone is evidence (a report without host facts).
         let e = explain(&two_nodes(serde_json::json!({}), Value::Null, true));
         assert!(e.fired("nccl-no-rdma-device"), "{:?}", e.findings);
+        // One rank's report (its peer traced on another node): the log's
+        // host identities say the ranks are on different hosts.
+        let mut one = two_nodes(serde_json::json!({}), none.clone(), true);
+        one["verdicts"][0]["other_hosts"] = Value::Null;
+        one["nccl_log"]["processes"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"pid": 102, "host_id": "gdrtrace-emu-1"}));
+        let e = explain(&one);
+        let f = e.findings.iter().find(|f| f.rule == "nccl-no-rdma-device").unwrap();
+        assert!(
+            f.evidence.iter().any(|l| l
+                == "NCCL log: ranks on different hosts to NCCL: NCCL_HOSTID=gdrtrace-emu-0 (pid 101), NCCL_HOSTID=gdrtrace-emu-1 (pid 102)"),
+            "{:?}",
+            f.evidence
+        );
         // Neither facts nor log: no evidence, no finding.
         let e = explain(&two_nodes(serde_json::json!({}), Value::Null, false));
         assert!(!e.fired("nccl-no-rdma-device"), "{:?}", e.findings);

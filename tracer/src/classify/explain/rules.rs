@@ -145,6 +145,28 @@ fn log_process(r: &Value, pid: u32) -> Option<&Value> {
     arr(&r["nccl_log"]["processes"]).iter().find(|p| pid_of(p) == pid)
 }
 
+/// The NCCL log's host identities, when its ranks have more than one: NCCL
+/// counts them as different hosts (a report of one rank, whose peers were
+/// traced elsewhere, learns it from the log).
+fn log_hosts(r: &Value) -> Option<String> {
+    let mut ids: Vec<String> = arr(&r["nccl_log"]["processes"])
+        .iter()
+        .filter_map(|p| {
+            p["host_id"]
+                .as_str()
+                .map(|id| format!("NCCL_HOSTID={id} (pid {})", pid_of(p)))
+        })
+        .collect();
+    let distinct: std::collections::BTreeSet<&str> = arr(&r["nccl_log"]["processes"])
+        .iter()
+        .filter_map(|p| p["host_id"].as_str())
+        .collect();
+    (distinct.len() > 1).then(|| {
+        ids.truncate(8);
+        format!("NCCL log: ranks on different hosts to NCCL: {}", ids.join(", "))
+    })
+}
+
 /// Whether a variable in a process's environment forces `var`'s effect.
 fn forced(p: &Value, var: &str) -> bool {
     env(p, var).is_some_and(|v| forcing(var, v).is_some())
@@ -209,8 +231,9 @@ pub(super) fn no_rdma_device(r: &Value) -> Hits {
                 ev.push(format!("NCCL log: NCCL_HOSTID set by environment to {id}"));
             }
         }
-        if let Some(why) = inter_node {
-            ev.push(why.to_string());
+        match inter_node {
+            Some(why) => ev.push(why.to_string()),
+            None => ev.extend(log_hosts(r)),
         }
         out.push((pid, ev));
     }
