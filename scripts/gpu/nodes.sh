@@ -19,7 +19,8 @@
 # The binary is built elsewhere (no Rust there): `cargo build -p tracer
 # --release`, copy target/release/gdrtrace to dist/ and carry dist.
 # Usage: [GDRTRACE=BIN] bash scripts/gpu/nodes.sh
-# Results: $OUT/summary.txt and $OUT/nodes.tgz; the tarball's fixtures/
+# Results: $OUT/summary.txt (written as it goes) and $OUT/nodes.tgz (work
+# files under $OUT/work until then); the tarball's fixtures/
 # holds reports/, logs/ and recordings/ named for tests/fixtures/
 # (gpu-h200-nodes-{run,attach}-VARIANT; paths of the machine stripped),
 # ready to drop in: tracer/src/fixtures.rs checks them (`emulated_nodes`).
@@ -28,8 +29,11 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 SAFE="NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1"
 B=${GDRTRACE:-$PWD/dist/gdrtrace}
 HERE=$PWD/scripts/gpu
-R=/tmp/gdr-nodes
 OUT=${OUT:-/tmp/gdr-nodes-out}
+# Work files live under $OUT until the end (a run cut short by a time limit,
+# e.g. under scripts/gpu/round.sh, still leaves them there), then go into
+# one tarball.
+R=$OUT/work
 rm -rf "$R"; mkdir -p "$R/fixtures/reports" "$R/fixtures/logs" "$R/fixtures/recordings" "$OUT"
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
 S="$OUT/summary.txt"
@@ -122,7 +126,7 @@ for variant in default ib-disable net-socket; do
   if [ "$variant" = default ]; then
     # One tracer per rank as well, as one per node would be.
     for rank in 0 1; do
-      P=$(pgrep -P "$L" -f -- "--rank $rank " | head -1)
+      P=$(ps -o pid=,args= --ppid "$L" | awk -v r=$rank '{for (i = 2; i < NF; i++) if ($i == "--rank" && $(i + 1) == r) print $1}' | head -1)
       "$B" attach --pid "$P" --duration 6s --json "$R/rank$rank.json" --record "$R/rank$rank.rec" \
         > "$R/rank$rank.txt" 2>&1 &
       per_rank+=($!)
@@ -181,9 +185,11 @@ else
 fi
 for rank in 0 1; do
   "$B" explain "$R/rank$rank.json" --nccl-log "$R/nccl-attach-default.log" > "$R/rank$rank.explain.txt" 2>&1
-  python3 -c 'import json, sys
-for x in json.load(open(sys.argv[1]))["verdicts"]: print(f"  rank{sys.argv[2]} pid {x[\"pid\"]}: {x[\"transport\"]} ({x.get(\"net\")}) cause: {x.get(\"cause\")}")' \
-    "$R/rank$rank.json" $rank >> "$S" 2>&1
+  python3 - "$R/rank$rank.json" $rank >> "$S" 2>&1 <<'PY'
+import json, sys
+for x in json.load(open(sys.argv[1]))["verdicts"]:
+    print(f"  rank{sys.argv[2]} pid {x['pid']}: {x['transport']} ({x.get('net')}) cause: {x.get('cause')}")
+PY
   echo "  rank$rank explain: DISAGREES x$(grep -c DISAGREES "$R/rank$rank.explain.txt"), causes: $(grep -o '(cause: [^)]*)' "$R/rank$rank.explain.txt" | sort -u | tr '\n' ' ')" >> "$S"
 done
 
@@ -195,4 +201,4 @@ grep -E "nodes x|checks passed|FAIL" "$R/validate.txt" >> "$S"
 echo "== done$(elapsed)" >> "$S"
 
 cat "$S"
-tar czf "$OUT/nodes.tgz" -C "$R" .
+tar czf "$OUT/nodes.tgz" -C "$R" . && rm -rf "$R"
