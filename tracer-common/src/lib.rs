@@ -54,6 +54,11 @@ pub mod kind {
     /// 0 when the kernel has just added the process to the target set, 1
     /// when it was a target already and opened a library.
     pub const DISCOVER: u32 = 6;
+    /// The first successful call of a copy row (`op_flags::COPY_ROWS`): a
+    /// `CALL` record in every field but `ret`, which carries the row's
+    /// handle (the call returned 0). Its later calls are summed in
+    /// `AGGREGATE` under that handle; this record is one of them.
+    pub const ROW_FIRST: u32 = 7;
 }
 
 /// Per-op flags (`OpConfig::flags`).
@@ -81,6 +86,20 @@ pub mod op_flags {
     /// return at once, so an off phase starts exactly when user space says
     /// so, whatever the kernel still needs to close the links.
     pub const SAMPLED: u32 = 32;
+    /// A copy, with its return probe: a successful call is summed in
+    /// `AGGREGATE` per (process, op, row), where the row's handle is a hash
+    /// of the arguments in `OpConfig::key_args` (addresses and contexts)
+    /// and of the process's region epoch; bytes from `count_arg`. The call
+    /// that creates a row is evented (`kind::ROW_FIRST`), so user space
+    /// classifies the row once, with what it knows at that point of the
+    /// stream; a failed call (ret != 0) is evented as a `CALL`, and so is
+    /// every call while the table is full (`counter::COPY_ROWS_FULL`).
+    pub const COPY_ROWS: u32 = 64;
+    /// Allocations, frees, registrations, mappings, peer access: at a
+    /// return, after its record, the process's region epoch (`COPY_EPOCH`)
+    /// moves on, so the next call of every copy row starts a new row, which
+    /// user space classifies after it has seen this change.
+    pub const REGION: u32 = 128;
 }
 
 /// Indices of the `CONTROL` array, written by user space while tracing.
@@ -177,6 +196,9 @@ pub mod counter {
     /// Discovery could not read the path an `open`/`openat` was given (the
     /// process may have been a GPU or RDMA process).
     pub const DISCOVER_READ_ERRORS: u32 = 6;
+    /// Copies evented one by one because the aggregation table was full
+    /// (not lost: each is a `CALL` record).
+    pub const COPY_ROWS_FULL: u32 = 7;
     /// Number of counters.
     pub const COUNT: u32 = 8;
 }
@@ -309,9 +331,33 @@ pub struct OpConfig {
     pub count_arg: u8,
     pub dtype_arg: u8,
     pub handle_arg: u8,
-    pub _pad: u8,
+    /// Copy rows (`op_flags::COPY_ROWS`): bit `i` set, `args[i]` is part
+    /// of the row's identity (the addresses, and the contexts of a peer
+    /// copy; not the size or the stream).
+    pub key_args: u8,
 }
 const _: () = assert!(core::mem::size_of::<OpConfig>() == 16);
+
+/// The handle of a copy row: a hash of the arguments in `key_args` and of
+/// the process's region epoch (never 0). The kernel computes it at each
+/// successful call; user space only reads it back from `kind::ROW_FIRST`.
+#[inline(always)]
+pub fn copy_row_handle(op: u32, key_args: u8, args: &[u64; MAX_ARGS], epoch: u64) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = (epoch ^ ((op as u64) << 32)).wrapping_mul(K);
+    let mut i = 0;
+    while i < MAX_ARGS {
+        if key_args & (1 << i) != 0 {
+            h = (h ^ args[i]).wrapping_mul(K);
+            h ^= h >> 29;
+        }
+        i += 1;
+    }
+    h | 1
+}
+
+/// Processes whose region epoch the kernel keeps (`COPY_EPOCH`, LRU).
+pub const MAX_EPOCH_PROCS: u32 = 16384;
 
 /// "No such argument" in `OpConfig`'s argument indices.
 pub const NO_ARG: u8 = 0xff;
@@ -402,7 +448,7 @@ const _: () = assert!(core::mem::size_of::<Event>() == 104);
 /// per-call records leave it out, since the helper and its zero padding were
 /// a measurable part of a traced syscall's cost (docs/perf.md).
 pub const fn has_comm(kind: u32) -> bool {
-    kind != kind::CALL && kind != kind::ENTRY
+    kind != kind::CALL && kind != kind::ENTRY && kind != kind::ROW_FIRST
 }
 
 /// Log2 latency slot of a duration in ns, clamped to `MAX_SLOTS - 1`.

@@ -5,8 +5,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tracer_common::{
-    AggKey, AggValue, Inflight, InflightKey, MAX_AGG_ROWS, MAX_INFLIGHT, MAX_OPS, MAX_SLOTS, MAX_SYSCALLS, MAX_TARGETS,
-    MAX_THREADS, OpConfig, RINGBUF_BYTES, WAKEUP_BYTES, control, counter,
+    AggKey, AggValue, Inflight, InflightKey, MAX_AGG_ROWS, MAX_EPOCH_PROCS, MAX_INFLIGHT, MAX_OPS, MAX_SLOTS,
+    MAX_SYSCALLS, MAX_TARGETS, MAX_THREADS, OpConfig, RINGBUF_BYTES, WAKEUP_BYTES, control, counter,
 };
 
 /// `filter::ALL` or `filter::TARGETS`; set by the loader.
@@ -78,6 +78,13 @@ pub static LATENCY: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_OPS * M
 /// aggregate-only ops (collectives), so hot calls cost no event.
 #[map]
 pub static AGGREGATE: PerCpuHashMap<AggKey, AggValue> = PerCpuHashMap::with_max_entries(MAX_AGG_ROWS, 0);
+
+/// Key: tgid. Value: the process's region epoch, moved on at the return
+/// of every call that changes what backs its addresses
+/// (`op_flags::REGION`); part of each copy row's handle. LRU, so exited
+/// processes age out.
+#[map]
+pub static COPY_EPOCH: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_EPOCH_PROCS, 0);
 
 /// Whether user space closed the tracing window (`control::STOPPED`).
 #[inline(always)]

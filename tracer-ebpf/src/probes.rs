@@ -11,13 +11,13 @@ use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, generated},
 };
 use tracer_common::{
-    AggKey, AggValue, Event, Inflight, InflightKey, MAX_ARGS, MAX_OPS, MAX_SLOTS, OpConfig, counter, filter, has_comm,
-    kind, log2_slot, nccl_dtype_size, op_flags,
+    AggKey, AggValue, Event, Inflight, InflightKey, MAX_ARGS, MAX_OPS, MAX_SLOTS, OpConfig, copy_row_handle, counter,
+    filter, has_comm, kind, log2_slot, nccl_dtype_size, op_flags,
 };
 
 use crate::maps::{
-    AGGREGATE, CUR_CTX, EVENTS, FILTER_MODE, HITS, INFLIGHT, LATENCY, OP_CONFIG, TARGETS, WAKEUP_AT, bump, count,
-    sample_off, stopped,
+    AGGREGATE, COPY_EPOCH, CUR_CTX, EVENTS, FILTER_MODE, HITS, INFLIGHT, LATENCY, OP_CONFIG, TARGETS, WAKEUP_AT, bump,
+    count, sample_off, stopped,
 };
 
 /// Why a probe did not record anything. Fits a register (returned as the
@@ -115,6 +115,12 @@ pub fn on_return(op: u32, ret: i64) -> Result<u32, Skip> {
     if op >= MAX_OPS {
         return Err(Skip::BadOp);
     }
+    let config = OP_CONFIG.get(op).copied().unwrap_or_default();
+    // The return of a sampled call in an off phase (its entry returned at
+    // once): neither recorded nor a return without an entry.
+    if config.flags & op_flags::SAMPLED != 0 && sample_off() {
+        return Err(Skip::SampleOff);
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
     let key = InflightKey { pid_tgid, op, _pad: 0 };
     // The slot stays for the thread's next call; `start_ns == 0` marks it
@@ -140,9 +146,11 @@ pub fn on_return(op: u32, ret: i64) -> Result<u32, Skip> {
         // SAFETY: per-CPU slot.
         unsafe { *p += 1 };
     }
-    let config = OP_CONFIG.get(op).copied().unwrap_or_default();
     if config.flags & op_flags::AGGREGATE_ONLY != 0 {
         aggregate(op, pid_tgid, &config, &entry.args, ret);
+        return Ok(0);
+    }
+    if config.flags & op_flags::COPY_ROWS != 0 && ret == 0 && copy_row(op, pid_tgid, &config, &entry, dur_ns) {
         return Ok(0);
     }
     let mut args = entry.args;
@@ -162,7 +170,61 @@ pub fn on_return(op: u32, ret: i64) -> Result<u32, Skip> {
         args[MAX_ARGS - 1] = unsafe { bpf_probe_read_user(at as *const u64) }.unwrap_or(0);
     }
     emit(kind::CALL, op, pid_tgid, entry.start_ns, dur_ns, args, ret, false);
+    if config.flags & op_flags::REGION != 0 {
+        next_epoch((pid_tgid >> 32) as u32);
+    }
     Ok(0)
+}
+
+/// Sums a successful copy into its row; the call that creates the row is
+/// evented (`kind::ROW_FIRST`, the handle in `ret`). False when the table
+/// is full: the caller events the call as a `CALL`.
+#[inline(always)]
+fn copy_row(op: u32, pid_tgid: u64, config: &OpConfig, entry: &Inflight, dur_ns: u64) -> bool {
+    let tgid = (pid_tgid >> 32) as u32;
+    // SAFETY: read-only lookup of a plain value.
+    let epoch = unsafe { COPY_EPOCH.get(tgid) }.copied().unwrap_or(0);
+    let handle = copy_row_handle(op, config.key_args, &entry.args, epoch);
+    let key = AggKey { tgid, op, handle };
+    let i = config.count_arg as usize;
+    let bytes = if i < MAX_ARGS { entry.args[i] } else { 0 };
+    match AGGREGATE.get_ptr_mut(key) {
+        // SAFETY: per-CPU value, no concurrent writer on this CPU.
+        Some(v) => unsafe {
+            (*v).calls += 1;
+            (*v).bytes += bytes;
+        },
+        None => {
+            if AGGREGATE.insert(key, AggValue { calls: 1, bytes }, 0).is_err() {
+                count(counter::COPY_ROWS_FULL);
+                return false;
+            }
+            emit(
+                kind::ROW_FIRST,
+                op,
+                pid_tgid,
+                entry.start_ns,
+                dur_ns,
+                entry.args,
+                handle as i64,
+                false,
+            );
+        }
+    }
+    true
+}
+
+/// Moves the process's region epoch on: every copy row starts anew.
+#[inline(always)]
+fn next_epoch(tgid: u32) {
+    match COPY_EPOCH.get_ptr_mut(tgid) {
+        // SAFETY: a lost increment between two threads still moves the
+        // epoch on, which is all a copy row needs.
+        Some(p) => unsafe { *p += 1 },
+        None => {
+            let _ = COPY_EPOCH.insert(tgid, 1, 0);
+        }
+    }
 }
 
 /// Keeps the thread's current context; an event only when it changed.

@@ -319,7 +319,7 @@ pub fn kernel_config(op_code: u32) -> Option<tracer_common::OpConfig> {
         dtype_arg: tracer_common::NO_ARG,
         // Rows per socket: the fd is argument 0.
         handle_arg: 0,
-        _pad: 0,
+        key_args: 0,
     })
 }
 
