@@ -418,12 +418,15 @@ fn close_in_parallel(links: Vec<aya::programs::uprobe::UProbeLink>) {
     });
 }
 
-/// Counted calls of the sampled rows per process, from the kernel's rows.
+/// Counted traps of the sampled rows per process, from the kernel's rows:
+/// calls times the row's traps per call (a copy keeps its return probe).
 fn sampled_calls(rows: &[(AggKey, AggValue)]) -> BTreeMap<u32, u64> {
     let mut calls = BTreeMap::new();
     for (k, v) in rows {
-        if uapi::row_of(k.op).is_some_and(|(_, r)| r.group() == Group::Sampled) {
-            *calls.entry(k.tgid).or_default() += v.calls;
+        if let Some((_, r)) = uapi::row_of(k.op)
+            && r.group() == Group::Sampled
+        {
+            *calls.entry(k.tgid).or_default() += v.calls * r.traps_per_call();
         }
     }
     calls

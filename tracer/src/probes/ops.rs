@@ -37,6 +37,7 @@ pub fn kind_name(k: u32) -> &'static str {
         kind::EXIT => "exit",
         kind::EXEC => "exec",
         kind::ENTRY => "entry",
+        kind::ROW_FIRST => "row-first",
         _ => "unknown",
     }
 }
@@ -49,6 +50,7 @@ pub fn kind_code(name: &str) -> Option<u32> {
         "exit" => kind::EXIT,
         "exec" => kind::EXEC,
         "entry" => kind::ENTRY,
+        "row-first" => kind::ROW_FIRST,
         _ => return None,
     })
 }

@@ -234,16 +234,65 @@ impl Row {
 
     /// The link the row's offsets join: context switches and budgeted
     /// set-up paths in the droppable `Setup` link; the rows a running job
-    /// calls per transfer (collectives, group calls, UCX data calls, all
-    /// aggregated in the kernel) in the duty-cycled `Sampled` link.
+    /// calls per transfer (collectives, group calls, UCX data calls and
+    /// copies, all summed in the kernel) in the duty-cycled `Sampled` link.
     pub const fn group(&self) -> super::uprobes::Group {
         if self.hot_setup || self.budgeted {
             super::uprobes::Group::Setup
-        } else if self.aggregate {
+        } else if self.aggregate || self.copy_rows() {
             super::uprobes::Group::Sampled
         } else {
             super::uprobes::Group::Steady
         }
+    }
+
+    /// Copies: summed in the kernel per (process, op, address pair), with
+    /// the first call of each pair, and every failure, evented
+    /// (`op_flags::COPY_ROWS`). The return probe stays: it says whether the
+    /// call failed and times it.
+    pub const fn copy_rows(&self) -> bool {
+        matches!(self.kind, Kind::Copy)
+    }
+
+    /// Calls that change what backs a process's addresses (allocations,
+    /// frees, registrations, mappings, peer access, contexts' devices):
+    /// each return starts a new epoch of copy rows (`op_flags::REGION`).
+    pub const fn changes_regions(&self) -> bool {
+        !self.entry_only()
+            && (matches!(
+                self.kind,
+                Kind::GpuAlloc
+                    | Kind::GpuFree
+                    | Kind::HostAlloc
+                    | Kind::HostFree
+                    | Kind::HostRegister
+                    | Kind::HostUnregister
+                    | Kind::IpcImport
+                    | Kind::Map
+                    | Kind::PeerAccess
+            ) || (matches!(self.kind, Kind::Setup) && matches!(self.lib, Lib::Cuda)))
+    }
+
+    /// Traps per call: one for entry-only rows, two with a return probe
+    /// (what the duty cycle's budget counts).
+    pub const fn traps_per_call(&self) -> u64 {
+        if self.entry_only() { 1 } else { 2 }
+    }
+
+    /// The arguments that tell one copy row from another: addresses, and
+    /// the contexts before the size (a peer copy's); not the size, the
+    /// stream or a descriptor's contents.
+    pub fn key_args(&self) -> u8 {
+        let bytes = self
+            .args
+            .iter()
+            .position(|a| *a == Arg::Bytes)
+            .unwrap_or(self.args.len());
+        self.args
+            .iter()
+            .enumerate()
+            .filter(|(i, a)| **a == Arg::Addr || (**a == Arg::Handle && *i < bytes))
+            .fold(0, |m, (i, _)| m | (1 << i))
     }
 }
 
@@ -971,14 +1020,24 @@ pub fn config_of(row: &Row) -> OpConfig {
     if matches!(row.group(), super::uprobes::Group::Sampled) {
         flags |= op_flags::SAMPLED;
     }
+    if row.changes_regions() {
+        flags |= op_flags::REGION;
+    }
+    let bytes_arg = row.args.iter().position(|a| *a == Arg::Bytes).map(|i| i as u8);
+    let (count_arg, key_args) = if row.copy_rows() {
+        flags |= op_flags::COPY_ROWS;
+        (bytes_arg.unwrap_or(tracer_common::NO_ARG), row.key_args())
+    } else {
+        (row.coll.map_or(tracer_common::NO_ARG, |c| c.0), 0)
+    };
     OpConfig {
         flags,
         deref_args: deref,
         ret_read_offset: row.ret_read.unwrap_or(u32::MAX),
-        count_arg: row.coll.map_or(tracer_common::NO_ARG, |c| c.0),
+        count_arg,
         dtype_arg: row.coll.map_or(tracer_common::NO_ARG, |c| c.1),
         handle_arg: row.coll.map_or(tracer_common::NO_ARG, |c| c.2),
-        _pad: 0,
+        key_args,
     }
 }
 
@@ -1042,6 +1101,44 @@ mod tests {
         assert_eq!(Lib::of_path("/usr/lib/x86_64-linux-gnu/ucx/libuct_ib.so.0"), None);
         assert_eq!(Lib::of_path("/x/libuct-extra.so.0"), None);
         assert_eq!(Lib::of_path("/x/libnl-3-47cd035c.so.200"), None);
+    }
+
+    /// Copies are summed per address pair in the sampled link, with their
+    /// return probe; the calls that change what backs an address start
+    /// new rows.
+    #[test]
+    fn copy_rows_are_keyed_by_addresses_and_sampled() {
+        let by = |s: &str| TABLE.iter().find(|r| r.symbol == s).unwrap();
+        for r in TABLE.iter().filter(|r| r.kind == Kind::Copy) {
+            let c = config_of(r);
+            assert_eq!(
+                c.flags,
+                op_flags::COPY_ROWS | op_flags::SAMPLED,
+                "{}: summed, sampled, with a return",
+                r.symbol
+            );
+            assert_eq!(r.group(), crate::probes::uprobes::Group::Sampled);
+            assert_eq!(r.traps_per_call(), 2);
+            assert_ne!(c.key_args, 0, "{}", r.symbol);
+        }
+        // dst, src; not the size or the stream.
+        let h2d = config_of(by("cuMemcpyHtoDAsync"));
+        assert_eq!((h2d.key_args, h2d.count_arg), (0b11, 2));
+        // dst, dctx, src, sctx; not the size or the stream.
+        let peer = config_of(by("cuMemcpyPeerAsync"));
+        assert_eq!((peer.key_args, peer.count_arg), (0b1111, 4));
+        for s in [
+            "cuMemHostAlloc",
+            "cuMemHostRegister",
+            "cuMemFree",
+            "cuMemAlloc",
+            "cuDevicePrimaryCtxRetain",
+        ] {
+            assert_ne!(config_of(by(s)).flags & op_flags::REGION, 0, "{s}");
+        }
+        // Context switches are entry-only: they never move the epoch.
+        assert_eq!(config_of(by("cuCtxSetCurrent")).flags & op_flags::REGION, 0);
+        assert_eq!(config_of(by("ncclAllReduce")).flags & op_flags::REGION, 0);
     }
 
     #[test]

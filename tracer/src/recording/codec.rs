@@ -62,7 +62,7 @@ pub fn event_json(e: &Event) -> Value {
     let mut m = serde_json::Map::new();
     m.insert("type".into(), "event".into());
     m.insert("kind".into(), kind_name(e.kind).into());
-    if e.kind == kind::CALL || e.kind == kind::ENTRY {
+    if !tracer_common::has_comm(e.kind) {
         m.insert("op".into(), op_name(e.op).into());
         m.insert("op_code".into(), e.op.into());
     }

@@ -16,7 +16,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tracer_common::{AggKey, AggValue, Event, kind};
+use tracer_common::{AggKey, AggValue, Event};
 
 use crate::{
     error::{Error, Result},

@@ -1,4 +1,5 @@
 use super::*;
+use tracer_common::kind;
 
 #[test]
 fn event_round_trip_and_hex_numbers() {

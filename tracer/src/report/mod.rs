@@ -132,6 +132,12 @@ pub struct Operation {
     /// form in base64, so baselines can recompute percentiles exactly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub histogram: Option<String>,
+    /// Copies summed in the kernel under the duty cycle: the calls counted,
+    /// where `calls` adds the estimate of the off phases (absent: counted).
+    /// The histogram holds the evented calls only (first calls of each
+    /// address pair, failures); `kernel_histograms` has every call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counted: Option<u64>,
 }
 
 /// An op aggregated in the kernel (log2 slots), evented or not.
@@ -332,6 +338,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
             incomplete,
             latency: Latency::from_hist(&s.hist),
             histogram: serialize_hist(&s.hist),
+            counted: agg.copies.counted_calls(name, *transport),
         })
         .collect();
     let kernel_histograms = inputs

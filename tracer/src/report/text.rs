@@ -139,7 +139,11 @@ fn operations(o: &mut String, r: &Report) {
             "  {:<40} {:<24} {:>8} {:>6} {:>10} {:>9} {:>9} {:>9} {:>9}",
             op.name,
             op.transport,
-            op.calls,
+            if op.counted.is_some() {
+                format!("~{}", op.calls)
+            } else {
+                op.calls.to_string()
+            },
             op.errors,
             bytes(op.bytes),
             ns(op.latency.p50),
@@ -190,12 +194,12 @@ fn operations(o: &mut String, r: &Report) {
             o,
             "  (kernel): counted in the kernel per process and communicator; latency as log2-slot upper bounds"
         );
-        if agg.iter().any(|a| a.4) {
-            let _ = writeln!(
-                o,
-                "  ~: counted in on phases of the duty cycle, off phases estimated from the rates around them (--collectives)"
-            );
-        }
+    }
+    if agg.iter().any(|a| a.4) || r.operations.iter().any(|o| o.counted.is_some()) {
+        let _ = writeln!(
+            o,
+            "  ~: counted in on phases of the duty cycle, off phases estimated from the rates around them (--collectives)"
+        );
     }
     let _ = writeln!(o);
 }

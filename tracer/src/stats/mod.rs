@@ -3,6 +3,7 @@
 //! events do not carry come from a [`source::ProcSource`] (`/proc` live, the
 //! recording on replay); with a recorder attached, every input and every
 //! answer is written down, so a replay repeats the same steps.
+pub mod copies;
 pub mod duty;
 pub mod input;
 pub mod source;
@@ -158,6 +159,9 @@ pub struct Aggregator {
     pub collectives: BTreeMap<(u32, String, u64), (u64, u64)>,
     /// The same rows as the kernel counted them (monotonic: `serve`'s counters).
     pub collectives_counted: BTreeMap<(u32, String, u64), (u64, u64)>,
+    /// Copies counted in the kernel per (pid, op name, row handle): their
+    /// first calls and verdicts, and their totals (`stats/copies.rs`).
+    pub copies: copies::CopyRows,
     /// The sampled rows' duty cycle over the trace.
     pub duty: DutyTotals,
     /// Their estimates for the time they were not counted.
@@ -255,6 +259,7 @@ impl Aggregator {
             pending_pins: Default::default(),
             collectives: BTreeMap::new(),
             collectives_counted: BTreeMap::new(),
+            copies: Default::default(),
             duty: DutyTotals::default(),
             estimator: duty::Estimator::default(),
             source,
@@ -311,10 +316,10 @@ impl Aggregator {
             p.collectives_sampled.sampled_us += on_us;
         }
         let procs = &self.procs;
-        self.estimator
-            .interval(&self.collectives_counted, on_us, off_us, |pid| {
-                procs.get(&pid).is_some_and(|p| !p.exited)
-            });
+        let counted = sampled_rows(&self.collectives_counted, &self.copies.counted());
+        self.estimator.interval(&counted, on_us, off_us, |pid| {
+            procs.get(&pid).is_some_and(|p| !p.exited)
+        });
         // The estimates follow with the kernel's totals of this tick
         // (`set_aggregates`) or, in a replay whose totals did not change,
         // with the next ones or `settle`.
@@ -438,6 +443,7 @@ impl Aggregator {
         self.pairs.forget(pid);
         self.collectives.retain(|(p, _, _), _| *p != pid);
         self.collectives_counted.retain(|(p, _, _), _| *p != pid);
+        self.copies.forget(pid);
         self.estimator.forget(pid);
     }
 
@@ -490,12 +496,69 @@ impl Aggregator {
                     p.comm = comm_of(e);
                 }
             }
-            kind::CALL | kind::ENTRY => self.call(e),
+            kind::CALL | kind::ENTRY => {
+                self.call(e);
+            }
+            kind::ROW_FIRST => self.row_first(e),
             _ => self.undecoded += 1,
         }
     }
 
-    fn call(&mut self, e: &Event) {
+    /// The first call of a copy row (`kind::ROW_FIRST`): a call like any
+    /// other, whose verdict the row's later calls share.
+    fn row_first(&mut self, e: &Event) {
+        let handle = e.ret as u64;
+        let first = Event {
+            kind: kind::CALL,
+            ret: 0,
+            ..*e
+        };
+        if let Some(c) = self.call(&first) {
+            self.copies.first(e.pid, e.op, handle, first, &c);
+        }
+    }
+
+    /// Adds the copies counted (or estimated) since the last time, per
+    /// class, to every figure a copy event adds to, with the verdict of the
+    /// class's first calls (or takes back what an estimate lost); their
+    /// transfer record is one per class (`settle`).
+    fn add_copy_rows(&mut self) {
+        let estimator = &self.estimator;
+        for (key, calls, bytes) in self.copies.due(|k, c| estimator.estimate(k, c)) {
+            let Some(class) = self.copies.classes.get(&key) else {
+                continue;
+            };
+            let (e, c) = (class.first, class.call.clone());
+            let add = |v: &mut u64, d: i64| *v = v.saturating_add_signed(d);
+            self.ucx.observe_many(&e, c.transport, &self.registry, calls, bytes);
+            let s = self
+                .ops
+                .entry((c.label.clone(), c.transport))
+                .or_insert_with(|| OpStats {
+                    family: c.family,
+                    calls: 0,
+                    errors: 0,
+                    bytes: 0,
+                    pages: 0,
+                    hist: new_histogram(),
+                    evidence: c.evidence.clone(),
+                });
+            add(&mut s.calls, calls);
+            add(&mut s.bytes, bytes);
+            let p = self.procs.entry(e.pid).or_default();
+            add(&mut p.moved_bytes, bytes);
+            if c.transport == Transport::HostStaged {
+                add(&mut p.staging_copies, calls);
+            }
+            add(p.transports.entry(c.transport.name()).or_default(), calls);
+            if matches!(c.transport, Transport::HostStaged | Transport::Shm | Transport::Socket) {
+                add(&mut p.staged_bytes, bytes);
+            }
+            add(p.calls.entry(c.label).or_default(), calls);
+        }
+    }
+
+    fn call(&mut self, e: &Event) -> Option<classify::Call> {
         // A process first seen by its calls (attach --all) was running before.
         if !self.procs.contains_key(&e.pid) {
             self.first_sight(e.pid);
@@ -504,7 +567,7 @@ impl Aggregator {
         // not a call (the kernel counts those).
         if e.kind == kind::ENTRY && crate::probes::uapi::row_of(e.op).is_some_and(|(_, r)| r.aggregate) {
             self.ucx.sample(e, &self.registry);
-            return;
+            return None;
         }
         if self.registry.nvlink.is_none()
             && crate::probes::uapi::row_of(e.op).is_some_and(|(_, r)| r.kind == crate::probes::uapi::Kind::Copy)
@@ -516,8 +579,9 @@ impl Aggregator {
         let registered = self.registry.procs.get(&e.pid).map_or(0, |p| p.churn.registrations) > regs_before;
         let Some(c) = classify::call(e, &self.registry) else {
             self.undecoded += 1;
-            return;
+            return None;
         };
+        let classified = c.clone();
         self.ucx.observe(e, c.transport, &self.registry);
         // ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
         // (and ...Config(..., config)): `nranks` in the second register.
@@ -618,6 +682,7 @@ impl Aggregator {
                 p.pages_pinned_by_registration += inside;
             }
         }
+        Some(classified)
     }
 
     /// Replaces the kernel-aggregated totals (they are cumulative) and
@@ -625,11 +690,18 @@ impl Aggregator {
     pub fn set_aggregates(&mut self, rows: &[(tracer_common::AggKey, tracer_common::AggValue)]) {
         self.observe(|| Input::Aggregates(rows.to_vec()));
         self.collectives_counted.clear();
+        let mut copies: BTreeMap<(u32, u32, u64), (u64, u64)> = BTreeMap::new();
         let mut sockets: BTreeMap<u32, SocketTotals> = BTreeMap::new();
         let mut sock_calls: BTreeMap<(u32, String), u64> = BTreeMap::new();
         let mut fds = std::collections::BTreeSet::new();
         for (k, v) in rows {
             let name = crate::probes::ops::op_name(k.op);
+            if crate::probes::uapi::row_of(k.op).is_some_and(|(_, r)| r.copy_rows()) {
+                let e = copies.entry((k.tgid, k.op, k.handle)).or_default();
+                e.0 += v.calls;
+                e.1 += v.bytes;
+                continue;
+            }
             if let Some(sent) = crate::probes::catalog::socket_direction(k.op) {
                 let t = sockets.entry(k.tgid).or_default();
                 t.calls += v.calls;
@@ -671,8 +743,10 @@ impl Aggregator {
                 p.calls.insert(name, calls);
             }
         }
+        self.copies.set_kernel(copies);
         // The counts of the duty cycle's last interval.
-        self.estimator.counts(&self.collectives_counted);
+        self.estimator
+            .counts(&sampled_rows(&self.collectives_counted, &self.copies.counted()));
         self.scale_collectives();
         for (pid, p) in self.procs.iter_mut() {
             p.socket = sockets.remove(pid).unwrap_or_default();
@@ -683,8 +757,26 @@ impl Aggregator {
     /// The kernel's totals are final (the report is built next): the duty
     /// cycle's last interval gets them, if no totals came after it.
     pub fn settle(&mut self) {
-        self.estimator.settle(&self.collectives_counted);
+        self.estimator
+            .settle(&sampled_rows(&self.collectives_counted, &self.copies.counted()));
         self.scale_collectives();
+        // One transfer record per copy class for the calls beyond its
+        // first ones (which have their own), like the collectives' one per
+        // communicator.
+        let rows: Vec<_> = self
+            .copies
+            .classes
+            .values()
+            .filter(|r| r.applied.0 > 0)
+            .cloned()
+            .collect();
+        for r in rows {
+            let comm = self.procs.get(&r.first.pid).map(|p| p.comm.clone()).unwrap_or_default();
+            let mut t = transfer::of_call(&r.first, &r.call, &comm);
+            t.bytes = r.applied.1;
+            t.calls = Some(r.applied.0);
+            self.transfers.add(t);
+        }
     }
 
     /// The collective rows as every report reads them: counted, plus the
@@ -705,6 +797,7 @@ impl Aggregator {
                 p.calls.insert(name, calls);
             }
         }
+        self.add_copy_rows();
     }
 
     /// Calls of one label by one process.
@@ -715,6 +808,17 @@ impl Aggregator {
             .copied()
             .unwrap_or(0)
     }
+}
+
+/// The rows of the duty-cycled group as counted: collectives, group and
+/// UCX data calls, and copies (their keys never collide: op names differ).
+fn sampled_rows(
+    collectives: &BTreeMap<duty::RowKey, (u64, u64)>,
+    copies: &BTreeMap<duty::RowKey, (u64, u64)>,
+) -> BTreeMap<duty::RowKey, (u64, u64)> {
+    let mut all = collectives.clone();
+    all.extend(copies.iter().map(|(k, v)| (k.clone(), *v)));
+    all
 }
 
 fn comm_of(e: &Event) -> String {

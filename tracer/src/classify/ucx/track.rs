@@ -33,8 +33,8 @@ impl Tracker {
         let Some((_, row)) = uapi::row_of(e.op) else { return };
         let ok = e.ret == 0;
         if row.kind == Kind::Copy {
-            if ok {
-                self.copy(e, row, transport, registry);
+            if ok && let Some(bytes) = copy_bytes(e, row) {
+                self.copy(e, row, transport, registry, 1, bytes as i64);
             }
             return;
         }
@@ -98,34 +98,55 @@ impl Tracker {
         }
     }
 
-    fn copy(&mut self, e: &Event, row: &uapi::Row, transport: Transport, registry: &Registry) {
+    /// `calls` successful copies of one copy class (the kernel counted
+    /// them; negative where an estimate came down), `bytes` in all, like
+    /// the class's first call `e`.
+    pub fn observe_many(&mut self, e: &Event, transport: Transport, registry: &Registry, calls: i64, bytes: i64) {
+        if let Some((_, row)) = uapi::row_of(e.op)
+            && row.kind == Kind::Copy
+            && copy_bytes(e, row).is_some()
+        {
+            self.copy(e, row, transport, registry, calls, bytes);
+        }
+    }
+
+    fn copy(&mut self, e: &Event, row: &uapi::Row, transport: Transport, registry: &Registry, calls: i64, bytes: i64) {
         let gpu = |a: u64| matches!(registry.backing(e.pid, a), Backing::Gpu { .. });
         let name = row.name;
-        let sized = row.args.len() >= 3 && row.args[2] == Arg::Bytes;
         let peer = name.starts_with("cuMemcpyPeer");
-        if !sized && !peer {
-            return; // 2D/3D copies: their size is behind a descriptor pointer
-        }
-        let bytes = if peer { e.args[4] } else { e.args[2] };
+        let add = |v: &mut u64| *v = v.saturating_add_signed(bytes);
         let c = &mut self.procs.entry(e.pid).or_default().copies;
-        c.calls += 1;
+        c.calls = c.calls.saturating_add_signed(calls);
         // The API names the direction; unified copies need the registry.
         if peer || name.contains("DtoD") {
-            c.gpu_gpu_bytes += bytes;
+            add(&mut c.gpu_gpu_bytes);
         } else if name.contains("HtoD") || name.contains("DtoH") {
-            c.gpu_host_bytes += bytes;
+            add(&mut c.gpu_host_bytes);
         } else {
             match (gpu(e.args[0]), gpu(e.args[1])) {
-                (true, true) => c.gpu_gpu_bytes += bytes,
-                (true, false) | (false, true) => c.gpu_host_bytes += bytes,
+                (true, true) => add(&mut c.gpu_gpu_bytes),
+                (true, false) | (false, true) => add(&mut c.gpu_host_bytes),
                 (false, false) => {
-                    c.unknown_bytes += bytes;
+                    add(&mut c.unknown_bytes);
                     return;
                 }
             }
         }
         if transport == Transport::HostStaged && !(peer || name.contains("DtoD")) {
-            c.already_staged_bytes += bytes;
+            add(&mut c.already_staged_bytes);
         }
+    }
+}
+
+/// The size of one copy, where its arguments hold it (not 2D/3D copies,
+/// whose size is behind a descriptor pointer).
+fn copy_bytes(e: &Event, row: &uapi::Row) -> Option<u64> {
+    let sized = row.args.len() >= 3 && row.args[2] == Arg::Bytes;
+    if row.name.starts_with("cuMemcpyPeer") {
+        Some(e.args[4])
+    } else if sized {
+        Some(e.args[2])
+    } else {
+        None
     }
 }
