@@ -18,6 +18,7 @@ use crate::{
     probes::{
         CATALOG, Planner, Target, libs, symbols,
         uapi::{self, Lib},
+        uprobes::Group,
     },
 };
 
@@ -56,6 +57,8 @@ pub struct Doctor {
     pub capabilities: Vec<&'static str>,
     pub cap_eff: String,
     pub probe_points: Vec<Point>,
+    /// The library probe table: each row's link group and traps per call.
+    pub probe_table: Vec<TableRow>,
     /// The planner's matrix: which strategy attached per point, and why
     /// the others did not.
     pub coverage: Vec<crate::probes::Coverage>,
@@ -64,6 +67,27 @@ pub struct Doctor {
     /// failure of doctor (exit 4, as every command that needs BPF).
     pub permitted: bool,
     pub reason: String,
+}
+
+/// One row of the library probe table, as doctor lists it.
+#[derive(Serialize)]
+pub struct TableRow {
+    pub row: &'static str,
+    pub lib: &'static str,
+    pub group: Group,
+    pub traps_per_call: u64,
+}
+
+fn probe_table() -> Vec<TableRow> {
+    uapi::TABLE
+        .iter()
+        .map(|r| TableRow {
+            row: r.name,
+            lib: r.lib.name(),
+            group: r.group(),
+            traps_per_call: r.traps_per_call(),
+        })
+        .collect()
 }
 
 const CAPS: &[(u32, &str)] = &[
@@ -385,6 +409,7 @@ pub fn collect() -> Doctor {
         capabilities,
         cap_eff,
         probe_points,
+        probe_table: probe_table(),
         coverage: coverage_now().unwrap_or_default(),
         usable,
         permitted,
@@ -457,6 +482,21 @@ fn render(d: &Doctor) -> String {
             if p.exists { "yes" } else { "no" },
             p.found_in
         );
+    }
+    let _ = writeln!(o, "\nLibrary probe table (link group: how its traps are budgeted)");
+    for g in [Group::Steady, Group::Setup, Group::Sampled] {
+        let rows: Vec<_> = d.probe_table.iter().filter(|r| r.group == g).collect();
+        let _ = writeln!(o, "  {:<8} {} row(s): {}", g.name(), rows.len(), g.budget());
+        for traps in [1, 2] {
+            let names: Vec<&str> = rows
+                .iter()
+                .filter(|r| r.traps_per_call == traps)
+                .map(|r| r.row)
+                .collect();
+            if !names.is_empty() {
+                let _ = writeln!(o, "    {traps} trap(s) a call: {}", names.join(", "));
+            }
+        }
     }
     let _ = writeln!(o, "\nProbe availability (planner)");
     for c in &d.coverage {

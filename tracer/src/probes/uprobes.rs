@@ -75,6 +75,26 @@ pub enum Group {
     Sampled,
 }
 
+impl Group {
+    /// As doctor and the docs name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Group::Steady => "steady",
+            Group::Setup => "setup",
+            Group::Sampled => "sampled",
+        }
+    }
+
+    /// How the group's link is budgeted, one line.
+    pub fn budget(self) -> &'static str {
+        match self {
+            Group::Steady => "always attached (set-up and registration calls)",
+            Group::Setup => "closed for good over SETUP_BUDGET_HZ hits/s",
+            Group::Sampled => "summed in the kernel; duty-cycled over 1,000 traps/s per process (--collectives)",
+        }
+    }
+}
+
 /// One offset to probe.
 #[derive(Clone, Debug)]
 pub struct Point {
