@@ -78,6 +78,15 @@ API CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t 
 	return copy(dst, src, n) + (int)(n == (size_t)-4);
 }
 
+/* CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s);
+ * The copy back of `gdrtrace drive copy-loop` (`bench copies`). */
+API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	(void)s;
+	memmove(dst, (const void *)(uintptr_t)src, n);
+	return 0;
+}
+
 /* Not a variant suffix the tracer knows: must not be attached. */
 API CUresult cuMemcpyHtoD_v2_unknownsuffix(CUdeviceptr dst, const void *src, size_t n)
 {

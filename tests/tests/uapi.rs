@@ -129,6 +129,7 @@ fn versioned_and_suffixed_variants_are_resolved_and_attached() {
         vec![
             "cuMemAlloc_v2",
             "cuMemFree_v2",
+            "cuMemcpyDtoHAsync_v2",
             "cuMemcpyHtoD",
             "cuMemcpyHtoDAsync_v2",
             "cuMemcpyHtoDAsync_v2_ptsz",

@@ -5,8 +5,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::{
     drive::{
-        cuda_copy::CudaCopyOpts, nccl::NcclOpts, pin_churn::PinChurnOpts, syscalls::SyscallsOpts, ucx::UcxOpts,
-        verbs::VerbsOpts,
+        copy_loop::CopyLoopOpts, cuda_copy::CudaCopyOpts, nccl::NcclOpts, pin_churn::PinChurnOpts,
+        syscalls::SyscallsOpts, ucx::UcxOpts, verbs::VerbsOpts,
     },
     units::parse_duration,
 };
@@ -309,6 +309,9 @@ pub enum Drive {
     /// ucx_perftest as a server and a client on this host, with host or
     /// CUDA memory, in a forced transport mode (UCX_TLS).
     Ucx(UcxOpts),
+    /// Small asynchronous copies through a libcuda (the stand-in by
+    /// default), host to device and back: `bench copies`' job.
+    CopyLoop(CopyLoopOpts),
 }
 
 #[derive(Debug, Subcommand)]
@@ -330,6 +333,30 @@ pub enum Bench {
     /// the probed stand-in and to an unprobed twin in alternating windows,
     /// while the tracing loop runs the duty cycle.
     Duty(BenchDutyArgs),
+    /// What copies cost a job under `run`: `drive copy-loop` through the
+    /// stand-in libcuda, untraced and traced in alternating rounds, with
+    /// the report's copy counts (or estimates) and verdicts.
+    Copies(BenchCopiesArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BenchCopiesArgs {
+    /// The stand-in libcuda (`libcuda.so.1` built by the tests:
+    /// target/standin/libcuda.so.1).
+    #[arg(long)]
+    pub lib: PathBuf,
+    /// Copies each way per round.
+    #[arg(long, default_value_t = 300_000)]
+    pub copies: u64,
+    /// Bytes per copy.
+    #[arg(long, default_value_t = 8)]
+    pub bytes: u64,
+    /// Interleaved rounds (untraced and traced, order alternating).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// `run --collectives` of the traced rounds.
+    #[arg(long, default_value = "auto")]
+    pub collectives: crate::probes::duty::Mode,
 }
 
 #[derive(Debug, clap::Args)]

@@ -1,5 +1,6 @@
 //! Workloads the tracer runs and observes (`gdrtrace drive ...`). Each prints
 //! its own count of what it did, so a test can hold the tracer to it.
+pub mod copy_loop;
 pub mod cuda_copy;
 pub mod nccl;
 pub mod pin_churn;
