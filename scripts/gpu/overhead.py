@@ -14,9 +14,21 @@ A job measures in blocks: BLOCK calls, one synchronize, the block's time
 divided by BLOCK is one per-call sample (nccl-tests style); rank 0 writes
 (end time, us per call) for every block.
 
+--job copies: the job is one process instead, an 8 KiB pinned copy loop
+(a pin_memory host tensor copied to a GPU tensor and back, non_blocking:
+cuMemcpyHtoDAsync and cuMemcpyDtoHAsync), in blocks of COPY_BLOCK
+iterations with one synchronize; a sample is us per iteration (two
+copies). Its attach part has the same on/off pairs and off/off control;
+its run part whole-job rounds. Part `trap`: the per-trap cost on torch's
+own libraries: the copy job (libcuda) and the one-rank all-reduce job
+(libnccl) under `run --collectives exact` (every call trapped) against
+untraced rounds: (on - off) per iteration / the report's traps per
+iteration.
+
 Usage (on the GPU machine, NVLink multicast off in the environment):
   python3 overhead.py bench --gdrtrace BIN --out DIR [--ngpu N] [--rounds 10]
-      [--pairs 12] [--control 6] [--window 1.5] [--parts run,attach]
+      [--pairs 12] [--control 6] [--window 1.5] [--parts run,attach,trap]
+      [--job allreduce|copies]
   python3 overhead.py job ...   (what the bench starts)
 Results: DIR/overhead.json and a summary on stdout.
 """
@@ -30,6 +42,43 @@ import time
 
 SIZES = {"8K": 8 << 10, "256M": 256 << 20}
 BLOCK = {"8K": 50, "256M": 10}
+COPY_BLOCK = 200
+
+
+def copy_main(a):
+    """The copy job: 8 KiB pinned host <-> GPU, non_blocking, in blocks."""
+    import torch
+
+    if (os.cpu_count() or 0) >= 8:
+        os.sched_setaffinity(0, set(range(4, 8)))
+    n = SIZES["8K"]
+    h = torch.ones(n, dtype=torch.uint8, pin_memory=True)
+    g = torch.empty(n, dtype=torch.uint8, device="cuda")
+    for _ in range(200):
+        g.copy_(h, non_blocking=True)
+        h.copy_(g, non_blocking=True)
+    torch.cuda.synchronize()
+    if a.ready:
+        with open(a.ready, "a") as f:
+            f.write(f"ready 8K launcher={os.getpid()}\n")
+    out = open(a.records, "w", buffering=1) if a.records else None
+    samples, iters = [], 0
+    end = time.time() + a.seconds
+    while time.time() < end:
+        t0 = time.perf_counter()
+        for _ in range(COPY_BLOCK):
+            g.copy_(h, non_blocking=True)
+            h.copy_(g, non_blocking=True)
+        torch.cuda.synchronize()
+        us = (time.perf_counter() - t0) * 1e6 / COPY_BLOCK
+        samples.append(us)
+        iters += COPY_BLOCK
+        if out:
+            out.write(f"{time.time():.6f} {us:.3f}\n")
+    if a.summary:
+        with open(a.summary, "w") as f:
+            json.dump({"8K": {"us_per_call": st.median(samples), "busbw_gbps": 0.0, "samples": len(samples),
+                              "iterations": iters, "copies": 2 * iters}}, f)
 
 
 def rank_main(rank, n, a):
@@ -84,6 +133,9 @@ def rank_main(rank, n, a):
 
 
 def job(a):
+    if a.job == "copies":
+        copy_main(a)
+        return
     import torch.multiprocessing as mp
 
     mp.spawn(rank_main, args=(a.ngpu, a), nprocs=a.ngpu)
@@ -103,8 +155,8 @@ def sh(cmd, timeout):
 
 
 def job_cmd(a, sizes, seconds, port, summary=None, records=None, ready=None):
-    cmd = [sys.executable, os.path.abspath(__file__), "job", "--ngpu", str(a.ngpu), "--sizes", sizes,
-           "--seconds", str(seconds), "--port", str(port)]
+    cmd = [sys.executable, os.path.abspath(__file__), "job", "--job", a.job, "--ngpu", str(a.ngpu),
+           "--sizes", sizes, "--seconds", str(seconds), "--port", str(port)]
     for flag, v in (("--summary", summary), ("--records", records), ("--ready", ready)):
         if v:
             cmd += [flag, v]
@@ -127,52 +179,90 @@ def sampled(rep):
     return counted, est, (min(shares) if shares else 1.0)
 
 
-def run_part(a, res):
+def copies_of(rep):
+    """Copies in a report (counted or estimated) and their verdicts."""
+    ops = [o for o in rep.get("operations", []) if o["name"] in ("cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync")]
+    return sum(o["calls"] for o in ops), sorted({o["transport"] for o in ops})
+
+
+def traps_per_s(rep):
+    """The busiest process's probe traps per second of the trace (entries of
+    every op, returns of the ops that have one: copies)."""
+    hits = {h["op"]: h["hits"] for h in rep.get("probe_hits", [])}
+    traps = sum(n * (2 if op.startswith("cuMemcpy") else 1) for op, n in hits.items())
+    return traps / max(rep.get("duration_s") or 1e-9, 1e-9)
+
+
+def run_part(a, res, mode=None, tag="run"):
     rows = []
-    for r in range(a.rounds):
+    sizes = "8K" if a.job == "copies" or tag == "trap" else "8K,256M"
+    flags = ["--collectives", mode] if mode else collectives(a)
+    for r in range(a.rounds if tag == "run" else a.trap_rounds):
         got = {}
         for traced in ([True, False] if r % 2 == 0 else [False, True]):
-            summ = f"{a.out}/run-{r}-{'on' if traced else 'off'}.json"
-            cmd = job_cmd(a, "8K,256M", a.window, 29700 + 2 * r + traced, summary=summ)
+            summ = f"{a.out}/{tag}-{r}-{'on' if traced else 'off'}.json"
+            cmd = job_cmd(a, sizes, a.window, 29700 + 2 * r + traced, summary=summ)
             if traced:
-                cmd = [a.gdrtrace, "run", *collectives(a), "--json", f"{a.out}/run-{r}-report.json", "--"] + cmd
+                cmd = [a.gdrtrace, "run", *flags, "--json", f"{a.out}/{tag}-{r}-report.json", "--"] + cmd
             text = sh(cmd, timeout=60)
-            open(f"{a.out}/run-{r}-{'on' if traced else 'off'}.txt", "w").write(text)
+            open(f"{a.out}/{tag}-{r}-{'on' if traced else 'off'}.txt", "w").write(text)
             try:
                 got[traced] = json.load(open(summ))
             except (OSError, ValueError) as e:
                 print(f"run round {r} ({'on' if traced else 'off'}): no summary ({e}): {text[-400:]}", flush=True)
         if len(got) < 2:
             continue
+        big = got[True].get("256M", {"busbw_gbps": 1.0}), got[False].get("256M", {"busbw_gbps": 1.0})
         row = {
             "round": r,
             "lat8k_on": got[True]["8K"]["us_per_call"], "lat8k_off": got[False]["8K"]["us_per_call"],
-            "bw256m_on": got[True]["256M"]["busbw_gbps"], "bw256m_off": got[False]["256M"]["busbw_gbps"],
+            "bw256m_on": big[0]["busbw_gbps"], "bw256m_off": big[1]["busbw_gbps"],
+            "copies_made": got[True]["8K"].get("copies"),
         }
         row["lat8k_ratio"] = row["lat8k_on"] / row["lat8k_off"]
-        row["bw256m_ratio"] = row["bw256m_on"] / row["bw256m_off"]
+        row["bw256m_ratio"] = row["bw256m_on"] / max(row["bw256m_off"], 1e-9)
         try:
-            rep = json.load(open(f"{a.out}/run-{r}-report.json"))
+            rep = json.load(open(f"{a.out}/{tag}-{r}-report.json"))
         except (OSError, ValueError):
             rep = {"loss": {"ringbuf_drops": None, "complete": False}, "verdicts": []}
         row["drops"] = rep["loss"]["ringbuf_drops"]
         row["complete"] = rep["loss"]["complete"]
         row["verdicts"] = sorted({v["transport"] for v in rep.get("verdicts", [])})
         row["counted"], row["estimated"], row["sampled_share"] = sampled(rep)
+        row["copies_reported"], row["copy_verdicts"] = copies_of(rep)
+        row["traps_per_s"] = traps_per_s(rep)
+        row["traps"] = sum(h["hits"] * (2 if h["op"].startswith("cuMemcpy") else 1)
+                           for h in rep.get("probe_hits", []))
+        # Iterations the traced job made: copies / 2, or calls at one a sample block.
+        iters = (row["copies_made"] or 0) / 2 if a.job == "copies" else None
+        if iters:
+            row["ns_per_trap"] = (row["lat8k_on"] - row["lat8k_off"]) * 1e3 * iters / max(row["traps"], 1)
+        elif row["estimated"]:
+            row["ns_per_trap"] = (row["lat8k_on"] - row["lat8k_off"]) * 1e3 * row["estimated"] / max(row["traps"], 1)
         rows.append(row)
-        print(f"run round {r}: 8K {row['lat8k_off']:.1f} -> {row['lat8k_on']:.1f} us ({row['lat8k_ratio']:.4f}), "
+        print(f"{tag} round {r} ({a.job}): copies {row['copies_made']} made, {row['copies_reported']} reported "
+              f"{row['copy_verdicts']}; traps/s {row['traps_per_s']:.0f}; ns/trap {row.get('ns_per_trap')}", flush=True)
+        print(f"{tag} round {r}: 8K {row['lat8k_off']:.1f} -> {row['lat8k_on']:.1f} us ({row['lat8k_ratio']:.4f}), "
               f"256M {row['bw256m_off']:.1f} -> {row['bw256m_on']:.1f} GB/s ({row['bw256m_ratio']:.4f}), "
               f"drops {row['drops']}, verdicts {row['verdicts']}", flush=True)
     if not rows:
-        res["run"] = {"rounds": [], "median_lat8k_ratio": float("nan"), "median_bw256m_ratio": float("nan"),
-                      "drops": 0}
+        res[tag] = {"rounds": [], "median_lat8k_ratio": float("nan"), "median_bw256m_ratio": float("nan"),
+                    "drops": 0}
         return
-    res["run"] = {
+    per_trap = [x["ns_per_trap"] for x in rows if x.get("ns_per_trap") is not None]
+    res[tag] = {
         "rounds": rows,
         "median_lat8k_ratio": st.median(x["lat8k_ratio"] for x in rows),
         "median_bw256m_ratio": st.median(x["bw256m_ratio"] for x in rows),
         "drops": sum(x["drops"] or 0 for x in rows),
+        "median_ns_per_trap": st.median(per_trap) if per_trap else None,
+        "max_traps_per_s": max(x["traps_per_s"] for x in rows),
     }
+
+
+def trap_part(a, res):
+    """Per-trap cost on torch's own libraries: every call trapped (exact)."""
+    run_part(a, res, mode="exact", tag="trap")
 
 
 def windows_median(samples, lo, hi):
@@ -182,7 +272,7 @@ def windows_median(samples, lo, hi):
 
 def attach_part(a, res):
     out = {}
-    for size in ("8K", "256M"):
+    for size in (("8K",) if a.job == "copies" else ("8K", "256M")):
         rec, ready = f"{a.out}/attach-{size}.records", f"{a.out}/attach-{size}.ready"
         total = 14 + (a.pairs + a.control) * (2 * a.window + 2.5)
         jp = subprocess.Popen(job_cmd(a, size, total, 29800 + len(out), records=rec, ready=ready),
@@ -248,33 +338,38 @@ def attach_part(a, res):
             "verdicts": sorted({v["transport"] for r in reports for v in r.get("verdicts", [])}),
             "attach_ms": [r["workloads"][0]["attach"]["latency_ms"] for r in reports],
             "sampled": [sampled(r) for r in reports],
+            "copies": [copies_of(r) for r in reports],
+            "traps_per_s": [traps_per_s(r) for r in reports],
             "close_ms": [p["close_ms"] for p in pairs if p["close_ms"] is not None],
         }
         o = out[size]
         print(f"attach {size}: on/off median {o['median_on_off']}, off/off median {o['median_off_off']}, "
               f"drops {o['drops']}, verdicts {o['verdicts']}, attach ms {[round(x) for x in o['attach_ms']]}, "
               f"close ms {[round(x) for x in o['close_ms']]}, sampled share "
-              f"{[round(s[2], 3) for s in o['sampled']]}", flush=True)
+              f"{[round(s[2], 3) for s in o['sampled']]}, copies {o['copies'][:3]}, "
+              f"traps/s {[round(x) for x in o['traps_per_s']]}", flush=True)
     res["attach"] = out
 
 
 def summarize(res):
     """The figures docs/perf.md quotes, one line each."""
-    if "run" in res:
-        r = res["run"]
-        print(f"run: {len(r['rounds'])} rounds; median per-round ratio 8K latency {r['median_lat8k_ratio']:.4f}, "
-              f"256M busbw {r['median_bw256m_ratio']:.4f}; drops {r['drops']}")
+    for tag in ("run", "trap"):
+        if tag in res:
+            r = res[tag]
+            print(f"{tag} ({res['job']}): {len(r['rounds'])} rounds; median per-round ratio 8K latency "
+                  f"{r['median_lat8k_ratio']:.4f}, 256M busbw {r['median_bw256m_ratio']:.4f}; drops {r['drops']}; "
+                  f"ns per trap {r.get('median_ns_per_trap')}; max traps/s {r.get('max_traps_per_s')}")
     for size, o in res.get("attach", {}).items():
         print(f"attach {size}: median on/off {o['median_on_off']}, off/off {o['median_off_off']}, drops {o['drops']}")
 
 
 def bench(a):
     os.makedirs(a.out, exist_ok=True)
-    res = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "ngpu": a.ngpu,
+    res = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "ngpu": a.ngpu, "job": a.job,
            "window_s": a.window, "block": BLOCK, "collectives": a.collectives or "auto (default)"}
     parts = a.parts.split(",")
     for part in parts:
-        {"run": run_part, "attach": attach_part}[part](a, res)
+        {"run": run_part, "attach": attach_part, "trap": trap_part}[part](a, res)
         # What is known so far survives a later part's failure or timeout.
         json.dump(res, open(f"{a.out}/overhead.json", "w"), indent=1)
     json.dump(res, open(f"{a.out}/overhead.json", "w"), indent=1)
@@ -292,6 +387,7 @@ if __name__ == "__main__":
     j.add_argument("--summary")
     j.add_argument("--records")
     j.add_argument("--ready")
+    j.add_argument("--job", choices=["allreduce", "copies"], default="allreduce")
     b = sub.add_parser("bench")
     b.add_argument("--gdrtrace", required=True)
     b.add_argument("--out", required=True)
@@ -302,6 +398,8 @@ if __name__ == "__main__":
     b.add_argument("--window", type=float, default=1.5)
     b.add_argument("--parts", default="attach,run")
     b.add_argument("--collectives", help="the tracer's --collectives mode (default: its own, auto)")
+    b.add_argument("--job", choices=["allreduce", "copies"], default="allreduce")
+    b.add_argument("--trap-rounds", type=int, default=2)
     a = ap.parse_args()
     if not a.ngpu:
         a.ngpu = int(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU "))
