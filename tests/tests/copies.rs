@@ -81,11 +81,11 @@ fn copies(r: &Value) -> Vec<(String, u64, Option<u64>, String, String)> {
         .filter(|o| OPS.contains(&o["name"].as_str().unwrap_or("")))
         .map(|o| {
             (
-                o["name"].as_str().unwrap().to_string(),
-                o["calls"].as_u64().unwrap(),
+                o["name"].as_str().expect("name").to_string(),
+                o["calls"].as_u64().expect("calls"),
                 o["counted"].as_u64(),
-                o["transport"].as_str().unwrap().to_string(),
-                o["evidence"].as_str().unwrap().to_string(),
+                o["transport"].as_str().expect("transport").to_string(),
+                o["evidence"].as_str().expect("evidence").to_string(),
             )
         })
         .collect()
@@ -116,10 +116,10 @@ fn exact_counts_every_copy_from_one_event_per_pair() {
     }
     let bytes: u64 = r["operations"]
         .as_array()
-        .unwrap()
+        .expect("an array")
         .iter()
         .filter(|o| OPS.contains(&o["name"].as_str().unwrap_or("")))
-        .map(|o| o["bytes"].as_u64().unwrap())
+        .map(|o| o["bytes"].as_u64().expect("bytes"))
         .sum();
     assert_eq!(bytes, 2 * N * 4096);
     // Every call trapped and timed in the kernel; one event per address
@@ -127,10 +127,10 @@ fn exact_counts_every_copy_from_one_event_per_pair() {
     for op in OPS {
         let hist: u64 = r["kernel_histograms"]
             .as_array()
-            .unwrap()
+            .expect("an array")
             .iter()
             .filter(|h| h["name"] == op)
-            .map(|h| h["calls"].as_u64().unwrap())
+            .map(|h| h["calls"].as_u64().expect("calls"))
             .sum();
         assert_eq!(hist, N, "{op}: the kernel's latency slots");
     }
@@ -143,7 +143,12 @@ fn exact_counts_every_copy_from_one_event_per_pair() {
     assert_eq!(r["loss"]["complete"], true, "{}", r["loss"]);
     // The recording replays to the same copies.
     let out = rec.with_extension("replayed.json");
-    let o = run(&["replay", rec.to_str().unwrap(), "--json", out.to_str().unwrap()]);
+    let o = run(&[
+        "replay",
+        rec.to_str().expect("UTF-8 path"),
+        "--json",
+        out.to_str().expect("UTF-8 path"),
+    ]);
     assert!(o.status.success(), "replay: {}", stderr(&o));
     assert_eq!(copies(&read_json(&out)), ops);
     let _ = std::fs::remove_file(&out);
@@ -157,7 +162,7 @@ fn auto_estimates_the_copies_of_a_busy_loop() {
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (r, sum, rec) = traced("auto", "auto", &["--seconds", "5", "--bytes", &(2 << 20).to_string()]);
-    let made = sum["copies"].as_u64().unwrap();
+    let made = sum["copies"].as_u64().expect("the loop's copies");
     let ops = copies(&r);
     assert_pageable_staged(&ops);
     let reported: u64 = ops.iter().map(|o| o.1).sum();

@@ -603,7 +603,7 @@ pub fn copies_in_report(r: &crate::report::Report, pid: u32) -> (u64, bool, u64)
     let staged = !ops.is_empty()
         && ops
             .iter()
-            .all(|o| &*o.transport == "host-staged" && o.evidence.contains("pageable host memory"));
+            .all(|o| o.transport == "host-staged" && o.evidence.contains("pageable host memory"));
     let traps = r
         .probe_hits
         .iter()

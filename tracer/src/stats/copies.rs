@@ -183,7 +183,11 @@ mod tests {
         ("cuMemcpyDtoHAsync", PAGEABLE, DEV, 4),
     ];
 
-    fn figures(a: &Aggregator) -> (Vec<(String, String, u64, u64)>, (u64, u64, u64), Vec<(String, u64)>) {
+    /// Per (op, verdict): calls and bytes; the process's moved, staged
+    /// bytes and staging copies; its calls per op.
+    type Figures = (Vec<(String, String, u64, u64)>, (u64, u64, u64), Vec<(String, u64)>);
+
+    fn figures(a: &Aggregator) -> Figures {
         let ops = a
             .ops
             .iter()
