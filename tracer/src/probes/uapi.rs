@@ -1120,6 +1120,8 @@ mod tests {
             assert_eq!(r.group(), crate::probes::uprobes::Group::Sampled);
             assert_eq!(r.traps_per_call(), 2);
             assert_ne!(c.key_args, 0, "{}", r.symbol);
+            // The kernel sums a copy when it returned 0: the row's rule.
+            assert!(r.succeeded(0) && !r.succeeded(1), "{}", r.symbol);
         }
         // dst, src; not the size or the stream.
         let h2d = config_of(by("cuMemcpyHtoDAsync"));
