@@ -706,6 +706,37 @@ mod tests {
         }
     }
 
+    /// validate's emulated-node checks hold on the stand-in of that job and
+    /// catch a one-host socket job (no inter-node cause, no rule for it).
+    #[test]
+    fn validate_node_checks() {
+        let summary = serde_json::json!({"ranks": 2, "calls": 200});
+        let (r, _) = replay_fixture("standin-nccl-nodes");
+        let checks = crate::cmd::validate::nodes_checks(&r, &summary, "2 nodes x 1 GPU");
+        assert_eq!(checks.len(), 5);
+        assert!(checks.iter().all(|c| c.ok), "{checks:?}");
+        let (r, _) = replay_fixture("gpu-h200-nccl-no-p2p-no-shm");
+        let calls = r
+            .collectives
+            .iter()
+            .find(|c| c.op == "ncclAllReduce")
+            .map_or(0, |c| c.calls);
+        let summary = serde_json::json!({"ranks": 2, "calls": calls});
+        let failed: Vec<String> = crate::cmd::validate::nodes_checks(&r, &summary, "one host")
+            .into_iter()
+            .filter(|c| !c.ok)
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(
+            failed,
+            vec![
+                "one host: cause is inter-node, from the host identities",
+                "one host: explain names a cause for every rank"
+            ],
+            "{failed:?}"
+        );
+    }
+
     /// The emulated two-node job on one H200 (`scripts/gpu/nodes.sh`: two
     /// ranks on GPU 0, each with its own NCCL_HOSTID): its untrimmed
     /// reports `gpu-h200-nodes-{run,attach}-{default,ib-disable,net-socket}`

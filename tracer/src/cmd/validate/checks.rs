@@ -3,6 +3,7 @@
 use crate::{drive::pin_churn::PinChurnSummary, probes::Status, report::Report};
 
 /// One check: what was compared, and whether it held.
+#[derive(Debug)]
 pub struct Check {
     pub name: String,
     pub ok: bool,
