@@ -231,8 +231,11 @@ def run_part(a, res, mode=None, tag="run"):
         row["counted"], row["estimated"], row["sampled_share"] = sampled(rep)
         row["copies_reported"], row["copy_verdicts"] = copies_of(rep)
         row["traps_per_s"] = traps_per_s(rep)
+        # The job's own per-iteration traps: its copies (entry and return)
+        # or its all-reduces (entry only); set-up rows are not its cost.
+        mine = "cuMemcpy" if a.job == "copies" else "ncclAllReduce"
         row["traps"] = sum(h["hits"] * (2 if h["op"].startswith("cuMemcpy") else 1)
-                           for h in rep.get("probe_hits", []))
+                           for h in rep.get("probe_hits", []) if h["op"].startswith(mine))
         # Iterations the traced job made: copies / 2, or calls at one a sample block.
         iters = (row["copies_made"] or 0) / 2 if a.job == "copies" else None
         if iters:
