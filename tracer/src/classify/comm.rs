@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::Transport;
+use crate::probes::uapi;
 
 /// What the probes saw of one process.
 #[derive(Clone, Debug, Default)]
@@ -280,9 +281,14 @@ pub fn cause(env: &BTreeMap<String, String>, transport: Transport, net: &Network
     }
 }
 
+/// Whether a call label is a libnccl row's.
+pub fn is_nccl(label: &str) -> bool {
+    uapi::row_named(label).is_some_and(|r| r.lib == uapi::Lib::Nccl)
+}
+
 /// The verdict for one process, or None when it shows no GPU communication.
 pub fn verdict(e: &Evidence) -> Option<Verdict> {
-    let nccl = e.calls.keys().any(|k| k.starts_with("nccl"));
+    let nccl = e.calls.keys().any(|k| is_nccl(k));
     let peer = n(e, "cuDeviceCanAccessPeer");
     let import = n(e, "cuMemImportFromShareableHandle") + n(e, "cuIpcOpenMemHandle");
     let export = n(e, "cuMemExportToShareableHandle") + n(e, "cuIpcGetMemHandle");
@@ -294,7 +300,12 @@ pub fn verdict(e: &Evidence) -> Option<Verdict> {
     // that call the set-up was not seen (attach), and the calls that are
     // seen are the application's (torch allocates pinned host memory and
     // checks peer access at any time), not evidence of NCCL's choice.
-    if nccl && !e.calls.keys().any(|k| k.starts_with("ncclCommInit")) {
+    if nccl
+        && !e
+            .calls
+            .keys()
+            .any(|k| uapi::row_named(k).is_some_and(|r| r.kind == uapi::Kind::CommInit))
+    {
         return None;
     }
     // A communicator of one rank allocates its host buffers like any other

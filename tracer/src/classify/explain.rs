@@ -200,7 +200,7 @@ pub fn paths(r: &Value, findings: &[Finding]) -> Vec<Path> {
     }
     for g in &groups(r) {
         let t = s(&g["transport"]);
-        if matches!(t, "host-staged" | "shm" | "socket") && g["sample"][0]["calls"].is_null() {
+        if super::Transport::from_name(t).staged() && g["sample"][0]["calls"].is_null() {
             let mut pids: Vec<u32> = arr(&g["sample"]).iter().map(pid_of).collect();
             pids.dedup();
             let rules = if s(&g["op"]).starts_with("cuMemcpy") {

@@ -279,7 +279,7 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
             }
         }
         // cuMemcpyPeer(dst, dstCtx, src, srcCtx, n): between two contexts.
-        Kind::Copy if row.args.len() >= 5 && row.args[1] == Arg::Handle && row.args[3] == Arg::Handle => {
+        Kind::Copy if row.peer_copy() => {
             (c.transport, c.evidence) = peer_copy_verdict(e, row.name, registry);
         }
         Kind::MrRegister => {

@@ -53,7 +53,7 @@ pub struct Steady {
 
 /// Collective rows (per process, op, communicator) that moved bytes.
 pub fn collectives<'a>(rows: impl Iterator<Item = (u32, &'a str, u64, u64)>, pid: u32) -> (u64, u64) {
-    rows.filter(|(p, op, _, bytes)| *p == pid && op.starts_with("nccl") && *bytes > 0)
+    rows.filter(|(p, op, _, bytes)| *p == pid && super::comm::is_nccl(op) && *bytes > 0)
         .fold((0, 0), |(c, b), (_, _, calls, bytes)| (c + calls, b + bytes))
 }
 

@@ -47,9 +47,10 @@ pub struct Metrics {
     pub bandwidth: BTreeMap<String, Vec<BwPoint>>,
 }
 
-/// Transports whose bytes go through host memory.
+/// Whether a report's transport name is one whose bytes go through host
+/// memory (the rule is `Transport::staged`).
 pub fn staged_transport(t: &str) -> bool {
-    matches!(t, "host-staged" | "shm" | "socket")
+    crate::classify::Transport::from_name(t).staged()
 }
 
 fn latency_of(o: &Value) -> Lat {

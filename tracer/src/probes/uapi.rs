@@ -220,6 +220,16 @@ impl Row {
         }
     }
 
+    /// A copy between two contexts, `cuMemcpyPeer(dst, dstCtx, src, srcCtx, n)`
+    /// (and its async form), by its argument layout.
+    pub fn peer_copy(&self) -> bool {
+        matches!(self.kind, Kind::Copy)
+            && matches!(
+                self.args,
+                [Arg::Addr, Arg::Handle, Arg::Addr, Arg::Handle, Arg::Bytes, ..]
+            )
+    }
+
     /// Index of the first argument of a kind (`Arg::Addr`: the address a
     /// call registers; `Arg::Bytes`: its length).
     pub fn arg(&self, kind: Arg) -> Option<usize> {
@@ -994,6 +1004,11 @@ pub fn op_of(index: usize) -> u32 {
 pub fn row_of(op: u32) -> Option<(usize, &'static Row)> {
     let i = op.checked_sub(op::USER_BASE)? as usize;
     TABLE.get(i).map(|r| (i, r))
+}
+
+/// The row a report names (`Row::name`): a label's kind and library.
+pub fn row_named(name: &str) -> Option<&'static Row> {
+    TABLE.iter().find(|r| r.name == name)
 }
 
 /// The eBPF-side configuration of a row.

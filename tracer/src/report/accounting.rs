@@ -126,7 +126,7 @@ pub fn staging(r: &super::Report) -> Staging {
     let mut communicators = Vec::new();
     let mut coll_bytes: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
     for c in &r.collectives {
-        let staged = matches!(c.transport, "host-staged" | "shm" | "socket");
+        let staged = crate::classify::Transport::from_name(c.transport).staged();
         let s = if staged { c.bytes } else { 0 };
         let e = coll_bytes.entry(c.pid).or_default();
         e.0 += c.bytes;

@@ -551,7 +551,7 @@ impl Aggregator {
                 add(&mut p.staging_copies, calls);
             }
             add(p.transports.entry(c.transport.name()).or_default(), calls);
-            if matches!(c.transport, Transport::HostStaged | Transport::Shm | Transport::Socket) {
+            if c.transport.staged() {
                 add(&mut p.staged_bytes, bytes);
             }
             add(p.calls.entry(c.label).or_default(), calls);
@@ -576,20 +576,26 @@ impl Aggregator {
         }
         let regs_before = self.registry.procs.get(&e.pid).map_or(0, |p| p.churn.registrations);
         self.registry.observe(e);
-        let registered = self.registry.procs.get(&e.pid).map_or(0, |p| p.churn.registrations) > regs_before;
+        let row = crate::probes::uapi::row_of(e.op).map(|(_, r)| r);
+        let kind_is = |k: crate::probes::uapi::Kind| row.is_some_and(|r| r.kind == k);
         let Some(c) = classify::call(e, &self.registry) else {
             self.undecoded += 1;
             return None;
         };
         let classified = c.clone();
+        // A registration: one the registry counted (MRs, io_uring buffer
+        // sets), or pinned host memory registered with CUDA.
+        let registered = self.registry.procs.get(&e.pid).map_or(0, |p| p.churn.registrations) > regs_before
+            || (kind_is(crate::probes::uapi::Kind::HostRegister) && !c.failed);
         self.ucx.observe(e, c.transport, &self.registry);
         // ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
-        // (and ...Config(..., config)): `nranks` in the second register.
-        if c.label.starts_with("ncclCommInitRank") && !c.failed {
+        // (and ...Config(..., config)), ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist):
+        // the communicators' rank count in the second register.
+        if kind_is(crate::probes::uapi::Kind::CommInit) && !c.failed {
             let p = self.procs.entry(e.pid).or_default();
             p.nccl_ranks.push(e.args[1] as u32);
         }
-        if registered || (c.label == "cuMemHostRegister" && !c.failed) {
+        if registered {
             let backing = match c.transport {
                 Transport::GdrDmabuf => "gpu/dma-buf",
                 Transport::GdrPeerMem => "gpu/peer-mem",
@@ -606,8 +612,7 @@ impl Aggregator {
             let comm = self.procs.get(&e.pid).map_or_else(|| comm_of(e), |p| p.comm.clone());
             let comm = if comm.is_empty() { comm_of(e) } else { comm };
             self.transfers.add(transfer::of_call(e, &c, &comm));
-            let copy =
-                crate::probes::uapi::row_of(e.op).is_some_and(|(_, r)| r.kind == crate::probes::uapi::Kind::Copy);
+            let copy = kind_is(crate::probes::uapi::Kind::Copy);
             if copy && !c.failed {
                 let pair = self.pairs.copy(e, &c, &self.registry, &comm);
                 let p = self.procs.entry(e.pid).or_default();
@@ -651,10 +656,10 @@ impl Aggregator {
             p.comm = comm_of(e);
         }
         *p.transports.entry(c.transport.name()).or_default() += 1;
-        if matches!(c.transport, Transport::HostStaged | Transport::Shm | Transport::Socket) {
+        if c.transport.staged() {
             p.staged_bytes += c.bytes;
         }
-        if c.label.contains("reg_mr") || c.label.ends_with(":register-buffers") || c.label == "cuMemHostRegister" {
+        if registered {
             p.registrations += 1;
         }
         *p.calls.entry(c.label).or_default() += 1;

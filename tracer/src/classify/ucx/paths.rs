@@ -27,7 +27,7 @@ impl Context {
 
     /// Whether the process calls NCCL (its NCCL verdict stays).
     pub fn nccl(&self) -> bool {
-        self.calls.keys().any(|k| k.starts_with("nccl"))
+        self.calls.keys().any(|k| crate::classify::comm::is_nccl(k))
     }
 }
 

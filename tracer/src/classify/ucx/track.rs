@@ -113,7 +113,7 @@ impl Tracker {
     fn copy(&mut self, e: &Event, row: &uapi::Row, transport: Transport, registry: &Registry, calls: i64, bytes: i64) {
         let gpu = |a: u64| matches!(registry.backing(e.pid, a), Backing::Gpu { .. });
         let name = row.name;
-        let peer = name.starts_with("cuMemcpyPeer");
+        let peer = row.peer_copy();
         let add = |v: &mut u64| *v = v.saturating_add_signed(bytes);
         let c = &mut self.procs.entry(e.pid).or_default().copies;
         c.calls = c.calls.saturating_add_signed(calls);
@@ -142,7 +142,7 @@ impl Tracker {
 /// whose size is behind a descriptor pointer).
 fn copy_bytes(e: &Event, row: &uapi::Row) -> Option<u64> {
     let sized = row.args.len() >= 3 && row.args[2] == Arg::Bytes;
-    if row.name.starts_with("cuMemcpyPeer") {
+    if row.peer_copy() {
         Some(e.args[4])
     } else if sized {
         Some(e.args[2])

@@ -431,7 +431,7 @@ pub fn nodes_checks(r: &Report, v: &serde_json::Value, label: &str) -> Vec<Check
 pub(super) fn collective_staged_bytes(r: &Report) -> u64 {
     r.collectives
         .iter()
-        .filter(|c| matches!(c.transport, "shm" | "socket" | "host-staged"))
+        .filter(|c| crate::classify::Transport::from_name(c.transport).staged())
         .map(|c| c.bytes)
         .sum()
 }
