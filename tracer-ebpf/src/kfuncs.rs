@@ -2,8 +2,9 @@
 //!
 //! Every function gets the same four thin programs from one macro: fentry and
 //! fexit (preferred: cheap, need BTF and a kernel that allows them) and
-//! kprobe and kretprobe (fallback, and the only way into module functions
-//! with aya 0.14, which resolves fentry targets in vmlinux BTF only). All
+//! kprobe and kretprobe (fallback, and the only way into module functions:
+//! the planner loads fentry against vmlinux BTF, `Btf::from_sys_fs`, which
+//! has no module functions). All
 //! four call the shared body in `probes.rs`; the planner in user space picks
 //! which pair to load per function and records why the others were not used.
 //!
@@ -95,7 +96,9 @@ macro_rules! kernel_functions {
     )* } };
 }
 
-// Keep in step with the kernel rows of the catalog (tracer/src/probes/catalog.rs).
+// The kernel rows of the catalog (tracer/src/probes/catalog.rs) name the same
+// functions with the same ops: tracer/tests/probe_declarations.rs checks it,
+// and that every program a catalog row attaches is in the object.
 kernel_functions! {
     pin_user_pages => op::PIN_USER_PAGES;
     pin_user_pages_fast => op::PIN_USER_PAGES_FAST;
