@@ -2,7 +2,8 @@
 //!
 //! Everything here is `#[repr(C)]`, `Copy`, and free of `bool`, `Option` and
 //! Rust enums, so the same bytes mean the same thing on both sides. Op codes
-//! and flags are plain `u32`s; user space converts them with `TryFrom`.
+//! and flags are plain `u32`s; user space names op codes through its probe
+//! table and catalog (`probes::ops`).
 #![no_std]
 
 /// Default size of the event ring buffer in bytes (must be a power of two and

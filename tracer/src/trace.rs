@@ -30,8 +30,8 @@ pub const DRAIN: Duration = Duration::from_millis(50);
 /// Hits per second of the set-up uprobes (`Row::group` `Setup`: context
 /// switches, registration-cache lookups) above which their link is closed:
 /// a job that makes a context current on every API call, or looks up the
-/// registration cache on every send, pays a trap per call (~5.6 us on the
-/// GPU machine), and the set-up facts are known by then (docs/perf.md).
+/// registration cache on every send, pays a trap per call (0.6-0.85 us on
+/// the GPU machine), and the set-up facts are known by then (docs/perf.md).
 pub const SETUP_BUDGET_HZ: f64 = 500.0;
 
 /// A periodic summary (`attach --interval`).

@@ -3,7 +3,7 @@
 //! test reads every `tracer/src/**/*.rs`, collects its `crate::<module>`
 //! references outside `#[cfg(test)]` modules (tests may reach up: they
 //! build whole pipelines), and fails on any reference from a stage to a
-//! later one, naming the file and line, except the one stated exception.
+//! later one, naming the file and line (`EXCEPTIONS` is empty).
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
@@ -47,13 +47,14 @@ const STAGES: &[&str] = &[
     "cli",
     "cmd",
     // Test support (compiled only with `cfg(test)`).
-    "fixtures", // The binary.
+    "fixtures",
+    // The binary.
     "main",
 ];
 
-/// The one import allowed to run back up, with why (docs/ARCHITECTURE.md):
-/// `events::recording` writes and reads the aggregator's input and the
-/// report's inputs (the recording sits beside the pipeline, not in it).
+/// Imports allowed to run back up, each with why (docs/ARCHITECTURE.md):
+/// none. The recording, which writes and reads the aggregator's input and
+/// the report's inputs, is a stage of its own after `report`.
 const EXCEPTIONS: &[(&str, &str)] = &[];
 
 /// One reference: (from module, to module, file, line).
