@@ -351,6 +351,7 @@ impl Agent {
             );
         }
         self.rescan_due(now);
+        self.session.aggregate_tick(&mut self.agg);
         if self
             .session
             .budget_setup(&mut self.setup_hits, crate::trace::SETUP_BUDGET_HZ)
@@ -449,10 +450,6 @@ impl Agent {
         let mut batch = Vec::new();
         let mut tick = tokio::time::interval(TICK);
         let mut drain = tokio::time::interval(crate::trace::DRAIN);
-        // The duty cycle's own beat, as `run` and `attach` tick: a process
-        // over budget has its sampled links closed within 250 ms.
-        let mut duty = tokio::time::interval(crate::trace::TICK);
-        duty.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(stop);
@@ -464,7 +461,6 @@ impl Agent {
                     batch.shrink_to(BATCH_KEEP);
                 }
                 _ = tick.tick() => self.on_tick(),
-                _ = duty.tick() => self.session.aggregate_tick(&mut self.agg),
                 Some(s) = scrapes.recv() => {
                     // A scrape sees everything up to now.
                     stream.drain_now(&mut batch);
