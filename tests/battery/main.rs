@@ -347,6 +347,15 @@ fn prepare(dir: &Path) -> Files {
     p["registrations"] = serde_json::json!(u64::MAX);
     x["processes"].as_array_mut().expect("processes").push(p);
     w("overflow.json", x.to_string().as_bytes());
+    let mut x = v.clone();
+    x["loss"] = serde_json::json!([1]);
+    w("loss-array.json", x.to_string().as_bytes());
+    let mut x = v.clone();
+    x["kernel_histograms"][0]["calls"] = "12".into();
+    w("string-kernel-calls.json", x.to_string().as_bytes());
+    let mut x = v.clone();
+    x["processes"][0]["errors"] = "12".into();
+    w("string-process-errors.json", x.to_string().as_bytes());
     w("immutable.json", b"");
     let _ = Command::new("chattr")
         .arg("+i")
@@ -690,6 +699,11 @@ fn cases(f: &Files) -> Vec<Case> {
         vec!["attach", "--cgroup", &f.p("fakecg")],
         vec!["attach", "--comm", "gdrtrace-a-name-longer-than-a-comm"],
         vec!["compare", &baseline_path(f), &f.p("overflow.json")],
+        vec!["compare", &baseline_path(f), &f.p("loss-array.json")],
+        vec!["compare", &baseline_path(f), &f.p("string-kernel-calls.json")],
+        vec!["compare", &baseline_path(f), &f.p("string-process-errors.json")],
+        vec!["explain", &f.p("loss-array.json")],
+        vec!["explain", &f.p("string-kernel-calls.json")],
         vec!["drive", "pin-churn", "--buffers", "4294967295", "--odirect-mib", "0"],
         vec![
             "drive",

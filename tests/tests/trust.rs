@@ -548,6 +548,57 @@ fn item7_compare_never_wraps_and_compares_every_run() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Item 8: every section of a report is read typed: a value of the wrong
+/// type is exit 2 naming its field, in `compare` (never "no regression"
+/// nor "REGRESSION") and in `explain` (never read as something else).
+#[test]
+fn item8_reports_are_read_typed() {
+    let dir = scratch("typed");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("reports/pin-churn.json")).expect("fixture"))
+            .expect("JSON");
+    let base = dir.join("base.json");
+    let o = bounded(&[
+        "baseline",
+        "record",
+        "--from",
+        &fixture("reports/pin-churn.json"),
+        "--out",
+        s(&base),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    type Edit = fn(&mut serde_json::Value);
+    let cases: [(&str, Edit, &str); 4] = [
+        ("loss [1]", |r| r["loss"] = serde_json::json!([1]), "`loss`"),
+        (
+            "processes[0].errors \"12\"",
+            |r| r["processes"][0]["errors"] = "12".into(),
+            "`processes[0]",
+        ),
+        (
+            "kernel_histograms[0].calls \"12\"",
+            |r| r["kernel_histograms"][0]["calls"] = "12".into(),
+            "`kernel_histograms[0].calls`",
+        ),
+        (
+            "processes[0] a string",
+            |r| r["processes"][0] = "x".into(),
+            "`processes[0]`",
+        ),
+    ];
+    for (what, edit, field) in cases {
+        let mut r = report.clone();
+        edit(&mut r);
+        let p = dir.join("bad.json");
+        std::fs::write(&p, r.to_string()).expect("report");
+        let o = bounded(&["compare", s(&base), s(&p)]);
+        fails_with(&o, 2, &[field], &format!("compare {what}"));
+        let o = bounded(&["explain", s(&p)]);
+        fails_with(&o, 2, &[field], &format!("explain {what}"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Item 9: `replay` refuses impossible values, naming the field.
 #[test]
 fn item9_replay_refuses_impossible_values() {

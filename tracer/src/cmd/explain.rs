@@ -31,10 +31,24 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
     // line tells a recording from a report.
     let mut input = Input::open(&path)?;
     input.refuse_empty()?;
-    let mut first = String::new();
-    input.next_line(&mut first).map_err(|e| input.error(e))?;
-    let recording = first.contains("\"gdrtrace.recording/");
-    input.unread(first + "\n");
+    // A report's schema is its first field: a compact report of any size
+    // (one line past MAX_LINE) is told from what is buffered.
+    let report_first = match std::io::BufRead::fill_buf(&mut input) {
+        Ok(head) => {
+            let needle = b"\"gdrtrace.report/";
+            head.windows(needle.len()).any(|w| w == needle)
+        }
+        Err(e) => return Err(input.error(e)),
+    };
+    let recording = if report_first {
+        false
+    } else {
+        let mut first = String::new();
+        input.next_line(&mut first).map_err(|e| input.error(e))?;
+        let recording = first.contains("\"gdrtrace.recording/");
+        input.unread(first + "\n");
+        recording
+    };
     let report = if recording {
         let rec = crate::recording::read(&mut input).map_err(|e| input.error(e))?;
         let (mut report, _) = super::replay::rebuild(&rec, log.as_deref()).map_err(|e| input.error(e))?;
@@ -75,7 +89,8 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
 pub fn read_and_rejudge(v: serde_json::Value, log: Option<&str>) -> std::result::Result<(Report, Vec<String>), String> {
     // Reports older than the `facts` section were judged without host facts.
     let had_facts = v.get("facts").is_some();
-    let mut report: Report = serde_json::from_value(v).map_err(|e| format!("not a report this gdrtrace reads: {e}"))?;
+    let mut report: Report =
+        crate::report::read_typed(&v).map_err(|e| format!("not a report this gdrtrace reads: {e}"))?;
     let notes = rejudge(&mut report, had_facts, log);
     Ok((report, notes))
 }

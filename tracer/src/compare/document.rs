@@ -212,6 +212,14 @@ pub fn check_report(r: &Value) -> Result<(), String> {
             }
         }
     }
+    // Every other section, typed: the report's own types (see
+    // `report::read_typed`).
+    // A section this build's report has and an older or hand-made one
+    // lacks is compared as absent, as before; a wrong type is refused.
+    match crate::report::read_typed(r) {
+        Err(e) if !e.contains(": missing field `") => return Err(e),
+        _ => {}
+    }
     Ok(())
 }
 

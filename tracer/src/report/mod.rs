@@ -2,6 +2,7 @@
 //! docs/report-schema.md) and its text rendering.
 pub mod accounting;
 pub mod judged;
+mod shape;
 pub mod text;
 
 use std::collections::BTreeMap;
@@ -319,6 +320,19 @@ pub struct Inputs {
     pub process_libraries: BTreeMap<u32, Vec<crate::probes::planner::ProcessLibrary>>,
     /// Probe entries per op code (the kernel's `HITS`).
     pub probe_hits: BTreeMap<u32, u64>,
+}
+
+/// The typed reader of a saved report (`compare`, `explain`): every section
+/// into the report's own types, so a value of the wrong type anywhere
+/// (`processes[0].errors: "12"`, `kernel_histograms[0].calls: "12"`) is an
+/// error naming its field. A section that must be an object and is an
+/// array (`"loss": [1]`, which serde would read as the struct's fields in
+/// order) is refused too: the typed report is walked alongside what was
+/// read (`shape::check`, no copy of either is made).
+pub fn read_typed(v: &serde_json::Value) -> std::result::Result<Report, String> {
+    let report: Report = serde_path_to_error::deserialize(v).map_err(|e| format!("`{}`: {}", e.path(), e.inner()))?;
+    shape::check(&report, v)?;
+    Ok(report)
 }
 
 pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
