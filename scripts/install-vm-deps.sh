@@ -67,3 +67,30 @@ pip_tool() { # COMMAND PACKAGE
 pip_tool vng virtme-ng
 # Offline validation of deploy/kubernetes/ against the Kubernetes schemas.
 pip_tool kubernetes-validate kubernetes-validate
+
+# Consumers of `--trace-event` for tests/tests/timeline.rs, under
+# target/consumers (pinned versions): speedscope from npm (run in headless
+# Chromium, which `setup.sh --vm` installs) and Holistic Trace Analysis from
+# PyPI in a venv of its own.
+consumers="$(cd "$(dirname "$0")/.." && pwd)/target/consumers"
+mkdir -p "$consumers"
+if ! command -v npm >/dev/null 2>&1; then
+    echo "install-vm-deps: apt-get install nodejs npm"
+    quiet apt-get update -qq
+    quiet apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+if ! grep -qs '"version": "1.25.0"' "$consumers/node_modules/speedscope/package.json"; then
+    echo "install-vm-deps: npm install speedscope@1.25.0 (target/consumers)"
+    quiet npm install --prefix "$consumers" --no-audit --no-fund --no-save speedscope@1.25.0
+fi
+if ! "$consumers/hta/bin/python" -c 'import hta' >/dev/null 2>&1; then
+    echo "install-vm-deps: pip install HolisticTraceAnalysis==0.5.0 (target/consumers/hta)"
+    rm -rf "$consumers/hta"
+    if ! python3 -m venv "$consumers/hta" >/dev/null 2>&1; then
+        rm -rf "$consumers/hta"
+        quiet apt-get update -qq
+        quiet apt-get install -y -qq --no-install-recommends python3-venv
+        quiet python3 -m venv "$consumers/hta"
+    fi
+    quiet "$consumers/hta/bin/python" -m pip install -q --disable-pip-version-check HolisticTraceAnalysis==0.5.0
+fi

@@ -11,6 +11,7 @@ fn replay_of_a_recorded_pin_churn_run_gives_the_same_report() {
     let dir = integration_tests::scratch("rr");
     let (live, rec, replayed) = (dir.join("live.json"), dir.join("run.rec"), dir.join("replay.json"));
     let (tr_live, tr_replay) = (dir.join("live.transfers"), dir.join("replay.transfers"));
+    let (tl_live, tl_replay) = (dir.join("live.trace.json"), dir.join("replay.trace.json"));
     let bin = integration_tests::gdrtrace_path();
     let o = run(&[
         "run",
@@ -20,6 +21,8 @@ fn replay_of_a_recorded_pin_churn_run_gives_the_same_report() {
         rec.to_str().unwrap(),
         "--transfers",
         tr_live.to_str().unwrap(),
+        "--trace-event",
+        tl_live.to_str().unwrap(),
         "--",
         bin.to_str().unwrap(),
         "drive",
@@ -52,10 +55,26 @@ fn replay_of_a_recorded_pin_churn_run_gives_the_same_report() {
         replayed.to_str().unwrap(),
         "--transfers",
         tr_replay.to_str().unwrap(),
+        "--trace-event",
+        tl_replay.to_str().unwrap(),
     ]);
     assert!(r.status.success(), "{}", stderr(&r));
     let (a, b) = (read_json(&live), read_json(&replayed));
     assert_eq!(a, b, "live and replayed reports differ");
+    // The timeline is built from the aggregator's inputs: the same file live and replayed.
+    let tl = std::fs::read_to_string(&tl_live).unwrap();
+    assert!(
+        tl == std::fs::read_to_string(&tl_replay).unwrap(),
+        "live and replayed timelines differ"
+    );
+    let tl: serde_json::Value = serde_json::from_str(&tl).expect("the timeline is JSON");
+    let slices = tl["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["name"] == "io_uring_register:register-buffers")
+        .count();
+    assert_eq!(slices, 80, "a slice per registration");
     // Transfer records: one per registration, the same live and replayed.
     let t = std::fs::read_to_string(&tr_live).unwrap();
     assert_eq!(t, std::fs::read_to_string(&tr_replay).unwrap());

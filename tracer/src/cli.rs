@@ -123,6 +123,8 @@ pub enum CompareFormat {
     Text,
     Markdown,
     Html,
+    /// `gdrtrace.compare/v1` (docs/formats.md): every metric's verdict.
+    Json,
 }
 
 #[derive(Debug, clap::Args)]
@@ -148,11 +150,24 @@ pub struct CompareArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct DoctorArgs {
-    /// Print JSON instead of text.
-    #[arg(long)]
+    /// What to print on stdout (json: docs/formats.md).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// The same as --format json (deprecated).
+    #[arg(long, hide = true, conflicts_with = "format")]
     pub json: bool,
 }
 
+impl DoctorArgs {
+    /// `--format`, with the deprecated `--json` switch read as `--format json`.
+    pub fn format(&self) -> Format {
+        if self.json { Format::Json } else { self.format }
+    }
+}
+
+/// What a command prints on stdout: text for people, or one JSON document
+/// with a versioned schema (docs/formats.md). Files named by flags
+/// (`--json FILE`, `--out FILE`) are outputs of their own.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub enum Format {
     Text,
@@ -167,7 +182,9 @@ pub struct TraceArgs {
     /// Write the JSON report to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Format of the report printed on stdout.
+    /// What to print on stdout: the report as text or JSON (`validate`:
+    /// `gdrtrace.validate/v1`, `baseline record`: `gdrtrace.baseline-record/v1`;
+    /// docs/formats.md).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// Event ring buffer size in bytes (a power of two, at least one page).
@@ -190,6 +207,11 @@ pub struct TraceArgs {
     /// communicator) with its verdict and evidence to FILE.
     #[arg(long, value_name = "FILE")]
     pub transfers: Option<PathBuf>,
+    /// Write the timeline to FILE as Chrome Trace Event JSON (Perfetto,
+    /// chrome://tracing, speedscope): a slice per call with its verdict and
+    /// evidence, a track per process and thread, bytes/s counters (docs/timeline.md).
+    #[arg(long, value_name = "FILE")]
+    pub trace_event: Option<PathBuf>,
     /// Do not attach uprobes to installed libcuda/libibverbs/libnccl up front
     /// (libraries mapped by traced processes are still attached).
     #[arg(long)]
@@ -227,6 +249,9 @@ pub struct ExplainArgs {
     /// corroborate the UCX paths with.
     #[arg(long, value_name = "FILE")]
     pub ucx_log: Option<PathBuf>,
+    /// What to print on stdout (json: `gdrtrace.explain/v1`, docs/formats.md).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
 }
 
 #[derive(Debug, clap::Args)]
@@ -249,6 +274,9 @@ pub struct ReplayArgs {
     /// Write one JSON line per transfer to FILE.
     #[arg(long, value_name = "FILE")]
     pub transfers: Option<PathBuf>,
+    /// Write the timeline to FILE as Chrome Trace Event JSON (as `run`'s).
+    #[arg(long, value_name = "FILE")]
+    pub trace_event: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -25,7 +25,7 @@ use std::{
     path::{Path, PathBuf},
     sync::{
         Mutex,
-        atomic::{AtomicU8, Ordering},
+        atomic::{AtomicI32, AtomicU8, Ordering},
     },
 };
 
@@ -50,9 +50,72 @@ fn stdout_failed(e: &io::Error) {
     }
 }
 
+/// Where the one JSON document of a `--format json` command goes once
+/// [`text_to_stderr`] moved everything else off standard output (-1: not moved).
+static DOCUMENT_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// From now on standard output is for the one document [`document`] prints
+/// (`--format json`): descriptor 1 is pointed at standard error, so the
+/// command's text and that of the workloads it starts (which inherit it)
+/// go there, and the document goes to the original standard output.
+pub fn text_to_stderr() {
+    use std::os::fd::AsRawFd as _;
+    flush_stdout();
+    if DOCUMENT_FD.load(Ordering::Relaxed) >= 0 {
+        return;
+    }
+    // SAFETY: fcntl and dup2 on the process's own standard descriptors.
+    unsafe {
+        let saved = libc::fcntl(io::stdout().as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3);
+        if saved < 0 {
+            return;
+        }
+        if libc::dup2(io::stderr().as_raw_fd(), io::stdout().as_raw_fd()) < 0 {
+            libc::close(saved);
+            return;
+        }
+        DOCUMENT_FD.store(saved, Ordering::Relaxed);
+    }
+}
+
+/// Prints a command's JSON document on (the original) standard output,
+/// with a newline.
+pub fn document(json: &str) -> bool {
+    use std::os::fd::FromRawFd as _;
+    let fd = DOCUMENT_FD.load(Ordering::Relaxed);
+    if fd < 0 {
+        return write_stdout(format_args!("{json}\n"));
+    }
+    if STDOUT.load(Ordering::Relaxed) != OPEN {
+        return false;
+    }
+    // SAFETY: our own descriptor, kept open for the life of the process
+    // (ManuallyDrop: the File does not close it).
+    let mut f = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(fd) });
+    match f.write_all(json.as_bytes()).and_then(|()| f.write_all(b"\n")) {
+        Ok(()) => true,
+        Err(e) => {
+            stdout_failed(&e);
+            false
+        }
+    }
+}
+
+/// Prints `v` as the command's JSON document (`--format json`); the error
+/// names `what`.
+pub fn print_json<T: serde::Serialize>(what: &str, v: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(v).map_err(|e| Error::Workload(format!("encoding {what}: {e}")))?;
+    document(&text);
+    Ok(())
+}
+
 /// Writes to standard output (what `out!`/`outln!` expand to). Returns
 /// false once standard output is closed or failed: nothing more is written.
 pub fn stdout_fmt(args: fmt::Arguments<'_>) -> bool {
+    write_stdout(args)
+}
+
+fn write_stdout(args: fmt::Arguments<'_>) -> bool {
     if STDOUT.load(Ordering::Relaxed) != OPEN {
         return false;
     }

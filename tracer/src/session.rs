@@ -286,7 +286,7 @@ impl Session {
         }
         self.last_tick = now;
         let Ok(rows) = self.aggregates() else { return };
-        agg.set_aggregates(&rows);
+        agg.set_aggregates(crate::host::monotonic_ns(), &rows);
         if self.stopped || !self.duty.cycles() {
             return;
         }

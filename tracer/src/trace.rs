@@ -181,6 +181,11 @@ pub struct Trace {
     pub recording: Option<StreamFile>,
     /// Set-up uprobe hits at the last tick, and when.
     setup_hits: (u64, Instant),
+    /// When tracing began (`CLOCK_MONOTONIC`): the recording's `started_ns`
+    /// and the timeline's start.
+    started_ns: u64,
+    /// The timeline (`--trace-event`), rendered with the report.
+    pub timeline: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -247,6 +252,8 @@ impl Trace {
             late_errors: Vec::new(),
             recording: None,
             setup_hits: (0, Instant::now()),
+            started_ns: crate::host::monotonic_ns(),
+            timeline: None,
         }
     }
 
@@ -412,8 +419,17 @@ impl Trace {
     }
 
     /// Opens the `--record` and `--transfers` files of a command (streams
-    /// with a fallback file: see `output::StreamFile`).
-    pub fn outputs(&mut self, record: Option<&std::path::Path>, transfers: Option<&std::path::Path>) -> Result<()> {
+    /// with a fallback file: see `output::StreamFile`), and collects the
+    /// timeline when `--trace-event` is given.
+    pub fn outputs(
+        &mut self,
+        record: Option<&std::path::Path>,
+        transfers: Option<&std::path::Path>,
+        timeline: bool,
+    ) -> Result<()> {
+        if timeline {
+            self.agg.timeline = Some(crate::stats::timeline::Timeline::new(self.started_ns));
+        }
         if let Some(path) = record {
             self.record(path)?;
         }
@@ -425,7 +441,8 @@ impl Trace {
 
     /// Records the aggregator's inputs to `path` (`--record`), from now on.
     pub fn record(&mut self, path: &std::path::Path) -> Result<()> {
-        let header = recording::Header::now();
+        let mut header = recording::Header::now();
+        header.started_ns = self.started_ns;
         self.facts = Some(header.facts.clone());
         let out = StreamFile::create("--record", path)?;
         self.agg.observer = Some(Box::new(recording::Recorder::create(out, &header)?));
@@ -488,6 +505,7 @@ impl Trace {
         if let Err(e) = report::accounting::finish_transfers(&mut self.agg, &r) {
             self.late_errors.push(e);
         }
+        self.timeline = self.agg.timeline.take().map(|t| report::timeline::render(&t, &r));
         Ok(r)
     }
 }

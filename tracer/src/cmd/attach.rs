@@ -358,7 +358,8 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     };
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
-    trace.outputs(args.trace.record.as_deref(), args.trace.transfers.as_deref())?;
+    let t = &args.trace;
+    trace.outputs(t.record.as_deref(), t.transfers.as_deref(), t.trace_event.is_some())?;
     let mut attached = Vec::new();
     let mut pre_existing = Vec::new();
     for pid in &targets {
@@ -483,7 +484,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         errors.push(e);
     }
     files.recording = trace.recording.take();
-    if let Err(e) = super::run::emit(&args.trace, files, &report) {
+    if let Err(e) = super::run::emit(&args.trace, files, &report, trace.timeline.take()) {
         errors.push(e);
     }
     super::report_close(&mut trace.session);

@@ -1,12 +1,29 @@
 //! `gdrtrace baseline record`: validate's reports (or one saved report)
 //! stored with the profile of the machine they were made on.
 use crate::{
-    cli::BaselineRecordArgs,
+    cli::{BaselineRecordArgs, Format},
     compare::{self, Run},
     error::{Error, Result},
     input,
     output::{self, Named, OutputFile},
 };
+
+pub const SCHEMA: &str = "gdrtrace.baseline-record/v1";
+
+/// `baseline record --format json` (`gdrtrace.baseline-record/v1`,
+/// docs/formats.md): what was written where, and the profile.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RecordDoc {
+    pub schema: String,
+    /// The baseline file written.
+    pub out: String,
+    /// `validate` or `report NAME`.
+    pub source: String,
+    pub workloads: Vec<String>,
+    pub profile: compare::Profile,
+    /// The exit status of the validate run behind it (0 with --from).
+    pub validate_exit_code: i32,
+}
 
 pub fn record(args: &BaselineRecordArgs) -> Result<i32> {
     let mut paths = vec![
@@ -45,7 +62,8 @@ pub fn record(args: &BaselineRecordArgs) -> Result<i32> {
             (vec![run], format!("report {name}"), 0)
         }
         None => {
-            let (code, reports) = super::validate::run_validate(&args.validate)?;
+            let v = super::validate::run_validate(&args.validate)?;
+            let (code, reports) = (v.code, v.reports);
             let runs = reports
                 .into_iter()
                 .map(|(workload, r)| {
@@ -69,6 +87,18 @@ pub fn record(args: &BaselineRecordArgs) -> Result<i32> {
     };
     out.write(json.as_bytes())?;
     let p = &baseline.profile;
+    if args.validate.trace.format == Format::Json {
+        let doc = RecordDoc {
+            schema: SCHEMA.into(),
+            out: args.out.display().to_string(),
+            source: baseline.source.clone(),
+            workloads: baseline.runs.iter().map(|r| r.workload.clone()).collect(),
+            profile: p.clone(),
+            validate_exit_code: code,
+        };
+        crate::output::print_json("the baseline summary", &doc)?;
+        return Ok(code);
+    }
     outln!(
         "baseline: {} run(s) ({}) written to {}; kernel {}, lockdown {}, gpu {}, nic {}, probe catalog {}",
         baseline.runs.len(),

@@ -51,6 +51,10 @@ pub fn compare(args: &CompareArgs) -> Result<i32> {
         CompareFormat::Text => out!("{}", render::text(&c)),
         CompareFormat::Markdown => out!("{}", render::markdown(&c)),
         CompareFormat::Html => out!("{}", html::page(&c)),
+        CompareFormat::Json => crate::output::document(
+            &serde_json::to_string_pretty(&compare::json::document(&c))
+                .map_err(|e| Error::Workload(format!("encoding the comparison: {e}")))?,
+        ),
     };
     let mut code = c.exit_code();
     if let Some(f) = page

@@ -8,10 +8,10 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeScope},
     },
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
-    cli::DoctorArgs,
+    cli::{DoctorArgs, Format},
     error::{Result, describe},
     host::host,
     loader::{self, LoadOptions},
@@ -26,27 +26,32 @@ use crate::{
 /// and traceable on every kernel.
 const TRIAL_FN: &str = "vfs_read";
 
-#[derive(Serialize)]
+/// `doctor --format json` (`gdrtrace.doctor/v1`, docs/formats.md).
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Kind {
-    pub kind: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub kind: crate::intern::Name,
     pub available: bool,
     /// `ok`, `load failed` or `attach failed`.
-    pub result: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub result: crate::intern::Name,
     pub error: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Point {
     pub point: String,
-    pub family: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub family: crate::intern::Name,
     pub target: String,
     pub exists: bool,
     pub found_in: String,
 }
 
-#[derive(Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Doctor {
-    pub schema: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub schema: crate::intern::Name,
     pub kernel: String,
     pub lockdown: String,
     pub btf_vmlinux: bool,
@@ -54,7 +59,8 @@ pub struct Doctor {
     pub tracefs: Option<String>,
     pub program_kinds: Vec<Kind>,
     pub ring_buffer: Kind,
-    pub capabilities: Vec<&'static str>,
+    #[serde(deserialize_with = "crate::intern::vec")]
+    pub capabilities: Vec<crate::intern::Name>,
     pub cap_eff: String,
     pub probe_points: Vec<Point>,
     /// The library probe table: each row's link group and traps per call.
@@ -70,10 +76,12 @@ pub struct Doctor {
 }
 
 /// One row of the library probe table, as doctor lists it.
-#[derive(Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct TableRow {
-    pub row: &'static str,
-    pub lib: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub row: crate::intern::Name,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub lib: crate::intern::Name,
     pub group: Group,
     pub traps_per_call: u64,
 }
@@ -419,11 +427,8 @@ pub fn collect() -> Doctor {
 
 pub fn doctor(args: &DoctorArgs) -> Result<i32> {
     let d = collect();
-    if args.json {
-        match serde_json::to_string_pretty(&d) {
-            Ok(j) => outln!("{j}"),
-            Err(e) => return Err(crate::error::Error::Workload(format!("encoding the findings: {e}"))),
-        };
+    if args.format() == Format::Json {
+        crate::output::print_json("the findings", &d)?;
     } else {
         out!("{}", render(&d));
     }

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use crate::{
     classify::{Transport, comm, explain},
-    cli::ExplainArgs,
+    cli::{ExplainArgs, Format},
     error::{Error, Result},
     input::{self, Input},
     judge,
@@ -79,9 +79,34 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
     // reads, and saved reports of any version are explained alike).
     let r = serde_json::to_value(&report).map_err(|e| Error::Workload(format!("serializing the report: {e}")))?;
     let e = explain::explain(&r);
+    if args.format == Format::Json {
+        let doc = ExplainDoc {
+            schema: SCHEMA.into(),
+            source: input.name().to_string(),
+            verdicts: report.verdicts.clone(),
+            paths: e.paths,
+            findings: e.findings,
+        };
+        crate::output::print_json("the explanation", &doc)?;
+        return Ok(0);
+    }
     out!("{}", crate::report::text::verdicts(&report.verdicts, ""));
     out!("{}", explain::render(&r, &e));
     Ok(0)
+}
+
+pub const SCHEMA: &str = "gdrtrace.explain/v1";
+
+/// `explain --format json` (`gdrtrace.explain/v1`, docs/formats.md): the
+/// verdicts, the staged or unexpected paths, and the rules that fired.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct ExplainDoc {
+    pub schema: String,
+    /// The report or recording explained (`-`: standard input).
+    pub source: String,
+    pub verdicts: Vec<crate::classify::comm::Verdict>,
+    pub paths: Vec<explain::Path>,
+    pub findings: Vec<explain::Finding>,
 }
 
 /// A saved report, read into the typed report, with its verdicts judged

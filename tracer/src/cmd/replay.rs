@@ -15,12 +15,24 @@ use crate::{
 /// Feeds a recording's inputs to a fresh aggregator, in order, each with
 /// the facts the live source answered while handling it.
 pub fn aggregate(rec: &Recording, transfers: Option<std::io::BufWriter<StreamFile>>) -> Aggregator {
+    aggregate_with(rec, transfers, false)
+}
+
+/// As `aggregate`, collecting the timeline when `timeline` is set.
+pub fn aggregate_with(
+    rec: &Recording,
+    transfers: Option<std::io::BufWriter<StreamFile>>,
+    timeline: bool,
+) -> Aggregator {
     let pending = Rc::new(RefCell::new(Vec::new()));
     let mut agg = Aggregator::with_source(Box::new(Recorded {
         pending: pending.clone(),
         nvlink: rec.header.facts.nvlink,
     }));
     agg.transfers.sink = transfers;
+    if timeline {
+        agg.timeline = Some(crate::stats::timeline::Timeline::new(rec.header.started_ns));
+    }
     for (input, facts) in &rec.inputs {
         *pending.borrow_mut() = facts.clone();
         agg.feed(input);
@@ -45,13 +57,25 @@ pub fn rebuild_with(
     nccl_log: Option<&str>,
     transfers: Option<StreamFile>,
 ) -> std::result::Result<(Report, Aggregator), String> {
-    let mut agg = aggregate(rec, transfers.map(std::io::BufWriter::new));
+    rebuild_full(rec, nccl_log, transfers, false).map(|(r, agg, _)| (r, agg))
+}
+
+/// As `rebuild_with`, also rendering the timeline (`--trace-event`) when
+/// `timeline` is set.
+pub fn rebuild_full(
+    rec: &Recording,
+    nccl_log: Option<&str>,
+    transfers: Option<StreamFile>,
+    timeline: bool,
+) -> std::result::Result<(Report, Aggregator, Option<String>), String> {
+    let mut agg = aggregate_with(rec, transfers.map(std::io::BufWriter::new), timeline);
     agg.settle();
     let inputs = recording::inputs_of(&rec.header, &rec.footer)?;
     let mut r = report::build(&agg, inputs);
     r.judge_with(nccl_log, rec.header.facts.nvlink);
     r.workloads = rec.workloads.clone();
-    Ok((r, agg))
+    let timeline = agg.timeline.take().map(|t| report::timeline::render(&t, &r));
+    Ok((r, agg, timeline))
 }
 
 /// Reads and parses a recording through the one input reader (gzip by
@@ -70,19 +94,29 @@ pub fn replay(args: &ReplayArgs) -> Result<i32> {
         Named::input("--ucx-log", args.ucx_log.as_deref()),
         Named::output("--json", args.json.as_deref()),
         Named::output("--transfers", args.transfers.as_deref()),
+        Named::output("--trace-event", args.trace_event.as_deref()),
     ])?;
     // Files first: nothing is read or built for an output that cannot be written.
     let log = args.nccl_log.as_deref().map(crate::input::read_to_string).transpose()?;
     let ucx_log = args.ucx_log.as_deref().map(crate::input::read_to_string).transpose()?;
     let transfers = OutputFile::open_opt("--transfers", args.transfers.as_deref())?;
     let json = OutputFile::open_opt("--json", args.json.as_deref())?;
+    let trace_event = OutputFile::open_opt("--trace-event", args.trace_event.as_deref())?;
     let rec = load(&args.recording)?;
-    let (report, mut agg) = rebuild_with(&rec, log.as_deref(), transfers.map(OutputFile::stream))
-        .map_err(|e| Error::Input(format!("{}: {e}", args.recording.display())))?;
+    let (report, mut agg, timeline) = rebuild_full(
+        &rec,
+        log.as_deref(),
+        transfers.map(OutputFile::stream),
+        trace_event.is_some(),
+    )
+    .map_err(|e| Error::Input(format!("{}: {e}", args.recording.display())))?;
     // Every output is tried, the report printed whatever failed: a failed
     // output names its flag and path (exit 1), never the recording.
     let mut errors = Vec::new();
     if let Err(e) = report::accounting::finish_transfers(&mut agg, &report) {
+        errors.push(e);
+    }
+    if let Err(e) = super::run::write_timeline(trace_event, timeline) {
         errors.push(e);
     }
     if let Err(e) = super::run::emit_with(json, args.format, ucx_log.as_deref(), &report) {

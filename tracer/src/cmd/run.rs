@@ -42,7 +42,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     let mut out = trace_command(&args.trace, &args.command)?;
     let mut errors = std::mem::take(&mut out.errors);
     files.recording = out.recording.take();
-    if let Err(e) = emit(&args.trace, files, &out.report) {
+    if let Err(e) = emit(&args.trace, files, &out.report, out.timeline.take()) {
         errors.push(e);
     }
     super::report_close(&mut out.session);
@@ -56,6 +56,7 @@ pub struct Outputs {
     /// The `--record` stream once the trace is done (its footer written):
     /// `emit` appends the workloads' summaries and closes it.
     pub recording: Option<output::StreamFile>,
+    pub trace_event: Option<OutputFile>,
 }
 
 impl Outputs {
@@ -64,6 +65,7 @@ impl Outputs {
         Outputs {
             json: None,
             recording: None,
+            trace_event: None,
         }
     }
 
@@ -78,6 +80,7 @@ impl Outputs {
             Named::output("--json", t.json.as_deref()),
             Named::output("--record", t.record.as_deref()),
             Named::output("--transfers", t.transfers.as_deref()),
+            Named::output("--trace-event", t.trace_event.as_deref()),
         ];
         paths.extend_from_slice(extra);
         output::check_distinct(&paths)?;
@@ -89,6 +92,7 @@ impl Outputs {
         Ok(Outputs {
             json: OutputFile::open_opt("--json", t.json.as_deref())?,
             recording: None,
+            trace_event: OutputFile::open_opt("--trace-event", t.trace_event.as_deref())?,
         })
     }
 }
@@ -166,6 +170,8 @@ pub struct Outcome {
     pub session: Session,
     /// The `--record` stream, footer written (see [`Outputs::recording`]).
     pub recording: Option<output::StreamFile>,
+    /// The timeline (`--trace-event`), rendered.
+    pub timeline: Option<String>,
 }
 
 impl Outcome {
@@ -179,6 +185,18 @@ impl Outcome {
         }
         let code = self.end.finish();
         (self.report, code, self.errors)
+    }
+
+    /// As `finish`, writing the timeline to `t.trace_event` (validate's
+    /// later workloads, whose files are named after the first one's).
+    pub fn finish_writing(mut self, t: &TraceArgs) -> (Report, i32, Vec<Error>) {
+        let timeline = self.timeline.take();
+        let file = OutputFile::open_opt("--trace-event", t.trace_event.as_deref());
+        let (report, code, mut errors) = self.finish();
+        if let Err(e) = file.and_then(|f| write_timeline(f, timeline)) {
+            errors.push(e);
+        }
+        (report, code, errors)
     }
 }
 
@@ -213,7 +231,7 @@ pub fn trace_command<S: AsRef<std::ffi::OsStr>>(t: &TraceArgs, argv: &[S]) -> Re
     let opts = session_options(t)?;
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
-    trace.outputs(t.record.as_deref(), t.transfers.as_deref())?;
+    trace.outputs(t.record.as_deref(), t.transfers.as_deref(), t.trace_event.is_some())?;
     let rt = super::runtime()?;
     let stopped = Cell::new(None::<Stop>);
     let (pid, child) = rt.block_on(async {
@@ -304,15 +322,19 @@ pub fn trace_command<S: AsRef<std::ffi::OsStr>>(t: &TraceArgs, argv: &[S]) -> Re
         end,
         errors: std::mem::take(&mut trace.late_errors),
         recording: trace.recording.take(),
+        timeline: trace.timeline.take(),
         session: trace.session,
     })
 }
 
-/// Prints the report (text or JSON) and writes `--json`; appends the
-/// workloads' summaries to `--record FILE`. Every step is tried; the first
-/// failure is returned, the others printed.
-pub fn emit(t: &TraceArgs, files: Outputs, report: &Report) -> Result<()> {
+/// Prints the report (text or JSON) and writes `--json` and
+/// `--trace-event`; appends the workloads' summaries to `--record FILE`.
+/// Every step is tried; the first failure is returned, the others printed.
+pub fn emit(t: &TraceArgs, files: Outputs, report: &Report, timeline: Option<String>) -> Result<()> {
     let mut errors = Vec::new();
+    if let Err(e) = write_timeline(files.trace_event, timeline) {
+        errors.push(e);
+    }
     if let Some(out) = files.recording
         && let Err(e) = crate::recording::finish_with_workloads(out, &report.workloads)
     {
@@ -326,6 +348,15 @@ pub fn emit(t: &TraceArgs, files: Outputs, report: &Report) -> Result<()> {
         errors.push(e);
     }
     super::first_error(errors)
+}
+
+/// Writes the rendered timeline to `--trace-event` (an empty one when the
+/// trace collected none, e.g. a workload that failed to start).
+pub fn write_timeline(file: Option<OutputFile>, timeline: Option<String>) -> Result<()> {
+    match file {
+        Some(f) => f.write(timeline.unwrap_or_default().as_bytes()),
+        None => Ok(()),
+    }
 }
 
 /// The `--nccl-log` text, read when the traced job is done (None: not given).

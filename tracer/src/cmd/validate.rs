@@ -11,7 +11,7 @@ pub use self::checks::{
 use self::checks::{check, collective_staged_bytes};
 use super::run::Outputs;
 use crate::{
-    cli::{TraceArgs, ValidateArgs},
+    cli::{Format, TraceArgs, ValidateArgs},
     drive::pin_churn::PinChurnSummary,
     error::{Error, Result},
     probes::{Family, Status},
@@ -31,6 +31,7 @@ fn sub(trace: &TraceArgs, name: &str) -> TraceArgs {
         json: None,
         record: trace.record.as_ref().map(suffixed),
         transfers: trace.transfers.as_ref().map(suffixed),
+        trace_event: trace.trace_event.as_ref().map(suffixed),
         ..trace.clone()
     }
 }
@@ -70,7 +71,8 @@ fn verbs(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Re
     let mut churn = base.clone();
     churn.extend(["--registrations", "32", "--pages", "16", "--writes", "0", "--summary"].map(String::from));
     churn.push(summary.display().to_string());
-    let (report, churn_code, errors) = super::run::trace_command(&sub(trace, "verbs-churn"), &churn)?.finish();
+    let churn_args = sub(trace, "verbs-churn");
+    let (report, churn_code, errors) = super::run::trace_command(&churn_args, &churn)?.finish_writing(&churn_args);
     let text = std::fs::read_to_string(&summary).map_err(|e| Error::io(format!("reading {}", summary.display()), e));
     let _ = std::fs::remove_file(&summary);
     let mut checks = vec![check(
@@ -89,12 +91,13 @@ fn verbs(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Re
             .push(serde_json::json!({ "workload": "verbs-churn", "summary": v }));
     }
     checks.extend(written(
-        super::run::emit(&sub(trace, "verbs-churn"), Outputs::none(), &report).err(),
+        super::run::emit(&churn_args, Outputs::none(), &report, None).err(),
     ));
     reports.push(("verbs-churn".into(), report));
     let mut write = base;
     write.extend(["--registrations", "2", "--pages", "16", "--writes", "16"].map(String::from));
-    let (_, write_code, errors) = super::run::trace_command(&sub(trace, "verbs-write"), &write)?.finish();
+    let write_args = sub(trace, "verbs-write");
+    let (_, write_code, errors) = super::run::trace_command(&write_args, &write)?.finish_writing(&write_args);
     checks.push(check(
         "RDMA WRITE between two RC QPs verified",
         write_code == 0,
@@ -114,7 +117,7 @@ fn traced_workload(trace: &TraceArgs, argv: Vec<String>, name: &str) -> Result<(
     argv.push("--summary".into());
     argv.push(summary.display().to_string());
     let trace = sub(trace, name);
-    let (report, code, errors) = super::run::trace_command(&trace, &argv)?.finish();
+    let (report, code, errors) = super::run::trace_command(&trace, &argv)?.finish_writing(&trace);
     let text = std::fs::read_to_string(&summary).unwrap_or_default();
     let _ = std::fs::remove_file(&summary);
     let v: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
@@ -296,13 +299,13 @@ fn nodes(
 fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Report)>) -> Result<Vec<Check>> {
     use crate::drive::ucx::{self as drive_ucx, UcxMode};
     let Some(perftest) = drive_ucx::find_perftest(None) else {
-        println!("validate: ucx: skipping: ucx_perftest is not on PATH (Debian: ucx-utils; PyPI: libucx-cu12)");
+        outln!("validate: ucx: skipping: ucx_perftest is not on PATH (Debian: ucx-utils; PyPI: libucx-cu12)");
         return Ok(Vec::new());
     };
     let gpus = crate::topo::discover().gpus.len();
     let cuda = drive_ucx::memory_types(&perftest).iter().any(|m| m == "cuda");
     let mut checks = Vec::new();
-    println!("\nvalidate: ucx ({})", perftest.display());
+    outln!("\nvalidate: ucx ({})", perftest.display());
     // The table is printed once every mode has run: each perftest prints its
     // own summary line while it runs, which would land between the rows.
     let mut rows = vec![format!(
@@ -371,18 +374,81 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
         ));
         reports.push((name, r));
     }
-    println!("{}", rows.join("\n"));
-    println!("\nvalidate: ucx checks");
+    outln!("{}", rows.join("\n"));
+    outln!("\nvalidate: ucx checks");
     print_checks(&checks);
     Ok(checks)
 }
 
 pub fn validate(args: &ValidateArgs) -> Result<i32> {
-    run_validate(args).map(|(code, _)| code)
+    let v = run_validate(args)?;
+    if args.trace.format == Format::Json {
+        crate::output::print_json("the validation", &v.document())?;
+    }
+    Ok(v.code)
 }
 
-/// Runs validate; returns its exit status and each workload's report.
-pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)> {
+pub const SCHEMA: &str = "gdrtrace.validate/v1";
+
+/// What a validate run found.
+pub struct Validated {
+    /// The exit status (0 passed, 1 a check failed, 3 kernel probes required and missing).
+    pub code: i32,
+    pub reports: Vec<(String, Report)>,
+    pub checks: Vec<Check>,
+    /// Kernel probe families whose functions exist here but could not be attached.
+    pub unavailable: Vec<&'static str>,
+    /// Kernel probe families whose functions this kernel does not have.
+    pub absent: Vec<&'static str>,
+}
+
+/// `validate --format json` (`gdrtrace.validate/v1`, docs/formats.md).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct ValidateDoc {
+    pub schema: String,
+    pub exit_code: i32,
+    pub passed: usize,
+    pub failed: usize,
+    pub checks: Vec<Check>,
+    pub kernel_families_unavailable: Vec<String>,
+    pub kernel_families_absent: Vec<String>,
+    /// Each workload's report (`gdrtrace.report/v1`), in the order they ran.
+    pub workloads: Vec<WorkloadReport>,
+}
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct WorkloadReport {
+    pub workload: String,
+    pub report: Report,
+}
+
+impl Validated {
+    pub fn document(&self) -> ValidateDoc {
+        let failed = self.checks.iter().filter(|c| !c.ok).count();
+        ValidateDoc {
+            schema: SCHEMA.into(),
+            exit_code: self.code,
+            passed: self.checks.len() - failed,
+            failed,
+            checks: self.checks.clone(),
+            kernel_families_unavailable: self.unavailable.iter().map(|f| f.to_string()).collect(),
+            kernel_families_absent: self.absent.iter().map(|f| f.to_string()).collect(),
+            workloads: self
+                .reports
+                .iter()
+                .map(|(w, r)| WorkloadReport {
+                    workload: w.clone(),
+                    report: r.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Runs validate: its exit status, each workload's report and the checks.
+/// With `--format json` its text goes to standard error (the workloads'
+/// reports as text) and the caller prints one document.
+pub fn run_validate(args: &ValidateArgs) -> Result<Validated> {
     let mut reports = Vec::new();
     let exe = std::env::current_exe().map_err(|e| Error::io("locating the gdrtrace binary", e))?;
     let summary = temp_path("pin-churn.json");
@@ -399,12 +465,17 @@ pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)>
     // collective is counted unless the command line asks otherwise.
     let mut trace: TraceArgs = args.trace.clone();
     trace.collectives.get_or_insert(crate::probes::duty::Mode::Exact);
+    if trace.format == Format::Json {
+        crate::output::text_to_stderr();
+        trace.format = Format::Text;
+    }
     let trace = &trace;
     // Every file is checked before any BPF is loaded.
     let mut files = Outputs::open(trace, &[])?;
     let mut traced = super::run::trace_command(trace, &argv)?;
     // The recording's workloads line follows in `emit`.
     files.recording = traced.recording.take();
+    let timeline = traced.timeline.take();
     let (report, code, errors) = traced.finish();
     let text_summary =
         std::fs::read_to_string(&summary).map_err(|e| Error::io(format!("reading {}", summary.display()), e));
@@ -422,7 +493,7 @@ pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)>
     )];
     checks.extend(pin_churn_checks(&report, &s));
     checks.extend(written(errors));
-    checks.extend(written(super::run::emit(trace, files, &report).err()));
+    checks.extend(written(super::run::emit(trace, files, &report, timeline).err()));
     outln!("\nvalidate: pin-churn ({})", s.line());
     print_checks(&checks);
     reports.push(("pin-churn".to_string(), report.clone()));
@@ -443,7 +514,7 @@ pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)>
         checks.extend(verbs_checks);
     }
     if args.no_ucx {
-        println!("validate: ucx: skipped (--no-ucx)");
+        outln!("validate: ucx: skipped (--no-ucx)");
     } else {
         let ucx_checks = ucx(trace, &exe, &mut reports)?;
         checks.extend(ucx_checks);
@@ -483,15 +554,22 @@ pub fn run_validate(args: &ValidateArgs) -> Result<(i32, Vec<(String, Report)>)>
             not_in_kernel.join(", ")
         );
     }
-    if failed > 0 {
-        return Ok((1, reports));
-    }
-    if args.require_kernel_probes && !missing_kernel.is_empty() {
+    let code = if failed > 0 {
+        1
+    } else if args.require_kernel_probes && !missing_kernel.is_empty() {
         errln!(
             "gdrtrace: kernel probe families unavailable: {}",
             missing_kernel.join(", ")
         );
-        return Ok((3, reports));
-    }
-    Ok((0, reports))
+        3
+    } else {
+        0
+    };
+    Ok(Validated {
+        code,
+        reports,
+        checks,
+        unavailable: missing_kernel,
+        absent: not_in_kernel,
+    })
 }

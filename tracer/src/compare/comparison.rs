@@ -3,8 +3,9 @@
 //! missing workloads. Built by `judge`, shown through `sections`.
 use super::{Metrics, Profile, profile};
 
-/// How a row came out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How a row came out (`compare --format json` writes the lowercase name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Status {
     /// Within its threshold.
     Ok,
@@ -28,7 +29,7 @@ impl Status {
 }
 
 /// One compared metric.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Row {
     pub metric: String,
     pub baseline: String,
@@ -50,7 +51,7 @@ pub struct WorkloadCmp {
 }
 
 /// A transport change: always a failure.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TransportChange {
     pub workload: String,
     /// `verdicts` or an operation name.
@@ -60,7 +61,7 @@ pub struct TransportChange {
 }
 
 /// A probe point that was attached in the baseline and is not now.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LostProbe {
     pub point: String,
     pub baseline: String,

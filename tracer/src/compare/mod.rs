@@ -4,10 +4,12 @@
 //! One way through: `document` reads and checks the inputs, `metrics`
 //! takes what is compared out of each report, `judge` builds the one
 //! `Comparison`, `sections` lays it out once, and `render` (text,
-//! Markdown) and `html` render those sections.
+//! Markdown) and `html` render those sections; `json` writes the
+//! comparison as a document (`gdrtrace.compare/v1`).
 pub mod comparison;
 pub mod document;
 pub mod html;
+pub mod json;
 pub mod judge;
 pub mod metrics;
 pub mod profile;

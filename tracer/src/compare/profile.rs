@@ -31,7 +31,7 @@ pub struct Profile {
 }
 
 /// One line of a profile difference.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Difference {
     pub field: String,
     pub baseline: String,

@@ -85,7 +85,10 @@ pub fn read(r: &mut dyn std::io::BufRead) -> std::result::Result<Recording, Stri
             "tick" => Input::Tick,
             "alive-check" => Input::AliveCheck,
             "setup-closed" => Input::SetupClosed,
-            "aggregates" => Input::Aggregates(agg_of(&v).map_err(|e| format!("line {n}: {e}"))?),
+            "aggregates" => Input::Aggregates {
+                t_ns: num(&v["t_ns"]).unwrap_or(0),
+                rows: agg_of(&v).map_err(|e| format!("line {n}: {e}"))?,
+            },
             "duty" => Input::Duty {
                 on_us: required(&v["on_us"], "duty on_us").map_err(|e| format!("line {n}: {e}"))?,
                 off_us: required(&v["off_us"], "duty off_us").map_err(|e| format!("line {n}: {e}"))?,

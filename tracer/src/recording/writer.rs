@@ -86,7 +86,7 @@ impl Recorder {
     }
 
     /// The kernel aggregates, when they changed since the last line.
-    fn aggregates(&mut self, rows: &[(AggKey, AggValue)]) {
+    fn aggregates(&mut self, t_ns: u64, rows: &[(AggKey, AggValue)]) {
         let mut now: Vec<(AggKey, u64, u64)> = rows.iter().map(|(k, v)| (*k, v.calls, v.bytes)).collect();
         now.sort_by_key(|x| x.0);
         if now == self.last_aggregates {
@@ -94,7 +94,7 @@ impl Recorder {
         }
         self.last_aggregates = now;
         self.lazy = None;
-        self.line(&serde_json::json!({"type": "aggregates", "t_ns": monotonic_ns(), "rows": agg_json(rows)}));
+        self.line(&serde_json::json!({"type": "aggregates", "t_ns": t_ns, "rows": agg_json(rows)}));
     }
 
     /// Writes the footer; returns the stream (the workloads' summaries
@@ -137,7 +137,7 @@ impl Observer for Recorder {
                 self.lazy_input(serde_json::json!({"type": "alive-check", "t_ns": monotonic_ns()}));
             }
             Input::SetupClosed => self.input(serde_json::json!({"type": "setup-closed", "t_ns": monotonic_ns()})),
-            Input::Aggregates(rows) => self.aggregates(rows),
+            Input::Aggregates { t_ns, rows } => self.aggregates(*t_ns, rows),
             Input::Duty { on_us, off_us } => {
                 self.input(serde_json::json!({"type": "duty", "on_us": on_us, "off_us": off_us}));
             }

@@ -4,6 +4,7 @@ pub mod accounting;
 pub mod judged;
 mod shape;
 pub mod text;
+pub mod timeline;
 
 use std::collections::BTreeMap;
 

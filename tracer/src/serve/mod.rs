@@ -466,7 +466,7 @@ impl Agent {
                     stream.drain_now(&mut batch);
                     self.handle(&mut batch);
                     if let Ok(rows) = self.session.aggregates() {
-                        self.agg.set_aggregates(&rows);
+                        self.agg.set_aggregates(crate::host::monotonic_ns(), &rows);
                     }
                     self.malformed = stream.malformed;
                     let body = metrics::render(&self.snapshot(), s.format);

@@ -58,6 +58,12 @@ fn class_of(pid: u32, call: &Call) -> RowKey {
 }
 
 impl CopyRows {
+    /// The classified first call of a kernel row (None before it arrived).
+    pub fn call_of(&self, pid: u32, op: u32, handle: u64) -> Option<&Call> {
+        let key = self.rows.get(&(pid, op, handle))?;
+        self.classes.get(key).map(|c| &c.call)
+    }
+
     /// A row's first call, classified as `call`.
     pub fn first(&mut self, pid: u32, op: u32, handle: u64, first: Event, call: &Call) {
         let key = class_of(pid, call);
@@ -235,7 +241,7 @@ mod tests {
                 },
             ));
         }
-        rows.set_aggregates(&kernel);
+        rows.set_aggregates(0, &kernel);
         rows.settle();
         evented.settle();
         assert_eq!(figures(&rows), figures(&evented));
@@ -272,7 +278,7 @@ mod tests {
             op: op_code("cuMemcpyHtoDAsync").unwrap(),
             handle: 9,
         };
-        a.set_aggregates(&[(key, AggValue { calls: 5, bytes: 5 * N })]);
+        a.set_aggregates(0, &[(key, AggValue { calls: 5, bytes: 5 * N })]);
         assert_eq!(a.calls_of(P, "cuMemcpyHtoDAsync"), 0, "no first call yet");
         a.push(&event(
             kind::ROW_FIRST,
@@ -281,22 +287,28 @@ mod tests {
             9,
             10_000,
         ));
-        a.set_aggregates(&[(key, AggValue { calls: 5, bytes: 5 * N })]);
+        a.set_aggregates(0, &[(key, AggValue { calls: 5, bytes: 5 * N })]);
         assert_eq!(a.calls_of(P, "cuMemcpyHtoDAsync"), 5);
-        a.set_aggregates(&[(
-            key,
-            AggValue {
-                calls: 12,
-                bytes: 12 * N,
-            },
-        )]);
-        a.set_aggregates(&[(
-            key,
-            AggValue {
-                calls: 12,
-                bytes: 12 * N,
-            },
-        )]);
+        a.set_aggregates(
+            0,
+            &[(
+                key,
+                AggValue {
+                    calls: 12,
+                    bytes: 12 * N,
+                },
+            )],
+        );
+        a.set_aggregates(
+            0,
+            &[(
+                key,
+                AggValue {
+                    calls: 12,
+                    bytes: 12 * N,
+                },
+            )],
+        );
         assert_eq!(a.calls_of(P, "cuMemcpyHtoDAsync"), 12);
         assert_eq!(a.procs[&P].staged_bytes, 12 * N);
     }

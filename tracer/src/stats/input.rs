@@ -17,7 +17,11 @@ pub enum Input {
     },
     Tick,
     AliveCheck,
-    Aggregates(Vec<(AggKey, AggValue)>),
+    /// The kernel's cumulative totals, read at `t_ns` (`CLOCK_MONOTONIC`).
+    Aggregates {
+        t_ns: u64,
+        rows: Vec<(AggKey, AggValue)>,
+    },
     /// The set-up uprobe links were closed over budget: threads' context
     /// switches are no longer seen.
     SetupClosed,

@@ -7,6 +7,7 @@ pub mod copies;
 pub mod duty;
 pub mod input;
 pub mod source;
+pub mod timeline;
 pub mod ucx;
 
 use std::collections::BTreeMap;
@@ -177,6 +178,8 @@ pub struct Aggregator {
     /// Transfer records: counts and a sample per (op, verdict), and the
     /// `--transfers` file.
     pub transfers: Transfers,
+    /// Every call and aggregated interval, for `--trace-event`.
+    pub timeline: Option<timeline::Timeline>,
     pairs: PairDetector,
     /// Registration latency per backing (`host`, `gpu/peer-mem`, `gpu/dma-buf`, `io_uring`).
     pub reg_latency: BTreeMap<&'static str, Histogram<u64>>,
@@ -265,6 +268,7 @@ impl Aggregator {
             source,
             observer: None,
             transfers: Transfers::default(),
+            timeline: None,
             pairs: PairDetector::default(),
             reg_latency: BTreeMap::new(),
             ucx: Default::default(),
@@ -293,7 +297,7 @@ impl Aggregator {
             Input::AliveCheck => {
                 self.check_exited();
             }
-            Input::Aggregates(rows) => self.set_aggregates(rows),
+            Input::Aggregates { t_ns, rows } => self.set_aggregates(*t_ns, rows),
             Input::SetupClosed => self.setup_closed(),
             Input::Duty { on_us, off_us } => self.duty(*on_us, *off_us),
         }
@@ -465,6 +469,9 @@ impl Aggregator {
     pub fn push(&mut self, e: &Event) {
         self.observe(|| Input::Event(*e));
         self.events += 1;
+        if let Some(t) = &mut self.timeline {
+            t.thread(e);
+        }
         match e.kind {
             kind::FORK => {
                 let child = e.args[0] as u32;
@@ -580,6 +587,9 @@ impl Aggregator {
         let kind_is = |k: crate::probes::uapi::Kind| row.is_some_and(|r| r.kind == k);
         let Some(c) = classify::call(e, &self.registry) else {
             self.undecoded += 1;
+            if let Some(t) = &mut self.timeline {
+                t.call(e, None, false, 0);
+            }
             return None;
         };
         let classified = c.clone();
@@ -608,7 +618,13 @@ impl Aggregator {
                 .or_insert_with(new_histogram)
                 .record(e.dur_ns.max(1));
         }
-        if transfer::is_transfer(e, &c) {
+        let is_transfer = transfer::is_transfer(e, &c);
+        if let Some(t) = &mut self.timeline {
+            let copy =
+                crate::probes::uapi::row_of(e.op).is_some_and(|(_, r)| r.kind == crate::probes::uapi::Kind::Copy);
+            t.call(e, Some(&c), is_transfer, if copy && !c.failed { c.bytes } else { 0 });
+        }
+        if is_transfer {
             let comm = self.procs.get(&e.pid).map_or_else(|| comm_of(e), |p| p.comm.clone());
             let comm = if comm.is_empty() { comm_of(e) } else { comm };
             self.transfers.add(transfer::of_call(e, &c, &comm));
@@ -621,6 +637,9 @@ impl Aggregator {
                     p.staging_copies += 1;
                 }
                 if let Some(pair) = pair {
+                    if let Some(t) = &mut self.timeline {
+                        t.staged_pair(pair.bytes);
+                    }
                     p.staged_pairs += 1;
                     if c.transport != Transport::HostStaged {
                         p.staging_copies += 1;
@@ -692,8 +711,20 @@ impl Aggregator {
 
     /// Replaces the kernel-aggregated totals (they are cumulative) and
     /// reflects them in the per-process call counts.
-    pub fn set_aggregates(&mut self, rows: &[(tracer_common::AggKey, tracer_common::AggValue)]) {
-        self.observe(|| Input::Aggregates(rows.to_vec()));
+    pub fn set_aggregates(&mut self, t_ns: u64, rows: &[(tracer_common::AggKey, tracer_common::AggValue)]) {
+        self.observe(|| Input::Aggregates {
+            t_ns,
+            rows: rows.to_vec(),
+        });
+        if let Some(t) = &mut self.timeline {
+            let copies = &self.copies;
+            t.aggregates(
+                t_ns,
+                rows,
+                |k| crate::probes::catalog::socket_direction(k.op).is_none(),
+                |k| copies.call_of(k.tgid, k.op, k.handle),
+            );
+        }
         self.collectives_counted.clear();
         let mut copies: BTreeMap<(u32, u32, u64), (u64, u64)> = BTreeMap::new();
         let mut sockets: BTreeMap<u32, SocketTotals> = BTreeMap::new();

@@ -23,7 +23,7 @@ use serde::Serialize;
 /// The path class of a software RDMA device (rxe, siw): no PCI function.
 pub const SOFTWARE_PATH: &str = "none (software device)";
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct Gpu {
     pub index: usize,
     /// PCI address, `0000:00:06.0`.
@@ -41,7 +41,7 @@ pub struct Gpu {
     pub preferred_nic: Option<String>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct NvlinkPeer {
     /// `GPU1` when the far end is a local GPU, else its PCI address (an
     /// NVSwitch, or a device this host does not list).
@@ -51,14 +51,14 @@ pub struct NvlinkPeer {
 }
 
 /// What a trace saw on a pair (see [`Topo::annotate`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Observed {
     pub bytes: u64,
     pub registrations: u64,
 }
 
 /// One GPU–GPU or GPU–NIC pair.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct Link {
     pub a: String,
     pub b: String,
@@ -80,7 +80,7 @@ pub struct Link {
 }
 
 /// IOMMU state of the host.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct Iommu {
     /// IOMMU units registered (`/sys/class/iommu/*`).
     pub units: Vec<String>,
@@ -91,7 +91,7 @@ pub struct Iommu {
     pub cmdline: Vec<String>,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct Topo {
     pub gpus: Vec<Gpu>,
     pub nics: Vec<Nic>,
@@ -100,6 +100,26 @@ pub struct Topo {
     pub bridges: Vec<Bridge>,
     pub iommu: Iommu,
     pub notes: Vec<String>,
+}
+
+/// `topo --format json` (`gdrtrace.topo/v1`, docs/formats.md): the
+/// topology's fields, with the schema.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct TopoDoc {
+    pub schema: String,
+    #[serde(flatten)]
+    pub topo: Topo,
+}
+
+pub const SCHEMA: &str = "gdrtrace.topo/v1";
+
+impl TopoDoc {
+    pub fn of(topo: Topo) -> Self {
+        TopoDoc {
+            schema: SCHEMA.into(),
+            topo,
+        }
+    }
 }
 
 impl Topo {

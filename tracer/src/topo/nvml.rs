@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::pci::{PcieLink, normalize_bdf};
 
 /// BAR1 (the GPU memory window the host and peers map) in bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Bar1 {
     pub total: u64,
     pub used: u64,
@@ -153,7 +153,7 @@ pub fn gpus() -> Result<Vec<NvmlGpu>, String> {
 }
 
 /// One sample of a GPU's interconnect traffic.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct GpuTraffic {
     /// NVML index (PCI bus order, as `Gpu::index`).
     pub index: usize,

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 /// How far apart two PCI devices are, nearest first. Same definitions as the
 /// `nvidia-smi topo -m` legend and NCCL's `PATH_*` (`src/graph/topo.h`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum PathClass {
     /// At most one PCIe switch (bridge) between them.
@@ -53,7 +53,7 @@ pub struct Location {
 }
 
 /// PCIe link state from sysfs (`current_link_speed`, ...).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct PcieLink {
     /// As sysfs prints it, e.g. `16.0 GT/s PCIe`.
     pub current_speed: Option<String>,
@@ -65,7 +65,7 @@ pub struct PcieLink {
 }
 
 /// One PCI device (GPU or NIC) as sysfs describes it.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct PciDevice {
     pub bdf: String,
     /// `numa_node` (absent when the kernel reports -1: no NUMA affinity).
@@ -83,7 +83,7 @@ pub struct PciDevice {
 }
 
 /// A bridge on a GPU/NIC path and its ACS control register.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct Bridge {
     pub bdf: String,
     /// The ACS extended capability, when the bridge has one.
@@ -95,12 +95,13 @@ pub struct Bridge {
 
 /// ACS Capability and Control registers (PCIe base spec, ACS Extended
 /// Capability, ID 0x000D), decoded with `lspci -vvv`'s names.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct AcsCtl {
     pub capability: u16,
     pub control: u16,
     /// Control bits that are set, by `lspci` name (SrcValid, ReqRedir, ...).
-    pub enabled: Vec<&'static str>,
+    #[serde(deserialize_with = "crate::intern::vec")]
+    pub enabled: Vec<crate::intern::Name>,
     /// Whether peer-to-peer requests or completions are redirected upstream
     /// (ReqRedir or CmpltRedir set): P2P through this bridge then goes via
     /// the root complex (and the IOMMU), or fails.

@@ -11,7 +11,7 @@ use super::{
 };
 
 /// One port of an RDMA device.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct Port {
     pub port: u32,
     /// `state`, e.g. `4: ACTIVE`.
@@ -24,7 +24,7 @@ pub struct Port {
 }
 
 /// One RDMA device (`/sys/class/infiniband/<name>`).
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct Nic {
     pub name: String,
     /// No PCI function of its own (Soft-RoCE `rxe`, `siw`): it sits on a netdev.

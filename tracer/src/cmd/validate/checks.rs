@@ -3,7 +3,7 @@
 use crate::{drive::pin_churn::PinChurnSummary, probes::Status, report::Report};
 
 /// One check: what was compared, and whether it held.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Check {
     pub name: String,
     pub ok: bool,
