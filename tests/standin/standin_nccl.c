@@ -10,6 +10,9 @@
  *     (NCCL's NET/Socket transport uses these syscalls);
  *   otherwise: copies through a host buffer (standing in for SHM, and for
  *     P2P, which needs GPUs).
+ * STANDIN_NCCL_SOCKET_CALLS=N (tests of a verdict that changes while a job
+ * runs; NCCL itself keeps a communicator's transport): the socket carries
+ * only the first N all-reduces, the host buffer the rest.
  * With NCCL_DEBUG=INFO it prints, on stdout, the INFO lines of NCCL's own
  * log that gdrtrace's log parser reads (`ncclCommInitRank comm ... rank ...`,
  * `Channel 00/0 : 0[0] -> 1[1] via ...`), as NCCL prints them: a stand-in
@@ -29,6 +32,7 @@ typedef int ncclResult_t;
 typedef struct { char internal[128]; } ncclUniqueId;
 typedef struct standin_comm {
 	int rank, nranks, fd, socket;
+	long calls, socket_calls;
 } *ncclComm_t;
 
 enum { CHUNK = 64 << 10 };
@@ -70,6 +74,8 @@ API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id,
 	c->nranks = nranks;
 	c->fd = fd ? atoi(fd) : -1;
 	c->socket = env_on("NCCL_P2P_DISABLE") && env_on("NCCL_SHM_DISABLE");
+	const char *sc = getenv("STANDIN_NCCL_SOCKET_CALLS");
+	c->socket_calls = sc && *sc ? atol(sc) : -1;
 	char line[256];
 	const char *via = c->socket ? "[send] via NET/Socket/0"
 		: env_on("NCCL_P2P_DISABLE") ? "via SHM/direct/direct" : "via P2P/CUMEM";
@@ -129,7 +135,10 @@ API ncclResult_t ncclAllReduce(const void *s, void *r, size_t count, int datatyp
 			return 1;
 		cap = n;
 	}
-	if (comm->socket && comm->nranks > 1) {
+	int socket = comm->socket && (comm->socket_calls < 0 || comm->calls < comm->socket_calls);
+
+	comm->calls++;
+	if (socket && comm->nranks > 1) {
 		if (exchange(comm, s, peer, n))
 			return 2; /* ncclSystemError */
 	} else {

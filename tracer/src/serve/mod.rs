@@ -175,6 +175,32 @@ struct Meta {
     pod: Option<Option<PodLabels>>,
     /// Library rescans still due.
     rescans: Vec<Instant>,
+    /// What its counters have been given so far.
+    flow: Flow,
+}
+
+/// A process's byte counters, kept monotonic by construction: each call of
+/// [`Agent::account`] adds what its collectives moved since the last one,
+/// as host-staged when its verdict of that moment is, and never takes
+/// anything back when the verdict changes later (issue 24: a verdict flip
+/// once moved `host_staged_bytes_total` by the whole history, down as well
+/// as up, and Prometheus read the drop as a reset).
+#[derive(Debug, Default)]
+struct Flow {
+    /// Collective bytes counted in the kernel, and estimated (counted plus
+    /// the closed off phases of the duty cycle), accounted so far.
+    counted: u64,
+    estimated: u64,
+    /// Of those, what moved while the verdict was host-staged.
+    staged: u64,
+    staged_estimated: u64,
+    /// The CPU time last exported.
+    cpu_seconds: Option<f64>,
+    /// Communicators with series of their own, in order of first use (at
+    /// most `MAX_COMMUNICATORS`); later ones are summed as `other`. A
+    /// communicator once named stays named and one summed stays summed, so
+    /// neither its series nor `other` ever decreases.
+    named: Vec<u64>,
 }
 
 struct Agent {
@@ -352,6 +378,8 @@ impl Agent {
         }
         self.rescan_due(now);
         self.session.aggregate_tick(&mut self.agg);
+        // Collective bytes to the counters by the verdicts of now (Flow).
+        self.account(None);
         if self
             .session
             .budget_setup(&mut self.setup_hits, crate::trace::SETUP_BUDGET_HZ)

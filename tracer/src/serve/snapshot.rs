@@ -35,46 +35,139 @@ impl Agent {
             .collect()
     }
 
-    fn process(&mut self, pid: u32, verdict: Option<VerdictFigures>, sample: bool) -> Option<ProcessFigures> {
-        self.label(pid);
-        let pod = self.meta.get(&pid).and_then(|m| m.pod.clone()).flatten();
-        let meta = self.meta.get(&pid)?;
-        let p = self.agg.procs.get(&pid)?;
-        let mut by_handle: BTreeMap<u64, Vec<(&str, u64, u64)>> = BTreeMap::new();
-        // The counters hold what the kernel counted (monotonic); where the
-        // duty cycle sampled a process, its sampled ratio says how much.
-        for ((cp, op, handle), (calls, bytes)) in &self.agg.collectives_counted {
-            if *cp == pid {
-                by_handle.entry(*handle).or_default().push((op, *calls, *bytes));
+    /// Each process's collective bytes now: (counted in the kernel,
+    /// estimated: counted plus the closed off phases of the duty cycle).
+    fn collective_bytes(&self) -> BTreeMap<u32, (u64, u64)> {
+        let mut out: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        for ((pid, _, _), (_, bytes)) in &self.agg.collectives_counted {
+            out.entry(*pid).or_default().0 += bytes;
+        }
+        for ((pid, _, _), (_, bytes)) in self.agg.collectives_estimated() {
+            out.entry(pid).or_default().1 += bytes;
+        }
+        out
+    }
+
+    /// Adds what each process's collectives moved since the last call to
+    /// its counters ([`Flow`]), as host-staged where its verdict of this
+    /// moment is. The verdicts are judged only when something moved,
+    /// unless a scrape, which judges them anyway, passes them.
+    pub(super) fn account(&mut self, verdicts: Option<&BTreeMap<u32, VerdictFigures>>) {
+        let now = self.collective_bytes();
+        let moved = now.iter().any(|(pid, (c, e))| {
+            self.meta
+                .get(pid)
+                .is_some_and(|m| m.flow.counted != *c || m.flow.estimated != *e)
+        });
+        if !moved {
+            return;
+        }
+        let judged;
+        let verdicts = match verdicts {
+            Some(v) => v,
+            None => {
+                judged = self.verdicts();
+                &judged
+            }
+        };
+        for (pid, (counted, estimated)) in now {
+            let Some(m) = self.meta.get_mut(&pid) else { continue };
+            let f = &mut m.flow;
+            let (dc, de) = (counted.saturating_sub(f.counted), estimated.saturating_sub(f.estimated));
+            f.counted = f.counted.max(counted);
+            f.estimated = f.estimated.max(estimated);
+            if verdicts.get(&pid).is_some_and(|v| v.host_staged) {
+                f.staged += dc;
+                f.staged_estimated += de;
             }
         }
-        let collective_bytes: u64 = by_handle.values().flatten().map(|(_, _, b)| b).sum();
-        // The busiest communicators by name, the rest as `other`.
-        let mut handles: Vec<(u64, u64)> = by_handle
+    }
+
+    /// A process's communicators as series: the first `MAX_COMMUNICATORS`
+    /// it used by name (busiest first among those that appear in the same
+    /// scrape), the rest summed as `other` ([`Flow::named`]).
+    fn communicators(&mut self, pid: u32) -> Vec<Communicator> {
+        let mut by_handle: BTreeMap<u64, BTreeMap<&str, Communicator>> = BTreeMap::new();
+        let estimated = self.agg.collectives_estimated();
+        for ((cp, op, handle), (calls, bytes)) in &self.agg.collectives_counted {
+            if *cp != pid {
+                continue;
+            }
+            let (calls_estimated, bytes_estimated) = estimated
+                .get(&(*cp, op.clone(), *handle))
+                .copied()
+                .unwrap_or((*calls, *bytes));
+            by_handle.entry(*handle).or_default().insert(
+                op,
+                Communicator {
+                    handle: String::new(),
+                    op: op.clone(),
+                    calls: *calls,
+                    bytes: *bytes,
+                    calls_estimated,
+                    bytes_estimated,
+                },
+            );
+        }
+        let Some(m) = self.meta.get_mut(&pid) else {
+            return Vec::new();
+        };
+        let named = &mut m.flow.named;
+        let mut fresh: Vec<(u64, u64)> = by_handle
             .iter()
-            .map(|(h, ops)| (*h, ops.iter().map(|o| o.2).sum()))
+            .filter(|(h, _)| !named.contains(h))
+            .map(|(h, ops)| (*h, ops.values().map(|c| c.bytes).sum()))
             .collect();
-        handles.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let named: BTreeSet<u64> = handles.iter().take(metrics::MAX_COMMUNICATORS).map(|h| h.0).collect();
-        let mut communicators: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
-        for (h, ops) in &by_handle {
-            let name = if named.contains(h) {
+        fresh.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        for (h, _) in fresh {
+            if named.len() < metrics::MAX_COMMUNICATORS {
+                named.push(h);
+            }
+        }
+        let mut out: BTreeMap<(String, String), Communicator> = BTreeMap::new();
+        for (h, ops) in by_handle {
+            let name = if named.contains(&h) {
                 format!("{h:#x}")
             } else {
                 "other".into()
             };
-            for (op, calls, bytes) in ops {
-                let c = communicators.entry((name.clone(), op.to_string())).or_default();
-                c.0 += calls;
-                c.1 += bytes;
+            for (op, c) in ops {
+                let e = out
+                    .entry((name.clone(), op.to_string()))
+                    .or_insert_with(|| Communicator {
+                        handle: name.clone(),
+                        op: op.to_string(),
+                        ..Default::default()
+                    });
+                e.calls += c.calls;
+                e.bytes += c.bytes;
+                e.calls_estimated += c.calls_estimated;
+                e.bytes_estimated += c.bytes_estimated;
             }
         }
-        let staged_collectives = if verdict.as_ref().is_some_and(|v| v.host_staged) {
-            collective_bytes
-        } else {
-            0
-        };
+        out.into_values().collect()
+    }
+
+    fn process(&mut self, pid: u32, verdict: Option<VerdictFigures>, sample: bool) -> Option<ProcessFigures> {
+        self.label(pid);
+        let communicators = self.communicators(pid);
+        let pod = self.meta.get(&pid).and_then(|m| m.pod.clone()).flatten();
+        let p = self.agg.procs.get(&pid)?;
         let live = !p.exited && sample;
+        let cpu = if live {
+            crate::counters::cpu_seconds(pid).or(p.cpu_seconds)
+        } else {
+            p.cpu_seconds
+        };
+        let meta = self.meta.get_mut(&pid)?;
+        // The sample taken at the exit can be older than the last scrape's.
+        let cpu_seconds = match (cpu, meta.flow.cpu_seconds) {
+            (Some(c), Some(before)) => Some(c.max(before)),
+            (c, before) => c.or(before),
+        };
+        meta.flow.cpu_seconds = cpu_seconds;
+        let meta = &self.meta[&pid];
+        let flow = &meta.flow;
         let registrations = self
             .agg
             .registry
@@ -95,17 +188,11 @@ impl Agent {
             discovered_by: discover::reason_name(meta.reason),
             exited: p.exited,
             verdict,
-            communicators: communicators
-                .into_iter()
-                .map(|((handle, op), (calls, bytes))| Communicator {
-                    handle,
-                    op,
-                    calls,
-                    bytes,
-                })
-                .collect(),
-            moved_bytes: p.moved_bytes + collective_bytes,
-            staged_bytes: p.staged_bytes + staged_collectives,
+            communicators,
+            moved_bytes: p.moved_bytes + flow.counted,
+            staged_bytes: p.staged_bytes + flow.staged,
+            moved_bytes_estimated: p.moved_bytes + flow.estimated,
+            staged_bytes_estimated: p.staged_bytes + flow.staged_estimated,
             registrations,
             pages_pinned: p.pages_pinned,
             pages_unpinned: p.pages_unpinned,
@@ -113,11 +200,7 @@ impl Agent {
                 .then(|| crate::counters::vm_pin_kib(pid))
                 .flatten()
                 .map(|k| k * 1024),
-            cpu_seconds: if live {
-                crate::counters::cpu_seconds(pid).or(p.cpu_seconds)
-            } else {
-                p.cpu_seconds
-            },
+            cpu_seconds,
             calls_by_transport: p.transports.iter().map(|(t, n)| (*t, *n)).collect(),
             socket_sent_bytes: p.socket.bytes_sent,
             socket_received_bytes: p.socket.bytes_received,
@@ -127,6 +210,7 @@ impl Agent {
 
     pub(super) fn snapshot(&mut self) -> Snapshot {
         let mut verdicts = self.verdicts();
+        self.account(Some(&verdicts));
         let sample = self.budget.level == 0;
         let pids: Vec<u32> = self.agg.procs.keys().copied().collect();
         if !sample {

@@ -461,6 +461,7 @@ impl Aggregator {
                 if let Some(p) = self.procs.get_mut(&pid) {
                     p.exited = true;
                 }
+                self.estimator.exited(pid);
             }
         }
         self.procs.values().all(|p| p.exited)
@@ -497,6 +498,7 @@ impl Aggregator {
                 self.sample_live();
                 let p = self.procs.entry(e.pid).or_default();
                 p.exited = true;
+                self.estimator.exited(e.pid);
                 // Per-call records carry no name: a process that was gone
                 // before procfs could name it is named by its exit record.
                 if p.comm.is_empty() {
@@ -604,6 +606,11 @@ impl Aggregator {
         if kind_is(crate::probes::uapi::Kind::CommInit) && !c.failed {
             let p = self.procs.entry(e.pid).or_default();
             p.nccl_ranks.push(e.args[1] as u32);
+        }
+        // ncclResult_t ncclCommDestroy(ncclComm_t comm) (and ncclCommAbort):
+        // the communicator's calls ended here (the duty cycle's estimates).
+        if kind_is(crate::probes::uapi::Kind::CommEnd) && !c.failed {
+            self.estimator.row_ended(e.pid, e.args[0]);
         }
         if registered {
             let backing = match c.transport {
@@ -834,6 +841,16 @@ impl Aggregator {
             }
         }
         self.add_copy_rows();
+    }
+
+    /// The sampled rows as counted plus the estimates of the duty cycle's
+    /// off phases that closed, never an open one: each figure only grows
+    /// (`serve`'s estimated counters).
+    pub fn collectives_estimated(&self) -> BTreeMap<(u32, String, u64), (u64, u64)> {
+        self.collectives_counted
+            .iter()
+            .map(|(k, c)| (k.clone(), self.estimator.closed(k, *c)))
+            .collect()
     }
 
     /// Calls of one label by one process.

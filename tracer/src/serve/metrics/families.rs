@@ -156,30 +156,56 @@ fn process_families(reg: &mut Registry, s: &Snapshot) {
         "Bytes a process moved through host memory: pageable or staged copies, and collectives on a host-staged transport (shm, socket)",
         Some(Unit::Bytes),
     );
+    let mut moved_est = Family::new(
+        "moved_estimated",
+        "Bytes a process moved, with the estimates of the collectives the duty cycle did not count (each off phase added once, when the rates on both sides of it are known; an off phase before an exit only up to its communicator's destroy): compare with gdrtrace_moved_bytes_total",
+        Some(Unit::Bytes),
+    );
+    let mut staged_est = Family::new(
+        "host_staged_estimated",
+        "Bytes a process moved through host memory, with the estimates of the collectives the duty cycle did not count (as gdrtrace_moved_estimated_bytes_total)",
+        Some(Unit::Bytes),
+    );
     for p in &s.processes {
         moved.add(proc_labels(p), counter(p.moved_bytes));
         staged.add(proc_labels(p), counter(p.staged_bytes));
+        moved_est.add(proc_labels(p), counter(p.moved_bytes_estimated));
+        staged_est.add(proc_labels(p), counter(p.staged_bytes_estimated));
     }
     moved.register(reg);
     staged.register(reg);
+    moved_est.register(reg);
+    staged_est.register(reg);
 
     let mut calls = Family::new(
         "collective_calls",
-        "Collective and point-to-point calls per communicator, counted in the kernel",
+        "Collective and point-to-point calls per communicator, counted in the kernel (in the duty cycle's on phases only: see gdrtrace_collective_estimated_calls_total)",
         None,
+    );
+    let mut calls_est = Family::new(
+        "collective_estimated_calls",
+        "Collective and point-to-point calls per communicator: counted, plus the estimates of the duty cycle's off phases from the rates on both sides of each (added once each closes; equal to gdrtrace_collective_calls_total where every call was counted)",
+        None,
+    );
+    let mut bytes_est = Family::new(
+        "collective_estimated",
+        "Bytes of collective and point-to-point calls per communicator: counted, plus the estimates of the duty cycle's off phases (as gdrtrace_collective_estimated_calls_total)",
+        Some(Unit::Bytes),
     );
     for p in &s.processes {
         for c in &p.communicators {
-            calls.add(
-                with(proc_labels(p), &[("communicator", &c.handle), ("op", &c.op)]),
-                counter(c.calls),
-            );
+            let labels = with(proc_labels(p), &[("communicator", &c.handle), ("op", &c.op)]);
+            calls.add(labels.clone(), counter(c.calls));
+            calls_est.add(labels.clone(), counter(c.calls_estimated));
+            bytes_est.add(labels, counter(c.bytes_estimated));
         }
     }
     calls.register(reg);
+    calls_est.register(reg);
+    bytes_est.register(reg);
     let mut ratio = Family::new(
         "collective_sampled_ratio",
-        "Share of a process's traced time in which its collective, group and UCX data calls were counted (1: every call; below 1 the duty cycle sampled them: divide rates by it to estimate the job's)",
+        "Share of a process's traced time in which its collective, group and UCX data calls were counted (1: every call; below 1 the duty cycle sampled them, and the _estimated_ counters estimate the rest)",
         None,
     );
     for p in s.processes.iter().filter(|p| !p.communicators.is_empty()) {

@@ -33,7 +33,8 @@ const BUCKET_LOG2: std::ops::RangeInclusive<u32> = 8..=36;
 pub type Labels = Vec<(&'static str, String)>;
 
 /// A histogram whose buckets were counted elsewhere (the kernel's log2
-/// slots, an HdrHistogram): per-bucket counts, upper bounds in seconds.
+/// slots, an HdrHistogram): per-bucket counts, upper bounds in seconds,
+/// the last bound `+Inf` (see [`Hist::close`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Hist {
     pub buckets: Vec<(f64, u64)>,
@@ -69,13 +70,24 @@ impl Hist {
             buckets.push(((1u64 << k) as f64 / 1e9, n));
         }
         let count = slots.iter().sum();
-        let sum_s = slots
+        let sum_s: f64 = slots
             .iter()
             .enumerate()
             .take(MAX_SLOTS as usize)
             .map(|(i, c)| *c as f64 * 1.5 * (1u64 << i.min(62)) as f64 / 1e9)
             .sum();
-        Self { buckets, count, sum_s }
+        Self { buckets, count, sum_s }.close()
+    }
+
+    /// Ends the buckets with `le="+Inf"` holding what is above the last
+    /// finite bound. prometheus-client's OpenMetrics encoder writes the
+    /// buckets it is given as they are (only its classic-text encoder adds
+    /// a missing `+Inf`), and without that bucket Prometheus's
+    /// `histogram_quantile` returns NaN (issue 24).
+    fn close(mut self) -> Self {
+        let finite: u64 = self.buckets.iter().map(|b| b.1).sum();
+        self.buckets.push((f64::INFINITY, self.count.saturating_sub(finite)));
+        self
     }
 
     /// From an HdrHistogram of nanoseconds.
@@ -97,6 +109,7 @@ impl Hist {
             count: h.len(),
             sum_s: h.mean() * h.len() as f64 / 1e9,
         }
+        .close()
     }
 }
 
@@ -111,12 +124,16 @@ pub struct VerdictFigures {
 }
 
 /// One communicator's in-kernel totals.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Communicator {
     pub handle: String,
     pub op: String,
     pub calls: u64,
     pub bytes: u64,
+    /// Counted plus the estimates of the duty cycle's closed off phases
+    /// (equal to the counted figures where every call was counted).
+    pub calls_estimated: u64,
+    pub bytes_estimated: u64,
 }
 
 /// What one tracked process did.
@@ -131,6 +148,9 @@ pub struct ProcessFigures {
     pub communicators: Vec<Communicator>,
     pub moved_bytes: u64,
     pub staged_bytes: u64,
+    /// The same with the estimates of the duty cycle's closed off phases.
+    pub moved_bytes_estimated: u64,
+    pub staged_bytes_estimated: u64,
     /// (backing, registrations, deregistrations).
     pub registrations: Vec<(&'static str, u64, u64)>,
     pub pages_pinned: u64,
@@ -217,9 +237,13 @@ impl Snapshot {
                     op: "ncclAllReduce".into(),
                     calls: 100,
                     bytes: 1 << 20,
+                    calls_estimated: 1000,
+                    bytes_estimated: 10 << 20,
                 }],
                 moved_bytes: 1 << 20,
                 staged_bytes: 1 << 20,
+                moved_bytes_estimated: 10 << 20,
+                staged_bytes_estimated: 10 << 20,
                 registrations: vec![("host", 3, 2)],
                 pages_pinned: 16,
                 pages_unpinned: 16,
@@ -330,6 +354,7 @@ mod tests {
                     op: "ncclAllReduce".into(),
                     calls: 10,
                     bytes: 4096,
+                    ..Default::default()
                 }],
                 moved_bytes: 4096,
                 staged_bytes: 4096,
@@ -379,10 +404,11 @@ mod tests {
         assert_eq!(at(16384e-9), Some(5));
         assert_eq!(at(65536e-9), Some(1));
         assert_eq!(
-            h.buckets.iter().map(|b| b.1).sum::<u64>(),
+            h.buckets.iter().filter(|b| b.0.is_finite()).map(|b| b.1).sum::<u64>(),
             6,
             "the clamped slot is in +Inf only"
         );
+        assert_eq!(h.buckets.last(), Some(&(f64::INFINITY, 1)));
         assert_eq!(h.count, 7);
         let text = render(
             &Snapshot {
@@ -396,6 +422,37 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("le=\"+Inf\"} 7"), "{text}");
+    }
+
+    #[test]
+    fn every_histogram_ends_with_one_inf_bucket_in_both_formats() {
+        let s = Snapshot::example();
+        for format in [Format::OpenMetrics, Format::Text] {
+            let text = render(&s, format);
+            for name in ["operation_duration_seconds", "registration_duration_seconds"] {
+                let counts: Vec<&str> = text
+                    .lines()
+                    .filter(|l| l.starts_with(&format!("gdrtrace_{name}_count")))
+                    .collect();
+                let inf: Vec<&str> = text
+                    .lines()
+                    .filter(|l| l.starts_with(&format!("gdrtrace_{name}_bucket")) && l.contains("le=\"+Inf\""))
+                    .collect();
+                assert!(!counts.is_empty(), "{format:?}: no {name}\n{text}");
+                assert_eq!(
+                    counts.len(),
+                    inf.len(),
+                    "{format:?}: one +Inf bucket per {name}\n{text}"
+                );
+                for (c, i) in counts.iter().zip(&inf) {
+                    assert_eq!(
+                        c.rsplit(' ').next(),
+                        i.rsplit(' ').next(),
+                        "{format:?}: +Inf equals _count"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
