@@ -14,6 +14,13 @@
  * comes from the environment, as for NCCL: NCCL_P2P_DISABLE=1 and
  * NCCL_SHM_DISABLE=1 move the bytes over the socket pair. With
  * NCCL_DEBUG=INFO the stand-in prints NCCL's INFO lines on stdout.
+ *
+ * The ranks pass one 128-byte ncclUniqueId by value, made by the launcher
+ * as NCCL's is (an 8-byte random magic, then the root's socket address,
+ * zeros after it): from NCCL_JOB_ID_SEED when set, so that two jobs share
+ * one id. NCCL_JOB_RANK=R starts rank R alone (of 2): one "node" of a job
+ * whose other rank runs elsewhere; it copies through the host (no peer).
+ * NCCL_JOB_INIT_DELAY_MS delays ncclCommInitRank after the library loads.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -45,11 +52,27 @@ static double now_s(void)
  * too, so neither is left waiting on the other. */
 static long *stop_at;
 
+/* The id both ranks pass (made before the fork), and whether one rank runs alone. */
+static ncclUniqueId job_id;
+static int solo;
+
+static void make_id(void)
+{
+	const char *seed = getenv("NCCL_JOB_ID_SEED");
+	unsigned long long magic = seed ? strtoull(seed, NULL, 0) : ((unsigned long long)getpid() << 32) ^ (unsigned long long)time(NULL);
+
+	memset(&job_id, 0, sizeof job_id);
+	memcpy(job_id.internal, &magic, sizeof magic);
+	/* Stands for a sockaddr_in6 of the root (28 bytes). */
+	for (int i = 8; i < 36; i++)
+		job_id.internal[i] = (char)((magic >> (8 * (i % 8))) ^ (unsigned)(i * 37));
+}
+
 static int rank_main(const char *lib, int rank, int fd, double secs, size_t count)
 {
 	char fdstr[16];
 	void *h, *comm = NULL;
-	ncclUniqueId id;
+	ncclUniqueId id = job_id;
 	long calls = 0;
 
 	snprintf(fdstr, sizeof fdstr, "%d", fd);
@@ -64,7 +87,12 @@ static int rank_main(const char *lib, int rank, int fd, double secs, size_t coun
 	destroy_fn destroy = (destroy_fn)dlsym(h, "ncclCommDestroy");
 	if (!init || !allreduce || !destroy)
 		return 1;
-	memset(&id, 0x5a, sizeof id);
+	/* NCCL_JOB_INIT_DELAY_MS: wait between loading the library and the
+	 * init call, so a tracer that attaches the library on its next look at
+	 * the maps sees ncclCommInitRank. */
+	const char *delay = getenv("NCCL_JOB_INIT_DELAY_MS");
+	if (delay)
+		usleep(atoi(delay) * 1000);
 	if (init(&comm, 2, id, rank))
 		return 1;
 	float *s = calloc(count, sizeof(float)), *r = calloc(count, sizeof(float));
@@ -82,7 +110,7 @@ static int rank_main(const char *lib, int rank, int fd, double secs, size_t coun
 		long at = __atomic_load_n(stop_at, __ATOMIC_SEQ_CST);
 		if (at >= 0 && calls >= at)
 			break;
-		if (rank == 0 && at < 0 && now_s() >= end)
+		if ((rank == 0 || solo) && at < 0 && now_s() >= end)
 			__atomic_store_n(stop_at, calls + 1, __ATOMIC_SEQ_CST);
 		if (allreduce(s, r, count, 7, 0, comm, NULL))
 			return 1;
@@ -109,11 +137,18 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	*stop_at = -1;
+	make_id();
+	const char *only = getenv("NCCL_JOB_RANK");
+	solo = only != NULL;
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) {
 		perror("socketpair");
 		return 1;
 	}
+	int started = 0;
 	for (int rank = 0; rank < 2; rank++) {
+		if (solo && rank != atoi(only))
+			continue;
+		started++;
 		pid_t p = fork();
 		if (p < 0) {
 			perror("fork");
@@ -126,7 +161,7 @@ int main(int argc, char **argv)
 	}
 	close(sv[0]);
 	close(sv[1]);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < started; i++) {
 		if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
 			bad = 1;
 	}

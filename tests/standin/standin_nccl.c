@@ -16,7 +16,10 @@
  * With NCCL_DEBUG=INFO it prints, on stdout, the INFO lines of NCCL's own
  * log that gdrtrace's log parser reads (`ncclCommInitRank comm ... rank ...`,
  * `Channel 00/0 : 0[0] -> 1[1] via ...`), as NCCL prints them: a stand-in
- * for the NCCL log, naming the transport this stand-in used.
+ * for the NCCL log, naming the transport this stand-in used. The `commId`
+ * they print is NCCL's (2.26+) hash of the 128-byte id the caller passed by
+ * value, computed with NCCL's own `getHash` (copied below), so a test can
+ * check what the tracer read at the call's entry against it.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -54,6 +57,37 @@ static void info(ncclComm_t c, const char *msg)
 	fflush(stdout);
 }
 
+/* NCCL's getHash (src/include/bitops.h, NCCL 2.26 to 2.28: eatHash into
+ * {1, 1}, then digestHash), as NCCL applies it to the id (`commHash`). */
+static uint64_t nccl_get_hash(const void *bytes, size_t size)
+{
+	uint64_t acc[2] = { 1, 1 };
+	const char *ptr = bytes;
+
+	acc[0] ^= size;
+	while (size != 0) {
+		acc[0] += acc[1];
+		acc[1] ^= acc[0];
+		acc[0] ^= acc[0] >> 31;
+		acc[0] *= 0x9de62bbc8cef3ce3;
+		acc[1] ^= acc[1] >> 32;
+		acc[1] *= 0x485cd6311b599e79;
+		size_t chunk = size < sizeof(uint64_t) ? size : sizeof(uint64_t);
+		uint64_t x = 0;
+		memcpy(&x, ptr, chunk);
+		ptr += chunk;
+		size -= chunk;
+		acc[0] += x;
+	}
+	uint64_t h = acc[0];
+	h ^= h >> 31;
+	h *= 0xbac3bd562846de6b;
+	h += acc[1];
+	h ^= h >> 32;
+	h *= 0x995a187a14e7b445;
+	return h;
+}
+
 /* ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId); */
 API ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
@@ -67,7 +101,8 @@ API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id,
 	ncclComm_t c = calloc(1, sizeof *c);
 	const char *fd = getenv("STANDIN_NCCL_PEER_FD");
 
-	(void)id;
+	unsigned long long comm_id = (unsigned long long)nccl_get_hash(id.internal, sizeof id.internal);
+
 	if (!c)
 		return 1;
 	c->rank = rank;
@@ -79,14 +114,14 @@ API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id,
 	char line[256];
 	const char *via = c->socket ? "[send] via NET/Socket/0"
 		: env_on("NCCL_P2P_DISABLE") ? "via SHM/direct/direct" : "via P2P/CUMEM";
-	snprintf(line, sizeof line, "ncclCommInitRank comm %p rank %d nranks %d cudaDev 0 nvmlDev 0 busId 0 commId 0x1 - Init START",
-		 (void *)c, rank, nranks);
+	snprintf(line, sizeof line, "ncclCommInitRank comm %p rank %d nranks %d cudaDev 0 nvmlDev 0 busId 0 commId 0x%llx - Init START",
+		 (void *)c, rank, nranks, comm_id);
 	info(c, line);
 	snprintf(line, sizeof line, "Channel 00/0 : %d[%d] -> %d[%d] %s", rank, rank, (rank + 1) % nranks,
 		 (rank + 1) % nranks, via);
 	info(c, line);
-	snprintf(line, sizeof line, "ncclCommInitRank comm %p rank %d nranks %d cudaDev 0 nvmlDev 0 busId 0 commId 0x1 - Init COMPLETE",
-		 (void *)c, rank, nranks);
+	snprintf(line, sizeof line, "ncclCommInitRank comm %p rank %d nranks %d cudaDev 0 nvmlDev 0 busId 0 commId 0x%llx - Init COMPLETE",
+		 (void *)c, rank, nranks, comm_id);
 	info(c, line);
 	*comm = c;
 	return 0;

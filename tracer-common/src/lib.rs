@@ -101,6 +101,10 @@ pub mod op_flags {
     /// moves on, so the next call of every copy row starts a new row, which
     /// user space classifies after it has seen this change.
     pub const REGION: u32 = 128;
+    /// The call takes an `ncclUniqueId` (`OpConfig::id_src` says where):
+    /// the entry hashes it into the arguments (`nccl_id`). Only the rare
+    /// `ncclCommInitRank*` rows set it.
+    pub const NCCL_ID: u32 = 256;
 }
 
 /// Indices of the `CONTROL` array, written by user space while tracing.
@@ -336,8 +340,14 @@ pub struct OpConfig {
     /// of the row's identity (the addresses, and the contexts of a peer
     /// copy; not the size or the stream).
     pub key_args: u8,
+    /// With `op_flags::NCCL_ID`: where the call's `ncclUniqueId` is
+    /// (`nccl_id::ON_STACK`, or the index of the argument that points to
+    /// it). The entry hashes it into `args[nccl_id::HASH_ARG]` and
+    /// `args[nccl_id::LEGACY_HASH_ARG]`.
+    pub id_src: u8,
+    pub _pad: [u8; 3],
 }
-const _: () = assert!(core::mem::size_of::<OpConfig>() == 16);
+const _: () = assert!(core::mem::size_of::<OpConfig>() == 20);
 
 /// The handle of a copy row: a hash of the arguments in `key_args` and of
 /// the process's region epoch (never 0). The kernel computes it at each
@@ -384,6 +394,75 @@ pub struct AggValue {
     pub bytes: u64,
 }
 const _: () = assert!(core::mem::size_of::<AggValue>() == 16);
+
+/// NCCL's communicator identity: the 128-byte `ncclUniqueId` that every
+/// rank passes to `ncclCommInitRank*`, hashed the way NCCL hashes it into
+/// its `commHash` (printed as `commId 0x...` in its `Init START`/`Init
+/// COMPLETE` lines). The hash is computed at the probe's entry (the id is
+/// on the caller's stack only then) by these functions, which user space
+/// shares and tests, so there is one definition of each.
+pub mod nccl_id {
+    /// `NCCL_UNIQUE_ID_BYTES` (nccl.h).
+    pub const BYTES: usize = 128;
+    /// The id as little-endian 64-bit words (how NCCL's `eatHash` reads it).
+    pub const WORDS: usize = BYTES / 8;
+    /// `OpConfig::id_src`: the id is passed by value. x86-64 SysV passes a
+    /// 128-byte struct in memory, so at the function's entry it is at the
+    /// stack pointer + 8 (above the return address), and the integer
+    /// arguments after it move up one register.
+    pub const ON_STACK: u8 = 0xfe;
+    /// The argument slots the entry overwrites with the hashes (`hash`,
+    /// `hash_legacy`); rows with an id leave them free. Both 0: the id
+    /// could not be read.
+    pub const HASH_ARG: usize = 4;
+    pub const LEGACY_HASH_ARG: usize = 5;
+
+    /// NCCL 2.26 and later: `getHash(id, 128)` of `src/include/bitops.h`
+    /// (`eatHash` into `acc = {1, 1}`, then `digestHash`).
+    #[inline(always)]
+    pub fn hash(words: &[u64; WORDS]) -> u64 {
+        let mut a0: u64 = 1 ^ BYTES as u64;
+        let mut a1: u64 = 1;
+        let mut i = 0;
+        while i < WORDS {
+            a0 = a0.wrapping_add(a1);
+            a1 ^= a0;
+            a0 ^= a0 >> 31;
+            a0 = a0.wrapping_mul(0x9de6_2bbc_8cef_3ce3);
+            a1 ^= a1 >> 32;
+            a1 = a1.wrapping_mul(0x485c_d631_1b59_9e79);
+            a0 = a0.wrapping_add(words[i]);
+            i += 1;
+        }
+        let mut h = a0;
+        h ^= h >> 31;
+        h = h.wrapping_mul(0xbac3_bd56_2846_de6b);
+        h = h.wrapping_add(a1);
+        h ^= h >> 32;
+        h.wrapping_mul(0x995a_187a_14e7_b445)
+    }
+
+    /// NCCL up to 2.25: `getHash(const char *string, int n)` of
+    /// `src/misc/utils.cc` (2.25: `bitops.h`), DJB2a over the bytes as
+    /// `char`, which is signed on x86-64, so bytes from 0x80 are
+    /// sign-extended before the xor.
+    #[inline(always)]
+    pub fn hash_legacy(words: &[u64; WORDS]) -> u64 {
+        let mut h: u64 = 5381;
+        let mut i = 0;
+        while i < WORDS {
+            let w = words[i];
+            let mut k = 0;
+            while k < 8 {
+                let c = (w >> (8 * k)) as u8 as i8 as i64 as u64;
+                h = (h << 5).wrapping_add(h) ^ c;
+                k += 1;
+            }
+            i += 1;
+        }
+        h
+    }
+}
 
 /// Size in bytes of an `ncclDataType_t` (nccl.h: int8, uint8, int32,
 /// uint32, int64, uint64, half, float, double, bfloat16, fp8e4m3, fp8e5m2).

@@ -12,7 +12,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     AggKey, AggValue, Event, Inflight, InflightKey, MAX_ARGS, MAX_OPS, MAX_SLOTS, OpConfig, copy_row_handle, counter,
-    filter, has_comm, kind, log2_slot, nccl_dtype_size, op_flags,
+    filter, has_comm, kind, log2_slot, nccl_dtype_size, nccl_id, op_flags,
 };
 
 use crate::maps::{
@@ -54,6 +54,14 @@ pub fn traced(tgid: u32) -> bool {
 /// otherwise the arguments wait in `INFLIGHT` for the return.
 #[inline(always)]
 pub fn on_entry(op: u32, args: [u64; MAX_ARGS]) -> Result<u32, Skip> {
+    on_entry_at(op, args, 0)
+}
+
+/// `on_entry` for a uprobe, which also knows the caller's stack pointer
+/// (`sp`, at the function's first instruction): arguments passed in memory
+/// are above it.
+#[inline(always)]
+pub fn on_entry_at(op: u32, mut args: [u64; MAX_ARGS], sp: u64) -> Result<u32, Skip> {
     if stopped() {
         return Err(Skip::Stopped);
     }
@@ -83,6 +91,9 @@ pub fn on_entry(op: u32, args: [u64; MAX_ARGS]) -> Result<u32, Skip> {
             aggregate(op, pid_tgid, &config, &args, 0);
         }
         return Ok(0);
+    }
+    if config.flags & op_flags::NCCL_ID != 0 {
+        hash_unique_id(&config, &mut args, sp);
     }
     let key = InflightKey { pid_tgid, op, _pad: 0 };
     // SAFETY: helper without preconditions.

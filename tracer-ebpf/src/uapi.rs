@@ -15,16 +15,32 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 
-use crate::probes::{on_entry, on_return};
+use crate::probes::{on_entry_at, on_return};
 
 #[inline(always)]
 fn entry(ctx: &ProbeContext) -> u32 {
     // SAFETY: the context pointer is the program's own.
     let op = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     let arg = |n| ctx.arg::<u64>(n).unwrap_or(0);
-    match on_entry(op, [arg(0), arg(1), arg(2), arg(3), arg(4), arg(5)]) {
+    match on_entry_at(op, [arg(0), arg(1), arg(2), arg(3), arg(4), arg(5)], stack_pointer(ctx)) {
         Ok(v) => v,
         Err(e) => e.code(),
+    }
+}
+
+/// The stack pointer at the probed function's entry (x86-64: arguments
+/// passed in memory start at +8, above the return address).
+#[inline(always)]
+fn stack_pointer(ctx: &ProbeContext) -> u64 {
+    #[cfg(bpf_target_arch = "x86_64")]
+    {
+        // SAFETY: the context's registers, readable by the program.
+        unsafe { (*ctx.regs).rsp }
+    }
+    #[cfg(not(bpf_target_arch = "x86_64"))]
+    {
+        let _ = ctx;
+        0
     }
 }
 

@@ -78,6 +78,12 @@ pub enum Command {
     /// Rebuild the report (and explanation) from a recording made with
     /// --record, through the same aggregation and classification code.
     Replay(ReplayArgs),
+    /// One job across nodes: join the reports or recordings of several
+    /// nodes (or ranks) per NCCL communicator, by the id every rank passed
+    /// to ncclCommInitRank (NCCL's commId): ranks, hosts, transports, and
+    /// which ranks fell back and why.
+    #[command(after_help = JOB_HELP)]
+    Job(JobArgs),
     /// Run a workload (without tracing).
     #[command(subcommand)]
     Drive(Drive),
@@ -250,6 +256,22 @@ pub struct ExplainArgs {
     #[arg(long, value_name = "FILE")]
     pub ucx_log: Option<PathBuf>,
     /// What to print on stdout (json: `gdrtrace.explain/v1`, docs/formats.md).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+const JOB_HELP: &str = "Examples:
+  gdrtrace run --json node0.json -- python train.py     # on each node
+  gdrtrace job node0.json node1.json                    # one view per communicator
+  gdrtrace job --format json node*.json rank*.jsonl";
+
+#[derive(Debug, clap::Args)]
+pub struct JobArgs {
+    /// Reports (`--json FILE` of run, attach, validate or replay) and/or
+    /// recordings (`--record FILE`), one per node or rank.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Output format (json: schema gdrtrace.job/v1, docs/job.md).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 }

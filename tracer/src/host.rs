@@ -107,6 +107,14 @@ pub struct HostFacts {
     /// where topology knows them: `[gpu, nic, class]`.
     #[serde(default)]
     pub gpu_nic_paths: Vec<[String; 3]>,
+    /// The host name and boot id: with a process's `NCCL_HOSTID` (which
+    /// replaces both), the inputs of NCCL's host hash (`getHostHash`:
+    /// `$(hostname)$(cat /proc/sys/kernel/random/boot_id)`), which decides
+    /// whether two ranks are on one host. Empty in reports older than them.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hostname: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub boot_id: String,
 }
 
 impl HostFacts {
@@ -149,8 +157,23 @@ impl HostFacts {
             gpus: topo.gpus.len() as u64,
             rdma_devices: list("/sys/class/infiniband"),
             gpu_nic_paths,
+            hostname: hostname(),
+            boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default(),
         }
     }
+}
+
+/// This machine's host name (`gethostname`, as NCCL reads it).
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: a valid buffer and its length.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return String::new();
+    }
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
 /// PCI bridges whose ACS control has request or completion redirect set,

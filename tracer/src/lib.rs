@@ -22,6 +22,7 @@ pub mod fixtures;
 pub mod host;
 pub mod input;
 pub mod intern;
+pub mod job;
 pub mod judge;
 pub mod loader;
 pub mod model;

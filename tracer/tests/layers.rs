@@ -40,6 +40,7 @@ const STAGES: &[&str] = &[
     // Readers of reports, the tracing session and loop, workloads, the
     // agent, the command line.
     "compare",
+    "job",
     "session",
     "trace",
     "drive",

@@ -796,6 +796,9 @@ mod tests {
             bytes: 300,
             transport: "p2p/nvlink",
             counted: None,
+            comm_id: None,
+            rank: None,
+            nranks: None,
         });
         r.verdicts.push(Verdict {
             pid: 700,

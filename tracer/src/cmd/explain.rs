@@ -27,54 +27,7 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
     };
     let log = args.nccl_log.as_deref().map(input::read_to_string).transpose()?;
     let ucx_log = args.ucx_log.as_deref().map(input::read_to_string).transpose()?;
-    // One reader for both kinds (gzip, size limit, regular files): the first
-    // line tells a recording from a report.
-    let mut input = Input::open(&path)?;
-    input.refuse_empty()?;
-    // A report's schema is its first field: a compact report of any size
-    // (one line past MAX_LINE) is told from what is buffered.
-    let report_first = match std::io::BufRead::fill_buf(&mut input) {
-        Ok(head) => {
-            let needle = b"\"gdrtrace.report/";
-            head.windows(needle.len()).any(|w| w == needle)
-        }
-        Err(e) => return Err(input.error(e)),
-    };
-    let recording = if report_first {
-        false
-    } else {
-        let mut first = String::new();
-        input.next_line(&mut first).map_err(|e| input.error(e))?;
-        let recording = first.contains("\"gdrtrace.recording/");
-        input.unread(first + "\n");
-        recording
-    };
-    let report = if recording {
-        let rec = crate::recording::read(&mut input).map_err(|e| input.error(e))?;
-        let (mut report, _) = super::replay::rebuild(&rec, log.as_deref()).map_err(|e| input.error(e))?;
-        if let Some(l) = &ucx_log {
-            report.corroborate_ucx(l);
-        }
-        report
-    } else {
-        let v = input::json_of(&mut input)?;
-        if v["schema"] != crate::report::SCHEMA {
-            return Err(Error::Input(format!(
-                "{} has schema {} (expected {} or a recording)",
-                input.name(),
-                v["schema"],
-                crate::report::SCHEMA
-            )));
-        }
-        let (mut report, notes) = read_and_rejudge(v, log.as_deref()).map_err(|e| input.error(e))?;
-        for note in notes {
-            errln!("gdrtrace: note: {}: {note}", input.name());
-        }
-        if let Some(l) = &ucx_log {
-            report.corroborate_ucx(l);
-        }
-        report
-    };
+    let (report, source) = load(&path, log.as_deref(), ucx_log.as_deref())?;
     // The rule table reads the report's JSON (each rule names the fields it
     // reads, and saved reports of any version are explained alike).
     let r = serde_json::to_value(&report).map_err(|e| Error::Workload(format!("serializing the report: {e}")))?;
@@ -82,7 +35,7 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
     if args.format == Format::Json {
         let doc = ExplainDoc {
             schema: SCHEMA.into(),
-            source: input.name().to_string(),
+            source,
             verdicts: report.verdicts.clone(),
             paths: e.paths,
             findings: e.findings,
@@ -107,6 +60,61 @@ pub struct ExplainDoc {
     pub verdicts: Vec<crate::classify::comm::Verdict>,
     pub paths: Vec<explain::Path>,
     pub findings: Vec<explain::Finding>,
+}
+
+/// A saved report or a recording (replayed), read into the typed report,
+/// its verdicts judged by this build (against `log`, an NCCL log, when
+/// given; UCX paths against `ucx_log`), with the input's name. One reader
+/// for both kinds (gzip, size limit, regular files): the first line tells a
+/// recording from a report.
+pub fn load(path: &std::path::Path, log: Option<&str>, ucx_log: Option<&str>) -> Result<(Report, String)> {
+    let mut input = Input::open(path)?;
+    input.refuse_empty()?;
+    // A report's schema is its first field: a compact report of any size
+    // (one line past MAX_LINE) is told from what is buffered.
+    let report_first = match std::io::BufRead::fill_buf(&mut input) {
+        Ok(head) => {
+            let needle = b"\"gdrtrace.report/";
+            head.windows(needle.len()).any(|w| w == needle)
+        }
+        Err(e) => return Err(input.error(e)),
+    };
+    let recording = if report_first {
+        false
+    } else {
+        let mut first = String::new();
+        input.next_line(&mut first).map_err(|e| input.error(e))?;
+        let recording = first.contains("\"gdrtrace.recording/");
+        input.unread(first + "\n");
+        recording
+    };
+    let report = if recording {
+        let rec = crate::recording::read(&mut input).map_err(|e| input.error(e))?;
+        let (mut report, _) = super::replay::rebuild(&rec, log).map_err(|e| input.error(e))?;
+        if let Some(l) = ucx_log {
+            report.corroborate_ucx(l);
+        }
+        report
+    } else {
+        let v = input::json_of(&mut input)?;
+        if v["schema"] != crate::report::SCHEMA {
+            return Err(Error::Input(format!(
+                "{} has schema {} (expected {} or a recording)",
+                input.name(),
+                v["schema"],
+                crate::report::SCHEMA
+            )));
+        }
+        let (mut report, notes) = read_and_rejudge(v, log).map_err(|e| input.error(e))?;
+        for note in notes {
+            errln!("gdrtrace: note: {}: {note}", input.name());
+        }
+        if let Some(l) = ucx_log {
+            report.corroborate_ucx(l);
+        }
+        report
+    };
+    Ok((report, input.name().to_string()))
 }
 
 /// A saved report, read into the typed report, with its verdicts judged

@@ -6,6 +6,7 @@ pub mod compare;
 pub mod doctor;
 pub mod drive;
 pub mod explain;
+pub mod job;
 pub mod replay;
 pub mod run;
 pub mod serve;
@@ -32,6 +33,7 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
         Command::Run(a) => run::run(&a),
         Command::Validate(a) => validate::validate(&a),
         Command::Replay(a) => replay::replay(&a),
+        Command::Job(a) => job::job(&a),
         Command::Drive(d) => drive::drive(&d),
         Command::Baseline(BaselineCmd::Record(a)) => baseline::record(&a),
         Command::Compare(a) => compare::compare(&a),

@@ -320,6 +320,8 @@ pub fn kernel_config(op_code: u32) -> Option<tracer_common::OpConfig> {
         // Rows per socket: the fd is argument 0.
         handle_arg: 0,
         key_args: 0,
+        id_src: tracer_common::NO_ARG,
+        _pad: [0; 3],
     })
 }
 

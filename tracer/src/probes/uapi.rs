@@ -3,7 +3,7 @@
 //! `tracer-ebpf/src/uapi.rs`. A row's op code is `op::USER_BASE + index`;
 //! it travels as the attach cookie.
 use serde::Serialize;
-use tracer_common::{OpConfig, op, op_flags};
+use tracer_common::{OpConfig, nccl_id, op, op_flags};
 
 use super::catalog::Family;
 
@@ -198,6 +198,11 @@ pub struct Row {
     /// evented too (`op_flags::SAMPLE_FIRST`), so the memory behind its
     /// buffer argument can be looked up.
     pub sample_first: bool,
+    /// Where the call's `ncclUniqueId` is: `nccl_id::ON_STACK` (passed by
+    /// value) or the index of the argument pointing to it. The entry hashes
+    /// it into `args[nccl_id::HASH_ARG]` and `args[nccl_id::LEGACY_HASH_ARG]`
+    /// (`tracer_common::nccl_id`), which the row leaves free.
+    pub unique_id: Option<u8>,
 }
 
 impl Row {
@@ -322,7 +327,14 @@ const fn row(lib: Lib, symbol: &'static str, name: &'static str, kind: Kind, arg
         hot_setup: false,
         budgeted: false,
         sample_first: false,
+        unique_id: None,
     }
+}
+
+/// A communicator init that takes an `ncclUniqueId` (`Row::unique_id`).
+const fn with_id(mut r: Row, at: u8) -> Row {
+    r.unique_id = Some(at);
+    r
 }
 
 const fn budgeted(mut r: Row) -> Row {
@@ -660,20 +672,44 @@ pub static TABLE: &[Row] = &[
         Kind::Setup,
         &[Handle, Addr, Int],
     ),
-    // ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id /* 128 B, stack */, int rank);
-    row(
-        Lib::Nccl,
-        "ncclCommInitRank",
-        "ncclCommInitRank",
-        Kind::CommInit,
-        &[Out, Count, Int],
+    // ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
+    // The 128-byte id is passed in memory (x86-64 SysV), so `rank` is the
+    // third integer register, and the id is at the entry's stack pointer + 8.
+    with_id(
+        row(
+            Lib::Nccl,
+            "ncclCommInitRank",
+            "ncclCommInitRank",
+            Kind::CommInit,
+            &[Out, Count, Int],
+        ),
+        nccl_id::ON_STACK,
     ),
-    row(
-        Lib::Nccl,
-        "ncclCommInitRankConfig",
-        "ncclCommInitRankConfig",
-        Kind::CommInit,
-        &[Out, Count, Int, Addr],
+    // ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+    //                                     ncclConfig_t *config);
+    with_id(
+        row(
+            Lib::Nccl,
+            "ncclCommInitRankConfig",
+            "ncclCommInitRankConfig",
+            Kind::CommInit,
+            &[Out, Count, Int, Addr],
+        ),
+        nccl_id::ON_STACK,
+    ),
+    // ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
+    //                                       ncclUniqueId *commIds, ncclConfig_t *config);  (NCCL 2.23+)
+    // NCCL hashes the first id (`job->commId`); the hashes replace the
+    // pointer and the config argument.
+    with_id(
+        row(
+            Lib::Nccl,
+            "ncclCommInitRankScalable",
+            "ncclCommInitRankScalable",
+            Kind::CommInit,
+            &[Out, Count, Int, Count],
+        ),
+        4,
     ),
     // ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
     row(
@@ -1045,6 +1081,9 @@ pub fn config_of(row: &Row) -> OpConfig {
     } else {
         (row.coll.map_or(tracer_common::NO_ARG, |c| c.0), 0)
     };
+    if row.unique_id.is_some() {
+        flags |= op_flags::NCCL_ID;
+    }
     OpConfig {
         flags,
         deref_args: deref,
@@ -1053,6 +1092,8 @@ pub fn config_of(row: &Row) -> OpConfig {
         dtype_arg: row.coll.map_or(tracer_common::NO_ARG, |c| c.1),
         handle_arg: row.coll.map_or(tracer_common::NO_ARG, |c| c.2),
         key_args,
+        id_src: row.unique_id.unwrap_or(tracer_common::NO_ARG),
+        _pad: [0; 3],
     }
 }
 

@@ -106,6 +106,15 @@ pub struct Collective {
     /// of its time that was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counted: Option<Counted>,
+    /// The communicator's identity across ranks (`processes[].communicators`):
+    /// the hash of its `ncclUniqueId` as NCCL prints it, this process's rank
+    /// and the rank count; absent where the init call was not seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nranks: Option<u32>,
 }
 
 /// Calls and bytes as counted in on phases of the duty cycle.
@@ -429,14 +438,22 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
                         calls: *calls,
                         bytes: *bytes,
                     });
+                let communicator = format!("{handle:#x}");
+                let ident = agg
+                    .procs
+                    .get(pid)
+                    .and_then(|p| p.communicators.iter().rev().find(|c| c.communicator == communicator));
                 Collective {
                     pid: *pid,
                     op: op.clone(),
-                    communicator: format!("{handle:#x}"),
+                    communicator,
                     calls: *calls,
                     bytes: *bytes,
                     transport: "unknown",
                     counted,
+                    comm_id: ident.and_then(|c| c.comm_id.clone()),
+                    rank: ident.and_then(|c| c.rank),
+                    nranks: ident.and_then(|c| c.nranks),
                 }
             })
             .collect(),

@@ -104,6 +104,23 @@ fn quantile_at_most(buckets: &[Bucket], q: f64) -> Option<u64> {
     })
 }
 
+/// A collective's communicator identity across ranks, as NCCL's own
+/// `Init COMPLETE` line names it (`commId 0x... rank R nranks N`).
+fn identity(c: &crate::report::Collective) -> String {
+    match (&c.comm_id, c.rank, c.nranks) {
+        (None, None, None) => String::new(),
+        (id, rank, n) => {
+            let f = |v: Option<u32>| v.map_or("?".to_string(), |v| v.to_string());
+            format!(
+                "  commId {} rank {} nranks {}",
+                id.as_deref().unwrap_or("?"),
+                f(rank),
+                f(n)
+            )
+        }
+    }
+}
+
 /// Says that a collective row is an estimate: what was counted, in what
 /// share of the process's traced time.
 fn sampled_note(r: &Report, c: &crate::report::Collective) -> String {
@@ -244,14 +261,15 @@ pub fn render_with(r: &Report, detail: bool) -> String {
         for c in &r.collectives {
             let _ = writeln!(
                 o,
-                "  pid {:>7} {:<18} comm {:<16} {:>9} calls {:>12} {}{}",
+                "  pid {:>7} {:<18} comm {:<16} {:>9} calls {:>12} {}{}{}",
                 c.pid,
                 c.op,
                 c.communicator,
                 c.calls,
                 bytes(c.bytes),
                 c.transport,
-                sampled_note(r, c)
+                sampled_note(r, c),
+                identity(c)
             );
         }
         let _ = writeln!(o);
@@ -574,6 +592,9 @@ mod tests {
                 bytes: 1 << 30,
                 transport: "p2p/nvlink",
                 counted: None,
+                comm_id: None,
+                rank: None,
+                nranks: None,
             });
         }
         r.kernel_histograms.push(crate::report::KernelHistogram {

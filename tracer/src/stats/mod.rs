@@ -85,6 +85,10 @@ pub struct ProcInfo {
     /// (`ncclCommInitRank*`'s `nranks` argument), in order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nccl_ranks: Vec<u32>,
+    /// The NCCL communicators the process joined, with the identity every
+    /// rank of one communicator shares (`comm_id`), in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub communicators: Vec<Communicator>,
     /// Time traced while the sampled rows' duty cycle ran, and the part of
     /// it they counted in (absent when every call was counted): where it is
     /// less, the process's collective figures are estimates (`stats/duty.rs`).
@@ -93,6 +97,59 @@ pub struct ProcInfo {
     /// Whether `env` was read since the last exec (an empty environment is an answer too).
     #[serde(skip)]
     pub env_read: bool,
+}
+
+/// One NCCL communicator of a process: its local handle and the identity
+/// its ranks share.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct Communicator {
+    /// The local `ncclComm_t` (as `collectives[].communicator` names it).
+    pub communicator: String,
+    /// The init call (`ncclCommInitRank`, `ncclCommInitRankConfig`, ...).
+    pub init: String,
+    /// The hash of the `ncclUniqueId` every rank passed, as NCCL 2.26+
+    /// prints it (`commId 0x...` in its `Init START`/`Init COMPLETE` lines):
+    /// `0x` and 16 lowercase hex digits. Absent where the call takes no id
+    /// (`ncclCommInitAll`, `ncclCommSplit`) or it could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_id: Option<String>,
+    /// The same id hashed as NCCL 2.18 to 2.25 print it (their `getHash`
+    /// was DJB2a).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_id_legacy: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nranks: Option<u32>,
+}
+
+impl Communicator {
+    /// A hash as NCCL prints it (`%lx` after `0x`, here zero-padded to 16
+    /// digits so that every id has one spelling).
+    pub fn hex(hash: u64) -> String {
+        format!("{hash:#018x}")
+    }
+
+    /// The communicator a successful `ncclCommInitRank*` call made, from
+    /// its record: `args[0]` the new `ncclComm_t` (dereferenced at return),
+    /// `args[1]` nranks, `args[2]` rank, and for rows with an id its two
+    /// hashes (`tracer_common::nccl_id`; both 0: unreadable).
+    pub fn of_init(e: &Event, row: &crate::probes::uapi::Row) -> Self {
+        use tracer_common::nccl_id;
+        let (h, legacy) = (e.args[nccl_id::HASH_ARG], e.args[nccl_id::LEGACY_HASH_ARG]);
+        let id = row.unique_id.is_some() && (h, legacy) != (0, 0);
+        let all = row.name == "ncclCommInitAll";
+        Communicator {
+            communicator: format!("{:#x}", e.args[0]),
+            init: row.name.to_string(),
+            comm_id: id.then(|| Self::hex(h)),
+            comm_id_legacy: id.then(|| Self::hex(legacy)),
+            // ncclCommInitAll(comms, ndev, devlist): one process holds every rank.
+            rank: (!all).then_some(e.args[2] as u32),
+            nranks: Some(e.args[1] as u32),
+        }
+    }
 }
 
 /// Traced and sampled time of one process (`Input::Duty`), in microseconds.
@@ -611,6 +668,14 @@ impl Aggregator {
         // the communicator's calls ended here (the duty cycle's estimates).
         if kind_is(crate::probes::uapi::Kind::CommEnd) && !c.failed {
             self.estimator.row_ended(e.pid, e.args[0]);
+        }
+        if let Some((_, row)) = crate::probes::uapi::row_of(e.op)
+            && row.kind == crate::probes::uapi::Kind::CommInit
+            && e.kind == kind::CALL
+            && !c.failed
+        {
+            let p = self.procs.entry(e.pid).or_default();
+            p.communicators.push(Communicator::of_init(e, row));
         }
         if registered {
             let backing = match c.transport {

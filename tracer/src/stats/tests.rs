@@ -41,3 +41,64 @@ fn an_exit_record_does_not_rename_a_named_process() {
     agg.push(&record(kind::EXIT, 4243, "other"));
     assert_eq!(agg.procs[&4243].comm, "trainer");
 }
+
+/// The id hashes against values printed by NCCL's own code: `getHash` of
+/// `src/include/bitops.h` (v2.28.9) and of `src/misc/utils.cc` (v2.21.5),
+/// copied verbatim into a C++ file and run on three ids (bytes 0..127,
+/// 128 x 0x5a, bytes 255 down to 128, which also checks that bytes from
+/// 0x80 are sign-extended as `char` is on x86-64).
+#[test]
+fn unique_id_hashes_are_nccls() {
+    use tracer_common::nccl_id::{WORDS, hash, hash_legacy};
+    let words = |f: &dyn Fn(usize) -> u8| -> [u64; WORDS] {
+        let mut w = [0u64; WORDS];
+        for (i, word) in w.iter_mut().enumerate() {
+            *word = u64::from_le_bytes(std::array::from_fn(|k| f(i * 8 + k)));
+        }
+        w
+    };
+    for (id, modern, legacy) in [
+        (words(&|i| i as u8), 0x6afe1cc17717e1f4u64, 0xbf47c767cbdf3105u64),
+        (words(&|_| 0x5a), 0x3e97385d3fdaa372, 0xfbf2f21fa2143505),
+        (words(&|i| (255 - i) as u8), 0xf8a0d5283e693fb2, 0x0ef65392009eb905),
+    ] {
+        assert_eq!(hash(&id), modern, "NCCL 2.26+ getHash");
+        assert_eq!(hash_legacy(&id), legacy, "NCCL up to 2.25 getHash");
+    }
+    assert_eq!(super::Communicator::hex(0x0ef65392009eb905), "0x0ef65392009eb905");
+}
+
+/// A successful init call names its communicator: handle, rank, nranks and
+/// the id's hash; a failed one and one without a readable id do not claim one.
+#[test]
+fn an_init_call_names_its_communicator() {
+    use tracer_common::nccl_id::{HASH_ARG, LEGACY_HASH_ARG};
+    let (op, _) = crate::probes::uapi::TABLE
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.name == "ncclCommInitRank")
+        .map(|(i, r)| (crate::probes::uapi::op_of(i), r))
+        .expect("ncclCommInitRank row");
+    let mut agg = gone();
+    let mut e = record(kind::CALL, 4300, "");
+    e.op = op;
+    e.args = [0x55d9dbb07aa0, 2, 1, 0, 0, 0];
+    e.args[HASH_ARG] = 0x6afe1cc17717e1f4;
+    e.args[LEGACY_HASH_ARG] = 0xbf47c767cbdf3105;
+    agg.push(&e);
+    let mut unread = e;
+    unread.args[HASH_ARG] = 0;
+    unread.args[LEGACY_HASH_ARG] = 0;
+    unread.args[0] = 0x1000;
+    agg.push(&unread);
+    let mut failed = e;
+    failed.ret = 5;
+    agg.push(&failed);
+    let comms = &agg.procs[&4300].communicators;
+    assert_eq!(comms.len(), 2, "the failed call made no communicator: {comms:?}");
+    assert_eq!(comms[0].communicator, "0x55d9dbb07aa0");
+    assert_eq!(comms[0].comm_id.as_deref(), Some("0x6afe1cc17717e1f4"));
+    assert_eq!(comms[0].comm_id_legacy.as_deref(), Some("0xbf47c767cbdf3105"));
+    assert_eq!((comms[0].rank, comms[0].nranks), (Some(1), Some(2)));
+    assert_eq!(comms[1].comm_id, None, "an unreadable id is not claimed");
+}

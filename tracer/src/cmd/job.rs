@@ -1,0 +1,27 @@
+//! `gdrtrace job FILE...`: one view per NCCL communicator across the
+//! reports (or recordings) of several nodes (`crate::job`).
+use crate::{
+    cli::{Format, JobArgs},
+    error::{Error, Result},
+    job,
+};
+
+pub fn job(args: &JobArgs) -> Result<i32> {
+    let mut reports = Vec::with_capacity(args.files.len());
+    for f in &args.files {
+        let (report, _) = super::explain::load(f, None, None)?;
+        reports.push((f.display().to_string(), report));
+    }
+    let view = job::join(&reports);
+    match args.format {
+        Format::Text => {
+            out!("{}", job::render(&view));
+        }
+        Format::Json => {
+            let text = serde_json::to_string_pretty(&view)
+                .map_err(|e| Error::Workload(format!("serializing the job view: {e}")))?;
+            outln!("{text}");
+        }
+    }
+    Ok(0)
+}
