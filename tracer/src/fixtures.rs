@@ -501,6 +501,32 @@ mod tests {
         );
     }
 
+    /// The same job moved nothing between devices (issue 23): its
+    /// all-reduces were counted, but on a one-rank communicator, so none
+    /// of their bytes (816 MB in this recording) is "moved" in the staging
+    /// section, which the text report's MOVED column prints.
+    #[test]
+    fn one_rank_job_moves_nothing_between_devices() {
+        let (r, _) = replay_fixture("gpu-h200-one-rank-run");
+        let counted: u64 = r.collectives.iter().map(|c| c.bytes).sum();
+        assert!(counted > 0, "the all-reduces were counted");
+        assert!(
+            r.collectives.iter().all(|c| c.nranks == Some(1) && c.rank == Some(0)),
+            "{:?}",
+            r.collectives
+        );
+        assert!(
+            r.staging
+                .communicators
+                .iter()
+                .all(|c| c.bytes == 0 && c.staged_bytes == 0)
+        );
+        for s in &r.staging.processes {
+            let p = r.processes.iter().find(|p| p.pid == s.pid).expect("process");
+            assert_eq!(s.moved_bytes, p.moved_bytes, "only its copies count as moved: {s:?}");
+        }
+    }
+
     /// Every report under `tests/fixtures/reports/` that carries verdicts
     /// (drop a full `attach --json` report there, with its NCCL log as
     /// `tests/fixtures/logs/<name>.log` and its `--record` recording as

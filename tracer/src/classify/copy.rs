@@ -96,8 +96,20 @@ pub(super) fn peer_copy_verdict(e: &Event, name: &str, registry: &Registry) -> (
     let (dctx, sctx) = (e.args[1], e.args[3]);
     if dctx == sctx {
         return (
-            Transport::Unknown,
-            format!("{name}: source and destination in the same context {dctx:#x}: a device-local copy"),
+            Transport::IpcSameDevice,
+            format!(
+                "{name}: source and destination in the same context {dctx:#x}: a copy within one device's memory, crossing no link"
+            ),
+        );
+    }
+    if let (Some(d), Some(s)) = (registry.device_of_ctx(e.pid, dctx), registry.device_of_ctx(e.pid, sctx))
+        && d == s
+    {
+        return (
+            Transport::IpcSameDevice,
+            format!(
+                "{name} from context {sctx:#x} to {dctx:#x}, both on device {d}: the copy stays in that GPU's memory and crosses no link"
+            ),
         );
     }
     if registry.peer_enabled(e.pid, dctx, sctx) {

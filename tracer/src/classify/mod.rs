@@ -37,6 +37,11 @@ pub enum Transport {
     P2pNvlink,
     #[serde(rename = "p2p/pcie")]
     P2pPcie,
+    /// Memory shared between processes or contexts of one GPU (CUDA IPC,
+    /// UCX `cuda_ipc`, a peer copy whose two contexts are on one device):
+    /// the copy stays in that GPU's memory and crosses no link.
+    #[serde(rename = "ipc/same-device")]
+    IpcSameDevice,
     #[serde(rename = "shm")]
     Shm,
     #[serde(rename = "socket")]
@@ -64,12 +69,13 @@ impl<'de> serde::Deserialize<'de> for Transport {
 }
 
 impl Transport {
-    pub const ALL: [Transport; 11] = [
+    pub const ALL: [Transport; 12] = [
         Transport::GdrPeerMem,
         Transport::GdrDmabuf,
         Transport::HostStaged,
         Transport::P2pNvlink,
         Transport::P2pPcie,
+        Transport::IpcSameDevice,
         Transport::Shm,
         Transport::Socket,
         Transport::GpuHostDma,
@@ -93,6 +99,7 @@ impl Transport {
             Transport::HostStaged => "host-staged",
             Transport::P2pNvlink => "p2p/nvlink",
             Transport::P2pPcie => "p2p/pcie",
+            Transport::IpcSameDevice => "ipc/same-device",
             Transport::Shm => "shm",
             Transport::Socket => "socket",
             Transport::GpuHostDma => "gpu-host-dma",

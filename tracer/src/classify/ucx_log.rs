@@ -144,7 +144,8 @@ pub fn class_of(memory: &str, protocol: &str, transports_text: &str) -> &'static
 /// The class a tracer verdict stands for, in the log's terms.
 fn class_of_transport(t: Transport) -> &'static str {
     match t {
-        Transport::P2pNvlink | Transport::P2pPcie => "p2p",
+        // The log's `cuda_ipc`: between two GPUs or within one.
+        Transport::P2pNvlink | Transport::P2pPcie | Transport::IpcSameDevice => "p2p",
         Transport::GdrPeerMem | Transport::GdrDmabuf => "gpudirect-rdma",
         Transport::HostStaged => "host-staged",
         Transport::Socket => "socket",

@@ -143,7 +143,9 @@ impl Metrics {
             m.latency.insert(format!("{name} [{transport}]"), latency_of(o));
         }
         for c in r["collectives"].as_array().into_iter().flatten() {
-            let bytes = c["bytes"].as_u64().unwrap_or(0);
+            // Bytes that crossed between devices (none on a one-rank communicator).
+            let bytes = serde_json::from_value::<crate::report::Collective>(c.clone())
+                .map_or_else(|_| c["bytes"].as_u64().unwrap_or(0), |c| c.moved_bytes());
             add(&mut m.moved_bytes, bytes, "operations[].bytes and collectives[].bytes")?;
             if staged_transport(c["transport"].as_str().unwrap_or("")) {
                 add(&mut m.staged_bytes, bytes, "staged bytes")?;

@@ -24,6 +24,7 @@ fn context_of(i: &Inputs, p: &ProcessIn, ux: &UcxReport) -> Context {
         dmabuf_mrs: by("gpu/dma-buf"),
         host_mrs: by("host"),
         nvlink: i.facts.as_ref().and_then(|f| f.nvlink),
+        gpus: i.facts.as_ref().map(|f| f.gpus).filter(|n| *n > 0),
         links: i.gpu_links.clone(),
         memories: ux
             .endpoints

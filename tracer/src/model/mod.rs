@@ -262,6 +262,11 @@ impl Registry {
             .is_some_and(|p| p.peer_devices.contains(&(a, b)) || p.peer_devices.contains(&(b, a)))
     }
 
+    /// The device a context of `pid` was created on, if seen.
+    pub fn device_of_ctx(&self, pid: u32, ctx: u64) -> Option<i32> {
+        self.procs.get(&pid)?.ctx_device.get(&ctx).copied()
+    }
+
     /// The device of the thread's current context, if known.
     fn device_of_thread(&self, pid: u32, tid: u32) -> Option<i32> {
         let p = self.procs.get(&pid)?;

@@ -127,16 +127,19 @@ pub fn staging(r: &super::Report) -> Staging {
     let mut coll_bytes: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
     for c in &r.collectives {
         let staged = crate::classify::Transport::from_name(c.transport).staged();
-        let s = if staged { c.bytes } else { 0 };
+        // Only bytes that cross between devices count as moved (a one-rank
+        // communicator moves none).
+        let moved = c.moved_bytes();
+        let s = if staged { moved } else { 0 };
         let e = coll_bytes.entry(c.pid).or_default();
-        e.0 += c.bytes;
+        e.0 += moved;
         e.1 += s;
         communicators.push(StagingCommunicator {
             pid: c.pid,
             communicator: c.communicator.clone(),
-            bytes: c.bytes,
+            bytes: moved,
             staged_bytes: s,
-            staged_ratio: ratio(s, c.bytes),
+            staged_ratio: ratio(s, moved),
             transport: c.transport,
         });
     }

@@ -117,6 +117,17 @@ pub struct Collective {
     pub nranks: Option<u32>,
 }
 
+impl Collective {
+    /// The bytes that crossed between devices: none on a one-rank
+    /// communicator, whose collectives stay in its one GPU's memory (NCCL
+    /// copies send to receive buffer, or nothing in place); otherwise the
+    /// calls' bytes. A communicator whose rank count is unknown (its init
+    /// not traced) counts its bytes.
+    pub fn moved_bytes(&self) -> u64 {
+        if self.nranks == Some(1) { 0 } else { self.bytes }
+    }
+}
+
 /// Calls and bytes as counted in on phases of the duty cycle.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Counted {

@@ -102,3 +102,49 @@ fn an_init_call_names_its_communicator() {
     assert_eq!((comms[0].rank, comms[0].nranks), (Some(1), Some(2)));
     assert_eq!(comms[1].comm_id, None, "an unreadable id is not claimed");
 }
+
+/// `cuMemcpyPeer*` with both contexts on one device crosses no link: its
+/// own label, not NVLink and not staged (issue 23).
+#[test]
+fn a_peer_copy_on_one_device_is_same_device_ipc() {
+    use crate::classify::Transport;
+    let op = |name: &str| {
+        crate::probes::uapi::TABLE
+            .iter()
+            .position(|r| r.name == name)
+            .map(crate::probes::uapi::op_of)
+            .unwrap_or_else(|| panic!("no {name} row"))
+    };
+    let mut agg = gone();
+    // Two contexts, both on device 0 (args[0]: the context, dereferenced).
+    for ctx in [0xc0, 0xc1] {
+        let mut e = record(kind::CALL, 4400, "");
+        e.op = op("cuDevicePrimaryCtxRetain");
+        e.args = [ctx, 0, 0, 0, 0, 0];
+        agg.push(&e);
+    }
+    // CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n);
+    for (dctx, sctx) in [(0xc0, 0xc1), (0xc0, 0xc0)] {
+        let mut e = record(kind::CALL, 4400, "");
+        e.op = op("cuMemcpyPeer");
+        e.args = [0x7000_0000, dctx, 0x7100_0000, sctx, 1 << 20, 0];
+        agg.push(&e);
+    }
+    let peer: Vec<_> = agg
+        .ops
+        .keys()
+        .filter(|(n, _)| n == "cuMemcpyPeer")
+        .map(|(_, t)| *t)
+        .collect();
+    assert_eq!(
+        peer,
+        [Transport::IpcSameDevice],
+        "{:?}",
+        agg.ops.keys().collect::<Vec<_>>()
+    );
+    assert_eq!(
+        agg.ops[&("cuMemcpyPeer".to_string(), Transport::IpcSameDevice)].calls,
+        2
+    );
+    assert!(!Transport::IpcSameDevice.staged());
+}

@@ -15,6 +15,8 @@ pub struct Context {
     /// MRs on host memory (RDMA with host memory).
     pub host_mrs: u64,
     pub nvlink: Option<bool>,
+    /// GPUs on the host (`HostFacts::gpus`; None when unknown).
+    pub gpus: Option<u64>,
     pub links: Option<GpuLinks>,
     /// Memory types of the process's data calls.
     pub memories: BTreeSet<String>,
@@ -84,10 +86,16 @@ pub(super) fn gpu_path(u: &UcxProcess, cx: &Context) -> UcxPath {
         cause: None,
         log: None,
     };
-    let p2p = || match cx.nvlink {
-        Some(false) => (Transport::P2pPcie, "PCIe (no NVLink between the GPUs)"),
-        Some(true) => (Transport::P2pNvlink, "NVLink"),
-        None => (Transport::P2pNvlink, "NVLink assumed (topology unknown)"),
+    // With one GPU on the host, both ends of a device-to-device copy are
+    // on it: CUDA IPC between processes of one GPU crosses no link.
+    let p2p = || match (cx.gpus, cx.nvlink) {
+        (Some(1), _) => (
+            Transport::IpcSameDevice,
+            "no link at all: the host has one GPU, so both ends are in its memory (same-device IPC)",
+        ),
+        (_, Some(false)) => (Transport::P2pPcie, "PCIe (no NVLink between the GPUs)"),
+        (_, Some(true)) => (Transport::P2pNvlink, "NVLink"),
+        (_, None) => (Transport::P2pNvlink, "NVLink assumed (topology unknown)"),
     };
     if cx.gpu_mrs + cx.dmabuf_mrs > 0 {
         let dmabuf = cx.dmabuf_mrs > cx.gpu_mrs;
@@ -110,7 +118,7 @@ pub(super) fn gpu_path(u: &UcxProcess, cx: &Context) -> UcxPath {
         p.transport = t;
         p.path = "cuda_ipc".into();
         p.evidence.push(format!(
-            "{exports} CUDA IPC handles exported and {imports} opened (cuIpcGetMemHandle/cuIpcOpenMemHandle, cuMem export/import), {} copied device to device: GPU memory of the peer is mapped and copied directly over {link}",
+            "{exports} CUDA IPC handles exported and {imports} opened (cuIpcGetMemHandle/cuIpcOpenMemHandle, cuMem export/import), {} copied device to device: GPU memory of the peer is mapped and copied directly, over {link}",
             gb(c.gpu_gpu_bytes)
         ));
     } else if c.gpu_host_bytes > 0 {

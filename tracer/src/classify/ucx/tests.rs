@@ -45,6 +45,18 @@ fn cuda_ipc_from_handles_and_device_copies() {
     let mut c = cx("cuda", &[("cuIpcGetMemHandle", 1)], &[], 0);
     c.nvlink = Some(false);
     assert_eq!(paths(&u, &c)[0].transport, Transport::P2pPcie);
+    // On a host with one GPU both ends are in its memory: same-device IPC,
+    // not NVLink (ucx_perftest with both processes on GPU 0), and still
+    // UCX's cuda_ipc, not staged.
+    let mut c = cx("cuda", &[("cuIpcOpenMemHandle", 1)], &[], 4096);
+    c.gpus = Some(1);
+    let p = paths(&u, &c);
+    assert_eq!(
+        (p[0].transport, p[0].path.as_str()),
+        (Transport::IpcSameDevice, "cuda_ipc")
+    );
+    assert!(!p[0].host_staged && !p[0].transport.staged());
+    assert!(p[0].evidence[0].contains("no link at all"), "{:?}", p[0].evidence);
 }
 
 #[test]
