@@ -111,7 +111,7 @@ pub fn join(reports: &[(String, Report)]) -> Job {
                     let e = nranks.entry(id.clone()).or_default();
                     *e = (*e).max(n);
                 }
-                let hostid = p.env.get("NCCL_HOSTID").filter(|v| !v.is_empty()).cloned();
+                let hostid = crate::classify::comm::host_id(&p.env).map(String::from);
                 let (hostname, boot_id) = (r.facts.hostname.clone(), r.facts.boot_id.clone());
                 let host_key = match &hostid {
                     Some(h) => h.clone(),
