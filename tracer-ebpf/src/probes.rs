@@ -54,14 +54,15 @@ pub fn traced(tgid: u32) -> bool {
 /// otherwise the arguments wait in `INFLIGHT` for the return.
 #[inline(always)]
 pub fn on_entry(op: u32, args: [u64; MAX_ARGS]) -> Result<u32, Skip> {
-    on_entry_at(op, args, 0)
+    on_entry_at::<false>(op, args, 0)
 }
 
-/// `on_entry` for a uprobe, which also knows the caller's stack pointer
-/// (`sp`, at the function's first instruction): arguments passed in memory
-/// are above it.
+/// `on_entry` for a uprobe (`UAPI`), which also knows the caller's stack
+/// pointer (`sp`, at the function's first instruction): arguments passed in
+/// memory are above it. Only the uprobe programs carry the `ncclUniqueId`
+/// hashing (`UAPI` is a constant: the kernel-side programs compile without it).
 #[inline(always)]
-pub fn on_entry_at(op: u32, mut args: [u64; MAX_ARGS], sp: u64) -> Result<u32, Skip> {
+pub fn on_entry_at<const UAPI: bool>(op: u32, mut args: [u64; MAX_ARGS], sp: u64) -> Result<u32, Skip> {
     if stopped() {
         return Err(Skip::Stopped);
     }
@@ -92,7 +93,7 @@ pub fn on_entry_at(op: u32, mut args: [u64; MAX_ARGS], sp: u64) -> Result<u32, S
         }
         return Ok(0);
     }
-    if config.flags & op_flags::NCCL_ID != 0 {
+    if UAPI && config.flags & op_flags::NCCL_ID != 0 {
         hash_unique_id(&config, &mut args, sp);
     }
     let key = InflightKey { pid_tgid, op, _pad: 0 };

@@ -22,7 +22,7 @@ fn entry(ctx: &ProbeContext) -> u32 {
     // SAFETY: the context pointer is the program's own.
     let op = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     let arg = |n| ctx.arg::<u64>(n).unwrap_or(0);
-    match on_entry_at(op, [arg(0), arg(1), arg(2), arg(3), arg(4), arg(5)], stack_pointer(ctx)) {
+    match on_entry_at::<true>(op, [arg(0), arg(1), arg(2), arg(3), arg(4), arg(5)], stack_pointer(ctx)) {
         Ok(v) => v,
         Err(e) => e.code(),
     }

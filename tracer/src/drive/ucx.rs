@@ -114,7 +114,8 @@ impl UcxMode {
             UcxMode::HostTcp => &["socket"],
             UcxMode::HostShm => &["shm"],
             UcxMode::HostRc | UcxMode::HostRcUct => &["host-only"],
-            UcxMode::Cuda => &["p2p/nvlink", "p2p/pcie"],
+            // Both processes on one GPU (--gpus 0,0): cuda_ipc within it.
+            UcxMode::Cuda => &["p2p/nvlink", "p2p/pcie", "ipc/same-device"],
             UcxMode::CudaNoIpc => &["host-staged"],
         }
     }
