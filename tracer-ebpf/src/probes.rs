@@ -239,6 +239,46 @@ fn next_epoch(tgid: u32) {
     }
 }
 
+/// Hashes the call's `ncclUniqueId` (by value on the stack, or behind an
+/// argument) into `args[nccl_id::HASH_ARG]` and
+/// `args[nccl_id::LEGACY_HASH_ARG]`, both 0 (and a read error counted) when
+/// it cannot be read. The id is only readable here: NCCL copies it and the
+/// caller's stack moves on before the return.
+#[inline(always)]
+fn hash_unique_id(config: &OpConfig, args: &mut [u64; MAX_ARGS], sp: u64) {
+    let mut at = 0u64;
+    if config.id_src == nccl_id::ON_STACK {
+        if sp != 0 {
+            at = sp + 8;
+        }
+    } else {
+        let mut i = 0;
+        while i < MAX_ARGS {
+            if i == config.id_src as usize {
+                at = args[i];
+            }
+            i += 1;
+        }
+    }
+    // SAFETY: reads user memory through the checked helper.
+    let words = if at == 0 {
+        None
+    } else {
+        unsafe { bpf_probe_read_user(at as *const [u64; nccl_id::WORDS]) }.ok()
+    };
+    match words {
+        Some(w) => {
+            args[nccl_id::HASH_ARG] = nccl_id::hash(&w);
+            args[nccl_id::LEGACY_HASH_ARG] = nccl_id::hash_legacy(&w);
+        }
+        None => {
+            count(counter::READ_ERRORS);
+            args[nccl_id::HASH_ARG] = 0;
+            args[nccl_id::LEGACY_HASH_ARG] = 0;
+        }
+    }
+}
+
 /// Keeps the thread's current context; an event only when it changed.
 #[inline(always)]
 fn track_ctx(op: u32, pid_tgid: u64, args: [u64; MAX_ARGS]) {
