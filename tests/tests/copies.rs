@@ -187,5 +187,22 @@ fn auto_estimates_the_copies_of_a_busy_loop() {
         "{}",
         r["sampling"]
     );
+    // The trap cost the estimates were corrected by is in the recording:
+    // replay reaches the same estimates.
+    let text = std::fs::read_to_string(&rec).expect("the recording");
+    assert!(
+        text.contains("\"type\":\"trap-cost\""),
+        "no trap-cost line in the recording"
+    );
+    let out = rec.with_extension("replayed.json");
+    let o = run(&[
+        "replay",
+        rec.to_str().expect("UTF-8 path"),
+        "--json",
+        out.to_str().expect("UTF-8 path"),
+    ]);
+    assert!(o.status.success(), "replay: {}", stderr(&o));
+    assert_eq!(copies(&read_json(&out)), ops);
+    let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_file(&rec);
 }

@@ -103,6 +103,10 @@ fn traced(
     let s = |p: &Path| p.to_str().expect("UTF-8 path").to_string();
     let o = Command::new(gdrtrace_path())
         .env("NCCL_JOB_WARMUP_MS", warmup_ms)
+        // The trap cost given, not measured: the links the fixed-cycle test
+        // watches are then the session's own (the measurement loads a
+        // second session for a moment).
+        .env("GDRTRACE_TRAP_COST", "0,0")
         .args([
             "run",
             "--collectives",

@@ -9,6 +9,7 @@
 // scope in every module after it.
 #[macro_use]
 pub mod output;
+pub mod calibrate;
 pub mod classify;
 pub mod cli;
 pub mod cmd;

@@ -45,6 +45,9 @@ pub struct Session {
     opened: Instant,
     last_tick: Instant,
     counting_since: Instant,
+    /// When the last short on phase stopped counting (between two beats:
+    /// the interval the next beat ends is split there).
+    counting_until: Option<Instant>,
     /// The tracing window is closed: the cycle switches no more.
     stopped: bool,
     /// Closes the links of ended on phases off the tracing loop.
@@ -125,6 +128,7 @@ impl Session {
             opened: now,
             last_tick: now,
             counting_since: now,
+            counting_until: None,
             stopped: false,
             closer: Closer::default(),
         };
@@ -270,29 +274,74 @@ impl Session {
     /// One tick of the kernel aggregation: the duty cycle's last interval
     /// goes to the aggregator (the part the sampled rows counted in and the
     /// part they did not: an on phase counts from the moment its links
-    /// are attached), then the kernel's totals; then the cycle switches if
-    /// a phase is over (not once the window is closed).
+    /// are attached), then the kernel's totals, then the uncounted rest of
+    /// the interval after a short on phase ended in it; then the cycle
+    /// switches if a phase is over (not once the window is closed).
     pub fn aggregate_tick(&mut self, agg: &mut Aggregator) {
         let now = Instant::now();
+        let mut after = 0;
         if self.duty.cycles() {
             let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_micros() as u64;
-            let (on, off) = if self.duty.is_on() {
-                let from = self.counting_since.max(self.last_tick);
-                (us(from, now), us(self.last_tick, from))
-            } else {
-                (0, us(self.last_tick, now))
+            let from = self.counting_since.max(self.last_tick);
+            let until = match self.counting_until.take() {
+                Some(t) if t > self.last_tick => Some(t),
+                _ if self.duty.is_on() => Some(now),
+                _ => None,
+            };
+            let (on, off) = match until {
+                Some(t) => {
+                    after = us(t, now);
+                    (us(from, t), us(self.last_tick, from.min(t)))
+                }
+                None => (0, us(self.last_tick, now)),
             };
             agg.duty(on, off);
         }
         self.last_tick = now;
         let Ok(rows) = self.aggregates() else { return };
         agg.set_aggregates(crate::host::monotonic_ns(), &rows);
+        if after > 0 {
+            agg.duty(0, after);
+        }
         if self.stopped || !self.duty.cycles() {
             return;
         }
+        self.duty.quick = matches!(self.planner.uprobes.mode(), Some(crate::probes::uprobes::Mode::Multi));
         let calls = sampled_calls(&rows);
         if let Some(switch) = self.duty.tick(now.duration_since(self.opened), &calls) {
             self.switch(switch);
+        }
+    }
+
+    /// When the current short on phase of the duty cycle must end (between
+    /// two beats of the loop), if one is running.
+    pub fn duty_deadline(&self) -> Option<Instant> {
+        (!self.stopped)
+            .then(|| self.duty.deadline())
+            .flatten()
+            .map(|d| self.opened + d)
+    }
+
+    /// Sleeps until `deadline` ([`Session::duty_deadline`]); forever
+    /// without one (a branch of the tracing loop's `select!`).
+    pub async fn until(deadline: Option<Instant>) {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d.into()).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Ends the short on phase whose deadline has come: the kernel's switch
+    /// at once, the links to the closer. The kernel's totals of it are read
+    /// at the next beat (nothing counts in between).
+    pub fn duty_due(&mut self) {
+        if self.stopped {
+            return;
+        }
+        let now = Instant::now();
+        if let Some(switch) = self.duty.at_deadline(now.duration_since(self.opened)) {
+            self.switch(switch);
+            self.counting_until = Some(now);
         }
     }
 
@@ -306,12 +355,14 @@ impl Session {
                     log::warn!("starting an off phase of the sampled rows: {e}");
                 }
                 let (links, closed) = self.planner.uprobes.close_sampled(&mut self.ebpf);
-                log::info!(
-                    "sampled rows off ({why}): closing {} link(s) of {} point(s)",
-                    closed.links,
-                    closed.points
-                );
-                self.planner.sampling_note.get_or_insert(why);
+                if !why.is_empty() {
+                    log::info!(
+                        "sampled rows off ({why}): closing {} link(s) of {} point(s)",
+                        closed.links,
+                        closed.points
+                    );
+                    self.planner.sampling_note.get_or_insert(why);
+                }
                 self.closer.close(links);
             }
             Switch::On => {
@@ -322,6 +373,7 @@ impl Session {
                     log::warn!("starting an on phase of the sampled rows: {e}");
                 }
                 self.counting_since = Instant::now();
+                self.duty.opened(self.counting_since.duration_since(self.opened));
             }
         }
     }

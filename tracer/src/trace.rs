@@ -22,7 +22,7 @@ use crate::{
 };
 
 /// How often counters are sampled and target libraries rescanned.
-pub const TICK: Duration = Duration::from_millis(250);
+pub const TICK: Duration = crate::probes::duty::BEAT;
 /// How often the ring buffer is drained between wake-ups: records are
 /// submitted without waking the reader until the buffer fills to
 /// `LoadOptions::wakeup_bytes`, so a quiet buffer is read on this beat.
@@ -186,6 +186,8 @@ pub struct Trace {
     started_ns: u64,
     /// The timeline (`--trace-event`), rendered with the report.
     pub timeline: Option<String>,
+    /// The trap cost, measured once the duty cycle first samples.
+    calibration: crate::calibrate::Background,
 }
 
 #[derive(Clone, Debug)]
@@ -254,6 +256,7 @@ impl Trace {
             setup_hits: (0, Instant::now()),
             started_ns: crate::host::monotonic_ns(),
             timeline: None,
+            calibration: Default::default(),
         }
     }
 
@@ -282,6 +285,7 @@ impl Trace {
                     self.handle(&mut batch);
                 }
                 _ = tick.tick() => self.on_tick(),
+                () = Session::until(self.session.duty_deadline()) => self.session.duty_due(),
                 () = &mut stop => break,
             }
             if self.finished {
@@ -314,6 +318,7 @@ impl Trace {
         self.budget_setup();
         self.agg.sample();
         self.session.aggregate_tick(&mut self.agg);
+        self.calibrate();
         if self.stop_when_targets_exit && !self.agg.procs.is_empty() && self.agg.check_exited() {
             self.finished = true;
         }
@@ -324,6 +329,17 @@ impl Trace {
         self.interval_tick();
         for pid in self.agg.live_pids() {
             self.session.attach_libraries_of(pid);
+        }
+    }
+
+    /// Once the duty cycle samples, what a trap costs (on a thread; its
+    /// result corrects the estimates from then on).
+    fn calibrate(&mut self) {
+        if self.session.duty.off_phases > 0 {
+            self.calibration.start();
+        }
+        if let Some(c) = self.calibration.poll() {
+            self.agg.trap_cost(c.entry_ns, c.pair_ns);
         }
     }
 

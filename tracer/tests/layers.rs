@@ -42,6 +42,7 @@ const STAGES: &[&str] = &[
     "compare",
     "job",
     "session",
+    "calibrate",
     "trace",
     "drive",
     "serve",

@@ -235,36 +235,7 @@ fn detach(a: &BenchDetachArgs) -> Result<i32> {
     print(&r, line)
 }
 
-/// The benchmark's probed stand-in for a collective: ncclAllReduce's
-/// argument layout (send, recv, count, data type, reduction, communicator)
-/// and a C function's prologue, whose first instruction (`push`) the
-/// kernel emulates at the breakpoint as it does for a library's function
-/// (a first instruction it cannot emulate would add a single-step trap).
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub extern "C" fn gdrtrace_bench_collective(_: u64, _: u64, _: u64, _: u64, _: u64, _: u64) -> u32 {
-    core::arch::naked_asm!("push rbp", "mov rbp, rsp", "xor eax, eax", "pop rbp", "ret")
-}
-
-/// The same function, never probed: the baseline of each round. It
-/// returns another value so that the linker cannot fold the two into one
-/// (a probe on one would then fire for both).
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub extern "C" fn gdrtrace_bench_unprobed(_: u64, _: u64, _: u64, _: u64, _: u64, _: u64) -> u32 {
-    core::arch::naked_asm!("push rbp", "mov rbp, rsp", "mov eax, 1", "pop rbp", "ret")
-}
-
-/// Seconds for `n` calls of `f` with an 8 KiB float all-reduce's arguments.
-fn call_loop(f: extern "C" fn(u64, u64, u64, u64, u64, u64) -> u32, n: u64) -> f64 {
-    const COMM: u64 = 0xc0ffee;
-    let t = Instant::now();
-    for _ in 0..n {
-        // 2048 float32 (NCCL data type 7): 8 KiB.
-        std::hint::black_box(f(std::hint::black_box(0x1000), 0x2000, 2048, 7, 0, COMM));
-    }
-    t.elapsed().as_secs_f64()
-}
+use crate::calibrate::{COLLECTIVE, call_loop, gdrtrace_bench_collective, gdrtrace_bench_unprobed};
 
 #[derive(Serialize)]
 struct UprobeHitResult {
@@ -285,42 +256,8 @@ struct UprobeHitResult {
 /// table row ncclAllReduce is (entry-only, summed in the kernel), in
 /// `group`; returns the session and the row's op.
 fn probed_standin(mode: crate::probes::duty::Mode, group: Group) -> Result<(Session, u32)> {
-    let mut session = Session::open(&SessionOptions {
-        load: LoadOptions {
-            targets_only: true,
-            ..LoadOptions::default()
-        },
-        families: Some(vec![Family::Sched]),
-        installed_libraries: false,
-        collectives: mode,
-    })?;
-    let exe = std::env::current_exe().map_err(|e| Error::io("locating this executable", e))?;
-    let sym = symbols::functions(&exe)?
-        .into_iter()
-        .find(|s| s.name == "gdrtrace_bench_collective")
-        .ok_or_else(|| Error::Workload("this binary has no gdrtrace_bench_collective symbol".into()))?;
-    let op = uapi::TABLE
-        .iter()
-        .position(|r| r.symbol == "ncclAllReduce")
-        .map(uapi::op_of)
-        .ok_or_else(|| Error::Workload("the table has no ncclAllReduce row".into()))?;
-    session
-        .planner
-        .configure_table(&mut session.ebpf)
-        .map_err(|e| Error::Workload(format!("writing the op table: {e}")))?;
-    session.add_target(std::process::id())?;
-    let point = Point {
-        offset: sym.file_offset,
-        op,
-        symbol: sym.display(),
-        needs_return: false,
-        group,
-    };
-    let (_, errors) = session.planner.uprobes.attach(&mut session.ebpf, &exe, &[point]);
-    if let Some(e) = errors.first() {
-        return Err(Error::Workload(format!("the stand-in did not attach: {e}")));
-    }
-    Ok((session, op))
+    let (session, ops) = crate::calibrate::probed_standins(mode, group, &[COLLECTIVE])?;
+    Ok((session, ops[0]))
 }
 
 fn uprobe_hit(a: &BenchUprobeHitArgs) -> Result<i32> {
@@ -464,9 +401,17 @@ fn duty(a: &BenchDutyArgs) -> Result<i32> {
         }
         out
     });
-    // The tracing loop's tick, as `run` and `attach` tick it.
+    // The tracing loop's tick, as `run` and `attach` tick it, and the
+    // deadlines of short on phases between ticks.
+    let mut next = Instant::now() + crate::trace::TICK;
     while !job.is_finished() {
-        std::thread::sleep(crate::trace::TICK);
+        let due = session.duty_deadline().filter(|d| *d < next);
+        std::thread::sleep(due.unwrap_or(next).saturating_duration_since(Instant::now()));
+        if due.is_some() {
+            session.duty_due();
+            continue;
+        }
+        next += crate::trace::TICK;
         session.aggregate_tick(&mut agg);
     }
     let windows = job

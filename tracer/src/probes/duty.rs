@@ -1,41 +1,56 @@
 //! The duty cycle of the sampled rows: collectives, point-to-point and
-//! group calls, UCX data calls. Each of them is one uprobe trap per call
-//! (0.6 us on the GPU machine, 1 us on the development host: docs/perf.md),
-//! and an 8 KiB all-reduce on two H200s takes 20-36 us, so a link that
-//! stays open costs such a job 1.7-3% per rank. Their counts and bytes are
+//! group calls, UCX data calls and CUDA copies. Each of them is one uprobe
+//! trap per call, two for a copy, whose return is probed too (0.6-1 us on
+//! the GPU machine, about 1 us on the development host: docs/perf.md), and
+//! an 8 KiB all-reduce on two H200s takes 20-36 us, so a link that stays
+//! open costs such a job 1.7-3% per rank. Their counts and bytes are
 //! arguments, summed in the kernel, so they sample well: the link is open
 //! in on phases and closed in off phases, and the aggregator estimates
-//! each off phase's calls from the rates around it (`stats/duty.rs`, fed by
-//! `Input::Duty`).
+//! each off phase's calls from the rates of the on phases around it
+//! (`stats/duty.rs`, fed by `Input::Duty`).
 //!
 //! `auto` (the default of `run`, `attach` and `serve`) keeps the link open,
-//! every call counted, while each process makes at most `budget_hz` of
-//! these calls a second; above that, on phases of [`ON_PHASE`] (a tick of
-//! the loop: `serve`'s is 1 s) alternate with off phases long enough that a
-//! process traps at most `budget_hz` times a second on average (the cycle
-//! at most [`MAX_PERIOD`]). A job of large collectives is counted exactly;
-//! one of 40,000 small ones a second is sampled 2.5% of the time (250 ms of
-//! every 10 s), and pays about 1,000 traps a second.
+//! every call counted, while each process traps at most `budget_hz` times a
+//! second in it. The first beat (250 ms) over budget closes it, so the
+//! budget holds from the first second of a busy process. From then on an
+//! on phase begins on a beat and lasts as long as the busiest process needs
+//! to trap about `budget_hz / 4` times (at least [`MIN_ON`]): where the
+//! kernel has `uprobe_multi` links, which attach in milliseconds and stop
+//! trapping once closed, that is a few milliseconds, so an on phase comes
+//! every beat or few and the estimates of the gaps between them rest on
+//! rates measured at most a period away (a process that exits in a gap
+//! has its last calls estimated from an on phase at most a period before).
+//! Where links are per point (kernels before 6.6, whose links close one by
+//! one behind a grace period), an on phase is one beat and the off phases
+//! between them bring the average down to the budget (the cycle at most
+//! [`MAX_PERIOD`]). A job of large collectives is counted exactly; one of
+//! 40,000 small ones a second pays about 1,000 traps a second either way.
 //!
 //! The state machine is pure: the tracing loop feeds it the session clock
-//! and each process's counted calls every tick, and carries out what it
-//! returns (`Session::aggregate_tick`).
+//! and each process's counted traps every beat, asks it for the deadline
+//! of a short on phase, and carries out what it returns
+//! (`Session::aggregate_tick`, `Session::duty_due`).
 use std::{collections::BTreeMap, fmt, str::FromStr, time::Duration};
 
 use crate::units::{fmt_duration, parse_duration};
 
-/// Calls per second per process that `auto` counts exactly.
+/// Traps per second per process that `auto` counts exactly.
 pub const DEFAULT_BUDGET_HZ: f64 = 1000.0;
-/// An on phase of `auto`: one tick of the tracing loop, enough to measure
-/// the call rate again (an 8 KiB all-reduce loop makes about 10,000 calls
-/// in it), short enough that an `attach` of a few seconds pays little for
-/// its first one.
-pub const ON_PHASE: Duration = Duration::from_millis(250);
+/// The duty cycle's beat (the tracing loop's tick; `serve` beats it on its
+/// own): where it decides, and where on phases begin.
+pub const BEAT: Duration = Duration::from_millis(250);
+/// The shortest on phase of `auto` with `uprobe_multi` links (counted from
+/// the moment they are attached): a couple of scheduler slices, so that a
+/// caller descheduled for one still shows its rate, and enough for the
+/// loop's timer; short enough that a process trapping 150,000 times a
+/// second (a copy loop of 10 us copies) stays within 1,500 traps in any
+/// second.
+pub const MIN_ON: Duration = Duration::from_millis(8);
 /// The longest cycle (on plus off) of `auto`: a process that starts in an
 /// off phase is seen within it.
 pub const MAX_PERIOD: Duration = Duration::from_secs(60);
-/// The shortest on phase of a fixed cycle: the loop switches on its ticks.
-pub const MIN_ON: Duration = Duration::from_millis(250);
+/// The shortest on phase of a fixed cycle: the loop switches on its beats.
+pub const MIN_FIXED_ON: Duration = Duration::from_millis(250);
 
 /// How the sampled rows are traced (`--collectives`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -85,10 +100,10 @@ impl FromStr for Mode {
         };
         let on = parse_duration(on)?;
         let period = parse_duration(period)?;
-        if on < MIN_ON {
+        if on < MIN_FIXED_ON {
             return Err(format!(
                 "the on phase in '{s}' is too short (at least {})",
-                fmt_duration(MIN_ON)
+                fmt_duration(MIN_FIXED_ON)
             ));
         }
         if on >= period {
@@ -121,36 +136,56 @@ pub enum Switch {
 #[derive(Clone, Debug)]
 pub struct DutyCycle {
     pub mode: Mode,
+    /// The sampled links are `uprobe_multi` links: on phases may be
+    /// shorter than a beat (`Session` says, once it knows).
+    pub quick: bool,
     on: bool,
     /// When the current phase began (session clock).
     since: Duration,
+    /// The current on phase ends at `since` plus this, between beats
+    /// ([`DutyCycle::deadline`]); None: it ends on a beat.
+    on_for: Option<Duration>,
     /// How long the current off phase lasts.
     off_for: Duration,
-    /// Counted calls per process when the rate window began.
-    mark: Option<(Duration, BTreeMap<u32, u64>)>,
-    /// This on phase began with its links attached (after an off phase):
-    /// its first window is all counting time. Otherwise a window over
-    /// budget may be the one in which the calls began, part idle: the
-    /// probes close after a second one (`was_over`), so the window the
-    /// estimates start from is a full one (`stats/duty.rs`).
-    fresh: bool,
-    was_over: bool,
+    /// `auto` found a process over budget and cycles (until an on phase
+    /// finds every process under it again).
+    cycling: bool,
+    /// Counted traps per process when the current window or on phase
+    /// began: the session's start (none counted yet) until the first beat.
+    mark: (Duration, BTreeMap<u32, u64>),
+    /// A short on phase that ended: how long it counted and the traps when
+    /// it began. Its rate is measured at the next beat, once the kernel's
+    /// totals have its calls.
+    ended: Option<(Duration, BTreeMap<u32, u64>)>,
+    /// The length of the next short on phase.
+    next_on: Duration,
     /// Off phases so far.
     pub off_phases: u64,
     /// Why the first off phase began (the coverage detail says it).
     pub first_reason: Option<String>,
 }
 
+/// The busiest process over a window: (pid, traps).
+fn busiest(calls: &BTreeMap<u32, u64>, before: &BTreeMap<u32, u64>) -> Option<(u32, u64)> {
+    calls
+        .iter()
+        .map(|(pid, n)| (*pid, n.saturating_sub(before.get(pid).copied().unwrap_or(0))))
+        .max_by_key(|(_, n)| *n)
+}
+
 impl DutyCycle {
     pub fn new(mode: Mode) -> Self {
         Self {
             mode,
+            quick: false,
             on: true,
             since: Duration::ZERO,
+            on_for: None,
             off_for: Duration::ZERO,
-            mark: None,
-            fresh: false,
-            was_over: false,
+            cycling: false,
+            mark: (Duration::ZERO, BTreeMap::new()),
+            ended: None,
+            next_on: BEAT,
             off_phases: 0,
             first_reason: None,
         }
@@ -166,14 +201,28 @@ impl DutyCycle {
         self.mode != Mode::Exact
     }
 
-    /// One tick: `now` on the session clock, `calls` each process's counted
-    /// sampled calls so far (cumulative, from the kernel's aggregation).
+    /// When the current on phase ends, where that is between beats.
+    pub fn deadline(&self) -> Option<Duration> {
+        self.on_for.filter(|_| self.on).map(|d| self.since + d)
+    }
+
+    /// The links of an on phase are attached and counting began at `at`:
+    /// a short on phase counts for its whole length from there.
+    pub fn opened(&mut self, at: Duration) {
+        if self.on {
+            self.since = self.since.max(at);
+        }
+    }
+
+    /// One beat: `now` on the session clock, `calls` each process's counted
+    /// sampled traps so far (cumulative, from the kernel's aggregation).
     pub fn tick(&mut self, now: Duration, calls: &BTreeMap<u32, u64>) -> Option<Switch> {
         let in_phase = now.saturating_sub(self.since);
         let switch = match self.mode {
             Mode::Exact => None,
-            _ if !self.on => (in_phase >= self.off_for).then_some(Switch::On),
-            Mode::Fixed { on, period } => (in_phase >= on).then(|| {
+            // A short on phase whose deadline the loop missed ends now.
+            _ if self.deadline().is_some_and(|d| now >= d) => self.at_deadline(now),
+            Mode::Fixed { on, period } if self.on => (in_phase >= on).then(|| {
                 self.off_for = period - on;
                 Switch::Off {
                     why: format!(
@@ -184,67 +233,120 @@ impl DutyCycle {
                     ),
                 }
             }),
-            Mode::Auto { budget_hz } => self.over_budget(now, calls, budget_hz),
+            Mode::Fixed { .. } => (in_phase >= self.off_for).then_some(Switch::On),
+            Mode::Auto { budget_hz } if self.on => self.window(now, calls, budget_hz),
+            Mode::Auto { budget_hz } => {
+                self.measure_ended(calls, budget_hz);
+                (in_phase >= self.off_for).then_some(Switch::On)
+            }
         };
-        match &switch {
+        self.apply(now, calls, &switch);
+        switch
+    }
+
+    /// The current short on phase is over (`now` at or past its deadline).
+    pub fn at_deadline(&mut self, now: Duration) -> Option<Switch> {
+        let len = self.deadline().filter(|d| now >= *d).map(|_| now - self.since)?;
+        self.ended = Some((len, self.mark.1.clone()));
+        let switch = Some(Switch::Off { why: String::new() });
+        let mark = self.mark.1.clone();
+        self.apply(now, &mark, &switch);
+        switch
+    }
+
+    fn apply(&mut self, now: Duration, calls: &BTreeMap<u32, u64>, switch: &Option<Switch>) {
+        match switch {
             Some(Switch::On) => {
                 self.on = true;
                 self.since = now;
-                self.mark = Some((now, calls.clone()));
-                self.fresh = true;
+                self.mark = (now, calls.clone());
+                self.on_for = (self.cycling && self.quick).then_some(self.next_on);
             }
             Some(Switch::Off { why }) => {
                 self.on = false;
                 self.since = now;
-                self.mark = None;
-                self.was_over = false;
+                self.on_for = None;
                 self.off_phases += 1;
-                self.first_reason.get_or_insert_with(|| why.clone());
+                if !why.is_empty() {
+                    self.first_reason.get_or_insert_with(|| why.clone());
+                }
             }
             None => {}
         }
-        switch
     }
 
-    /// In an on phase of `auto`: the busiest process's rate over the last
-    /// [`ON_PHASE`]; over budget (in the phase's first window, or in two
-    /// windows in a row), an off phase that brings its average down to the
-    /// budget.
-    fn over_budget(&mut self, now: Duration, calls: &BTreeMap<u32, u64>, budget_hz: f64) -> Option<Switch> {
-        let (t0, before) = self.mark.get_or_insert_with(|| (now, calls.clone()));
+    /// The on phase and off phase that hold `rate` traps a second to the
+    /// budget: a short on phase of about a quarter of a second's budget
+    /// where links are quick, else a beat.
+    fn plan(&self, rate: f64, budget_hz: f64) -> (Duration, Duration) {
+        let on = if self.quick {
+            BEAT.mul_f64(budget_hz / rate).clamp(MIN_ON, BEAT)
+        } else {
+            BEAT
+        };
+        let period = on.mul_f64(rate / budget_hz).min(MAX_PERIOD);
+        (on, period.saturating_sub(on))
+    }
+
+    /// Counting continuously (or in a beat-long on phase): the busiest
+    /// process's rate since the window began; over budget, an off phase
+    /// that brings its average down to the budget, from the first beat
+    /// over it (the first window of a trace starts with the session: a
+    /// window in which the calls began part-way is under-rated, so its
+    /// off phase is short, and the next on phase measures the full rate).
+    fn window(&mut self, now: Duration, calls: &BTreeMap<u32, u64>, budget_hz: f64) -> Option<Switch> {
+        let (t0, before) = &self.mark;
         let span = now.saturating_sub(*t0);
-        if span < ON_PHASE {
+        // Beats arrive a little early or late: a window of 249.9 ms is one.
+        if span + BEAT / 10 < BEAT {
             return None;
         }
-        let busiest = calls
-            .iter()
-            .map(|(pid, n)| (*pid, n.saturating_sub(before.get(pid).copied().unwrap_or(0))))
-            .max_by_key(|(_, n)| *n);
+        let busy = busiest(calls, before);
         let secs = span.as_secs_f64();
-        let over = busiest.is_some_and(|(_, n)| n as f64 / secs > budget_hz);
-        let decided = over && (self.fresh || self.was_over);
-        self.fresh = false;
-        self.was_over = over;
-        match busiest {
-            Some((pid, n)) if decided => {
+        match busy {
+            Some((pid, n)) if n as f64 / secs > budget_hz => {
                 let rate = n as f64 / secs;
-                // On for `span`, off for the rest of a period of span * rate / budget.
-                let off = span.mul_f64(rate / budget_hz - 1.0);
-                self.off_for = off.min(MAX_PERIOD.saturating_sub(span));
+                let (on, off) = self.plan(rate, budget_hz);
+                self.cycling = true;
+                self.next_on = on;
+                self.off_for = off;
                 Some(Switch::Off {
                     why: format!(
-                        "{:.0} calls/s by pid {pid} > {budget_hz:.0}/s: on {} of every {}",
-                        rate,
-                        fmt_duration(span),
-                        fmt_duration(span + self.off_for)
+                        "{rate:.0} traps/s by pid {pid} > {budget_hz:.0}/s: on {} of every {}, from {:.2} s into the trace",
+                        fmt_duration(on),
+                        fmt_duration(on + off),
+                        now.as_secs_f64()
                     ),
                 })
             }
             _ => {
-                self.mark = Some((now, calls.clone()));
+                // Under budget: count on (a beat-long on phase found the
+                // rate down again).
+                self.cycling = false;
+                self.mark = (now, calls.clone());
                 None
             }
         }
+    }
+
+    /// In an off phase after a short on phase: that phase's rate, now that
+    /// the kernel's totals hold its calls, sets the next phases; under
+    /// budget, the next on phase counts on.
+    fn measure_ended(&mut self, calls: &BTreeMap<u32, u64>, budget_hz: f64) {
+        let Some((len, before)) = self.ended.take() else {
+            return;
+        };
+        let rate = busiest(calls, &before).map_or(0.0, |(_, n)| n as f64 / len.as_secs_f64().max(1e-6));
+        if rate <= budget_hz {
+            // A short phase may have caught the caller off its CPU: the next
+            // on phase is a beat long and decides (`window`).
+            self.cycling = false;
+            self.off_for = Duration::ZERO;
+            return;
+        }
+        let (on, off) = self.plan(rate, budget_hz);
+        self.next_on = on;
+        self.off_for = off;
     }
 }
 
@@ -256,24 +358,41 @@ mod tests {
         Duration::from_millis(n)
     }
 
-    /// Feeds `rate` calls/s of one process at 250 ms ticks until `until`,
-    /// counting only while on (the kernel counts nothing in off phases);
-    /// returns the switches with their times and the counted calls.
-    fn run(d: &mut DutyCycle, rate: u64, until: u64) -> (Vec<(u64, Switch)>, u64) {
-        let mut counted = 0;
+    /// Simulates `rate` traps a second of one process (pid 7) in 1 ms
+    /// steps until `until` ms, with a beat every 250 ms and each short on
+    /// phase ended at its deadline; the kernel counts only while on.
+    /// Returns the switches with their times and the counted traps per
+    /// millisecond.
+    fn run(d: &mut DutyCycle, rate: u64, until: u64) -> (Vec<(u64, Switch)>, Vec<u64>) {
+        let mut counted = 0f64;
+        let mut per_ms = Vec::new();
         let mut out = Vec::new();
-        let mut t = 0;
-        while t <= until {
-            let calls = BTreeMap::from([(7u32, counted)]);
-            if let Some(s) = d.tick(ms(t), &calls) {
+        for t in 0..=until {
+            if t % 250 == 0 {
+                let calls = BTreeMap::from([(7u32, counted as u64)]);
+                if let Some(s) = d.tick(ms(t), &calls) {
+                    out.push((t, s));
+                }
+            }
+            if let Some(s) = d
+                .deadline()
+                .filter(|at| ms(t) >= *at)
+                .and_then(|_| d.at_deadline(ms(t)))
+            {
                 out.push((t, s));
             }
-            t += 250;
+            let before = counted as u64;
             if d.is_on() {
-                counted += rate / 4;
+                counted += rate as f64 / 1000.0;
             }
+            per_ms.push(counted as u64 - before);
         }
-        (out, counted)
+        (out, per_ms)
+    }
+
+    /// The most traps in any second from `from` ms on.
+    fn worst_second(per_ms: &[u64], from: usize) -> u64 {
+        per_ms[from..].windows(1000).map(|w| w.iter().sum()).max().unwrap_or(0)
     }
 
     #[test]
@@ -311,37 +430,75 @@ mod tests {
     #[test]
     fn exact_never_switches() {
         let mut d = DutyCycle::new(Mode::Exact);
-        let (switches, counted) = run(&mut d, 100_000, 30_000);
+        let (switches, per_ms) = run(&mut d, 100_000, 30_000);
         assert!(switches.is_empty());
-        assert_eq!(counted, 100_000 / 4 * 121);
+        assert_eq!(per_ms.iter().sum::<u64>(), 100 * 30_001);
         assert!(!d.cycles());
     }
 
     /// Under budget the link stays open: counts are exact.
     #[test]
     fn auto_under_budget_stays_on() {
-        let mut d = DutyCycle::new(Mode::default());
-        let (switches, _) = run(&mut d, 800, 60_000);
-        assert!(switches.is_empty(), "{switches:?}");
-        assert!(d.is_on());
+        for quick in [false, true] {
+            let mut d = DutyCycle::new(Mode::default());
+            d.quick = quick;
+            let (switches, _) = run(&mut d, 800, 60_000);
+            assert!(switches.is_empty(), "{switches:?}");
+            assert!(d.is_on());
+        }
     }
 
-    /// Over budget: on phases of a tick, off phases that bring the
-    /// busiest process down to its budget on average.
+    /// With `uprobe_multi` links: the first beat over budget closes them;
+    /// from then on short on phases, one every beat or few, hold the
+    /// process to the budget in every second.
     #[test]
-    fn auto_over_budget_keeps_the_average_at_the_budget() {
+    fn auto_over_budget_with_quick_links_holds_the_budget_every_second() {
+        for rate in [2_000, 40_000, 150_000] {
+            let mut d = DutyCycle::new(Mode::default());
+            d.quick = true;
+            let (switches, per_ms) = run(&mut d, rate, 30_000);
+            let Some((t, Switch::Off { why })) = switches.first() else {
+                panic!("{rate}: no off phase: {switches:?}")
+            };
+            assert_eq!(*t, 250, "{rate}: decided at the first beat over budget");
+            assert!(why.contains(&format!("{rate} traps/s by pid 7 > 1000/s")), "{why}");
+            assert!(why.contains("from 0.25 s into the trace"), "{why}");
+            // After the first second over budget, no second traps more
+            // than 1,500 times.
+            let worst = worst_second(&per_ms, 1_250);
+            assert!(worst <= 1_500, "{rate}: {worst} traps in one second");
+            // On phases come at least every two seconds, so a gap is short.
+            let ons: Vec<u64> = switches
+                .iter()
+                .filter(|(_, s)| *s == Switch::On)
+                .map(|(t, _)| *t)
+                .collect();
+            assert!(ons.len() >= 14, "{rate}: {ons:?}");
+            for w in ons.windows(2) {
+                assert!(w[1] - w[0] <= 2_000, "{rate}: {ons:?}");
+            }
+            let traps_per_s = per_ms[1_250..].iter().sum::<u64>() as f64 / 28.75;
+            assert!(
+                (300.0..=1_100.0).contains(&traps_per_s),
+                "{rate}: {traps_per_s} traps/s against a budget of 1000/s"
+            );
+        }
+    }
+
+    /// With per-point links: on phases of a beat, off phases that bring the
+    /// busiest process down to its budget on average, from the first beat.
+    #[test]
+    fn auto_over_budget_with_per_point_links_keeps_the_average_at_the_budget() {
         let mut d = DutyCycle::new(Mode::default());
         let until = 600_000;
-        let (switches, counted) = run(&mut d, 40_000, until);
+        let (switches, per_ms) = run(&mut d, 40_000, until);
         let Some((t, Switch::Off { why })) = switches.first() else {
             panic!("no off phase: {switches:?}")
         };
-        assert_eq!(
-            *t, 500,
-            "decided after two windows over budget (the first may be part idle)"
-        );
-        assert!(why.contains("40000 calls/s by pid 7 > 1000/s"), "{why}");
+        assert_eq!(*t, 250, "decided at the first beat over budget");
+        assert!(why.contains("40000 traps/s by pid 7 > 1000/s"), "{why}");
         assert!(why.contains("on 250ms of every 10s"), "{why}");
+        assert!(d.deadline().is_none(), "on phases end on beats");
         // Phases alternate, on first after every off.
         for pair in switches.windows(2) {
             assert_ne!(
@@ -350,7 +507,7 @@ mod tests {
                 "{switches:?}"
             );
         }
-        let traps_per_s = counted as f64 / (until as f64 / 1000.0);
+        let traps_per_s = per_ms.iter().sum::<u64>() as f64 / (until as f64 / 1000.0);
         assert!(
             (900.0..=1200.0).contains(&traps_per_s),
             "{traps_per_s} traps/s against a budget of 1000/s"
@@ -378,44 +535,49 @@ mod tests {
     /// A job whose rate drops below the budget is counted exactly again.
     #[test]
     fn auto_returns_to_exact_when_the_rate_drops() {
-        let mut d = DutyCycle::new(Mode::default());
-        let (switches, _) = run(&mut d, 50_000, 10_000);
-        assert!(!switches.is_empty());
-        let (later, _) = run(&mut d, 10, 200_000);
-        assert!(matches!(later.last(), Some((_, Switch::On))), "{later:?}");
-        assert!(d.is_on());
+        for quick in [false, true] {
+            let mut d = DutyCycle::new(Mode::default());
+            d.quick = quick;
+            let (switches, _) = run(&mut d, 50_000, 10_000);
+            assert!(!switches.is_empty());
+            let (later, _) = run(&mut d, 10, 200_000);
+            assert!(matches!(later.last(), Some((_, Switch::On))), "{later:?}");
+            assert!(d.is_on());
+            assert!(d.deadline().is_none(), "counting on, not a short on phase");
+        }
     }
 
     #[test]
     fn fixed_cycles_whatever_the_rate() {
         let mut d = DutyCycle::new("1s/10s".parse().unwrap());
-        let (switches, counted) = run(&mut d, 0, 30_000);
+        d.quick = true;
+        let (switches, per_ms) = run(&mut d, 0, 30_000);
         let times: Vec<u64> = switches.iter().map(|(t, _)| *t).collect();
         assert_eq!(times, vec![1000, 10_000, 11_000, 20_000, 21_000, 30_000]);
-        assert_eq!(counted, 0);
+        assert_eq!(per_ms.iter().sum::<u64>(), 0);
         assert_eq!(d.off_phases, 3);
         assert!(d.first_reason.as_deref().unwrap().contains("on 1s of every 10s"));
     }
 
-    /// Calls that begin after an idle stretch close the probes after a
-    /// second window over budget (the first may be part idle); after an
-    /// off phase the first window decides.
+    /// A short on phase counts for its whole length from the moment its
+    /// links are attached.
     #[test]
-    fn a_rise_over_budget_is_confirmed_once() {
+    fn a_short_on_phase_runs_from_its_attach() {
         let mut d = DutyCycle::new(Mode::default());
+        d.quick = true;
         let calls = |n: u64| BTreeMap::from([(1u32, n)]);
-        assert_eq!(d.tick(ms(0), &calls(0)), None);
-        assert_eq!(d.tick(ms(250), &calls(0)), None, "idle");
-        assert_eq!(d.tick(ms(500), &calls(3000)), None, "first window over budget");
-        assert!(matches!(d.tick(ms(750), &calls(8000)), Some(Switch::Off { .. })));
-        let mut t = 750;
-        while d.tick(ms(t), &calls(8000)) != Some(Switch::On) {
+        assert!(matches!(d.tick(ms(250), &calls(10_000)), Some(Switch::Off { .. })));
+        let mut t = 250;
+        while d.tick(ms(t), &calls(10_000)) != Some(Switch::On) {
             t += 250;
         }
-        assert!(
-            matches!(d.tick(ms(t + 250), &calls(13000)), Some(Switch::Off { .. })),
-            "the first window after an off phase decides"
-        );
+        let on = d.deadline().expect("a short on phase") - ms(t);
+        assert_eq!(on, MIN_ON, "40,000 traps/s: the shortest on phase");
+        d.opened(ms(t + 3));
+        assert_eq!(d.deadline(), Some(ms(t + 3) + on));
+        assert_eq!(d.at_deadline(ms(t + 10)), None, "not yet");
+        assert!(matches!(d.at_deadline(ms(t + 11)), Some(Switch::Off { .. })));
+        assert!(!d.is_on());
     }
 
     /// The busiest process decides: one rank over budget among quiet ones.
@@ -423,8 +585,7 @@ mod tests {
     fn auto_judges_the_busiest_process() {
         let mut d = DutyCycle::new(Mode::default());
         assert_eq!(d.tick(ms(0), &BTreeMap::from([(1, 0), (2, 0)])), None);
-        assert_eq!(d.tick(ms(250), &BTreeMap::from([(1, 125), (2, 1250)])), None);
-        let s = d.tick(ms(500), &BTreeMap::from([(1, 250), (2, 2500)]));
+        let s = d.tick(ms(250), &BTreeMap::from([(1, 125), (2, 1250)]));
         assert!(
             matches!(s, Some(Switch::Off { ref why }) if why.contains("pid 2")),
             "{s:?}"

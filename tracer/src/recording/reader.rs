@@ -93,6 +93,17 @@ pub fn read(r: &mut dyn std::io::BufRead) -> std::result::Result<Recording, Stri
                 on_us: required(&v["on_us"], "duty on_us").map_err(|e| format!("line {n}: {e}"))?,
                 off_us: required(&v["off_us"], "duty off_us").map_err(|e| format!("line {n}: {e}"))?,
             },
+            "trap-cost" => {
+                let ns = |f: &str| {
+                    v[f].as_f64()
+                        .filter(|x| x.is_finite() && *x >= 0.0)
+                        .ok_or_else(|| format!("line {n}: trap-cost {f} is not a non-negative number"))
+                };
+                Input::TrapCost {
+                    entry_ns: ns("entry_ns")?,
+                    pair_ns: ns("pair_ns")?,
+                }
+            }
             "process" | "env" | "sample" | "gone" | "space" => {
                 let f: Fact = serde_json::from_value(v).map_err(|e| format!("line {n}: {ty}: {e}"))?;
                 if let Fact::Sample {

@@ -141,6 +141,9 @@ impl Observer for Recorder {
             Input::Duty { on_us, off_us } => {
                 self.input(serde_json::json!({"type": "duty", "on_us": on_us, "off_us": off_us}));
             }
+            Input::TrapCost { entry_ns, pair_ns } => {
+                self.input(serde_json::json!({"type": "trap-cost", "entry_ns": entry_ns, "pair_ns": pair_ns}));
+            }
         }
     }
 

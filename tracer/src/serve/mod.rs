@@ -206,6 +206,8 @@ struct Flow {
 struct Agent {
     session: Session,
     agg: Aggregator,
+    /// The trap cost, measured once the duty cycle first samples.
+    calibration: crate::calibrate::Background,
     meta: BTreeMap<u32, Meta>,
     pods: PodIndex,
     node: String,
@@ -377,9 +379,6 @@ impl Agent {
             );
         }
         self.rescan_due(now);
-        self.session.aggregate_tick(&mut self.agg);
-        // Collective bytes to the counters by the verdicts of now (Flow).
-        self.account(None);
         if self
             .session
             .budget_setup(&mut self.setup_hits, crate::trace::SETUP_BUDGET_HZ)
@@ -478,6 +477,11 @@ impl Agent {
         let mut batch = Vec::new();
         let mut tick = tokio::time::interval(TICK);
         let mut drain = tokio::time::interval(crate::trace::DRAIN);
+        // The duty cycle's own beat, as `run` and `attach` tick: a process
+        // over budget has its sampled links closed within 250 ms, and short
+        // on phases begin on it.
+        let mut beat = tokio::time::interval(crate::probes::duty::BEAT);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(stop);
@@ -489,6 +493,18 @@ impl Agent {
                     batch.shrink_to(BATCH_KEEP);
                 }
                 _ = tick.tick() => self.on_tick(),
+                _ = beat.tick() => {
+                    self.session.aggregate_tick(&mut self.agg);
+                    if self.session.duty.off_phases > 0 {
+                        self.calibration.start();
+                    }
+                    if let Some(c) = self.calibration.poll() {
+                        self.agg.trap_cost(c.entry_ns, c.pair_ns);
+                    }
+                    // Collective bytes to the counters by the verdicts of now (Flow).
+                    self.account(None);
+                }
+                () = Session::until(self.session.duty_deadline()) => self.session.duty_due(),
                 Some(s) = scrapes.recv() => {
                     // A scrape sees everything up to now.
                     stream.drain_now(&mut batch);
@@ -557,6 +573,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
     let links = crate::trace::LinksBase::sample();
     let node = node_name(args.node.as_deref());
     let mut agent = Agent {
+        calibration: Default::default(),
         session,
         agg: Aggregator::default(),
         meta: BTreeMap::new(),

@@ -34,6 +34,13 @@ pub enum Input {
         on_us: u64,
         off_us: u64,
     },
+    /// What a trapped call costs the caller on this machine
+    /// (`calibrate.rs`): the duty cycle's on-phase rates are corrected by
+    /// it from here on.
+    TrapCost {
+        entry_ns: f64,
+        pair_ns: f64,
+    },
 }
 
 /// Sees every input of the aggregator and every fact its process source

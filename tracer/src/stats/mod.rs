@@ -357,6 +357,7 @@ impl Aggregator {
             Input::Aggregates { t_ns, rows } => self.set_aggregates(*t_ns, rows),
             Input::SetupClosed => self.setup_closed(),
             Input::Duty { on_us, off_us } => self.duty(*on_us, *off_us),
+            Input::TrapCost { entry_ns, pair_ns } => self.trap_cost(*entry_ns, *pair_ns),
         }
     }
 
@@ -384,6 +385,13 @@ impl Aggregator {
         // The estimates follow with the kernel's totals of this tick
         // (`set_aggregates`) or, in a replay whose totals did not change,
         // with the next ones or `settle`.
+    }
+
+    /// What a trapped call costs the caller (`calibrate.rs`): the duty
+    /// cycle's on-phase rates are corrected by it from here on.
+    pub fn trap_cost(&mut self, entry_ns: f64, pair_ns: f64) {
+        self.observe(|| Input::TrapCost { entry_ns, pair_ns });
+        self.estimator.trap_cost(entry_ns, pair_ns);
     }
 
     /// Registers a process the tracer started or attached to.
