@@ -657,6 +657,119 @@ fn thousands_of_short_lived_targets_are_traced_and_forgotten() {
     agent.stop();
 }
 
+/// Cardinality under churn (issue 24): 500 short-lived targets that map
+/// libibverbs and move nothing, beside three long-lived ones that send a
+/// datagram each. The quiet ones are tracked (gdrtrace_idle_processes) but
+/// never get series of their own, so no scrape while they come and go shows
+/// more per-process series than the long ones have; once they are
+/// forgotten the exposition is as large as before, and the agent's resident
+/// memory did not grow with them.
+#[test]
+fn idle_short_lived_targets_leave_a_bounded_series_count() {
+    let test = "idle_short_lived_targets_leave_a_bounded_series_count";
+    if !can_trace(test) {
+        return;
+    }
+    let _one = one_agent();
+    const N: u64 = 500;
+    const LONG: u64 = 3;
+    let child = serve_child();
+    let dir = scratch("idle");
+    let mut launcher = Launcher::start();
+    let agent = Agent::start(&[
+        "--exited-retention",
+        "1s",
+        "--no-installed-libraries",
+        "--cpu-budget",
+        "0.5",
+    ]);
+    let v = |text: &str, name: &str, with: &[(&str, &str)]| Agent::sum(text, name, with).unwrap_or(0.0);
+    let procs_of = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("gdrtrace_process_info{") && l.contains("comm=\"serve_child\""))
+            .count() as u64
+    };
+    let pids = dir.join("pids");
+    assert_eq!(
+        launcher.run(&format!(
+            "for i in 1 2 3; do {} 120 & echo $! >> {}; done",
+            child.display(),
+            pids.display()
+        )),
+        0
+    );
+    let before = wait_for("the long-lived targets", Duration::from_secs(60), || {
+        let m = agent.metrics();
+        (procs_of(&m) == LONG).then_some(m)
+    });
+    let series0 = v(&before, "gdrtrace_exported_series", &[]);
+    let rss0 = v(&before, "gdrtrace_agent_resident_memory_bytes", &[]);
+    let forgotten0 = v(&before, "gdrtrace_targets_forgotten_total", &[]);
+    let done = dir.join("done");
+    assert_eq!(
+        launcher.run(&format!(
+            "(i=0; while [ $i -lt {N} ]; do SERVE_CHILD_QUIET=1 {}; i=$((i+1)); done; touch {}) >/dev/null 2>&1 &",
+            child.display(),
+            done.display()
+        )),
+        0
+    );
+    let (mut max_procs, mut max_series, mut max_idle) = (0u64, 0f64, 0f64);
+    let start = Instant::now();
+    while !done.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "the {N} children did not finish"
+        );
+        let m = agent.metrics();
+        max_procs = max_procs.max(procs_of(&m));
+        max_series = max_series.max(v(&m, "gdrtrace_exported_series", &[]));
+        max_idle = max_idle.max(v(&m, "gdrtrace_idle_processes", &[]));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let after = wait_for(
+        "the agent to forget the quiet children",
+        Duration::from_secs(120),
+        || {
+            let m = agent.metrics();
+            (v(&m, "gdrtrace_targets_forgotten_total", &[]) - forgotten0 >= N as f64
+                && v(&m, "gdrtrace_idle_processes", &[]) == 0.0)
+                .then_some(m)
+        },
+    );
+    let series = v(&after, "gdrtrace_exported_series", &[]);
+    let rss = v(&after, "gdrtrace_agent_resident_memory_bytes", &[]);
+    println!(
+        "{N} quiet children beside {LONG} long ones: per-process series sets at most {max_procs}, exported series {series0} before, at most {max_series} during, {series} after; idle at most {max_idle}; agent RSS {:.1} -> {:.1} MiB",
+        rss0 / 1048576.0,
+        rss / 1048576.0
+    );
+    assert!(max_idle >= 1.0, "the quiet children were tracked (as idle)");
+    assert_eq!(max_procs, LONG, "a quiet child got series of its own");
+    assert_eq!(procs_of(&after), LONG);
+    // The node's own series (latency buckets of an op first seen, probe
+    // hits) may grow by a few; per-process ones do not.
+    assert!(
+        max_series <= series0 + 40.0 && series <= series0 + 40.0,
+        "exported series grew with the children: {series0} -> {max_series} / {series}"
+    );
+    assert!(
+        rss <= rss0 + 16.0 * 1048576.0,
+        "the agent's RSS grew with the children: {rss0} -> {rss}"
+    );
+    agent.stop();
+    for pid in std::fs::read_to_string(&pids)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .filter(|p| *p > 1)
+    {
+        // SAFETY: signalling the long-lived targets this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Where cgroup v2 is mounted (the unified hierarchy, on hybrid hosts too).
 fn cgroup2_root() -> Option<PathBuf> {
     let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
