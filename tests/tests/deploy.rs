@@ -494,3 +494,34 @@ fn the_exposition_passes_promtool_check_metrics() {
     );
     assert!(!ok && out.contains("_total"), "{out}");
 }
+
+/// Every alert has a `runbook_url` whose anchor is a section of
+/// docs/fleet.md (the on-call page), as GitHub names heading anchors.
+#[test]
+fn every_alert_has_a_runbook_in_the_fleet_page() {
+    let rules = std::fs::read_to_string(repo_root().join("deploy/prometheus/rules.yaml")).unwrap();
+    let page = std::fs::read_to_string(repo_root().join("docs/fleet.md")).unwrap();
+    let anchors: BTreeSet<String> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|h| {
+            h.trim_start_matches('#')
+                .trim()
+                .to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-')
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect();
+    let alerts = rules.matches("- alert: ").count();
+    let urls: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("runbook_url: "))
+        .collect();
+    assert_eq!(urls.len(), alerts, "one runbook_url per alert");
+    for u in urls {
+        let anchor = u.trim_matches('"').rsplit_once('#').map(|(_, a)| a).unwrap_or("");
+        assert!(anchors.contains(anchor), "{u}: no section #{anchor} in docs/fleet.md");
+    }
+}
