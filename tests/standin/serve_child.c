@@ -3,7 +3,9 @@
  * loader's open of libibverbs.so.1 makes it a target, and it sends one UDP
  * datagram to the discard port, a traced syscall that leaves a row in the
  * kernel's aggregation table. With an argument it then sleeps that many
- * seconds (a long-lived target). */
+ * seconds (a long-lived target). With SERVE_CHILD_QUIET set it sends
+ * nothing: a target that moves no byte (as a loader that maps libcuda and
+ * exits), which the agent tracks but gives no series of its own. */
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
@@ -15,7 +17,7 @@
 void *volatile keep_libibverbs = (void *)ibv_get_device_list;
 
 int main(int argc, char **argv) {
-    int s = socket(AF_INET, SOCK_DGRAM, 0);
+    int s = getenv("SERVE_CHILD_QUIET") ? -1 : socket(AF_INET, SOCK_DGRAM, 0);
     struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(9)};
     to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (s >= 0) {

@@ -6,13 +6,16 @@
 //!
 //! What is proven: the rules parse and each alert fires and stays silent
 //! where its unit test says; the PrometheusRule carries exactly those
-//! rules; the core manifests validate strictly against two Kubernetes
-//! versions (and a broken copy does not, so the validator is live); the
-//! Service and PodMonitor select the DaemonSet's pods and port; every metric
-//! the rules and the dashboard query exists; the documented table is the
-//! exposition's set of families. Not proven: the PodMonitor and
-//! PrometheusRule against the Prometheus Operator's CRD schemas (not
-//! available offline), and the image build (no container engine here).
+//! rules; `kubectl kustomize` renders deploy/kubernetes (alone and with
+//! every component) with the Namespace first, and what it renders validates
+//! strictly against two Kubernetes versions (and a broken copy does not, so
+//! the validator is live); every manifest is in a kustomization; the
+//! Service, PodMonitor and NetworkPolicy select the DaemonSet's pods and
+//! port; every metric the rules and the dashboard query exists; the
+//! documented table is the exposition's set of families. Not proven here:
+//! the PodMonitor and PrometheusRule against the Prometheus Operator's CRD
+//! schemas (not available offline); the DaemonSet's security context and
+//! mounts under a container runtime are tests/tests/container.rs.
 use std::{collections::BTreeSet, path::Path, process::Command};
 
 use gdrtrace::serve::metrics::{Format, Snapshot, render};
@@ -59,7 +62,7 @@ fn alerting_rules_pass_promtool_check_and_their_unit_tests() {
         return;
     }
     let (ok, out) = promtool(&["check", "rules", "deploy/prometheus/rules.yaml"], None);
-    assert!(ok && out.contains("SUCCESS: 4 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 9 rules found"), "{out}");
     let (ok, out) = promtool(&["test", "rules", "deploy/prometheus/rules-test.yaml"], None);
     assert!(ok && out.contains("SUCCESS"), "{out}");
     // The unit tests can fail: the same tests against a rule file whose
@@ -91,7 +94,9 @@ fn alerting_rules_pass_promtool_check_and_their_unit_tests() {
 #[test]
 fn the_prometheusrule_carries_the_rules_file() {
     let rules = std::fs::read_to_string(repo_root().join("deploy/prometheus/rules.yaml")).unwrap();
-    let manifest = std::fs::read_to_string(repo_root().join("deploy/kubernetes/prometheusrule.yaml")).unwrap();
+    let manifest =
+        std::fs::read_to_string(repo_root().join("deploy/kubernetes/components/prometheusrule/prometheusrule.yaml"))
+            .unwrap();
     let (_, spec) = manifest.split_once("\nspec:\n").expect("a spec: line");
     let dedented: String = spec
         .lines()
@@ -100,57 +105,180 @@ fn the_prometheusrule_carries_the_rules_file() {
         .collect();
     assert_eq!(
         dedented, rules,
-        "deploy/kubernetes/prometheusrule.yaml's spec is not deploy/prometheus/rules.yaml indented by two spaces: regenerate it with sed 's/^/  /'"
+        "deploy/kubernetes/components/prometheusrule/prometheusrule.yaml's spec is not deploy/prometheus/rules.yaml indented by two spaces: regenerate it with sed 's/^/  /'"
     );
 }
 
+/// The optional parts of deploy/kubernetes (each a kustomize Component).
+const COMPONENTS: [&str; 6] = [
+    "podmonitor",
+    "prometheusrule",
+    "seccomp-unconfined",
+    "nvidia-runtime-class",
+    "uprobes-sys-admin",
+    "web-config",
+];
+
+/// `kubectl kustomize` of deploy/kubernetes with `components` (their
+/// directory names), through a kustomization in a directory of target/
+/// (kustomize takes only relative paths to bases and components).
+fn kustomize(components: &[&str]) -> String {
+    let dir = repo_root().join(format!("target/kustomize-{}-{}", components.len(), std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory under target/");
+    let mut k = String::from("resources:\n  - ../../deploy/kubernetes\ncomponents:\n");
+    for c in components {
+        k.push_str(&format!("  - ../../deploy/kubernetes/components/{c}\n"));
+    }
+    if components.is_empty() {
+        k = k.replace("components:\n", "");
+    }
+    std::fs::write(dir.join("kustomization.yaml"), k).expect("writing the kustomization");
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .expect("running kubectl");
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl kustomize with {components:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+fn kinds(rendered: &str) -> Vec<String> {
+    rendered
+        .lines()
+        .filter_map(|l| l.strip_prefix("kind: "))
+        .map(str::to_string)
+        .collect()
+}
+
 #[test]
-fn manifests_validate_against_the_kubernetes_schemas() {
-    if !have(
-        "manifests_validate_against_the_kubernetes_schemas",
-        "kubernetes-validate",
-        HOW,
-    ) {
+fn the_kustomization_renders_the_namespace_first_and_validates() {
+    let test = "the_kustomization_renders_the_namespace_first_and_validates";
+    if !have(test, "kubectl", HOW) || !have(test, "kubernetes-validate", HOW) {
         return;
     }
-    let dir = repo_root().join("deploy/kubernetes");
-    let files: Vec<String> = integration_tests_files(&dir);
-    assert!(files.len() >= 5, "{files:?}");
-    for version in ["1.29.0", "1.33.0"] {
-        let out = Command::new("kubernetes-validate")
-            .args(["--strict", "-k", version])
-            .args(&files)
-            .output()
-            .expect("running kubernetes-validate");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "kubernetes {version}:\n{text}");
-        for core in ["daemonset/gdrtrace", "service/gdrtrace", "namespace/gdrtrace"] {
+    let dir = integration_tests::scratch("kustomize");
+    for components in [&[][..], &COMPONENTS[..]] {
+        let rendered = kustomize(components);
+        let kinds = kinds(&rendered);
+        assert_eq!(
+            kinds.first().map(String::as_str),
+            Some("Namespace"),
+            "{components:?}: {kinds:?}"
+        );
+        for want in ["DaemonSet", "Service", "NetworkPolicy"] {
             assert!(
-                text.contains(&format!("passed for resource {core}")),
-                "{core} not validated:\n{text}"
+                kinds.iter().any(|k| k == want),
+                "{components:?}: no {want} in {kinds:?}"
             );
+        }
+        for (c, kind) in [("podmonitor", "PodMonitor"), ("prometheusrule", "PrometheusRule")] {
+            assert_eq!(
+                kinds.iter().any(|k| k == kind),
+                components.contains(&c),
+                "{kind} only with its component"
+            );
+        }
+        let file = dir.join(format!("rendered-{}.yaml", components.len()));
+        std::fs::write(&file, &rendered).unwrap();
+        for version in ["1.29.0", "1.33.0"] {
+            let out = Command::new("kubernetes-validate")
+                .args(["--strict", "-k", version])
+                .arg(&file)
+                .output()
+                .expect("running kubernetes-validate");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "kubernetes {version}, {components:?}:\n{text}");
+            for core in [
+                "daemonset/gdrtrace",
+                "service/gdrtrace",
+                "namespace/gdrtrace",
+                "networkpolicy/gdrtrace",
+            ] {
+                assert!(
+                    text.contains(&format!("passed for resource {core}")),
+                    "{core} not validated:\n{text}"
+                );
+            }
+        }
+        if components.len() == COMPONENTS.len() {
+            // Each component did what it says.
+            for want in [
+                "type: Unconfined",
+                "runtimeClassName: nvidia",
+                "- SYS_ADMIN",
+                "--web-config-file=/etc/gdrtrace/web-config.yml",
+                "scheme: HTTPS",
+                "release: kube-prometheus-stack",
+            ] {
+                assert!(rendered.contains(want), "{want} missing:\n{rendered}");
+            }
+        } else {
+            assert!(rendered.contains("type: RuntimeDefault"), "{rendered}");
         }
     }
     // The validator is live: a misspelt field fails.
-    let ds = std::fs::read_to_string(dir.join("daemonset.yaml")).unwrap();
-    let bad = std::env::temp_dir().join(format!("gdrtrace-bad-ds-{}.yaml", std::process::id()));
-    std::fs::write(&bad, ds.replace("hostPID: true", "hostPid: true")).unwrap();
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, kustomize(&[]).replace("hostPID: true", "hostPid: true")).unwrap();
     let out = Command::new("kubernetes-validate")
         .arg("--strict")
         .arg(&bad)
         .output()
         .unwrap();
     assert!(!out.status.success(), "a misspelt field passed");
-    std::fs::remove_file(&bad).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
-fn integration_tests_files(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
+/// Every manifest under deploy/kubernetes is in the kustomization or in a
+/// component's (nothing is left out of `kubectl apply -k`), and every file
+/// a kustomization names exists.
+#[test]
+fn every_manifest_is_in_a_kustomization() {
+    let root = repo_root().join("deploy/kubernetes");
+    let mut listed = BTreeSet::new();
+    let mut dirs = vec![root.clone()];
+    dirs.extend(COMPONENTS.iter().map(|c| root.join("components").join(c)));
+    for dir in &dirs {
+        let k = &yaml(&dir.join("kustomization.yaml"))[0];
+        for r in k["resources"].as_array().into_iter().flatten() {
+            let f = dir.join(r.as_str().expect("a resource path"));
+            assert!(
+                f.is_file(),
+                "{} names {}, which does not exist",
+                dir.display(),
+                f.display()
+            );
+            listed.insert(f);
+        }
+    }
+    let on_disk: Vec<_> = dirs
+        .iter()
+        .flat_map(|d| yaml_files(d))
+        .filter(|p| p.file_name().is_some_and(|n| n != "kustomization.yaml"))
+        .collect();
+    for f in on_disk {
+        assert!(listed.contains(&f), "{} is in no kustomization", f.display());
+    }
+    let components: BTreeSet<String> = std::fs::read_dir(root.join("components"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let known: BTreeSet<String> = COMPONENTS.iter().map(|c| c.to_string()).collect();
+    assert_eq!(components, known, "deploy/kubernetes/components and COMPONENTS differ");
+}
+
+fn yaml_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
         .expect("the deploy directory")
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .map(|p| p.to_string_lossy().into_owned())
         .collect();
     v.sort();
     v
@@ -187,23 +315,68 @@ fn service_and_podmonitor_select_the_daemonset() {
         .iter()
         .filter_map(|m| m["mountPath"].as_str())
         .collect();
-    for m in ["/sys/kernel/tracing", "/sys/fs/cgroup", "/sys/fs/bpf", "/host/var/log"] {
+    for m in [
+        "/sys/kernel/tracing",
+        "/sys/fs/cgroup",
+        "/sys/fs/bpf",
+        "/host/var/log/pods",
+    ] {
         assert!(mounts.contains(m), "no mount at {m}: {mounts:?}");
     }
     assert!(args.contains(&"--kubelet-log-root=/host/var/log"));
+    assert!(
+        args.contains(&"--labels=pod"),
+        "pod-level series in the DaemonSet: {args:?}"
+    );
+    // Of the host's /var/log only the kubelet's pod directories.
+    let host_paths: Vec<&str> = ds["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["hostPath"]["path"].as_str())
+        .collect();
+    assert!(
+        host_paths
+            .iter()
+            .all(|p| *p == "/var/log/pods" || !p.starts_with("/var/log")),
+        "{host_paths:?}"
+    );
+    assert_eq!(security["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    let env: Vec<&str> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(env.contains(&"NVIDIA_VISIBLE_DEVICES"), "NVML in the pod: {env:?}");
+    let terms = &ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"];
+    assert!(
+        terms.to_string().contains("nvidia.com/gpu.present"),
+        "GPU node affinity: {terms}"
+    );
 
     let svc = &yaml(&root.join("service.yaml"))[0];
     for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
         assert_eq!(&pod_labels[k], v, "service selector {k}");
     }
     assert_eq!(svc["spec"]["ports"][0]["targetPort"], port["name"]);
-    let pm = &yaml(&root.join("podmonitor.yaml"))[0];
+    let pm = &yaml(&root.join("components/podmonitor/podmonitor.yaml"))[0];
     assert_eq!(pm["kind"], "PodMonitor");
     for (k, v) in pm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
         assert_eq!(&pod_labels[k], v, "podmonitor selector {k}");
     }
     assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["port"], port["name"]);
-    for doc in [ds, svc, pm] {
+    assert_eq!(pm["metadata"]["labels"]["release"], "kube-prometheus-stack");
+    let np = &yaml(&root.join("networkpolicy.yaml"))[0];
+    for (k, v) in np["spec"]["podSelector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(&pod_labels[k], v, "networkpolicy selector {k}");
+    }
+    assert_eq!(np["spec"]["ingress"][0]["ports"][0]["port"], port["name"]);
+    assert_eq!(np["spec"]["egress"], serde_json::json!([]), "the agent needs no egress");
+    for doc in [ds, svc, pm, np] {
         assert_eq!(doc["metadata"]["namespace"], "gdrtrace");
     }
     let dockerfile = std::fs::read_to_string(repo_root().join("deploy/Dockerfile")).unwrap();
@@ -216,7 +389,17 @@ fn rules_and_dashboard_query_metrics_the_agent_exposes() {
     let rules = std::fs::read_to_string(repo_root().join("deploy/prometheus/rules.yaml")).unwrap();
     let used = promql_metric_names(&rules);
     assert!(used.len() >= 4, "{used:?}");
-    let missing: Vec<_> = used.difference(&names).collect();
+    // The missing-agent alerts read what Prometheus itself and
+    // kube-state-metrics export, not the agent.
+    let foreign: BTreeSet<String> = [
+        "up",
+        "kube_daemonset_status_number_ready",
+        "kube_daemonset_status_desired_number_scheduled",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    let missing: Vec<_> = used.difference(&names).filter(|n| !foreign.contains(*n)).collect();
     assert!(
         missing.is_empty(),
         "rules.yaml queries metrics the agent does not expose: {missing:?}"
@@ -310,4 +493,35 @@ fn the_exposition_passes_promtool_check_metrics() {
         Some("# HELP x_bytes x\n# TYPE x_bytes counter\nx_bytes 1\n"),
     );
     assert!(!ok && out.contains("_total"), "{out}");
+}
+
+/// Every alert has a `runbook_url` whose anchor is a section of
+/// docs/fleet.md (the on-call page), as GitHub names heading anchors.
+#[test]
+fn every_alert_has_a_runbook_in_the_fleet_page() {
+    let rules = std::fs::read_to_string(repo_root().join("deploy/prometheus/rules.yaml")).unwrap();
+    let page = std::fs::read_to_string(repo_root().join("docs/fleet.md")).unwrap();
+    let anchors: BTreeSet<String> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|h| {
+            h.trim_start_matches('#')
+                .trim()
+                .to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-')
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect();
+    let alerts = rules.matches("- alert: ").count();
+    let urls: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("runbook_url: "))
+        .collect();
+    assert_eq!(urls.len(), alerts, "one runbook_url per alert");
+    for u in urls {
+        let anchor = u.trim_matches('"').rsplit_once('#').map(|(_, a)| a).unwrap_or("");
+        assert!(anchors.contains(anchor), "{u}: no section #{anchor} in docs/fleet.md");
+    }
 }

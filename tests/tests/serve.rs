@@ -657,6 +657,119 @@ fn thousands_of_short_lived_targets_are_traced_and_forgotten() {
     agent.stop();
 }
 
+/// Cardinality under churn (issue 24): 500 short-lived targets that map
+/// libibverbs and move nothing, beside three long-lived ones that send a
+/// datagram each. The quiet ones are tracked (gdrtrace_idle_processes) but
+/// never get series of their own, so no scrape while they come and go shows
+/// more per-process series than the long ones have; once they are
+/// forgotten the exposition is as large as before, and the agent's resident
+/// memory did not grow with them.
+#[test]
+fn idle_short_lived_targets_leave_a_bounded_series_count() {
+    let test = "idle_short_lived_targets_leave_a_bounded_series_count";
+    if !can_trace(test) {
+        return;
+    }
+    let _one = one_agent();
+    const N: u64 = 500;
+    const LONG: u64 = 3;
+    let child = serve_child();
+    let dir = scratch("idle");
+    let mut launcher = Launcher::start();
+    let agent = Agent::start(&[
+        "--exited-retention",
+        "1s",
+        "--no-installed-libraries",
+        "--cpu-budget",
+        "0.5",
+    ]);
+    let v = |text: &str, name: &str, with: &[(&str, &str)]| Agent::sum(text, name, with).unwrap_or(0.0);
+    let procs_of = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("gdrtrace_process_info{") && l.contains("comm=\"serve_child\""))
+            .count() as u64
+    };
+    let pids = dir.join("pids");
+    assert_eq!(
+        launcher.run(&format!(
+            "for i in 1 2 3; do {} 120 & echo $! >> {}; done",
+            child.display(),
+            pids.display()
+        )),
+        0
+    );
+    let before = wait_for("the long-lived targets", Duration::from_secs(60), || {
+        let m = agent.metrics();
+        (procs_of(&m) == LONG).then_some(m)
+    });
+    let series0 = v(&before, "gdrtrace_exported_series", &[]);
+    let rss0 = v(&before, "gdrtrace_agent_resident_memory_bytes", &[]);
+    let forgotten0 = v(&before, "gdrtrace_targets_forgotten_total", &[]);
+    let done = dir.join("done");
+    assert_eq!(
+        launcher.run(&format!(
+            "(i=0; while [ $i -lt {N} ]; do SERVE_CHILD_QUIET=1 {}; i=$((i+1)); done; touch {}) >/dev/null 2>&1 &",
+            child.display(),
+            done.display()
+        )),
+        0
+    );
+    let (mut max_procs, mut max_series, mut max_idle) = (0u64, 0f64, 0f64);
+    let start = Instant::now();
+    while !done.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "the {N} children did not finish"
+        );
+        let m = agent.metrics();
+        max_procs = max_procs.max(procs_of(&m));
+        max_series = max_series.max(v(&m, "gdrtrace_exported_series", &[]));
+        max_idle = max_idle.max(v(&m, "gdrtrace_idle_processes", &[]));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let after = wait_for(
+        "the agent to forget the quiet children",
+        Duration::from_secs(120),
+        || {
+            let m = agent.metrics();
+            (v(&m, "gdrtrace_targets_forgotten_total", &[]) - forgotten0 >= N as f64
+                && v(&m, "gdrtrace_idle_processes", &[]) == 0.0)
+                .then_some(m)
+        },
+    );
+    let series = v(&after, "gdrtrace_exported_series", &[]);
+    let rss = v(&after, "gdrtrace_agent_resident_memory_bytes", &[]);
+    println!(
+        "{N} quiet children beside {LONG} long ones: per-process series sets at most {max_procs}, exported series {series0} before, at most {max_series} during, {series} after; idle at most {max_idle}; agent RSS {:.1} -> {:.1} MiB",
+        rss0 / 1048576.0,
+        rss / 1048576.0
+    );
+    assert!(max_idle >= 1.0, "the quiet children were tracked (as idle)");
+    assert_eq!(max_procs, LONG, "a quiet child got series of its own");
+    assert_eq!(procs_of(&after), LONG);
+    // The node's own series (latency buckets of an op first seen, probe
+    // hits) may grow by a few; per-process ones do not.
+    assert!(
+        max_series <= series0 + 40.0 && series <= series0 + 40.0,
+        "exported series grew with the children: {series0} -> {max_series} / {series}"
+    );
+    assert!(
+        rss <= rss0 + 16.0 * 1048576.0,
+        "the agent's RSS grew with the children: {rss0} -> {rss}"
+    );
+    agent.stop();
+    for pid in std::fs::read_to_string(&pids)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .filter(|p| *p > 1)
+    {
+        // SAFETY: signalling the long-lived targets this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Where cgroup v2 is mounted (the unified hierarchy, on hybrid hosts too).
 fn cgroup2_root() -> Option<PathBuf> {
     let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
@@ -859,6 +972,183 @@ fn full_target_set_and_spent_cpu_budget_refuse_and_count() {
         "process samples are shed and counted at level 1 and above"
     );
     agent.stop();
+}
+
+/// The value of `label` in a series line (`name{a="x",...} v`).
+fn label_of<'a>(line: &'a str, label: &str) -> Option<&'a str> {
+    let start = line.find(&format!("{label}=\""))? + label.len() + 2;
+    let len = line[start..].find('"')?;
+    Some(&line[start..start + len])
+}
+
+/// Both ranks of one communicator carry the same `communicator` label, the
+/// hash of the ncclUniqueId they passed (NCCL's commId), with their own
+/// `rank` and the `nranks` they passed: series that join across processes
+/// and nodes, where the local ncclComm_t addresses differed per process.
+#[test]
+fn both_ranks_of_a_communicator_share_its_label() {
+    let test = "both_ranks_of_a_communicator_share_its_label";
+    if !can_trace(test) || !have(test, "cc", "apt-get install gcc") {
+        return;
+    }
+    let _one = one_agent();
+    let job = integration_tests::standin::build_nccl_job(
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &format!("gdrtrace-serve-commid-{}", std::process::id()),
+        "nccl_commid",
+    );
+    let mut launcher = Launcher::start();
+    let agent = Agent::start(&["--exited-retention", "600s", "--collectives", "exact"]);
+    let out = job.dir.join("job.txt");
+    let status = launcher.run(&format!(
+        // The agent attaches a library it sees opened within a second
+        // (RESCANS); the init comes after, as torch's init_process_group
+        // comes after its import of libnccl.
+        "NCCL_JOB_INIT_DELAY_MS=1500 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 exec {} {} 2 64 > {}",
+        job.job.display(),
+        job.nccl.display(),
+        out.display()
+    ));
+    let text = std::fs::read_to_string(&out).expect("the job's output");
+    assert_eq!(status, 0, "{text}");
+    let ranks = job_ranks(&text);
+    assert_eq!(ranks.len(), 2, "{text}");
+    let m = wait_for("both ranks' collectives", Duration::from_secs(60), || {
+        let m = agent.metrics();
+        ranks
+            .iter()
+            .all(|(pid, _)| {
+                m.lines()
+                    .any(|l| l.starts_with("gdrtrace_collective_calls_total{") && l.contains(&format!("pid=\"{pid}\"")))
+            })
+            .then_some(m)
+    });
+    let mut seen = Vec::new();
+    for (pid, _) in &ranks {
+        let line = m
+            .lines()
+            .find(|l| l.starts_with("gdrtrace_collective_calls_total{") && l.contains(&format!("pid=\"{pid}\"")))
+            .expect("a collective series");
+        let (c, r, n) = (
+            label_of(line, "communicator").unwrap_or(""),
+            label_of(line, "rank").unwrap_or(""),
+            label_of(line, "nranks").unwrap_or(""),
+        );
+        let verdict = m
+            .lines()
+            .find(|l| l.starts_with("gdrtrace_transport_verdict_info{") && l.contains(&format!("pid=\"{pid}\"")))
+            .expect("a verdict series");
+        assert_eq!(label_of(verdict, "communicator"), Some(c), "{verdict}");
+        seen.push((c.to_string(), r.to_string(), n.to_string()));
+    }
+    println!("ranks' labels: {seen:?}");
+    assert_eq!(seen[0].0, seen[1].0, "one communicator, one label: {seen:?}");
+    assert!(
+        seen[0].0.starts_with("0x") && seen[0].0.len() == 18,
+        "NCCL's commId (0x and 16 hex digits): {seen:?}"
+    );
+    let mut rank_labels: Vec<&str> = seen.iter().map(|s| s.1.as_str()).collect();
+    rank_labels.sort();
+    assert_eq!(rank_labels, ["0", "1"], "{seen:?}");
+    assert!(seen.iter().all(|s| s.2 == "2"), "{seen:?}");
+    agent.stop();
+    let _ = std::fs::remove_dir_all(&job.dir);
+}
+
+/// `--web-config-file` in node_exporter's format: the metrics port speaks
+/// TLS with the given certificate and asks for the bcrypt-hashed user's
+/// password (curl as the client: a wrong password is 401, plain HTTP is
+/// refused); `/healthz` and `/readyz` answer without one. A file with a
+/// field the agent does not implement is refused in one line.
+#[test]
+fn tls_and_basic_auth_from_a_web_config_file() {
+    let test = "tls_and_basic_auth_from_a_web_config_file";
+    if !can_trace(test)
+        || !have(test, "openssl", "apt-get install openssl")
+        || !have(test, "curl", "apt-get install curl")
+    {
+        return;
+    }
+    let _one = one_agent();
+    let dir = scratch("web-config");
+    let (crt, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&crt)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let hash = bcrypt::hash("s3cret", 6).unwrap();
+    let config = dir.join("web-config.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\nbasic_auth_users:\n  prometheus: {hash}\n",
+            crt.display(),
+            key.display()
+        ),
+    )
+    .unwrap();
+    let agent = Agent::start(&["--web-config-file", config.to_str().unwrap()]);
+    assert!(
+        agent.stderr().contains("serving metrics on https://"),
+        "{}",
+        agent.stderr()
+    );
+    let curl = |args: &[&str], path: &str| -> String {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "20"])
+            .arg("--cacert")
+            .arg(&crt)
+            .args(args)
+            .arg(format!("https://{}{path}", agent.addr))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(curl(&["-u", "prometheus:s3cret"], "/metrics"), "200");
+    assert_eq!(curl(&["-u", "prometheus:wrong"], "/metrics"), "401");
+    assert_eq!(curl(&[], "/metrics"), "401");
+    assert_eq!(curl(&[], "/healthz"), "200", "the liveness probe needs no password");
+    assert_eq!(curl(&[], "/readyz"), "200");
+    // The body is the exposition.
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "20", "-u", "prometheus:s3cret", "--cacert"])
+        .arg(&crt)
+        .arg(format!("https://{}/metrics", agent.addr))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("gdrtrace_build_info{"));
+    // Plain HTTP gets no exposition.
+    let plain = http_get(&agent.addr, "/metrics", None);
+    assert!(plain.as_ref().map(|r| r.0 != 200).unwrap_or(true), "{plain:?}");
+    agent.stop();
+
+    std::fs::write(
+        &config,
+        "tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: [x]\n",
+    )
+    .unwrap();
+    let out = integration_tests::run(&["serve", "--web-config-file", config.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("cipher_suites"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

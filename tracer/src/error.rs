@@ -27,7 +27,7 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    #[error("not permitted to use BPF ({0}); run as root or with CAP_BPF and CAP_PERFMON")]
+    #[error("not permitted to use BPF ({0}); {hint}", hint = permission_hint())]
     Permission(String),
     #[error("{0}")]
     Usage(String),
@@ -49,6 +49,30 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What to do about a refused bpf(): the capabilities when they are
+/// missing; when they are there, what else refuses (a container runtime's
+/// seccomp profile: CRI-O's and podman's default allow bpf() only with
+/// CAP_SYS_ADMIN, measured in tests/tests/container.rs).
+pub fn permission_hint() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(str::trim);
+    let eff = field("CapEff:")
+        .and_then(|h| u64::from_str_radix(h, 16).ok())
+        .unwrap_or(0);
+    const CAP_SYS_ADMIN: u64 = 1 << 21;
+    const CAP_PERFMON: u64 = 1 << 38;
+    const CAP_BPF: u64 = 1 << 39;
+    let capable = eff & CAP_SYS_ADMIN != 0 || eff & (CAP_BPF | CAP_PERFMON) == CAP_BPF | CAP_PERFMON;
+    if !capable {
+        return "run as root or with CAP_BPF and CAP_PERFMON".into();
+    }
+    if field("Seccomp:").is_some_and(|m| m != "0") {
+        "CAP_BPF and CAP_PERFMON are effective but a seccomp filter is active: the container runtime's default profile refuses bpf() (CRI-O and podman allow it only with CAP_SYS_ADMIN); use seccompProfile Unconfined (deploy/kubernetes/components/seccomp-unconfined)".into()
+    } else {
+        "CAP_BPF and CAP_PERFMON are effective: an LSM policy or kernel.unprivileged_bpf_disabled refuses it".into()
+    }
+}
 
 /// Exit statuses of every command (the README's table). `run` otherwise
 /// exits with its command's status, so its own failures before the command

@@ -143,6 +143,12 @@ pub fn load(opts: &LoadOptions) -> Result<Ebpf> {
         .load(BPF_ELF)
         .map_err(|e| match errno_of(&e) {
             Some(libc::EPERM) | Some(libc::EACCES) => Error::Permission(crate::error::describe(&e)),
+            // A seccomp profile's default action (podman's, containers/common)
+            // answers ENOSYS for a call it does not list.
+            Some(libc::ENOSYS) => Error::Permission(format!(
+                "bpf() returned ENOSYS: a seccomp profile refuses it, or the kernel has no BPF syscall: {}",
+                crate::error::describe(&e)
+            )),
             _ => Error::Load(e),
         })
 }

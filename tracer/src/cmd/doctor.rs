@@ -368,14 +368,15 @@ pub fn collect() -> Doctor {
         (
             false,
             format!(
-                "BPF not permitted: uid {} has {} (CapEff {cap_eff}); run as root or with CAP_BPF and CAP_PERFMON",
+                "BPF not permitted: uid {} has {} (CapEff {cap_eff}); {}",
                 // SAFETY: geteuid has no preconditions.
                 unsafe { libc::geteuid() },
                 if capabilities.is_empty() {
                     "no capabilities".to_string()
                 } else {
                     capabilities.join(" ")
-                }
+                },
+                crate::error::permission_hint()
             ),
         )
     } else if !ring_buffer.available {

@@ -345,9 +345,19 @@ impl UprobeLinks {
             location: UProbeAttachLocation::AbsoluteOffset(pt.offset),
             cookie: Some(pt.op as u64),
         });
-        let id = p
-            .attach(at, path, UProbeScope::AllProcesses)
-            .map_err(|e| describe(&e))?;
+        let id = p.attach(at, path, UProbeScope::AllProcesses).map_err(|e| {
+            let d = describe(&e);
+            // Since Linux ba677dbe77af (2025, in the stable kernels too) a
+            // perf-event uprobe needs CAP_SYS_ADMIN; uprobe_multi links
+            // (6.6+) need only CAP_BPF and CAP_PERFMON (docs/fleet.md).
+            if d.contains("EACCES") && d.contains("perf_event_open") {
+                format!(
+                    "{d} (per-point uprobes need CAP_SYS_ADMIN on this kernel; uprobe_multi links, Linux 6.6+, do not)"
+                )
+            } else {
+                d
+            }
+        })?;
         self.held.push(Held {
             program,
             id,

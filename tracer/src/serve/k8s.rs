@@ -33,7 +33,7 @@ pub struct PodRef {
 }
 
 /// The Kubernetes labels of a process (empty strings: unknown).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PodLabels {
     pub namespace: String,
     pub pod: String,

@@ -15,6 +15,7 @@ pub mod k8s;
 pub mod kernel;
 pub mod metrics;
 mod snapshot;
+pub mod webconfig;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -24,11 +25,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+use std::sync::Arc;
+
 use tokio::sync::mpsc;
 use tracer_common::{Event, counter, discover as reason, kind};
 
 use self::{
-    http::Scrape,
+    http::{Health, Scrape},
     k8s::{PodIndex, PodLabels},
     metrics::{Communicator, ProcessFigures, Snapshot, VerdictFigures},
 };
@@ -93,7 +96,39 @@ pub struct ServeArgs {
     /// `auto:HZ`, `exact`, or `ON/PERIOD` (e.g. 1s/10s).
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub collectives: crate::probes::duty::Mode,
+    /// Series per `process` (pid and comm labels) or per `pod` (namespace,
+    /// pod and container; processes outside pods by comm): `pod` keeps the
+    /// series count at the node's pods, not its pids.
+    #[arg(long, value_enum, default_value = "process")]
+    pub labels: LabelMode,
+    /// Command names (the kernel's 15-byte comm) never to trace, comma
+    /// separated or repeated (counted in gdrtrace_targets_ignored_total).
+    #[arg(long, value_name = "COMM", value_delimiter = ',')]
+    pub ignore_comm: Vec<String>,
+    /// Kubernetes namespaces whose processes are never traced.
+    #[arg(long, value_name = "NAMESPACE", value_delimiter = ',')]
+    pub ignore_namespace: Vec<String>,
+    /// TLS and basic auth for the metrics port, from a web-config file in
+    /// node_exporter's format (tls_server_config, basic_auth_users with
+    /// bcrypt hashes; docs/fleet.md).
+    #[arg(long, value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
+    /// `/healthz` fails when the event loop or the ring-buffer reader has
+    /// not run for this long.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    pub stall_after: Duration,
 }
+
+/// What a per-process series set is labelled by (`--labels`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LabelMode {
+    Process,
+    Pod,
+}
+
+/// A pod (namespace, pod, container) or, outside pods, a command: what
+/// `--labels pod` sums a process into.
+type Group = (Option<PodLabels>, String);
 
 /// How often the agent does its housekeeping.
 const TICK: Duration = Duration::from_secs(1);
@@ -229,6 +264,18 @@ struct Agent {
     /// Processes refused (shed) whose records may still be in flight: they
     /// are not tracked, and their exit clears them.
     refused: BTreeSet<u32>,
+    /// What the probes answer from (heartbeats, readiness).
+    health: Arc<Health>,
+    labels: LabelMode,
+    ignore_comm: BTreeSet<String>,
+    ignore_namespace: BTreeSet<String>,
+    /// Processes not traced by the ignore lists, by `comm` or `namespace`.
+    ignored: BTreeMap<&'static str, u64>,
+    /// `--labels pod`: the final counters of a group's forgotten processes,
+    /// so that the group's counters do not go down when one leaves, and
+    /// when the last one was forgotten.
+    retired: BTreeMap<Group, (ProcessFigures, Instant)>,
+    nvml_available: bool,
 }
 
 fn agent_cpu_seconds() -> f64 {
@@ -288,12 +335,31 @@ impl Agent {
         if self.meta.contains_key(&pid) && self.agg.procs.contains_key(&pid) {
             return;
         }
+        let pod = self.pods.of_pid(pid);
+        if let Some(reason) = self.ignored_by(pid, pod.as_ref()) {
+            let _ = kernel::remove_target(&mut self.session.ebpf, pid);
+            *self.ignored.entry(reason).or_default() += 1;
+            self.refused.insert(pid);
+            return;
+        }
         *self.discovered.entry(why).or_default() += 1;
         self.agg.add_process(pid, None);
         self.meta(pid).reason = why;
-        self.label(pid);
+        self.meta(pid).pod = Some(pod);
         self.session.attach_libraries_of(pid);
         self.schedule_rescans(pid);
+    }
+
+    /// Whether `--ignore-comm` or `--ignore-namespace` names a process.
+    fn ignored_by(&self, pid: u32, pod: Option<&PodLabels>) -> Option<&'static str> {
+        if !self.ignore_comm.is_empty() {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if self.ignore_comm.contains(comm.trim_end()) {
+                return Some("comm");
+            }
+        }
+        pod.filter(|p| self.ignore_namespace.contains(&p.namespace))
+            .map(|_| "namespace")
     }
 
     /// Shed a new target: out of the kernel's set, counted.
@@ -445,21 +511,75 @@ impl Agent {
             .map(|(pid, _)| *pid)
             .collect();
         if gone.is_empty() {
+            self.expire_groups(now);
             return;
         }
         for pid in &gone {
+            if self.labels == LabelMode::Pod
+                && let Some(f) = self.process(*pid, None, false)
+            {
+                let group = Self::group_of(&f);
+                let e = self.retired.entry(group).or_insert_with(|| {
+                    let empty = ProcessFigures {
+                        collective_sampled_ratio: 1.0,
+                        ..Default::default()
+                    };
+                    (empty, now)
+                });
+                let mut f = f;
+                // What it counted stays; what it was (a process) does not.
+                f.processes = 0;
+                f.pinned_bytes = None;
+                f.verdict = None;
+                f.comm_verdicts.clear();
+                e.0.absorb(&f);
+                e.1 = now;
+            }
             self.agg.forget(*pid);
             self.meta.remove(pid);
             self.session.planner.proc_libs.remove(pid);
             let _ = kernel::remove_target(&mut self.session.ebpf, *pid);
         }
         self.forgotten += gone.len() as u64;
+        self.expire_groups(now);
         let _ = kernel::drop_aggregate_rows(&mut self.session.ebpf, &gone);
         let meta = &self.meta;
         let _ = kernel::sweep_inflight(&mut self.session.ebpf, &|tgid| {
             meta.get(&tgid).is_some_and(|m| m.exited_at.is_none())
                 || std::path::Path::new(&format!("/proc/{tgid}")).exists()
         });
+    }
+
+    /// The group a process's figures are summed into (`--labels pod`).
+    fn group_of(f: &ProcessFigures) -> Group {
+        match &f.pod {
+            Some(p) => (Some(p.clone()), String::new()),
+            None => (None, f.comm.clone()),
+        }
+    }
+
+    /// Drops the retired counters of groups with no tracked process left
+    /// for `retention` (as a process's series go after it).
+    fn expire_groups(&mut self, now: Instant) {
+        if self.retired.is_empty() {
+            return;
+        }
+        let live: BTreeSet<Group> = self
+            .agg
+            .procs
+            .keys()
+            .filter_map(|pid| {
+                let m = self.meta.get(pid)?;
+                let comm = self.agg.procs.get(pid).map(|p| p.comm.clone()).unwrap_or_default();
+                Some(match m.pod.clone().flatten() {
+                    Some(p) => (Some(p), String::new()),
+                    None => (None, comm),
+                })
+            })
+            .collect();
+        let retention = self.retention;
+        self.retired
+            .retain(|g, (_, at)| live.contains(g) || now.duration_since(*at) < retention);
     }
 
     /// Per-process logs the agent exports nothing of, kept bounded.
@@ -486,9 +606,11 @@ impl Agent {
         drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(stop);
         loop {
+            self.health.beat_loop();
             tokio::select! {
                 r = stream.next_or_beat(&mut batch, &mut drain) => {
                     r.map_err(|e| Error::io("reading the ring buffer", e))?;
+                    self.health.beat_reader();
                     self.handle(&mut batch);
                     batch.shrink_to(BATCH_KEEP);
                 }
@@ -539,6 +661,16 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
             return Err(Error::Usage(format!("{name} must be at least 1")));
         }
     }
+    // A bad web-config file fails before any probe is loaded.
+    let web = match &args.web_config_file {
+        Some(f) => Some(webconfig::WebConfig::load(f).map_err(|e| Error::Usage(format!("--web-config-file: {e}")))?),
+        None => None,
+    };
+    let scheme = if web.as_ref().is_some_and(|w| w.tls.is_some()) {
+        "https"
+    } else {
+        "http"
+    };
     let me = std::process::id();
     let opts = SessionOptions {
         load: LoadOptions {
@@ -592,21 +724,28 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         malformed: 0,
         last_alive: Instant::now(),
         refused: BTreeSet::new(),
+        health: Arc::new(Health::new(args.stall_after)),
+        labels: args.labels,
+        ignore_comm: args.ignore_comm.iter().cloned().collect(),
+        ignore_namespace: args.ignore_namespace.iter().cloned().collect(),
+        ignored: BTreeMap::new(),
+        retired: BTreeMap::new(),
+        nvml_available: crate::topo::nvlink_traffic().is_some(),
     };
     let rt = crate::signals::runtime()?;
+    let (tx, rx) = mpsc::channel(8);
+    let addr = http::spawn(args.listen, tx, agent.health.clone(), web).map_err(|e| {
+        Error::Usage(format!(
+            "cannot listen on {}: {e} (another agent running? choose another --listen)",
+            args.listen
+        ))
+    })?;
     rt.block_on(async {
-        let (tx, rx) = mpsc::channel(8);
-        let (addr, server) = http::bind(args.listen, tx).await.map_err(|e| {
-            Error::Usage(format!(
-                "cannot listen on {}: {e} (another agent running? choose another --listen)",
-                args.listen
-            ))
-        })?;
         let stop = crate::signals::stop_signal(args.duration)?;
         let running = agent.scan();
-        tokio::spawn(server);
+        agent.health.set_ready();
         errln!(
-            "gdrtrace: serving metrics on http://{addr}/metrics (node {node}; {running} GPU/RDMA process(es) already running, traced from now on)"
+            "gdrtrace: serving metrics on {scheme}://{addr}/metrics (node {node}; {running} GPU/RDMA process(es) already running, traced from now on)"
         );
         agent.run(rx, stop).await
     })?;

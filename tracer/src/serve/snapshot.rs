@@ -1,7 +1,7 @@
 //! What a scrape sees: the agent's figures per process (verdict, calls,
 //! latency, pins, communicators) and per node, gathered into a
 //! [`Snapshot`] for `metrics`.
-use super::*;
+use super::{metrics::CommVerdict, *};
 
 impl Agent {
     /// GPU link traffic since the agent started. Who else had the GPUs
@@ -21,6 +21,7 @@ impl Agent {
             .into_iter()
             .map(|v| {
                 let evidence_kind = match (v.transport, v.basis) {
+                    _ if crate::classify::comm::is_one_rank(&v) => "one-rank",
                     (Transport::Unknown, _) => "none",
                     (_, Basis::SetUp) => "setup-calls",
                     (_, Basis::SteadyState) => "steady-state",
@@ -85,7 +86,11 @@ impl Agent {
 
     /// A process's communicators as series: the first `MAX_COMMUNICATORS`
     /// it used by name (busiest first among those that appear in the same
-    /// scrape), the rest summed as `other` ([`Flow::named`]).
+    /// scrape), the rest summed as `other` ([`Flow::named`]). A name is the
+    /// identity every rank of the communicator shares (NCCL's `commId`,
+    /// from its `ncclCommInitRank*` call), with this process's rank and the
+    /// rank count; a communicator whose init was not seen (the process ran
+    /// before the agent) is `local-N`, its place in the process's order.
     fn communicators(&mut self, pid: u32) -> Vec<Communicator> {
         let mut by_handle: BTreeMap<u64, BTreeMap<&str, Communicator>> = BTreeMap::new();
         let estimated = self.agg.collectives_estimated();
@@ -100,15 +105,21 @@ impl Agent {
             by_handle.entry(*handle).or_default().insert(
                 op,
                 Communicator {
-                    handle: String::new(),
                     op: op.clone(),
                     calls: *calls,
                     bytes: *bytes,
                     calls_estimated,
                     bytes_estimated,
+                    ..Default::default()
                 },
             );
         }
+        let identity: BTreeMap<String, &crate::stats::Communicator> = self
+            .agg
+            .procs
+            .get(&pid)
+            .map(|p| p.communicators.iter().map(|c| (c.communicator.clone(), c)).collect())
+            .unwrap_or_default();
         let Some(m) = self.meta.get_mut(&pid) else {
             return Vec::new();
         };
@@ -126,16 +137,24 @@ impl Agent {
         }
         let mut out: BTreeMap<(String, String), Communicator> = BTreeMap::new();
         for (h, ops) in by_handle {
-            let name = if named.contains(&h) {
-                format!("{h:#x}")
-            } else {
-                "other".into()
+            let (name, rank, nranks) = match named.iter().position(|n| *n == h) {
+                Some(i) => match identity.get(&format!("{h:#x}")) {
+                    Some(c) => (
+                        c.comm_id.clone().unwrap_or_else(|| format!("local-{}", i + 1)),
+                        c.rank.map(|r| r.to_string()).unwrap_or_default(),
+                        c.nranks.map(|n| n.to_string()).unwrap_or_default(),
+                    ),
+                    None => (format!("local-{}", i + 1), String::new(), String::new()),
+                },
+                None => ("other".into(), String::new(), String::new()),
             };
             for (op, c) in ops {
                 let e = out
                     .entry((name.clone(), op.to_string()))
                     .or_insert_with(|| Communicator {
                         handle: name.clone(),
+                        rank: rank.clone(),
+                        nranks: nranks.clone(),
                         op: op.to_string(),
                         ..Default::default()
                     });
@@ -148,7 +167,12 @@ impl Agent {
         out.into_values().collect()
     }
 
-    fn process(&mut self, pid: u32, verdict: Option<VerdictFigures>, sample: bool) -> Option<ProcessFigures> {
+    pub(super) fn process(
+        &mut self,
+        pid: u32,
+        verdict: Option<VerdictFigures>,
+        sample: bool,
+    ) -> Option<ProcessFigures> {
         self.label(pid);
         let communicators = self.communicators(pid);
         let pod = self.meta.get(&pid).and_then(|m| m.pod.clone()).flatten();
@@ -181,13 +205,40 @@ impl Agent {
                     .collect()
             })
             .unwrap_or_default();
+        // The process's verdict on each communicator, but a communicator of
+        // one rank moves nothing whatever the process's evidence says.
+        let mut comm_verdicts: Vec<CommVerdict> = Vec::new();
+        if let Some(v) = &verdict {
+            for c in &communicators {
+                let verdict = if c.nranks == "1" {
+                    VerdictFigures {
+                        transport: Transport::Unknown.name(),
+                        host_staged: false,
+                        evidence_kind: "one-rank",
+                    }
+                } else {
+                    v.clone()
+                };
+                let row = CommVerdict {
+                    communicator: c.handle.clone(),
+                    rank: c.rank.clone(),
+                    nranks: c.nranks.clone(),
+                    verdict,
+                };
+                if !comm_verdicts.contains(&row) {
+                    comm_verdicts.push(row);
+                }
+            }
+        }
         Some(ProcessFigures {
             pid,
             comm: if p.comm.is_empty() { "?".into() } else { p.comm.clone() },
             pod,
             discovered_by: discover::reason_name(meta.reason),
             exited: p.exited,
+            processes: 1,
             verdict,
+            comm_verdicts,
             communicators,
             moved_bytes: p.moved_bytes + flow.counted,
             staged_bytes: p.staged_bytes + flow.staged,
@@ -217,10 +268,15 @@ impl Agent {
             let live = pids.iter().filter(|p| !self.agg.procs[*p].exited).count() as u64;
             *self.shed.entry(("process-sample", "cpu-budget")).or_default() += live;
         }
-        let processes = pids
+        let all: Vec<ProcessFigures> = pids
             .into_iter()
             .filter_map(|pid| self.process(pid, verdicts.remove(&pid), sample))
             .collect();
+        let (active, idle): (Vec<ProcessFigures>, Vec<ProcessFigures>) = all.into_iter().partition(|p| p.active());
+        let processes = match self.labels {
+            LabelMode::Process => active,
+            LabelMode::Pod => self.grouped(active),
+        };
         let ebpf = &self.session.ebpf;
         let c = kernel::counters(ebpf).unwrap_or_else(|_| vec![0; counter::COUNT as usize]);
         let mut shed: Vec<(&'static str, &'static str, u64)> = vec![
@@ -299,6 +355,36 @@ impl Agent {
             cpu_budget: self.budget.limit,
             shed_level: self.budget.level,
             tracked: self.agg.procs.len() as u64,
+            idle: idle.len() as u64,
+            ignored: ["comm", "namespace"]
+                .into_iter()
+                .map(|r| (r, self.ignored.get(r).copied().unwrap_or(0)))
+                .collect(),
+            nvml_available: self.nvml_available,
         }
+    }
+
+    /// `--labels pod`: the active processes summed per pod (or per command
+    /// outside pods), onto what the group's forgotten processes counted.
+    fn grouped(&self, active: Vec<ProcessFigures>) -> Vec<ProcessFigures> {
+        let mut groups: BTreeMap<Group, ProcessFigures> =
+            self.retired.iter().map(|(g, (f, _))| (g.clone(), f.clone())).collect();
+        for p in active {
+            let g = Self::group_of(&p);
+            let e = groups.entry(g.clone()).or_insert_with(|| ProcessFigures {
+                collective_sampled_ratio: 1.0,
+                ..Default::default()
+            });
+            e.absorb(&p);
+        }
+        groups
+            .into_iter()
+            .map(|((pod, comm), mut f)| {
+                f.pid = 0;
+                f.comm = if pod.is_some() { String::new() } else { comm };
+                f.pod = pod;
+                f
+            })
+            .collect()
     }
 }

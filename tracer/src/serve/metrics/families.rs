@@ -29,8 +29,33 @@ impl<M: EncodeMetric + TypedMetric> EncodeMetric for Rows<M> {
     }
 }
 
+/// How many series (samples) a metric writes: the exported-series gauge.
+trait Series {
+    fn series(&self) -> usize {
+        1
+    }
+}
+
+impl<N> Series for ConstCounter<N> {}
+impl<N> Series for ConstGauge<N> {}
+
+impl Series for Hist {
+    /// Its buckets, `_sum` and `_count`.
+    fn series(&self) -> usize {
+        self.buckets.len() + 2
+    }
+}
+
+/// `pid` and `comm` of a process; of a group (`--labels pod`) only what
+/// names it: the pod's labels, or the command outside pods.
 fn proc_labels(p: &ProcessFigures) -> Labels {
-    let mut l: Labels = vec![("pid", p.pid.to_string()), ("comm", p.comm.clone())];
+    let mut l: Labels = Vec::new();
+    if p.pid != 0 {
+        l.push(("pid", p.pid.to_string()));
+    }
+    if !p.comm.is_empty() {
+        l.push(("comm", p.comm.clone()));
+    }
     if let Some(pod) = &p.pod {
         for (k, v) in [
             ("namespace", &pod.namespace),
@@ -43,6 +68,20 @@ fn proc_labels(p: &ProcessFigures) -> Labels {
         }
     }
     l
+}
+
+/// A communicator's series: the process's labels, the identity every rank
+/// shares, this rank, and the operation.
+fn comm_labels(p: &ProcessFigures, c: &Communicator) -> Labels {
+    with(
+        proc_labels(p),
+        &[
+            ("communicator", &c.handle),
+            ("rank", &c.rank),
+            ("nranks", &c.nranks),
+            ("op", &c.op),
+        ],
+    )
 }
 
 fn with(mut l: Labels, extra: &[(&'static str, &str)]) -> Labels {
@@ -58,7 +97,7 @@ struct Family<M> {
     rows: Vec<(Labels, M)>,
 }
 
-impl<M: EncodeMetric + TypedMetric + Send + Sync + std::fmt::Debug + 'static> Family<M> {
+impl<M: EncodeMetric + TypedMetric + Series + Send + Sync + std::fmt::Debug + 'static> Family<M> {
     fn new(name: &'static str, help: &'static str, unit: Option<Unit>) -> Self {
         Self {
             name,
@@ -73,13 +112,29 @@ impl<M: EncodeMetric + TypedMetric + Send + Sync + std::fmt::Debug + 'static> Fa
         self
     }
 
-    fn register(self, reg: &mut Registry) {
+    /// Registers the family; adds its series to `n`.
+    fn register(self, reg: &mut Registry, n: &mut usize) {
+        *n += self.rows.iter().map(|r| r.1.series()).sum::<usize>();
         let rows = Rows(self.rows);
         match self.unit {
             Some(u) => reg.register_with_unit(self.name, self.help, u, rows),
             None => reg.register(self.name, self.help, rows),
         }
     }
+}
+
+/// A family of one unlabelled series.
+fn single<M: EncodeMetric + TypedMetric + Series + Send + Sync + std::fmt::Debug + 'static>(
+    reg: &mut Registry,
+    n: &mut usize,
+    name: &'static str,
+    help: &'static str,
+    unit: Option<Unit>,
+    m: M,
+) {
+    let mut f = Family::new(name, help, unit);
+    f.add(Vec::new(), m);
+    f.register(reg, n);
 }
 
 fn counter(v: u64) -> ConstCounter<u64> {
@@ -95,56 +150,76 @@ fn gauge(v: i64) -> ConstGauge<i64> {
 }
 
 pub(super) fn register(reg: &mut Registry, s: &Snapshot) {
-    process_families(reg, s);
-    node_families(reg, s);
-    agent_families(reg, s);
+    let mut n = 0;
+    process_families(reg, s, &mut n);
+    node_families(reg, s, &mut n);
+    agent_families(reg, s, &mut n);
+    let total = n + 1;
+    single(
+        reg,
+        &mut n,
+        "exported_series",
+        "Series in this exposition, this one included (the agent's cardinality; see --labels)",
+        None,
+        gauge(total as i64),
+    );
 }
 
-fn process_families(reg: &mut Registry, s: &Snapshot) {
+fn process_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
     let mut info = Family::new(
         "process_info",
-        "A tracked GPU or RDMA process (value 1): how it was discovered and whether it exited (kept until --exited-retention)",
+        "A tracked GPU or RDMA process that moved or registered bytes (value 1): how it was discovered and whether it exited (kept until --exited-retention); with --labels pod, the number of such processes of the pod",
         None,
     );
     for p in &s.processes {
-        info.add(
+        let labels = if p.pid == 0 {
+            proc_labels(p)
+        } else {
             with(
                 proc_labels(p),
                 &[
                     ("discovered_by", p.discovered_by),
                     ("exited", if p.exited { "true" } else { "false" }),
                 ],
-            ),
-            gauge(1),
-        );
+            )
+        };
+        info.add(labels, gauge(p.processes.max(1) as i64));
     }
-    info.register(reg);
+    info.register(reg, n);
 
     let mut verdict = Family::new(
         "transport_verdict_info",
         "The transport verdict of a process and its communicators (value 1), with the kind of evidence it rests on",
         None,
     );
-    for p in &s.processes {
-        let Some(v) = &p.verdict else { continue };
-        let base = with(
+    let verdict_labels = |p: &ProcessFigures, v: &VerdictFigures, c: &str, rank: &str, nranks: &str| {
+        with(
             proc_labels(p),
             &[
                 ("transport", v.transport),
                 ("host_staged", if v.host_staged { "true" } else { "false" }),
                 ("evidence_kind", v.evidence_kind),
+                ("communicator", c),
+                ("rank", rank),
+                ("nranks", nranks),
             ],
-        );
-        let mut handles: Vec<&str> = p.communicators.iter().map(|c| c.handle.as_str()).collect();
-        handles.dedup();
-        if handles.is_empty() {
-            handles.push("");
+        )
+    };
+    for p in &s.processes {
+        if p.comm_verdicts.is_empty() {
+            if let Some(v) = &p.verdict {
+                verdict.add(verdict_labels(p, v, "", "", ""), gauge(1));
+            }
+            continue;
         }
-        for h in handles {
-            verdict.add(with(base.clone(), &[("communicator", h)]), gauge(1));
+        for c in &p.comm_verdicts {
+            verdict.add(
+                verdict_labels(p, &c.verdict, &c.communicator, &c.rank, &c.nranks),
+                gauge(1),
+            );
         }
     }
-    verdict.register(reg);
+    verdict.register(reg, n);
 
     let mut moved = Family::new(
         "moved",
@@ -172,10 +247,10 @@ fn process_families(reg: &mut Registry, s: &Snapshot) {
         moved_est.add(proc_labels(p), counter(p.moved_bytes_estimated));
         staged_est.add(proc_labels(p), counter(p.staged_bytes_estimated));
     }
-    moved.register(reg);
-    staged.register(reg);
-    moved_est.register(reg);
-    staged_est.register(reg);
+    moved.register(reg, n);
+    staged.register(reg, n);
+    moved_est.register(reg, n);
+    staged_est.register(reg, n);
 
     let mut calls = Family::new(
         "collective_calls",
@@ -194,15 +269,15 @@ fn process_families(reg: &mut Registry, s: &Snapshot) {
     );
     for p in &s.processes {
         for c in &p.communicators {
-            let labels = with(proc_labels(p), &[("communicator", &c.handle), ("op", &c.op)]);
+            let labels = comm_labels(p, c);
             calls.add(labels.clone(), counter(c.calls));
             calls_est.add(labels.clone(), counter(c.calls_estimated));
             bytes_est.add(labels, counter(c.bytes_estimated));
         }
     }
-    calls.register(reg);
-    calls_est.register(reg);
-    bytes_est.register(reg);
+    calls.register(reg, n);
+    calls_est.register(reg, n);
+    bytes_est.register(reg, n);
     let mut ratio = Family::new(
         "collective_sampled_ratio",
         "Share of a process's traced time in which its collective, group and UCX data calls were counted (1: every call; below 1 the duty cycle sampled them, and the _estimated_ counters estimate the rest)",
@@ -211,7 +286,7 @@ fn process_families(reg: &mut Registry, s: &Snapshot) {
     for p in s.processes.iter().filter(|p| !p.communicators.is_empty()) {
         ratio.add(proc_labels(p), ConstGauge::new(p.collective_sampled_ratio));
     }
-    ratio.register(reg);
+    ratio.register(reg, n);
     let mut bytes = Family::new(
         "collective",
         "Bytes of collective and point-to-point calls per communicator (count x data-type size), counted in the kernel",
@@ -219,13 +294,10 @@ fn process_families(reg: &mut Registry, s: &Snapshot) {
     );
     for p in &s.processes {
         for c in &p.communicators {
-            bytes.add(
-                with(proc_labels(p), &[("communicator", &c.handle), ("op", &c.op)]),
-                counter(c.bytes),
-            );
+            bytes.add(comm_labels(p, c), counter(c.bytes));
         }
     }
-    bytes.register(reg);
+    bytes.register(reg, n);
 
     let mut regs = Family::new(
         "registrations",
@@ -237,7 +309,7 @@ fn process_families(reg: &mut Registry, s: &Snapshot) {
             regs.add(with(proc_labels(p), &[("backing", backing)]), counter(*n));
         }
     }
-    regs.register(reg);
+    regs.register(reg, n);
     let mut deregs = Family::new(
         "deregistrations",
         "Memory deregistrations by what backs the memory",
@@ -248,7 +320,7 @@ fn process_families(reg: &mut Registry, s: &Snapshot) {
             deregs.add(with(proc_labels(p), &[("backing", backing)]), counter(*n));
         }
     }
-    deregs.register(reg);
+    deregs.register(reg, n);
 
     let mut pinned = Family::new(
         "process_pinned",
@@ -268,8 +340,8 @@ fn process_families(reg: &mut Registry, s: &Snapshot) {
             cpu.add(proc_labels(p), counter_f(c));
         }
     }
-    pinned.register(reg);
-    cpu.register(reg);
+    pinned.register(reg, n);
+    cpu.register(reg, n);
 
     let mut pin_pages = Family::new(
         "pinned_pages",
@@ -310,13 +382,13 @@ fn process_families(reg: &mut Registry, s: &Snapshot) {
             );
         }
     }
-    pin_pages.register(reg);
-    unpin_pages.register(reg);
-    by_transport.register(reg);
-    socket.register(reg);
+    pin_pages.register(reg, n);
+    unpin_pages.register(reg, n);
+    by_transport.register(reg, n);
+    socket.register(reg, n);
 }
 
-fn node_families(reg: &mut Registry, s: &Snapshot) {
+fn node_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
     let mut lat = Family::new(
         "operation_duration",
         "Latency of traced operations on this node, from the in-kernel log2 slots (every completed call; _sum estimated at slot midpoints)",
@@ -325,7 +397,7 @@ fn node_families(reg: &mut Registry, s: &Snapshot) {
     for (op, slots) in &s.op_latency {
         lat.add(vec![("op", op.clone())], Hist::from_slots(slots));
     }
-    lat.register(reg);
+    lat.register(reg, n);
     let mut reg_lat = Family::new(
         "registration_duration",
         "Latency of memory registrations on this node, by backing",
@@ -334,17 +406,23 @@ fn node_families(reg: &mut Registry, s: &Snapshot) {
     for (backing, h) in &s.registration_latency {
         reg_lat.add(vec![("backing", backing.to_string())], h.clone());
     }
-    reg_lat.register(reg);
+    reg_lat.register(reg, n);
 
     if let Some(p) = s.node_pins {
-        reg.register(
+        single(
+            reg,
+            n,
             "node_pinned_pages",
             "Pages pinned on the whole node (/proc/vmstat nr_foll_pin_acquired)",
+            None,
             counter(p.acquired),
         );
-        reg.register(
+        single(
+            reg,
+            n,
             "node_unpinned_pages",
             "Pages unpinned on the whole node (/proc/vmstat nr_foll_pin_released)",
+            None,
             counter(p.released),
         );
     }
@@ -365,7 +443,7 @@ fn node_families(reg: &mut Registry, s: &Snapshot) {
             gauge(1),
         );
     }
-    probes.register(reg);
+    probes.register(reg, n);
     let mut hits = Family::new(
         "probe_hits",
         "Probe entries of traced processes per operation (every trap, aggregated ones included)",
@@ -374,15 +452,21 @@ fn node_families(reg: &mut Registry, s: &Snapshot) {
     for (op, n) in &s.probe_hits {
         hits.add(vec![("op", op.clone())], counter(*n));
     }
-    hits.register(reg);
-    reg.register(
+    hits.register(reg, n);
+    single(
+        reg,
+        n,
         "library_files_attached",
         "Library files (libcuda, libibverbs, libnccl copies) with uprobes attached",
+        None,
         gauge(s.library_files as i64),
     );
-    reg.register(
+    single(
+        reg,
+        n,
         "setup_probes_closed",
         "1 once the set-up uprobe links (context switches) were closed over their hit-rate budget",
+        None,
         gauge(s.setup_probes_closed as i64),
     );
 
@@ -394,28 +478,29 @@ fn node_families(reg: &mut Registry, s: &Snapshot) {
     for (reason, n) in &s.lost {
         lost.add(vec![("reason", reason.to_string())], counter(*n));
     }
-    lost.register(reg);
-    reg.register(
+    lost.register(reg, n);
+    single(
+        reg,
+        n,
         "returns_without_entry",
         "Returns whose entry was not seen (a call in flight when its process was discovered); not a loss of completed calls",
+        None,
         counter(s.returns_without_entry),
     );
-    reg.register(
+    single(
+        reg,
+        n,
         "discovery_read_errors",
         "Opens whose path discovery could not read (a GPU or RDMA process may have been missed)",
+        None,
         counter(s.discovery_read_errors),
     );
 }
 
-fn agent_families(reg: &mut Registry, s: &Snapshot) {
-    reg.register(
-        "build_info",
-        "The agent's version (value 1)",
-        Rows(vec![(
-            vec![("version", env!("CARGO_PKG_VERSION").to_string())],
-            gauge(1),
-        )]),
-    );
+fn agent_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
+    let mut build = Family::new("build_info", "The agent's version (value 1)", None);
+    build.add(vec![("version", env!("CARGO_PKG_VERSION").to_string())], gauge(1));
+    build.register(reg, n);
     let mut discovered = Family::new(
         "targets_discovered",
         "Processes that became targets, by what gave them away (a library or device node they opened, or the /proc scan at start); their children follow in the kernel",
@@ -424,10 +509,13 @@ fn agent_families(reg: &mut Registry, s: &Snapshot) {
     for (reason, n) in &s.discovered {
         discovered.add(vec![("reason", reason.to_string())], counter(*n));
     }
-    discovered.register(reg);
-    reg.register(
+    discovered.register(reg, n);
+    single(
+        reg,
+        n,
         "targets_forgotten",
         "Exited processes whose state was dropped after --exited-retention",
+        None,
         counter(s.forgotten),
     );
     let mut shed = Family::new(
@@ -441,13 +529,13 @@ fn agent_families(reg: &mut Registry, s: &Snapshot) {
             counter(*n),
         );
     }
-    shed.register(reg);
-    reg.register("events", "Ring-buffer records decoded", counter(s.events));
+    shed.register(reg, n);
+    single(reg, n, "events", "Ring-buffer records decoded", None, counter(s.events));
     let mut entries = Family::new("bpf_map_entries", "Entries in the agent's BPF maps.", None);
     for (map, n, _) in &s.maps {
         entries.add(vec![("map", map.to_string())], gauge(*n as i64));
     }
-    entries.register(reg);
+    entries.register(reg, n);
     let mut max = Family::new(
         "bpf_map_max_entries",
         "Capacity of the agent's BPF maps (--max-targets, --max-aggregate-rows)",
@@ -456,32 +544,70 @@ fn agent_families(reg: &mut Registry, s: &Snapshot) {
     for (map, _, m) in &s.maps {
         max.add(vec![("map", map.to_string())], gauge(*m as i64));
     }
-    max.register(reg);
-    reg.register(
+    max.register(reg, n);
+    single(
+        reg,
+        n,
         "tracked_processes",
         "Processes the agent keeps state for (live, and exited within --exited-retention)",
+        None,
         gauge(s.tracked as i64),
     );
-    reg.register_with_unit(
+    single(
+        reg,
+        n,
+        "idle_processes",
+        "Tracked processes that moved and registered nothing and joined no NCCL communicator: they have no series of their own",
+        None,
+        gauge(s.idle as i64),
+    );
+    let mut ignored = Family::new(
+        "targets_ignored",
+        "Processes not traced because --ignore-comm or --ignore-namespace names them, by which",
+        None,
+    );
+    for (reason, v) in &s.ignored {
+        ignored.add(vec![("reason", reason.to_string())], counter(*v));
+    }
+    ignored.register(reg, n);
+    single(
+        reg,
+        n,
+        "nvml_available",
+        "1 when NVML (libnvidia-ml) answered in the agent: the GPUs' NVLink counters back steady-state verdicts; 0 leaves those unknown (NVIDIA_VISIBLE_DEVICES, runtimeClassName: docs/fleet.md)",
+        None,
+        gauge(s.nvml_available as i64),
+    );
+    single(
+        reg,
+        n,
         "agent_cpu",
         "CPU time the agent used (user + system)",
-        Unit::Seconds,
+        Some(Unit::Seconds),
         counter_f(s.agent_cpu_seconds),
     );
-    reg.register_with_unit(
+    single(
+        reg,
+        n,
         "agent_resident_memory",
         "Resident memory of the agent (VmRSS)",
-        Unit::Bytes,
+        Some(Unit::Bytes),
         gauge(s.agent_rss_bytes as i64),
     );
-    reg.register(
+    single(
+        reg,
+        n,
         "agent_cpu_budget_ratio",
         "CPU the agent may use, as a fraction of one CPU (--cpu-budget)",
+        None,
         ConstGauge::new(s.cpu_budget),
     );
-    reg.register(
+    single(
+        reg,
+        n,
         "agent_shed_level",
         "0: within the CPU budget; 1: process samples and library rescans skipped; 2: new targets refused too",
+        None,
         gauge(s.shed_level as i64),
     );
 }

@@ -119,14 +119,32 @@ pub struct VerdictFigures {
     pub transport: &'static str,
     pub host_staged: bool,
     /// `setup-calls` (peer checks, buffer exports/imports, staging
-    /// allocations seen) or `steady-state` (socket bytes, NVLink counters).
+    /// allocations seen), `steady-state` (socket bytes, NVLink counters),
+    /// `one-rank` (a communicator of one rank: nothing crosses a link) or
+    /// `none` (unknown).
     pub evidence_kind: &'static str,
+}
+
+/// The verdict of one communicator of a process: the process's, except
+/// where the evidence is the communicator's own (one rank).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommVerdict {
+    pub communicator: String,
+    pub rank: String,
+    pub nranks: String,
+    pub verdict: VerdictFigures,
 }
 
 /// One communicator's in-kernel totals.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Communicator {
+    /// The label: NCCL's `commId` (the hash of the `ncclUniqueId`, the same
+    /// on every rank), `local-N` (the process's N-th communicator, when the
+    /// init call was not seen), or `other` (beyond `MAX_COMMUNICATORS`).
     pub handle: String,
+    /// This process's rank in it and its rank count (empty when unknown).
+    pub rank: String,
+    pub nranks: String,
     pub op: String,
     pub calls: u64,
     pub bytes: u64,
@@ -136,7 +154,9 @@ pub struct Communicator {
     pub bytes_estimated: u64,
 }
 
-/// What one tracked process did.
+/// What one tracked process did, or (`--labels pod`) a pod's processes,
+/// or the processes of one command outside pods: then `pid` is 0, and
+/// `comm` empty for a pod.
 #[derive(Clone, Debug, Default)]
 pub struct ProcessFigures {
     pub pid: u32,
@@ -144,7 +164,12 @@ pub struct ProcessFigures {
     pub pod: Option<PodLabels>,
     pub discovered_by: &'static str,
     pub exited: bool,
+    /// Tracked processes summed here (1 for a process).
+    pub processes: u64,
+    /// The process's verdict: its series when it has no communicator.
     pub verdict: Option<VerdictFigures>,
+    /// Per communicator (by its label).
+    pub comm_verdicts: Vec<CommVerdict>,
     pub communicators: Vec<Communicator>,
     pub moved_bytes: u64,
     pub staged_bytes: u64,
@@ -163,6 +188,90 @@ pub struct ProcessFigures {
     /// The share of its traced time its collectives, group and UCX data
     /// calls were counted in (1 when every call was: `--collectives`).
     pub collective_sampled_ratio: f64,
+}
+
+impl ProcessFigures {
+    /// Whether the process moved or registered a byte (copies, collectives,
+    /// socket bytes, registrations, pinned pages) or joined an NCCL
+    /// communicator. The others (a loader that mapped libcuda and exited,
+    /// torch's helper processes) get no series of their own; they are
+    /// counted in `gdrtrace_idle_processes`.
+    pub fn active(&self) -> bool {
+        self.moved_bytes_estimated > 0
+            || self.staged_bytes_estimated > 0
+            || self.registrations.iter().any(|r| r.1 + r.2 > 0)
+            || self.pages_pinned > 0
+            || self.pinned_bytes.is_some_and(|b| b > 0)
+            || !self.communicators.is_empty()
+            || self.socket_sent_bytes + self.socket_received_bytes > 0
+    }
+
+    /// Adds `o`'s counters to these (`--labels pod`). Gauges: pinned bytes
+    /// add, the sampled share is the smallest; verdict rows are joined.
+    pub fn absorb(&mut self, o: &ProcessFigures) {
+        self.processes += o.processes;
+        self.moved_bytes += o.moved_bytes;
+        self.staged_bytes += o.staged_bytes;
+        self.moved_bytes_estimated += o.moved_bytes_estimated;
+        self.staged_bytes_estimated += o.staged_bytes_estimated;
+        for (b, r, d) in &o.registrations {
+            match self.registrations.iter_mut().find(|x| x.0 == *b) {
+                Some(x) => {
+                    x.1 += r;
+                    x.2 += d;
+                }
+                None => self.registrations.push((b, *r, *d)),
+            }
+        }
+        self.pages_pinned += o.pages_pinned;
+        self.pages_unpinned += o.pages_unpinned;
+        self.pinned_bytes = match (self.pinned_bytes, o.pinned_bytes) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        self.cpu_seconds = match (self.cpu_seconds, o.cpu_seconds) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        for (t, n) in &o.calls_by_transport {
+            match self.calls_by_transport.iter_mut().find(|x| x.0 == *t) {
+                Some(x) => x.1 += n,
+                None => self.calls_by_transport.push((t, *n)),
+            }
+        }
+        self.socket_sent_bytes += o.socket_sent_bytes;
+        self.socket_received_bytes += o.socket_received_bytes;
+        for c in &o.communicators {
+            match self
+                .communicators
+                .iter_mut()
+                .find(|x| (&x.handle, &x.op, &x.rank, &x.nranks) == (&c.handle, &c.op, &c.rank, &c.nranks))
+            {
+                Some(x) => {
+                    x.calls += c.calls;
+                    x.bytes += c.bytes;
+                    x.calls_estimated += c.calls_estimated;
+                    x.bytes_estimated += c.bytes_estimated;
+                }
+                None => self.communicators.push(c.clone()),
+            }
+        }
+        if !o.communicators.is_empty() {
+            self.collective_sampled_ratio = if self.communicators.len() == o.communicators.len() {
+                o.collective_sampled_ratio
+            } else {
+                self.collective_sampled_ratio.min(o.collective_sampled_ratio)
+            };
+        }
+        for v in &o.comm_verdicts {
+            if !self.comm_verdicts.contains(v) {
+                self.comm_verdicts.push(v.clone());
+            }
+        }
+        if self.verdict.is_none() {
+            self.verdict = o.verdict.clone();
+        }
+    }
 }
 
 /// One probe point of the coverage table.
@@ -204,6 +313,12 @@ pub struct Snapshot {
     pub cpu_budget: f64,
     pub shed_level: u8,
     pub tracked: u64,
+    /// Tracked processes without series of their own ([`ProcessFigures::active`]).
+    pub idle: u64,
+    /// Processes not traced by `--ignore-comm` / `--ignore-namespace`, by reason.
+    pub ignored: Vec<(&'static str, u64)>,
+    /// Whether NVML answered in the agent (NVLink counters for steady-state verdicts).
+    pub nvml_available: bool,
 }
 
 impl Snapshot {
@@ -227,13 +342,26 @@ impl Snapshot {
                 }),
                 discovered_by: "libnccl",
                 exited: false,
+                processes: 1,
                 verdict: Some(VerdictFigures {
                     transport: "shm",
                     host_staged: true,
                     evidence_kind: "setup-calls",
                 }),
+                comm_verdicts: vec![CommVerdict {
+                    communicator: "0x5e3c1d2a9b8f7a61".into(),
+                    rank: "0".into(),
+                    nranks: "2".into(),
+                    verdict: VerdictFigures {
+                        transport: "shm",
+                        host_staged: true,
+                        evidence_kind: "setup-calls",
+                    },
+                }],
                 communicators: vec![Communicator {
-                    handle: "0x55d0c0de".into(),
+                    handle: "0x5e3c1d2a9b8f7a61".into(),
+                    rank: "0".into(),
+                    nranks: "2".into(),
                     op: "ncclAllReduce".into(),
                     calls: 100,
                     bytes: 1 << 20,
@@ -281,7 +409,10 @@ impl Snapshot {
             agent_rss_bytes: 1 << 24,
             cpu_budget: 0.05,
             shed_level: 0,
-            tracked: 1,
+            tracked: 2,
+            idle: 1,
+            ignored: vec![("comm", 0), ("namespace", 0)],
+            nvml_available: false,
         }
     }
 }
@@ -344,13 +475,26 @@ mod tests {
                     container: "worker".into(),
                 }),
                 discovered_by: "libnccl",
+                processes: 1,
                 verdict: Some(VerdictFigures {
                     transport: "shm",
                     host_staged: true,
                     evidence_kind: "setup-calls",
                 }),
+                comm_verdicts: vec![CommVerdict {
+                    communicator: "0x55d0".into(),
+                    rank: "1".into(),
+                    nranks: "2".into(),
+                    verdict: VerdictFigures {
+                        transport: "shm",
+                        host_staged: true,
+                        evidence_kind: "setup-calls",
+                    },
+                }],
                 communicators: vec![Communicator {
                     handle: "0x55d0".into(),
+                    rank: "1".into(),
+                    nranks: "2".into(),
                     op: "ncclAllReduce".into(),
                     calls: 10,
                     bytes: 4096,
@@ -380,7 +524,7 @@ mod tests {
             "gdrtrace_deregistrations_total{node=\"node-a\",pid=\"42\",comm=\"python3\",namespace=\"team-a\",pod=\"trainer-0\",container=\"worker\",backing=\"io_uring\"} 2",
             "gdrtrace_host_staged_bytes_total{",
             "gdrtrace_moved_bytes_total{",
-            "transport=\"shm\",host_staged=\"true\",evidence_kind=\"setup-calls\",communicator=\"0x55d0\"} 1",
+            "transport=\"shm\",host_staged=\"true\",evidence_kind=\"setup-calls\",communicator=\"0x55d0\",rank=\"1\",nranks=\"2\"} 1",
             "gdrtrace_collective_bytes_total{",
             "# TYPE gdrtrace_operation_duration_seconds histogram",
             "gdrtrace_events_lost_total{node=\"node-a\",reason=\"ringbuf_full\"} 0",
@@ -474,9 +618,68 @@ mod tests {
     fn a_process_without_communicators_has_one_verdict_series() {
         let mut s = snapshot();
         s.processes[0].communicators.clear();
+        s.processes[0].comm_verdicts.clear();
         let text = render(&s, Format::Text);
         assert_eq!(text.matches("gdrtrace_transport_verdict_info{").count(), 1);
-        assert!(text.contains("communicator=\"\"} 1"));
+        assert!(text.contains("communicator=\"\",rank=\"\",nranks=\"\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn exported_series_counts_every_sample_of_the_exposition() {
+        for format in [Format::Text, Format::OpenMetrics] {
+            let text = render(&Snapshot::example(), format);
+            let samples = text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count();
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("gdrtrace_exported_series{"))
+                .expect("the gauge");
+            let v: usize = line.rsplit(' ').next().unwrap().parse().unwrap();
+            assert_eq!(v, samples, "{format:?}\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_pod_sums_its_processes_and_only_active_ones_have_series() {
+        let mut a = snapshot().processes.remove(0);
+        a.pid = 7;
+        let mut b = a.clone();
+        b.pid = 8;
+        b.registrations = vec![("io_uring", 1, 0), ("host", 2, 2)];
+        let mut pod = ProcessFigures {
+            collective_sampled_ratio: 1.0,
+            ..Default::default()
+        };
+        pod.absorb(&a);
+        pod.absorb(&b);
+        assert_eq!(pod.processes, 2);
+        assert_eq!(pod.moved_bytes, a.moved_bytes * 2);
+        assert_eq!(pod.registrations, vec![("io_uring", 4, 2), ("host", 2, 2)]);
+        assert_eq!(pod.communicators.len(), 1, "one communicator, one rank: summed");
+        assert_eq!(pod.communicators[0].calls, 20);
+        assert_eq!(pod.comm_verdicts.len(), 1, "the same verdict row once");
+        pod.pod = a.pod.clone();
+        let text = render(
+            &Snapshot {
+                processes: vec![pod],
+                ..Default::default()
+            },
+            Format::Text,
+        );
+        assert!(
+            text.contains(
+                "gdrtrace_process_info{node=\"\",namespace=\"team-a\",pod=\"trainer-0\",container=\"worker\"} 2"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("pid=\""), "no pid label at pod level:\n{text}");
+        let idle = ProcessFigures {
+            pid: 9,
+            comm: "ld-linux-x86-64".into(),
+            calls_by_transport: vec![("unknown", 3)],
+            ..Default::default()
+        };
+        assert!(!idle.active(), "set-up calls alone move nothing");
+        assert!(a.active());
     }
 
     #[test]
