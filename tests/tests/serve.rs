@@ -254,6 +254,12 @@ impl Prometheus {
         wait_for("Prometheus to be ready", Duration::from_secs(120), || {
             http_get(&p.addr, "/-/ready", None).ok().filter(|r| r.0 == 200)
         });
+        // Ready is not scraping yet: a workload started before the first
+        // scrape could be over (or past the phase a test looks for) before
+        // Prometheus saw it.
+        wait_for("Prometheus to scrape the agent", Duration::from_secs(60), || {
+            (!p.query("up == 1").is_empty()).then_some(())
+        });
         p
     }
 
