@@ -341,7 +341,6 @@ impl Session {
         let now = Instant::now();
         if let Some(switch) = self.duty.at_deadline(now.duration_since(self.opened)) {
             self.switch(switch);
-            self.counting_until = Some(now);
         }
     }
 
@@ -354,6 +353,8 @@ impl Session {
                 if let Err(e) = self.set_control(control::SAMPLE_OFF, 1) {
                     log::warn!("starting an off phase of the sampled rows: {e}");
                 }
+                // Counting stopped here, not once the links are handed over.
+                self.counting_until = Some(Instant::now());
                 let (links, closed) = self.planner.uprobes.close_sampled(&mut self.ebpf);
                 if !why.is_empty() {
                     log::info!(
