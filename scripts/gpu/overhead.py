@@ -123,7 +123,9 @@ def rank_main(rank, n, a):
         # algorithm bandwidth.
         factor = 2 * (n - 1) / n if n > 1 else 1.0
         busbw = SIZES[name] * factor / (med * 1e-6) / 1e9
-        summary[name] = {"us_per_call": med, "busbw_gbps": busbw, "samples": len(samples)}
+        # Calls this rank made: the warm-up and every block.
+        summary[name] = {"us_per_call": med, "busbw_gbps": busbw, "samples": len(samples),
+                         "calls": 20 + block * len(samples)}
     if out:
         out.close()
     if rank == 0 and a.summary:
@@ -193,9 +195,51 @@ def traps_per_s(rep):
     return traps / max(rep.get("duration_s") or 1e-9, 1e-9)
 
 
+def traps_after_budget(path, budget=1000.0):
+    """From a recording's kernel totals: the most traps any process counted
+    in a 1 s window after its first second over `budget` (copies trap twice
+    a call, collectives once), and when that first second began (s into the
+    trace); (None, None) when no process went over."""
+    per, start = {}, None
+    for line in open(path):
+        if start is None and '"header"' in line:
+            start = json.loads(line).get("started_ns", 0) / 1e9
+        if '"aggregates"' not in line:
+            continue
+        v = json.loads(line)
+        if v.get("type") != "aggregates":
+            continue
+        t = v["t_ns"] / 1e9
+        tot = {}
+        for r in v.get("rows", []):
+            op = r.get("op", "")
+            w = 2 if op.startswith("cuMemcpy") else 1 if op.startswith("nccl") else 0
+            tot[r["pid"]] = tot.get(r["pid"], 0) + w * r["calls"]
+        for pid, n in tot.items():
+            # Lines are written when the totals change: a process's calls
+            # began after the trace did (its first point: nothing counted).
+            per.setdefault(pid, [(start, 0)] if start else []).append((t, n))
+    worst, first = None, None
+    for pts in per.values():
+        t0 = next((pts[i][0] for i in range(1, len(pts))
+                   if (pts[i][1] - pts[i - 1][1]) / max(pts[i][0] - pts[i - 1][0], 1e-6) > budget), None)
+        if t0 is None:
+            continue
+        first = t0 - (start or pts[0][0]) if first is None else min(first, t0 - (start or pts[0][0]))
+        for i, (ti, ni) in enumerate(pts):
+            if ti < t0 + 1.0:
+                continue
+            j = next((k for k in range(i, len(pts)) if pts[k][0] >= ti + 1.0), None)
+            if j is None:
+                break
+            rate = (pts[j][1] - ni) / (pts[j][0] - ti)
+            worst = rate if worst is None else max(worst, rate)
+    return worst, first
+
+
 def run_part(a, res, mode=None, tag="run"):
     rows = []
-    sizes = "8K" if a.job == "copies" or tag == "trap" else "8K,256M"
+    sizes = "8K" if a.job == "copies" or tag == "trap" else a.sizes
     flags = ["--collectives", mode] if mode else collectives(a)
     for r in range(a.rounds if tag == "run" else a.trap_rounds):
         got = {}
@@ -203,7 +247,8 @@ def run_part(a, res, mode=None, tag="run"):
             summ = f"{a.out}/{tag}-{r}-{'on' if traced else 'off'}.json"
             cmd = job_cmd(a, sizes, a.window, 29700 + 2 * r + traced, summary=summ)
             if traced:
-                cmd = [a.gdrtrace, "run", *flags, "--json", f"{a.out}/{tag}-{r}-report.json", "--"] + cmd
+                cmd = [a.gdrtrace, "run", *flags, "--json", f"{a.out}/{tag}-{r}-report.json",
+                       "--record", f"{a.out}/{tag}-{r}.rec", "--"] + cmd
             text = sh(cmd, timeout=60)
             open(f"{a.out}/{tag}-{r}-{'on' if traced else 'off'}.txt", "w").write(text)
             try:
@@ -231,6 +276,16 @@ def run_part(a, res, mode=None, tag="run"):
         row["counted"], row["estimated"], row["sampled_share"] = sampled(rep)
         row["copies_reported"], row["copy_verdicts"] = copies_of(rep)
         row["traps_per_s"] = traps_per_s(rep)
+        try:
+            row["max_traps_1s_after_budget"], row["over_budget_at_s"] = traps_after_budget(f"{a.out}/{tag}-{r}.rec")
+        except (OSError, ValueError, KeyError) as e:
+            row["max_traps_1s_after_budget"], row["over_budget_at_s"] = None, None
+            print(f"{tag} round {r}: no trap timeline ({e})", flush=True)
+        own = got[True]["8K"].get("calls")
+        if a.job == "copies" and row["copies_made"]:
+            row["count_err"] = row["copies_reported"] / row["copies_made"] - 1
+        elif own:
+            row["count_err"] = row["estimated"] / (own * a.ngpu) - 1
         # The job's own per-iteration traps: its copies (entry and return)
         # or its all-reduces (entry only); set-up rows are not its cost.
         mine = "cuMemcpy" if a.job == "copies" else "ncclAllReduce"
@@ -244,7 +299,10 @@ def run_part(a, res, mode=None, tag="run"):
             row["ns_per_trap"] = (row["lat8k_on"] - row["lat8k_off"]) * 1e3 * row["estimated"] / max(row["traps"], 1)
         rows.append(row)
         print(f"{tag} round {r} ({a.job}): copies {row['copies_made']} made, {row['copies_reported']} reported "
-              f"{row['copy_verdicts']}; traps/s {row['traps_per_s']:.0f}; ns/trap {row.get('ns_per_trap')}", flush=True)
+              f"{row['copy_verdicts']}; all-reduces {row['estimated']} estimated ({row['counted']} counted); "
+              f"count error {row.get('count_err')}; traps/s {row['traps_per_s']:.0f}, most in a second after the "
+              f"first over budget {row['max_traps_1s_after_budget']} (over at {row['over_budget_at_s']} s); "
+              f"ns/trap {row.get('ns_per_trap')}", flush=True)
         print(f"{tag} round {r}: 8K {row['lat8k_off']:.1f} -> {row['lat8k_on']:.1f} us ({row['lat8k_ratio']:.4f}), "
               f"256M {row['bw256m_off']:.1f} -> {row['bw256m_on']:.1f} GB/s ({row['bw256m_ratio']:.4f}), "
               f"drops {row['drops']}, verdicts {row['verdicts']}", flush=True)
@@ -260,6 +318,8 @@ def run_part(a, res, mode=None, tag="run"):
         "drops": sum(x["drops"] or 0 for x in rows),
         "median_ns_per_trap": st.median(per_trap) if per_trap else None,
         "max_traps_per_s": max(x["traps_per_s"] for x in rows),
+        "max_traps_1s_after_budget": max((x["max_traps_1s_after_budget"] or 0) for x in rows),
+        "count_errors": [round(x["count_err"], 4) for x in rows if x.get("count_err") is not None],
     }
 
 
@@ -361,7 +421,9 @@ def summarize(res):
             r = res[tag]
             print(f"{tag} ({res['job']}): {len(r['rounds'])} rounds; median per-round ratio 8K latency "
                   f"{r['median_lat8k_ratio']:.4f}, 256M busbw {r['median_bw256m_ratio']:.4f}; drops {r['drops']}; "
-                  f"ns per trap {r.get('median_ns_per_trap')}; max traps/s {r.get('max_traps_per_s')}")
+                  f"ns per trap {r.get('median_ns_per_trap')}; max traps/s {r.get('max_traps_per_s')}; most traps in "
+                  f"a second after the first over budget {r.get('max_traps_1s_after_budget')}; count errors "
+                  f"{r.get('count_errors')}")
     for size, o in res.get("attach", {}).items():
         print(f"attach {size}: median on/off {o['median_on_off']}, off/off {o['median_off_off']}, drops {o['drops']}")
 
@@ -403,6 +465,7 @@ if __name__ == "__main__":
     b.add_argument("--collectives", help="the tracer's --collectives mode (default: its own, auto)")
     b.add_argument("--job", choices=["allreduce", "copies"], default="allreduce")
     b.add_argument("--trap-rounds", type=int, default=2)
+    b.add_argument("--sizes", default="8K,256M", help="the all-reduce job's sizes in run rounds")
     a = ap.parse_args()
     if not a.ngpu:
         a.ngpu = int(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU "))

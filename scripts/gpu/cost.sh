@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Issue 25 on one H200, in one device call (about 9 minutes): what the
+# tracer costs busy torch jobs, measured the way docs/perf.md says (ratios
+# inside one call, interleaved, order alternating), and whether the trap
+# budget holds after a process's first second over it.
+#   1. `bench uprobe-hit`: one probed entry on this machine;
+#   2. the 8 KiB pinned copy loop (overhead.py --job copies): `attach`
+#      1 s on/off pairs with an off/off control; `run` whole-job rounds
+#      (3 s loops);
+#   3. the one-rank 8 KiB all-reduce loop (4 s jobs): `run` rounds with the
+#      default `auto`, then with `exact` (the per-trap cost on torch's own
+#      libnccl), each against untraced jobs.
+# Every traced `run` round keeps its recording: the most traps any process
+# counted in a second after its first second over budget comes from it.
+# The binary is built on the development machine (`cargo build --release
+# -p tracer`) and carried as dist/gdrtrace.
+# Usage: [GDRTRACE=BIN] [PAIRS=16] [CONTROL=4] [ROUNDS=8] bash scripts/gpu/cost.sh
+# Read: $OUT/cost.txt.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+B=${GDRTRACE:-$PWD/dist/gdrtrace}
+HERE=$PWD/scripts/gpu
+R=/tmp/gdr-cost
+OUT=${OUT:-/tmp/gdr-cost-out}
+rm -rf "$R"; mkdir -p "$R" "$OUT"
+mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
+S="$OUT/cost.txt"
+{ date -u; uname -r; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
+  nproc; "$B" --version; } > "$S" 2>&1
+ROUNDS=${ROUNDS:-8}
+
+part() { # NAME TIMEOUT overhead.py-args...
+  local name=$1 limit=$2
+  shift 2
+  local t0
+  t0=$(date +%s)
+  timeout "$limit" python3 "$HERE/overhead.py" bench --gdrtrace "$B" --out "$R/$name" --ngpu 1 "$@" \
+    > "$R/$name.txt" 2>&1
+  echo "== $name (rc=$?, $(( $(date +%s) - t0 )) s)" >> "$S"
+  grep -E "^(attach|run|trap)" "$R/$name.txt" | grep -vE "^(run|trap) round" >> "$S"
+  grep -E "^(run|trap) round .*count error" "$R/$name.txt" | sed 's/^/  /' >> "$S"
+}
+
+"$B" bench uprobe-hit --calls 200000 --rounds 3 > "$R/hit.json" 2>> "$S"
+part copies-attach 105 --job copies --parts attach --pairs "${PAIRS:-16}" --control "${CONTROL:-4}" --window 1.0
+part copies-run 120 --job copies --parts run --rounds "$ROUNDS" --window 3
+part allreduce-auto 175 --job allreduce --parts run --rounds "$ROUNDS" --window 4 --sizes 8K
+part allreduce-exact 170 --job allreduce --parts run --rounds "$ROUNDS" --window 4 --sizes 8K --collectives exact
+# The recordings are large: the reports, summaries and texts travel.
+find "$R" -name '*.rec' -delete
+tar czf "$OUT/cost.tgz" -C "$R" . 2>/dev/null
+cat "$S"
