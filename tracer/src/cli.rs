@@ -378,6 +378,11 @@ pub enum Bench {
     /// summed in the kernel), against an identical unprobed function,
     /// interleaved.
     UprobeHit(BenchUprobeHitArgs),
+    /// The trap cost the duty cycle's estimates correct for, measured as a
+    /// trace measures it when it first samples (an entry-only probe and an
+    /// entry and return pair on stand-ins in this process); prints the
+    /// figures `GDRTRACE_TRAP_COST` takes.
+    TrapCost,
     /// What probed collectives cost a job under a --collectives mode: a
     /// loop of calls with WORK of spin each (a collective's duration), to
     /// the probed stand-in and to an unprobed twin in alternating windows,

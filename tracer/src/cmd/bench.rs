@@ -23,6 +23,7 @@ pub fn bench(b: &Bench) -> Result<i32> {
         Bench::Pipeline(a) => pipeline(a),
         Bench::Detach(a) => detach(a),
         Bench::UprobeHit(a) => uprobe_hit(a),
+        Bench::TrapCost => trap_cost(),
         Bench::Duty(a) => duty(a),
         Bench::Copies(a) => copies(a),
     }
@@ -258,6 +259,27 @@ struct UprobeHitResult {
 fn probed_standin(mode: crate::probes::duty::Mode, group: Group) -> Result<(Session, u32)> {
     let (session, ops) = crate::calibrate::probed_standins(mode, group, &[COLLECTIVE])?;
     Ok((session, ops[0]))
+}
+
+#[derive(Serialize)]
+struct TrapCostResult {
+    entry_ns: f64,
+    pair_ns: f64,
+}
+
+fn trap_cost() -> Result<i32> {
+    let c = crate::calibrate::measure()?;
+    let line = format!(
+        "bench trap-cost: {:.0} ns a probed entry, {:.0} ns an entry and return (GDRTRACE_TRAP_COST={:.0},{:.0})",
+        c.entry_ns, c.pair_ns, c.entry_ns, c.pair_ns
+    );
+    print(
+        &TrapCostResult {
+            entry_ns: c.entry_ns,
+            pair_ns: c.pair_ns,
+        },
+        line,
+    )
 }
 
 fn uprobe_hit(a: &BenchUprobeHitArgs) -> Result<i32> {
