@@ -2,7 +2,7 @@
 //! (real ones recorded on a machine, and stand-ins written for hardware no
 //! test machine has; see the README there) through the same replay path as
 //! `gdrtrace replay`, and the tests of the explain rules and verdicts on them.
-use crate::{classify::explain::Explain, report::Report};
+use crate::{explain::Explain, report::Report};
 
 /// The fixtures directory of the repository.
 pub fn dir() -> std::path::PathBuf {
@@ -285,7 +285,7 @@ mod tests {
 
     #[test]
     fn every_rule_has_a_triggering_and_a_quiet_fixture() {
-        for rule in crate::classify::explain::RULES {
+        for rule in crate::explain::RULES {
             assert!(
                 RULE_CASES.iter().any(|(id, _, _)| *id == rule.id),
                 "rule {} has no fixture test",

@@ -502,6 +502,7 @@ impl Trace {
         let nvlink = inputs.facts.nvlink;
         let mut r = report::build(&self.agg, inputs);
         r.judge_with(nccl_log, nvlink);
+        crate::explain::fill(&mut r);
         if let Err(e) = report::accounting::finish_transfers(&mut self.agg, &r) {
             self.late_errors.push(e);
         }

@@ -73,6 +73,7 @@ pub fn rebuild_full(
     let inputs = recording::inputs_of(&rec.header, &rec.footer)?;
     let mut r = report::build(&agg, inputs);
     r.judge_with(nccl_log, rec.header.facts.nvlink);
+    crate::explain::fill(&mut r);
     r.workloads = rec.workloads.clone();
     let timeline = agg.timeline.take().map(|t| report::timeline::render(&t, &r));
     Ok((r, agg, timeline))

@@ -345,6 +345,7 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
         let (mut r, v, code) = traced_workload(trace, argv, &name)?;
         if let Ok(text) = std::fs::read_to_string(&log) {
             r.corroborate_ucx(&text);
+            crate::explain::fill(&mut r);
         }
         let _ = std::fs::remove_file(&log);
         checks.push(check(

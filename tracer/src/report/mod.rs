@@ -1,6 +1,7 @@
 //! Reports: the JSON document (schema `gdrtrace.report/v1`, documented in
 //! docs/report-schema.md) and its text rendering.
 pub mod accounting;
+pub mod findings;
 pub mod judged;
 mod shape;
 pub mod text;
@@ -285,9 +286,10 @@ pub struct Report {
     /// NCCL's own log, per communicator, against the tracer's verdicts (`--nccl-log`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_log: Option<crate::classify::comm::NcclLog>,
-    /// Root causes of staged or unexpected paths (`explain`'s rules).
+    /// Root causes of staged or unexpected paths (the explain stage's
+    /// rules, `crate::explain::fill`).
     #[serde(default)]
-    pub explain: crate::classify::explain::Explain,
+    pub explain: findings::Explain,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workloads: Vec<serde_json::Value>,
     /// GPU interconnect traffic over the traced window (NVML counters),

@@ -7,9 +7,11 @@ use crate::{
     units::{bytes, ns, size_label as human},
 };
 
+mod explain;
 mod signals;
 mod ucx;
 
+pub use self::explain::explain;
 use self::signals::{coverage_detail, signals};
 pub use self::ucx::ucx;
 
@@ -365,10 +367,8 @@ pub fn render_with(r: &Report, detail: bool) -> String {
         l.undecoded_events,
         if l.complete { "complete" } else { "INCOMPLETE" }
     );
-    if let Ok(v) = serde_json::to_value(r) {
-        o.push_str(&crate::classify::explain::render(&v, &r.explain));
-        let _ = writeln!(o);
-    }
+    o.push_str(&explain(r));
+    let _ = writeln!(o);
     if detail {
         coverage_detail(&mut o, r);
     }
