@@ -155,8 +155,8 @@ fn mutate_json(doc: &Value, picks: &[(usize, Value)]) -> Value {
 fn compare_everything(name: &str, v: Value, good: &compare::Document) {
     match compare::document(name, v) {
         Ok(doc) => {
-            for run in &doc.baseline.runs {
-                let _ = Metrics::of(&run.report);
+            for r in &doc.reports {
+                let _ = Metrics::of(r);
             }
             if let Ok(c) = compare::compare(good, &doc, &Thresholds::default(), true) {
                 let _ = compare::render::text(&c);
