@@ -70,7 +70,7 @@ pub fn rebuild_full(
 ) -> std::result::Result<(Report, Aggregator, Option<String>), String> {
     let mut agg = aggregate_with(rec, transfers.map(std::io::BufWriter::new), timeline);
     agg.settle();
-    let inputs = recording::inputs_of(&rec.header, &rec.footer)?;
+    let inputs = recording::inputs_of(&rec.header, &rec.footer);
     let mut r = report::build(&agg, inputs);
     r.judge_with(nccl_log, rec.header.facts.nvlink);
     crate::explain::fill(&mut r);
