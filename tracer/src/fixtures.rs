@@ -734,11 +734,34 @@ mod tests {
 
     /// validate's emulated-node checks hold on the stand-in of that job and
     /// catch a one-host socket job (no inter-node cause, no rule for it).
+    /// The summary `drive nccl` writes, of `ranks` ranks making `calls` calls each.
+    fn nccl_summary(ranks: usize, calls: u64) -> crate::drive::nccl::NcclReport {
+        crate::drive::nccl::NcclReport {
+            ranks,
+            hosts: 2,
+            mode: crate::drive::nccl::NcclMode::Auto,
+            op: crate::drive::nccl::NcclOp::AllReduce,
+            env: Default::default(),
+            calls,
+            calls_by_function: Default::default(),
+            control_calls: 0,
+            duration_s: None,
+            duration_iters: 0,
+            sizes: Vec::new(),
+            verified: true,
+            nccl_version: String::new(),
+            nccl_library: String::new(),
+            parent_pid: 0,
+            rank_reports: Vec::new(),
+            elapsed_s: 0.0,
+        }
+    }
+
     #[test]
     fn validate_node_checks() {
-        let summary = serde_json::json!({"ranks": 2, "calls": 200});
+        let summary = nccl_summary(2, 200);
         let (r, _) = replay_fixture("standin-nccl-nodes");
-        let checks = crate::cmd::validate::nodes_checks(&r, &summary, "2 nodes x 1 GPU");
+        let checks = crate::cmd::validate::nodes_checks(&r, Some(&summary), "2 nodes x 1 GPU");
         assert_eq!(checks.len(), 5);
         assert!(checks.iter().all(|c| c.ok), "{checks:?}");
         let (r, _) = replay_fixture("gpu-h200-nccl-no-p2p-no-shm");
@@ -747,8 +770,8 @@ mod tests {
             .iter()
             .find(|c| c.op == "ncclAllReduce")
             .map_or(0, |c| c.calls);
-        let summary = serde_json::json!({"ranks": 2, "calls": calls});
-        let failed: Vec<String> = crate::cmd::validate::nodes_checks(&r, &summary, "one host")
+        let summary = nccl_summary(2, calls);
+        let failed: Vec<String> = crate::cmd::validate::nodes_checks(&r, Some(&summary), "one host")
             .into_iter()
             .filter(|c| !c.ok)
             .map(|c| c.name)

@@ -96,11 +96,11 @@ pub fn load(path: &std::path::Path, log: Option<&str>, ucx_log: Option<&str>) ->
         report
     } else {
         let v = input::json_of(&mut input)?;
-        if v["schema"] != crate::report::SCHEMA {
+        let schema = input::schema_of(&v);
+        if *schema != *crate::report::SCHEMA {
             return Err(Error::Input(format!(
-                "{} has schema {} (expected {} or a recording)",
+                "{} has schema {schema} (expected {} or a recording)",
                 input.name(),
-                v["schema"],
                 crate::report::SCHEMA
             )));
         }

@@ -13,7 +13,7 @@ pub mod cu;
 use std::{collections::BTreeMap, path::PathBuf, time::Instant};
 
 use cudarc::driver::sys;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use cu::{CuError, Device, DeviceBuf, PinnedBuf, check};
 
@@ -50,7 +50,7 @@ pub fn default_iters(size: u64) -> u64 {
 }
 
 /// One kind of copy.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CopyCase {
     /// Pinned host -> device (cuMemcpyHtoD_v2).
@@ -146,7 +146,7 @@ impl Default for CudaCopyOpts {
 }
 
 /// One (case, size) of the sweep.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CopyResult {
     pub case: CopyCase,
     /// Bytes per copy.
@@ -197,7 +197,7 @@ impl CopyResult {
 }
 
 /// The whole run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CudaCopyReport {
     pub pid: u32,
     pub driver_version: i32,
@@ -635,5 +635,8 @@ mod tests {
         let lines = r.summary_lines();
         assert_eq!(lines[0], "cuda-copy: devices=1 cases=1 calls=3 bytes=12");
         assert!(lines.iter().any(|l| l.starts_with("cuda-copy: skipping: needs 2 GPUs")));
+        // `validate` reads the summary back as this type.
+        let back: CudaCopyReport = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+        assert_eq!(back.calls_by_function, r.calls_by_function);
     }
 }

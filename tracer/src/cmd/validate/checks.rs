@@ -1,6 +1,12 @@
 //! The checks of `validate`: each holds the tracer's report against a
 //! workload's own counts (its summary), as pure functions of the two.
-use crate::{drive::pin_churn::PinChurnSummary, probes::Status, report::Report};
+use crate::{
+    drive::{
+        cuda_copy::CudaCopyReport, nccl::NcclReport, pin_churn::PinChurnSummary, ucx::UcxSummary, verbs::VerbsReport,
+    },
+    probes::Status,
+    report::Report,
+};
 
 /// One check: what was compared, and whether it held.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -98,7 +104,7 @@ fn attached(r: &Report, point: &str) -> bool {
 
 /// Checks of the verbs workload against its own report: churn (registrations
 /// and pages, exact) with `--writes 0`, then an RDMA WRITE run.
-pub fn verbs_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
+pub fn verbs_checks(r: &Report, v: &VerbsReport) -> Vec<Check> {
     let pid = r
         .processes
         .iter()
@@ -108,9 +114,9 @@ pub fn verbs_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
                 .any(|k| k.starts_with("ibv_") || k.starts_with("ib_umem"))
         })
         .map_or(0, |p| p.pid);
-    let n = v["registrations"].as_u64().unwrap_or(0);
-    let m = v["pages_per_registration"].as_u64().unwrap_or(0);
-    let page = v["page_size"].as_u64().unwrap_or(4096);
+    let n = v.registrations as u64;
+    let m = v.pages_per_registration as u64;
+    let page = v.page_size as u64;
     let mut out = Vec::new();
     let reg = op_calls(r, pid, &["ibv_reg_mr"]);
     let churn = r
@@ -146,17 +152,11 @@ pub fn verbs_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
             .iter()
             .map(|m| (m.addr, m.length, m.lkey as u64, m.rkey as u64))
             .collect();
-        let reported: Vec<(u64, u64, u64, u64)> = v["mrs"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|m| {
-                        let f = |k: &str| m[k].as_u64().unwrap_or(0);
-                        (f("addr"), f("length"), f("lkey"), f("rkey"))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let reported: Vec<(u64, u64, u64, u64)> = v
+            .mrs
+            .iter()
+            .map(|m| (m.addr, m.length, m.lkey as u64, m.rkey as u64))
+            .collect();
         let matched = reported.iter().filter(|k| seen.contains(k)).count();
         out.push(check(
             "MR addr/length/lkey/rkey match the workload's",
@@ -260,16 +260,16 @@ fn op_calls_transport(r: &Report, name: &str, transport: &str) -> u64 {
 
 /// CUDA copies: the tracer's cuMemcpy* counts equal the workload's, and
 /// pageable copies are host-staged while pinned ones are not.
-pub fn cuda_copy_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
+pub fn cuda_copy_checks(r: &Report, v: Option<&CudaCopyReport>) -> Vec<Check> {
     let mut out = Vec::new();
-    let by_fn = v["calls_by_function"].as_object().cloned().unwrap_or_default();
+    let by_fn = v.map(|v| v.calls_by_function.clone()).unwrap_or_default();
     let mut expected: std::collections::BTreeMap<String, u64> = Default::default();
     for (f, n) in &by_fn {
         let base = crate::probes::uapi::TABLE
             .iter()
             .find(|row| crate::probes::uapi::is_variant(f, row.symbol))
             .map_or(f.clone(), |row| row.name.to_string());
-        *expected.entry(base).or_default() += n.as_u64().unwrap_or(0);
+        *expected.entry(base).or_default() += n;
     }
     for (name, n) in &expected {
         let got: u64 = r.operations.iter().filter(|o| &o.name == name).map(|o| o.calls).sum();
@@ -280,10 +280,11 @@ pub fn cuda_copy_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
         ));
     }
     let case_calls = |case: &str| -> u64 {
-        v["results"].as_array().map_or(0, |a| {
-            a.iter()
-                .filter(|x| x["case"] == case)
-                .filter_map(|x| x["calls"].as_u64())
+        v.map_or(0, |v| {
+            v.results
+                .iter()
+                .filter(|x| x.case.to_string() == case)
+                .map(|x| x.calls)
                 .sum()
         })
     };
@@ -310,15 +311,15 @@ pub fn cuda_copy_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
 
 /// NCCL: every rank's verdict is the mode's transport, calls match, and
 /// host-staged bytes appear exactly where the transport goes through host memory.
-pub fn nccl_checks(r: &Report, v: &serde_json::Value, mode: &str, nvlink: Option<bool>) -> Vec<Check> {
+pub fn nccl_checks(r: &Report, v: Option<&NcclReport>, mode: &str, nvlink: Option<bool>) -> Vec<Check> {
     let expected = match (mode, nvlink) {
         ("auto", Some(false)) => "p2p/pcie",
         ("auto", _) => "p2p/nvlink",
         ("no-p2p", _) => "shm",
         _ => "socket",
     };
-    let ranks = v["ranks"].as_u64().unwrap_or(0);
-    let calls = v["calls"].as_u64().unwrap_or(0);
+    let ranks = v.map_or(0, |v| v.ranks as u64);
+    let calls = v.map_or(0, |v| v.calls);
     let got: Vec<&str> = r.verdicts.iter().map(|x| x.transport.name()).collect();
     let mut out = vec![check(
         &format!("{mode}: every rank's verdict is {expected}"),
@@ -354,9 +355,9 @@ pub fn nccl_checks(r: &Report, v: &serde_json::Value, mode: &str, nvlink: Option
 /// NCCL across emulated nodes (`drive nccl --hosts N`, no RDMA device):
 /// every rank on NET/Socket with the inter-node cause, its collectives
 /// counted, its bytes staged, and `explain` naming the cause.
-pub fn nodes_checks(r: &Report, v: &serde_json::Value, label: &str) -> Vec<Check> {
-    let ranks = v["ranks"].as_u64().unwrap_or(0);
-    let calls = v["calls"].as_u64().unwrap_or(0);
+pub fn nodes_checks(r: &Report, v: Option<&NcclReport>, label: &str) -> Vec<Check> {
+    let ranks = v.map_or(0, |v| v.ranks as u64);
+    let calls = v.map_or(0, |v| v.calls);
     let got: Vec<String> = r
         .verdicts
         .iter()
@@ -441,15 +442,10 @@ pub(super) fn collective_staged_bytes(r: &Report) -> u64 {
 /// moved, UCX's own log, and (over RDMA, where the kernel probes are live)
 /// the same registrations seen by the UCX probes, the verbs uprobes and
 /// ib_umem_get.
-pub fn ucx_checks(r: &Report, v: &serde_json::Value, mode: &str, expected: &[&str]) -> Vec<Check> {
-    let f = |k: &str| v[k].as_u64().unwrap_or(0);
-    let (client, server, iterations, bytes) = (
-        f("client_pid") as u32,
-        f("server_pid") as u32,
-        f("iterations"),
-        f("bytes"),
-    );
-    let memory = v["memory"].as_str().unwrap_or("host");
+pub fn ucx_checks(r: &Report, v: Option<&UcxSummary>, mode: &str, expected: &[&str]) -> Vec<Check> {
+    let (client, server, iterations, bytes) =
+        v.map_or((0, 0, 0, 0), |v| (v.client_pid, v.server_pid, v.iterations, v.bytes));
+    let memory = v.map_or("host", |v| v.memory.as_str());
     let procs = r.ucx.as_ref().map_or(&[][..], |u| u.processes.as_slice());
     let find = |pid: u32| procs.iter().find(|p| p.pid == pid);
     let (c, srv) = (find(client), find(server));
@@ -465,7 +461,7 @@ pub fn ucx_checks(r: &Report, v: &serde_json::Value, mode: &str, expected: &[&st
             format!("tracer {}, perftest {bytes}", c.map_or(0, |c| c.data_bytes)),
         ),
     ];
-    if v["test"].as_str().is_some_and(|t| t.starts_with("tag")) {
+    if v.is_some_and(|v| v.test.starts_with("tag")) {
         out.push(check(
             &format!("{mode}: receives posted by the server"),
             srv.is_some_and(|s| s.receives == iterations),

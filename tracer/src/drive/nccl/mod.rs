@@ -385,7 +385,7 @@ pub struct RankOutcome {
 }
 
 /// One size, combined over the ranks.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SizeResult {
     pub size: u64,
     pub count: usize,
@@ -419,8 +419,8 @@ impl SizeResult {
     }
 }
 
-/// The combined report of a run.
-#[derive(Clone, Debug, Serialize)]
+/// The combined report of a run (its `--summary`, read back by `validate`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NcclReport {
     pub ranks: usize,
     /// Emulated hosts the ranks were placed on (1: none emulated).
@@ -620,5 +620,8 @@ mod tests {
             elapsed_s: 0.0,
         };
         assert_eq!(r.summary_lines()[0], "nccl: ranks=2 mode=no-p2p op=all-reduce calls=42");
+        // `validate` reads the summary back as this type.
+        let back: NcclReport = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+        assert_eq!((back.ranks, back.calls, back.mode), (2, 42, NcclMode::NoP2p));
     }
 }
