@@ -33,7 +33,7 @@ use crate::{
     report::{Inputs, Loss, PinCounters},
     stats::{
         Aggregator,
-        input::{Input, Observer},
+        feed::{Input, Observer},
         source::Fact,
     },
 };

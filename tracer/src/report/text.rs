@@ -7,12 +7,12 @@ use crate::{
     units::{bytes, ns, size_label as human},
 };
 
+mod coverage;
 mod explain;
-mod signals;
 mod ucx;
 
+use self::coverage::{coverage_detail, signals};
 pub use self::explain::explain;
-use self::signals::{coverage_detail, signals};
 pub use self::ucx::ucx;
 
 /// Renders buckets as bpftrace prints `hist()`: `[lo, hi)  count |@@@@|`.

@@ -5,7 +5,7 @@
 //! answer is written down, so a replay repeats the same steps.
 pub mod copies;
 pub mod duty;
-pub mod input;
+pub mod feed;
 pub mod source;
 pub mod timeline;
 pub mod ucx;
@@ -16,7 +16,7 @@ use hdrhistogram::Histogram;
 use tracer_common::{Event, kind};
 
 use self::{
-    input::{Input, Observer},
+    feed::{Input, Observer},
     source::{Fact, LiveProc, Look, ProcSource},
 };
 use crate::{
