@@ -223,97 +223,82 @@ fn operations(o: &mut String, r: &Report) {
     let _ = writeln!(o);
 }
 
-/// The report as text, with the detail a person reads first on one screen
-/// (signals, operations, verdicts, staging, explain) and the histograms
-/// after it. `detail` adds the per-point coverage table (`-v`).
-pub fn render_with(r: &Report, detail: bool) -> String {
-    let mut o = String::new();
+/// The kernel-aggregated collectives, per process and communicator.
+fn collectives(o: &mut String, r: &Report) {
+    if r.collectives.is_empty() {
+        return;
+    }
     let _ = writeln!(
         o,
-        "gdrtrace report ({}) kernel {} lockdown {}",
-        r.schema, r.host.kernel, r.host.lockdown
+        "Collectives (aggregated in the kernel, per process and communicator)"
     );
-    if !r.command.is_empty() {
-        let _ = writeln!(o, "command: {}", r.command.join(" "));
-    }
-    let _ = writeln!(o, "duration: {:.3} s\n", r.duration_s);
-
-    signals(&mut o, r);
-    operations(&mut o, r);
-
-    if !r.verdicts.is_empty() {
-        let _ = writeln!(o, "Transport verdicts (per process)");
-        o.push_str(&verdicts(&r.verdicts, "  "));
-        let _ = writeln!(o);
-    }
-    if !r.collectives.is_empty() {
+    if let Some(d) = &r.sampling {
         let _ = writeln!(
             o,
-            "Collectives (aggregated in the kernel, per process and communicator)"
+            "  duty-cycled (--collectives): counting {:.1} s, off {:.1} s in {} off phase(s); the calls of each off phase estimated from the rates of the on phases around it",
+            d.on_us as f64 / 1e6,
+            d.off_us as f64 / 1e6,
+            d.off_phases
         );
-        if let Some(d) = &r.sampling {
-            let _ = writeln!(
-                o,
-                "  duty-cycled (--collectives): counting {:.1} s, off {:.1} s in {} off phase(s); the calls of each off phase estimated from the rates of the on phases around it",
-                d.on_us as f64 / 1e6,
-                d.off_us as f64 / 1e6,
-                d.off_phases
-            );
-        }
-        for c in &r.collectives {
-            let _ = writeln!(
-                o,
-                "  pid {:>7} {:<18} comm {:<16} {:>9} calls {:>12} {}{}{}",
-                c.pid,
-                c.op,
-                c.communicator,
-                c.calls,
-                bytes(c.bytes),
-                c.transport,
-                sampled_note(r, c),
-                identity(c)
-            );
-        }
-        let _ = writeln!(o);
     }
-    if let Some(u) = &r.ucx {
-        o.push_str(&ucx(u));
-    }
-    if !r.staging.processes.is_empty() {
-        let _ = writeln!(o, "Host staging");
+    for c in &r.collectives {
         let _ = writeln!(
             o,
-            "  {:>8} {:<16} {:>10} {:>10} {:>7} {:>9} {:>10} {:>9}",
-            "PID", "COMM", "MOVED", "STAGED", "RATIO", "COPIES", "COPIES/s", "CPU-s/GB"
+            "  pid {:>7} {:<18} comm {:<16} {:>9} calls {:>12} {}{}{}",
+            c.pid,
+            c.op,
+            c.communicator,
+            c.calls,
+            bytes(c.bytes),
+            c.transport,
+            sampled_note(r, c),
+            identity(c)
         );
-        for p in &r.staging.processes {
-            let _ = writeln!(
-                o,
-                "  {:>8} {:<16} {:>10} {:>10} {:>6.1}% {:>9} {:>10.1} {:>9}",
-                p.pid,
-                p.comm,
-                bytes(p.moved_bytes),
-                bytes(p.staged_bytes),
-                p.staged_ratio * 100.0,
-                p.staging_copies,
-                p.staging_copies_per_s,
-                p.cpu_s_per_gb.map_or("-".into(), |c| format!("{c:.3}"))
-            );
-        }
-        for c in r.staging.communicators.iter().filter(|c| c.staged_bytes > 0) {
-            let _ = writeln!(
-                o,
-                "  pid {} communicator {}: {} of {} staged ({})",
-                c.pid,
-                c.communicator,
-                bytes(c.staged_bytes),
-                bytes(c.bytes),
-                c.transport
-            );
-        }
-        let _ = writeln!(o);
     }
-    registrations(&mut o, r);
+    let _ = writeln!(o);
+}
+
+/// Host staging per process, and the communicators that staged.
+fn staging(o: &mut String, r: &Report) {
+    if r.staging.processes.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "Host staging");
+    let _ = writeln!(
+        o,
+        "  {:>8} {:<16} {:>10} {:>10} {:>7} {:>9} {:>10} {:>9}",
+        "PID", "COMM", "MOVED", "STAGED", "RATIO", "COPIES", "COPIES/s", "CPU-s/GB"
+    );
+    for p in &r.staging.processes {
+        let _ = writeln!(
+            o,
+            "  {:>8} {:<16} {:>10} {:>10} {:>6.1}% {:>9} {:>10.1} {:>9}",
+            p.pid,
+            p.comm,
+            bytes(p.moved_bytes),
+            bytes(p.staged_bytes),
+            p.staged_ratio * 100.0,
+            p.staging_copies,
+            p.staging_copies_per_s,
+            p.cpu_s_per_gb.map_or("-".into(), |c| format!("{c:.3}"))
+        );
+    }
+    for c in r.staging.communicators.iter().filter(|c| c.staged_bytes > 0) {
+        let _ = writeln!(
+            o,
+            "  pid {} communicator {}: {} of {} staged ({})",
+            c.pid,
+            c.communicator,
+            bytes(c.staged_bytes),
+            bytes(c.bytes),
+            c.transport
+        );
+    }
+    let _ = writeln!(o);
+}
+
+/// One line per traced process.
+fn processes(o: &mut String, r: &Report) {
     let _ = writeln!(o, "Processes");
     let _ = writeln!(
         o,
@@ -338,7 +323,10 @@ pub fn render_with(r: &Report, detail: bool) -> String {
         );
     }
     let _ = writeln!(o);
+}
 
+/// Pinned pages system-wide, and what was lost.
+fn pins_and_loss(o: &mut String, r: &Report) {
     match &r.pin_counters.delta {
         Some(d) => {
             let _ = writeln!(
@@ -367,12 +355,10 @@ pub fn render_with(r: &Report, detail: bool) -> String {
         l.undecoded_events,
         if l.complete { "complete" } else { "INCOMPLETE" }
     );
-    o.push_str(&explain(r));
-    let _ = writeln!(o);
-    if detail {
-        coverage_detail(&mut o, r);
-    }
+}
 
+/// The latency histograms: per operation, then the kernel's own.
+fn histograms(o: &mut String, r: &Report) {
     for op in &r.operations {
         let mark = if op.incomplete {
             " [incomplete: events were dropped]"
@@ -380,7 +366,7 @@ pub fn render_with(r: &Report, detail: bool) -> String {
             ""
         };
         histogram(
-            &mut o,
+            o,
             &format!("@{}[{}] latency (ns){mark}:", op.name, op.transport),
             &op.latency.buckets,
         );
@@ -391,11 +377,51 @@ pub fn render_with(r: &Report, detail: bool) -> String {
         .filter(|h| !r.operations.iter().any(|o| o.name.starts_with(&h.name)))
     {
         histogram(
-            &mut o,
+            o,
             &format!("@{} latency (ns), aggregated in kernel:", h.name),
             &h.buckets,
         );
     }
+}
+
+/// The report as text, with the detail a person reads first on one screen
+/// (signals, operations, verdicts, staging, explain) and the histograms
+/// after it. `detail` adds the per-point coverage table (`-v`).
+pub fn render_with(r: &Report, detail: bool) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "gdrtrace report ({}) kernel {} lockdown {}",
+        r.schema, r.host.kernel, r.host.lockdown
+    );
+    if !r.command.is_empty() {
+        let _ = writeln!(o, "command: {}", r.command.join(" "));
+    }
+    let _ = writeln!(o, "duration: {:.3} s\n", r.duration_s);
+
+    signals(&mut o, r);
+    operations(&mut o, r);
+
+    if !r.verdicts.is_empty() {
+        let _ = writeln!(o, "Transport verdicts (per process)");
+        o.push_str(&verdicts(&r.verdicts, "  "));
+        let _ = writeln!(o);
+    }
+    collectives(&mut o, r);
+    if let Some(u) = &r.ucx {
+        o.push_str(&ucx(u));
+    }
+    staging(&mut o, r);
+    registrations(&mut o, r);
+    processes(&mut o, r);
+    pins_and_loss(&mut o, r);
+    o.push_str(&explain(r));
+    let _ = writeln!(o);
+    if detail {
+        coverage_detail(&mut o, r);
+    }
+
+    histograms(&mut o, r);
     o
 }
 

@@ -114,127 +114,12 @@ pub fn verbs_checks(r: &Report, v: &VerbsReport) -> Vec<Check> {
                 .any(|k| k.starts_with("ibv_") || k.starts_with("ib_umem"))
         })
         .map_or(0, |p| p.pid);
-    let n = v.registrations as u64;
-    let m = v.pages_per_registration as u64;
-    let page = v.page_size as u64;
     let mut out = Vec::new();
-    let reg = op_calls(r, pid, &["ibv_reg_mr"]);
-    let churn = r
-        .processes
-        .iter()
-        .find(|p| p.pid == pid)
-        .and_then(|p| p.churn.clone())
-        .unwrap_or_default();
     if attached(r, "libibverbs") {
-        out.push(check(
-            "ibv_reg_mr calls (uprobe)",
-            reg == n,
-            format!("tracer {reg}, workload {n}"),
-        ));
-        let dereg = op_calls(r, pid, &["ibv_dereg_mr"]);
-        out.push(check(
-            "ibv_dereg_mr calls (uprobe)",
-            dereg == n,
-            format!("tracer {dereg}, workload {n}"),
-        ));
-        out.push(check(
-            "registry: registrations and deregistrations",
-            churn.registrations == n && churn.deregistrations == n,
-            format!(
-                "registry {}/{}, workload {n}/{n} (nested ibv_reg_mr -> ibv_reg_mr_iova2 counted once)",
-                churn.registrations, churn.deregistrations
-            ),
-        ));
-        // Every MR the workload reports (address, length, lkey, rkey) is
-        // one the tracer captured.
-        let seen: std::collections::BTreeSet<(u64, u64, u64, u64)> = churn
-            .mr_log
-            .iter()
-            .map(|m| (m.addr, m.length, m.lkey as u64, m.rkey as u64))
-            .collect();
-        let reported: Vec<(u64, u64, u64, u64)> = v
-            .mrs
-            .iter()
-            .map(|m| (m.addr, m.length, m.lkey as u64, m.rkey as u64))
-            .collect();
-        let matched = reported.iter().filter(|k| seen.contains(k)).count();
-        out.push(check(
-            "MR addr/length/lkey/rkey match the workload's",
-            matched == reported.len() && !reported.is_empty(),
-            format!(
-                "{matched} of {} reported MRs captured with identical keys",
-                reported.len()
-            ),
-        ));
-        let host = r
-            .operations
-            .iter()
-            .filter(|o| o.name == "ibv_reg_mr")
-            .all(|o| o.transport == "host-only");
-        out.push(check(
-            "MR memory classified host-only",
-            host,
-            "ibv_reg_mr verdicts".into(),
-        ));
+        out.extend(verbs_uprobe_checks(r, v, pid));
     }
     if attached(r, "ib_umem_get") {
-        let umem = calls(r, pid, "ib_umem_get");
-        out.push(check(
-            "ib_umem_get calls (kernel probe)",
-            umem == n,
-            format!("tracer {umem}, workload {n}"),
-        ));
-        let p = r.processes.iter().find(|p| p.pid == pid);
-        let pinned = p.map_or(0, |p| p.pages_pinned);
-        let unpinned = p.map_or(0, |p| p.pages_unpinned);
-        let by_reg = p.map_or(0, |p| p.pages_pinned_by_registration);
-        out.push(check(
-            "pages pinned inside ib_umem_get = N x M",
-            by_reg == n * m,
-            format!(
-                "tracer {by_reg} (of {pinned} pinned by the process), workload {n} x {m} = {}",
-                n * m
-            ),
-        ));
-        // Every page pinned by a registration must come back through the
-        // unpin probes. Pins outside registration (made by libraries while
-        // the process runs) may be released during exit, after the process
-        // left the target set, so they are shown but not balanced.
-        out.push(check(
-            "unpin side covers registered pages",
-            unpinned >= by_reg && unpinned <= pinned,
-            format!(
-                "unpinned {unpinned} >= {by_reg} pinned by registration (process pinned {pinned} in all, {} still held at exit)",
-                pinned.saturating_sub(unpinned)
-            ),
-        ));
-        if let Some(d) = &r.pin_counters.delta {
-            let close = d.acquired.abs_diff(pinned) <= pinned / 20 + 64;
-            out.push(check(
-                "tracer pinned pages agree with nr_foll_pin delta",
-                close,
-                format!("tracer {pinned}, nr_foll_pin_acquired +{}", d.acquired),
-            ));
-        }
-        let h = r.operations.iter().find(|o| o.name == "ib_umem_get");
-        let plausible =
-            h.is_some_and(|h| h.latency.count == n && h.latency.p50 >= 500 && h.latency.p50 < 1_000_000_000);
-        out.push(check(
-            "registration latency histogram (ib_umem_get)",
-            plausible,
-            h.map_or("missing".into(), |h| {
-                format!(
-                    "{} samples, p50 {} ns, bytes {}",
-                    h.latency.count, h.latency.p50, h.bytes
-                )
-            }),
-        ));
-        let bytes = h.map_or(0, |h| h.bytes);
-        out.push(check(
-            "registered bytes = N x M x page",
-            bytes == n * m * page,
-            format!("tracer {bytes}, workload {}", n * m * page),
-        ));
+        out.extend(umem_checks(r, v, pid));
     } else {
         out.push(check(
             "ib_umem_get calls (kernel probe)",
@@ -246,6 +131,139 @@ pub fn verbs_checks(r: &Report, v: &VerbsReport) -> Vec<Check> {
         "no events lost",
         r.loss.complete,
         format!("ring buffer drops {}", r.loss.ringbuf_drops),
+    ));
+    out
+}
+
+/// What the libibverbs uprobes saw of the workload's process `pid`: its
+/// registrations and deregistrations, and every MR it reports with the
+/// same keys.
+fn verbs_uprobe_checks(r: &Report, v: &VerbsReport, pid: u32) -> Vec<Check> {
+    let n = v.registrations as u64;
+    let mut out = Vec::new();
+    let reg = op_calls(r, pid, &["ibv_reg_mr"]);
+    let churn = r
+        .processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .and_then(|p| p.churn.clone())
+        .unwrap_or_default();
+    out.push(check(
+        "ibv_reg_mr calls (uprobe)",
+        reg == n,
+        format!("tracer {reg}, workload {n}"),
+    ));
+    let dereg = op_calls(r, pid, &["ibv_dereg_mr"]);
+    out.push(check(
+        "ibv_dereg_mr calls (uprobe)",
+        dereg == n,
+        format!("tracer {dereg}, workload {n}"),
+    ));
+    out.push(check(
+        "registry: registrations and deregistrations",
+        churn.registrations == n && churn.deregistrations == n,
+        format!(
+            "registry {}/{}, workload {n}/{n} (nested ibv_reg_mr -> ibv_reg_mr_iova2 counted once)",
+            churn.registrations, churn.deregistrations
+        ),
+    ));
+    // Every MR the workload reports (address, length, lkey, rkey) is
+    // one the tracer captured.
+    let seen: std::collections::BTreeSet<(u64, u64, u64, u64)> = churn
+        .mr_log
+        .iter()
+        .map(|m| (m.addr, m.length, m.lkey as u64, m.rkey as u64))
+        .collect();
+    let reported: Vec<(u64, u64, u64, u64)> = v
+        .mrs
+        .iter()
+        .map(|m| (m.addr, m.length, m.lkey as u64, m.rkey as u64))
+        .collect();
+    let matched = reported.iter().filter(|k| seen.contains(k)).count();
+    out.push(check(
+        "MR addr/length/lkey/rkey match the workload's",
+        matched == reported.len() && !reported.is_empty(),
+        format!(
+            "{matched} of {} reported MRs captured with identical keys",
+            reported.len()
+        ),
+    ));
+    let host = r
+        .operations
+        .iter()
+        .filter(|o| o.name == "ibv_reg_mr")
+        .all(|o| o.transport == "host-only");
+    out.push(check(
+        "MR memory classified host-only",
+        host,
+        "ibv_reg_mr verdicts".into(),
+    ));
+    out
+}
+
+/// What the `ib_umem_get` kernel probe and the pin probes saw of the
+/// workload's process `pid`: N registrations of M pages each, pinned and
+/// unpinned, timed and sized.
+fn umem_checks(r: &Report, v: &VerbsReport, pid: u32) -> Vec<Check> {
+    let n = v.registrations as u64;
+    let m = v.pages_per_registration as u64;
+    let page = v.page_size as u64;
+    let mut out = Vec::new();
+    let umem = calls(r, pid, "ib_umem_get");
+    out.push(check(
+        "ib_umem_get calls (kernel probe)",
+        umem == n,
+        format!("tracer {umem}, workload {n}"),
+    ));
+    let p = r.processes.iter().find(|p| p.pid == pid);
+    let pinned = p.map_or(0, |p| p.pages_pinned);
+    let unpinned = p.map_or(0, |p| p.pages_unpinned);
+    let by_reg = p.map_or(0, |p| p.pages_pinned_by_registration);
+    out.push(check(
+        "pages pinned inside ib_umem_get = N x M",
+        by_reg == n * m,
+        format!(
+            "tracer {by_reg} (of {pinned} pinned by the process), workload {n} x {m} = {}",
+            n * m
+        ),
+    ));
+    // Every page pinned by a registration must come back through the
+    // unpin probes. Pins outside registration (made by libraries while
+    // the process runs) may be released during exit, after the process
+    // left the target set, so they are shown but not balanced.
+    out.push(check(
+        "unpin side covers registered pages",
+        unpinned >= by_reg && unpinned <= pinned,
+        format!(
+            "unpinned {unpinned} >= {by_reg} pinned by registration (process pinned {pinned} in all, {} still held at exit)",
+            pinned.saturating_sub(unpinned)
+        ),
+    ));
+    if let Some(d) = &r.pin_counters.delta {
+        let close = d.acquired.abs_diff(pinned) <= pinned / 20 + 64;
+        out.push(check(
+            "tracer pinned pages agree with nr_foll_pin delta",
+            close,
+            format!("tracer {pinned}, nr_foll_pin_acquired +{}", d.acquired),
+        ));
+    }
+    let h = r.operations.iter().find(|o| o.name == "ib_umem_get");
+    let plausible = h.is_some_and(|h| h.latency.count == n && h.latency.p50 >= 500 && h.latency.p50 < 1_000_000_000);
+    out.push(check(
+        "registration latency histogram (ib_umem_get)",
+        plausible,
+        h.map_or("missing".into(), |h| {
+            format!(
+                "{} samples, p50 {} ns, bytes {}",
+                h.latency.count, h.latency.p50, h.bytes
+            )
+        }),
+    ));
+    let bytes = h.map_or(0, |h| h.bytes);
+    out.push(check(
+        "registered bytes = N x M x page",
+        bytes == n * m * page,
+        format!("tracer {bytes}, workload {}", n * m * page),
     ));
     out
 }
