@@ -368,9 +368,7 @@ fn add_targets(
             continue;
         }
         let libs = trace.session.attach_libraries_of(*pid);
-        if let Some(p) = trace.agg.procs.get_mut(pid) {
-            p.vm_pin_kib_at_attach = vm_pin;
-        }
+        trace.agg.set_vm_pin_at_attach(*pid, vm_pin);
         attached.push((*pid, libs));
     }
     (attached, pre_existing)

@@ -89,7 +89,7 @@ pub fn footer(inputs: &Inputs, agg: &Aggregator, events: u64) -> Footer {
             .collect(),
         process_libraries: inputs.process_libraries.clone(),
         vm_pin_kib_at_attach: agg
-            .procs
+            .procs()
             .iter()
             .filter_map(|(pid, p)| Some((*pid, p.vm_pin_kib_at_attach?)))
             .collect(),

@@ -35,7 +35,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         coverage: inputs.coverage,
         verdicts: Vec::new(),
         collectives: collectives(agg),
-        sampling: (agg.duty.off_us > 0).then_some(agg.duty),
+        sampling: (agg.duty_totals().off_us > 0).then_some(agg.duty_totals()),
         transfers: accounting::transfers(agg),
         staging: accounting::Staging::default(),
         registration: accounting::registration(agg, inputs.duration_s),
@@ -52,12 +52,12 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
 
 /// One row per (operation, transport) the aggregator saw.
 fn operations(agg: &Aggregator, incomplete: bool) -> Vec<Operation> {
-    agg.ops
+    agg.ops()
         .iter()
-        .map(|((name, transport), s)| Operation {
-            name: name.clone(),
+        .map(|(k, s)| Operation {
+            name: k.op.clone(),
             family: s.family,
-            transport: transport.name(),
+            transport: k.transport.name(),
             calls: s.calls,
             errors: s.errors,
             bytes: s.bytes,
@@ -66,7 +66,7 @@ fn operations(agg: &Aggregator, incomplete: bool) -> Vec<Operation> {
             incomplete,
             latency: Latency::from_hist(&s.hist),
             histogram: serialize_hist(&s.hist),
-            counted: agg.copies.counted_calls(name, *transport),
+            counted: agg.copies().counted_calls(&k.op, k.transport),
         })
         .collect()
 }
@@ -103,12 +103,12 @@ fn processes(
     agg: &Aggregator,
     libraries: &std::collections::BTreeMap<u32, Vec<crate::probes::planner::ProcessLibrary>>,
 ) -> Vec<Process> {
-    agg.procs
+    agg.procs()
         .iter()
         .map(|(pid, p)| Process {
             pid: *pid,
             info: p.clone(),
-            churn: agg.registry.procs.get(pid).map(|r| r.churn.clone()),
+            churn: agg.registry().procs.get(pid).map(|r| r.churn.clone()),
             libraries: libraries.get(pid).cloned().unwrap_or_default(),
         })
         .collect()
@@ -119,13 +119,13 @@ fn processes(
 /// estimate differs. UCX's data calls are aggregated the same way; they
 /// are reported per endpoint in the UCX section.
 fn collectives(agg: &Aggregator) -> Vec<Collective> {
-    agg.collectives
+    agg.collectives()
         .iter()
         .filter(|((_, op, _), _)| !crate::classify::ucx::is_data_op(op))
         .map(|(key, (calls, bytes))| {
             let (pid, op, handle) = key;
             let counted = agg
-                .collectives_counted
+                .collectives_counted()
                 .get(key)
                 .filter(|c| **c != (*calls, *bytes))
                 .map(|(calls, bytes)| Counted {
@@ -134,7 +134,7 @@ fn collectives(agg: &Aggregator) -> Vec<Collective> {
                 });
             let communicator = format!("{handle:#x}");
             let ident = agg
-                .procs
+                .procs()
                 .get(pid)
                 .and_then(|p| p.communicators.iter().rev().find(|c| c.communicator == communicator));
             Collective {
@@ -156,7 +156,7 @@ fn collectives(agg: &Aggregator) -> Vec<Collective> {
 /// The NCCL_* and UCX_* variables each process set that change how it
 /// communicates.
 fn overrides(agg: &Aggregator) -> Vec<Override> {
-    agg.procs
+    agg.procs()
         .iter()
         .flat_map(|(pid, p)| {
             p.env

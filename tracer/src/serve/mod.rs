@@ -283,7 +283,7 @@ impl Agent {
 
     /// A new target (the kernel added it already, or the scan found it).
     fn adopt(&mut self, pid: u32, why: u32) {
-        if self.meta.contains_key(&pid) && self.agg.procs.contains_key(&pid) {
+        if self.meta.contains_key(&pid) && self.agg.procs().contains_key(&pid) {
             return;
         }
         *self.discovered.entry(why).or_default() += 1;
@@ -339,7 +339,7 @@ impl Agent {
                 kind::FORK => {
                     self.agg.push(&e);
                     let child = e.args[0] as u32;
-                    if self.agg.procs.contains_key(&child) {
+                    if self.agg.procs().contains_key(&child) {
                         self.label(child);
                     }
                 }
@@ -420,7 +420,7 @@ impl Agent {
             .retain(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
         self.agg.check_exited();
         for (pid, m) in self.meta.iter_mut().filter(|(_, m)| m.exited_at.is_none()) {
-            let gone = match self.agg.procs.get(pid) {
+            let gone = match self.agg.procs().get(pid) {
                 Some(p) => p.exited,
                 // Known only from a record (a library opened): ask /proc.
                 None => !std::path::Path::new(&format!("/proc/{pid}")).exists(),
@@ -429,7 +429,7 @@ impl Agent {
                 m.exited_at = Some(now);
             }
         }
-        for (pid, p) in &self.agg.procs {
+        for (pid, p) in self.agg.procs() {
             if p.exited {
                 self.meta.entry(*pid).or_default().exited_at.get_or_insert(now);
             }
@@ -465,7 +465,7 @@ impl Agent {
 
     /// Per-process logs the agent exports nothing of, kept bounded.
     fn trim(&mut self) {
-        for p in self.agg.registry.procs.values_mut() {
+        for p in self.agg.registry_mut().procs.values_mut() {
             p.churn.lifetimes_ns.clear();
             if p.seen_ranges.len() > SEEN_RANGES {
                 p.seen_ranges.clear();

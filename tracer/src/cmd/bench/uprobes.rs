@@ -242,13 +242,13 @@ pub(super) fn duty(a: &BenchDutyArgs) -> Result<i32> {
     session.stop()?;
     session.aggregate_tick(&mut agg);
     let key = agg
-        .collectives_counted
+        .collectives_counted()
         .keys()
         .find(|(pid, name, _)| *pid == std::process::id() && *name == crate::probes::ops::op_name(op))
         .cloned();
     let counted_calls = key
         .as_ref()
-        .and_then(|k| agg.collectives_counted.get(k))
+        .and_then(|k| agg.collectives_counted().get(k))
         .map_or(0, |v| v.0);
     session.close_uprobes();
     let per_call = |(calls, secs): (u64, f64)| secs / calls.max(1) as f64;
@@ -272,8 +272,8 @@ pub(super) fn duty(a: &BenchDutyArgs) -> Result<i32> {
         ratio_of_sums: (ps / pc.max(1) as f64) / (us / uc.max(1) as f64),
         median_pair_ratio: ratios[ratios.len() / 2],
         unprobed_ns_per_call: us * 1e9 / uc.max(1) as f64,
-        off_phases: agg.duty.off_phases,
-        sampled_s: agg.duty.on_us as f64 / 1e6,
+        off_phases: agg.duty_totals().off_phases,
+        sampled_s: agg.duty_totals().on_us as f64 / 1e6,
     };
     let line = format!(
         "bench duty ({}, {}): {} of {} probed calls trapped ({:.2}%, {:.0} traps/s); per call probed/unprobed {:.4} (all windows), {:.4} (median of {} pairs) at {:.1} us a call",
