@@ -418,7 +418,7 @@ pub fn check_ibverbs(trace: &Trace, report: &Report, pid: u32, out: &str) {
     // returned `struct ibv_mr *`, with the keys the stand-in returned.
     let reg_proc = trace
         .agg
-        .registry
+        .registry()
         .procs
         .get(&pid)
         .unwrap_or_else(|| panic!("no registry entry for {pid}"));

@@ -103,7 +103,7 @@ fn uprobe_cookie_args_out_pointer_and_registry() {
     // The out-pointer was dereferenced at return: the registry knows the
     // "allocations" and classifies addresses inside them as GPU memory.
     let pid = std::process::id();
-    let reg = &trace.agg.registry;
+    let reg = &trace.agg.registry();
     assert!(matches!(
         reg.backing(pid, 0x7f00_dead_0000 + 4096 + 100),
         Backing::Gpu { .. }

@@ -10,7 +10,7 @@ use std::{
     process::Command,
 };
 
-use gdrtrace::stats::input::Input;
+use gdrtrace::stats::feed::Input;
 use integration_tests::{path_str as s, repo_root, run, stderr, trace_required};
 use serde_json::Value;
 

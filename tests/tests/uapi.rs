@@ -190,7 +190,7 @@ fn versioned_calls_are_captured_with_keys_and_registry() {
         copy.evidence
     );
     assert!(matches!(
-        trace.agg.registry.backing(d.pid, dptr + 4096),
+        trace.agg.registry().backing(d.pid, dptr + 4096),
         gdrtrace::model::Backing::Gpu { .. }
     ));
     assert!(op(&report, "cuMemcpyHtoDAsync").is_empty());

@@ -316,6 +316,13 @@ pub fn read_json(path: &Path) -> Result<serde_json::Value> {
     json_of(&mut input)
 }
 
+/// The `schema` field of a JSON document, `null` when it has none: the tag
+/// that says which typed reader reads the rest (a report, a baseline, a
+/// recording header), looked at before anything else is.
+pub fn schema_of(v: &serde_json::Value) -> &serde_json::Value {
+    v.get("schema").unwrap_or(&serde_json::Value::Null)
+}
+
 /// Parses the rest of `input` as one JSON document; an empty, truncated or
 /// invalid document and the size limit are one-line errors naming the file.
 pub fn json_of(input: &mut Input) -> Result<serde_json::Value> {

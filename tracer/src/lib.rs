@@ -18,6 +18,7 @@ pub mod counters;
 pub mod drive;
 pub mod error;
 pub mod events;
+pub mod explain;
 #[cfg(test)]
 pub mod fixtures;
 pub mod host;

@@ -295,7 +295,7 @@ impl Trace {
         self.session.stop()?;
         stream.drain_now(&mut batch);
         self.handle(&mut batch);
-        self.agg.undecoded += stream.malformed;
+        self.agg.add_undecoded(stream.malformed);
         self.on_tick();
         // Who else had the GPUs open: the counters are theirs too.
         self.links_window = self.links_base.and_then(|b| b.since()).map(|mut l| {
@@ -319,7 +319,7 @@ impl Trace {
         self.agg.sample();
         self.session.aggregate_tick(&mut self.agg);
         self.calibrate();
-        if self.stop_when_targets_exit && !self.agg.procs.is_empty() && self.agg.check_exited() {
+        if self.stop_when_targets_exit && !self.agg.procs().is_empty() && self.agg.check_exited() {
             self.finished = true;
         }
         if self.interval.is_some() && self.facts.is_none() {
@@ -378,7 +378,7 @@ impl Trace {
         let secs = since.as_secs_f64().max(1e-9);
         let verdicts = self.live_verdicts();
         let mut processes = Vec::new();
-        for (pid, p) in &self.agg.procs {
+        for (pid, p) in self.agg.procs() {
             let calls: u64 = p.calls.values().sum();
             let verdict = verdicts.get(pid);
             // Collective bytes of a process on a host-staged transport
@@ -444,13 +444,13 @@ impl Trace {
         timeline: bool,
     ) -> Result<()> {
         if timeline {
-            self.agg.timeline = Some(crate::stats::timeline::Timeline::new(self.started_ns));
+            self.agg.keep_timeline(self.started_ns);
         }
         if let Some(path) = record {
             self.record(path)?;
         }
         if let Some(path) = transfers {
-            self.agg.transfers.sink = Some(std::io::BufWriter::new(StreamFile::create("--transfers", path)?));
+            self.agg.transfers_mut().sink = Some(std::io::BufWriter::new(StreamFile::create("--transfers", path)?));
         }
         Ok(())
     }
@@ -461,7 +461,8 @@ impl Trace {
         header.started_ns = self.started_ns;
         self.facts = Some(header.facts.clone());
         let out = StreamFile::create("--record", path)?;
-        self.agg.observer = Some(Box::new(recording::Recorder::create(out, &header)?));
+        self.agg
+            .set_observer(Box::new(recording::Recorder::create(out, &header)?));
         Ok(())
     }
 
@@ -476,7 +477,7 @@ impl Trace {
             (Some(b), Some(a)) => Some(b.delta(&a)),
             _ => None,
         };
-        let loss = self.session.loss(0, self.agg.undecoded)?;
+        let loss = self.session.loss(0, self.agg.undecoded())?;
         let inputs = Inputs {
             command,
             gpu_links: self
@@ -497,15 +498,14 @@ impl Trace {
             },
             process_libraries: self
                 .agg
-                .procs
+                .procs()
                 .keys()
                 .map(|pid| (*pid, self.session.planner.process_libraries(*pid)))
                 .collect(),
         };
         let recorder = self
             .agg
-            .observer
-            .take()
+            .take_observer()
             .and_then(|o| (o as Box<dyn std::any::Any>).downcast::<recording::Recorder>().ok());
         if let Some(rec) = recorder {
             let events = rec.events;
@@ -518,10 +518,11 @@ impl Trace {
         let nvlink = inputs.facts.nvlink;
         let mut r = report::build(&self.agg, inputs);
         r.judge_with(nccl_log, nvlink);
+        crate::explain::fill(&mut r);
         if let Err(e) = report::accounting::finish_transfers(&mut self.agg, &r) {
             self.late_errors.push(e);
         }
-        self.timeline = self.agg.timeline.take().map(|t| report::timeline::render(&t, &r));
+        self.timeline = self.agg.take_timeline().map(|t| report::timeline::render(&t, &r));
         Ok(r)
     }
 }

@@ -27,13 +27,15 @@ const STAGES: &[&str] = &[
     "probes",
     "events",
     // The pipeline: registry, counters, per-call verdicts, aggregation,
-    // judging, the report.
+    // judging, the report, and explaining the report (its rules read the
+    // typed report).
     "model",
     "counters",
     "classify",
     "stats",
     "judge",
     "report",
+    "explain",
     // Beside the pipeline: recordings of the aggregator's inputs and the
     // report's inputs (written by an observer of `stats`, read by replay).
     "recording",

@@ -3,7 +3,6 @@
 //! `unknown` is an honest answer; a wrong verdict is not.
 pub mod comm;
 pub mod copy;
-pub mod explain;
 pub mod steady;
 pub mod transfer;
 pub mod ucx;
@@ -420,6 +419,7 @@ mod tests_support {
         pub fn report(&self) -> Report {
             let mut r = crate::report::tests_support::report_of(&self.agg);
             r.judge_with(None, None);
+            crate::explain::fill(&mut r);
             r
         }
     }

@@ -298,12 +298,9 @@ impl Jsonl {
     }
 }
 
-pub fn attach(args: &AttachArgs) -> Result<i32> {
-    let started = Instant::now();
-    let mut notes = Vec::new();
-    if args.pid.is_empty() && args.cgroup.is_none() && args.comm.is_none() && !args.all {
-        return Err(Error::Usage("attach needs --pid, --cgroup, --comm or --all".into()));
-    }
+/// The processes the flags name (`--pid`, `--cgroup`, `--comm`), before
+/// their descendants are added; a flag that names none leaves a note.
+fn roots(args: &AttachArgs, notes: &mut Vec<String>) -> Result<Vec<u32>> {
     let mut roots: Vec<u32> = args.pid.clone();
     if let Some(cg) = &args.cgroup {
         let m = cgroup_members(cg)?;
@@ -331,6 +328,111 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         }
         roots.extend(m);
     }
+    Ok(roots)
+}
+
+/// The session `attach` opens: only the targets' calls (every process's
+/// with `--all`, and the installed libraries then).
+fn session_options(args: &AttachArgs) -> Result<SessionOptions> {
+    Ok(SessionOptions {
+        load: LoadOptions {
+            ringbuf_bytes: loader::check_ringbuf_size(args.trace.ringbuf_bytes)?,
+            targets_only: !args.all,
+            ..LoadOptions::default()
+        },
+        families: None,
+        installed_libraries: args.all,
+        collectives: args.trace.collectives.unwrap_or_default(),
+    })
+}
+
+/// Adds each target to the trace, its libraries attached, after reading
+/// what existed before: returns the attached targets (with their
+/// libraries) and what each had before.
+fn add_targets(
+    trace: &mut Trace,
+    targets: &std::collections::BTreeSet<u32>,
+    parents: &std::collections::BTreeMap<u32, u32>,
+    notes: &mut Vec<String>,
+) -> (Vec<(u32, usize)>, Vec<PreExisting>) {
+    let mut attached = Vec::new();
+    let mut pre_existing = Vec::new();
+    for pid in targets {
+        // Record what existed before attach: pinned memory, driver mappings
+        // and libraries.
+        let before = PreExisting::read(*pid);
+        let vm_pin = before.vm_pin_kib;
+        pre_existing.push(before);
+        if trace.add_target(*pid, parents.get(pid).copied()).is_err() {
+            notes.push(format!("pid {pid}: could not be added to the target set"));
+            continue;
+        }
+        let libs = trace.session.attach_libraries_of(*pid);
+        trace.agg.set_vm_pin_at_attach(*pid, vm_pin);
+        attached.push((*pid, libs));
+    }
+    (attached, pre_existing)
+}
+
+/// Tells the user the probes are live, and what was noted on the way.
+fn announce(trace: &Trace, args: &AttachArgs, live: usize, latency: std::time::Duration, notes: &[String]) {
+    errln!(
+        "gdrtrace: attached to {} process(es) in {:.1} ms (all probes live); events before that moment are not seen: state that existed then is reported as pre-existing (VmPin at attach)",
+        live,
+        latency.as_secs_f64() * 1e3
+    );
+    for n in notes {
+        errln!("gdrtrace: note: {n}");
+    }
+    if !args.all && trace.session.planner.libs.is_empty() {
+        errln!(
+            "gdrtrace: note: no target maps libcuda, libibverbs or libnccl (yet); kernel and syscall probes still apply"
+        );
+    }
+}
+
+/// The `--interval` records: a line on standard output each (notifying
+/// `stdout_gone` once it is closed) and one in the `--jsonl` file.
+fn interval_records(
+    trace: &mut Trace,
+    args: &AttachArgs,
+    jsonl: &Option<Rc<RefCell<Jsonl>>>,
+    stdout_gone: &Rc<tokio::sync::Notify>,
+    notes: &mut Vec<String>,
+) {
+    if let Some(every) = args.interval {
+        if every < crate::trace::TICK {
+            errln!(
+                "gdrtrace: note: --interval {} is shorter than the sampling tick: a record every {} ms",
+                crate::units::fmt_duration(every),
+                crate::trace::TICK.as_millis()
+            );
+        }
+        let jsonl = jsonl.clone();
+        let gone = stdout_gone.clone();
+        trace.interval = Some(Interval::new(
+            every,
+            Box::new(move |rec| {
+                if !outln!("{}", interval_line(rec)) && crate::output::stdout_closed() {
+                    gone.notify_one();
+                }
+                if let Some(j) = &jsonl {
+                    j.borrow_mut().write(rec);
+                }
+            }),
+        ));
+    } else if jsonl.is_some() {
+        notes.push("--jsonl without --interval: no interval records".into());
+    }
+}
+
+pub fn attach(args: &AttachArgs) -> Result<i32> {
+    let started = Instant::now();
+    let mut notes = Vec::new();
+    if args.pid.is_empty() && args.cgroup.is_none() && args.comm.is_none() && !args.all {
+        return Err(Error::Usage("attach needs --pid, --cgroup, --comm or --all".into()));
+    }
+    let roots = roots(args, &mut notes)?;
     let targets = targets(&roots, &mut notes);
     // Parents tell the ranks of one job (a launcher's children) from
     // another job's, which the GPU link counters cannot.
@@ -346,38 +448,11 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
             lost: 0,
         }))
     });
-    let opts = SessionOptions {
-        load: LoadOptions {
-            ringbuf_bytes: loader::check_ringbuf_size(args.trace.ringbuf_bytes)?,
-            targets_only: !args.all,
-            ..LoadOptions::default()
-        },
-        families: None,
-        installed_libraries: args.all,
-        collectives: args.trace.collectives.unwrap_or_default(),
-    };
-    let session = Session::open(&opts)?;
+    let session = Session::open(&session_options(args)?)?;
     let mut trace = Trace::new(session);
     let t = &args.trace;
     trace.outputs(t.record.as_deref(), t.transfers.as_deref(), t.trace_event.is_some())?;
-    let mut attached = Vec::new();
-    let mut pre_existing = Vec::new();
-    for pid in &targets {
-        // Record what existed before attach: pinned memory, driver mappings
-        // and libraries.
-        let before = PreExisting::read(*pid);
-        let vm_pin = before.vm_pin_kib;
-        pre_existing.push(before);
-        if trace.add_target(*pid, parents.get(pid).copied()).is_err() {
-            notes.push(format!("pid {pid}: could not be added to the target set"));
-            continue;
-        }
-        let libs = trace.session.attach_libraries_of(*pid);
-        if let Some(p) = trace.agg.procs.get_mut(pid) {
-            p.vm_pin_kib_at_attach = vm_pin;
-        }
-        attached.push((*pid, libs));
-    }
+    let (attached, pre_existing) = add_targets(&mut trace, &targets, &parents, &mut notes);
     if args.all {
         // Copies of the libraries that running processes map outside the
         // installed paths (a torch job's own libnccl) are attached now, so
@@ -412,47 +487,12 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         let _guard = rt.enter();
         super::stop_signal(args.trace.duration)?
     };
-    errln!(
-        "gdrtrace: attached to {} process(es) in {:.1} ms (all probes live); events before that moment are not seen: state that existed then is reported as pre-existing (VmPin at attach)",
-        live.len(),
-        latency.as_secs_f64() * 1e3
-    );
-    for n in &notes {
-        errln!("gdrtrace: note: {n}");
-    }
-    if !args.all && trace.session.planner.libs.is_empty() {
-        errln!(
-            "gdrtrace: note: no target maps libcuda, libibverbs or libnccl (yet); kernel and syscall probes still apply"
-        );
-    }
+    announce(&trace, args, live.len(), latency, &notes);
     trace.stop_when_targets_exit = !args.all;
     // A closed standard output (`attach --interval 1s | head -1`) ends the
     // trace as SIGPIPE would have, but the files are still written.
     let stdout_gone = Rc::new(tokio::sync::Notify::new());
-    if let Some(every) = args.interval {
-        if every < crate::trace::TICK {
-            errln!(
-                "gdrtrace: note: --interval {} is shorter than the sampling tick: a record every {} ms",
-                crate::units::fmt_duration(every),
-                crate::trace::TICK.as_millis()
-            );
-        }
-        let jsonl = jsonl.clone();
-        let gone = stdout_gone.clone();
-        trace.interval = Some(Interval::new(
-            every,
-            Box::new(move |rec| {
-                if !outln!("{}", interval_line(rec)) && crate::output::stdout_closed() {
-                    gone.notify_one();
-                }
-                if let Some(j) = &jsonl {
-                    j.borrow_mut().write(rec);
-                }
-            }),
-        ));
-    } else if jsonl.is_some() {
-        notes.push("--jsonl without --interval: no interval records".into());
-    }
+    interval_records(&mut trace, args, &jsonl, &stdout_gone, &mut notes);
     let stop = async {
         tokio::select! {
             () = signals => {}

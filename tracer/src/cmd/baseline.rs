@@ -47,35 +47,40 @@ pub fn record(args: &BaselineRecordArgs) -> Result<i32> {
         Some(_) => None,
         None => Some(OutputFile::open("--out", &args.out)?),
     };
-    let (runs, source, code) = match &args.from {
+    let (runs, reports, source, code) = match &args.from {
         Some(path) => {
             let v = input::read_json(path)?;
-            compare::check_report(&v)
+            let report = compare::read_report(&v)
                 .map_err(|e| Error::Input(format!("{} is not a usable report: {e}", path.display())))?;
             let name = path
                 .file_name()
                 .map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned());
+            // The report is kept as written.
             let run = Run {
-                workload: compare::workload_name(&v),
+                workload: compare::workload_name(&report),
                 report: v,
             };
-            (vec![run], format!("report {name}"), 0)
+            (vec![run], vec![report], format!("report {name}"), 0)
         }
         None => {
             let v = super::validate::run_validate(&args.validate)?;
             let (code, reports) = (v.code, v.reports);
             let runs = reports
-                .into_iter()
+                .iter()
                 .map(|(workload, r)| {
-                    let report = serde_json::to_value(&r)
+                    let report = serde_json::to_value(r)
                         .map_err(|e| Error::Workload(format!("serializing the {workload} report: {e}")))?;
-                    Ok(Run { workload, report })
+                    Ok(Run {
+                        workload: workload.clone(),
+                        report,
+                    })
                 })
                 .collect::<Result<Vec<_>>>()?;
-            (runs, "validate".to_string(), code)
+            let reports = reports.into_iter().map(|(_, r)| r).collect();
+            (runs, reports, "validate".to_string(), code)
         }
     };
-    let (baseline, note) = compare::record(runs, source);
+    let (baseline, note) = compare::record(runs, &reports, source);
     if let Some(n) = note {
         errln!("gdrtrace: note: {n}");
     }

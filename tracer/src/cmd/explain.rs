@@ -2,9 +2,10 @@
 use std::path::PathBuf;
 
 use crate::{
-    classify::{Transport, comm, explain},
+    classify::{Transport, comm},
     cli::{ExplainArgs, Format},
     error::{Error, Result},
+    explain,
     input::{self, Input},
     judge,
     report::Report,
@@ -27,24 +28,22 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
     };
     let log = args.nccl_log.as_deref().map(input::read_to_string).transpose()?;
     let ucx_log = args.ucx_log.as_deref().map(input::read_to_string).transpose()?;
-    let (report, source) = load(&path, log.as_deref(), ucx_log.as_deref())?;
-    // The rule table reads the report's JSON (each rule names the fields it
-    // reads, and saved reports of any version are explained alike).
-    let r = serde_json::to_value(&report).map_err(|e| Error::Workload(format!("serializing the report: {e}")))?;
-    let e = explain::explain(&r);
+    let (mut report, source) = load(&path, log.as_deref(), ucx_log.as_deref())?;
+    // Explained by this build's rules, whatever the saved report held.
+    explain::fill(&mut report);
     if args.format == Format::Json {
         let doc = ExplainDoc {
             schema: SCHEMA.into(),
             source,
             verdicts: report.verdicts.clone(),
-            paths: e.paths,
-            findings: e.findings,
+            paths: report.explain.paths,
+            findings: report.explain.findings,
         };
         crate::output::print_json("the explanation", &doc)?;
         return Ok(0);
     }
     out!("{}", crate::report::text::verdicts(&report.verdicts, ""));
-    out!("{}", explain::render(&r, &e));
+    out!("{}", crate::report::text::explain(&report));
     Ok(0)
 }
 
@@ -57,7 +56,7 @@ pub struct ExplainDoc {
     pub schema: String,
     /// The report or recording explained (`-`: standard input).
     pub source: String,
-    pub verdicts: Vec<crate::classify::comm::Verdict>,
+    pub verdicts: Vec<comm::Verdict>,
     pub paths: Vec<explain::Path>,
     pub findings: Vec<explain::Finding>,
 }
@@ -97,11 +96,11 @@ pub fn load(path: &std::path::Path, log: Option<&str>, ucx_log: Option<&str>) ->
         report
     } else {
         let v = input::json_of(&mut input)?;
-        if v["schema"] != crate::report::SCHEMA {
+        let schema = input::schema_of(&v);
+        if *schema != *crate::report::SCHEMA {
             return Err(Error::Input(format!(
-                "{} has schema {} (expected {} or a recording)",
+                "{} has schema {schema} (expected {} or a recording)",
                 input.name(),
-                v["schema"],
                 crate::report::SCHEMA
             )));
         }

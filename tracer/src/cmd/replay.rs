@@ -29,18 +29,16 @@ pub fn aggregate_with(
         pending: pending.clone(),
         nvlink: rec.header.facts.nvlink,
     }));
-    agg.transfers.sink = transfers;
+    agg.transfers_mut().sink = transfers;
     if timeline {
-        agg.timeline = Some(crate::stats::timeline::Timeline::new(rec.header.started_ns));
+        agg.keep_timeline(rec.header.started_ns);
     }
     for (input, facts) in &rec.inputs {
         *pending.borrow_mut() = facts.clone();
         agg.feed(input);
     }
     for (pid, kib) in &rec.footer.vm_pin_kib_at_attach {
-        if let Some(p) = agg.procs.get_mut(pid) {
-            p.vm_pin_kib_at_attach = Some(*kib);
-        }
+        agg.set_vm_pin_at_attach(*pid, Some(*kib));
     }
     agg
 }
@@ -70,11 +68,12 @@ pub fn rebuild_full(
 ) -> std::result::Result<(Report, Aggregator, Option<String>), String> {
     let mut agg = aggregate_with(rec, transfers.map(std::io::BufWriter::new), timeline);
     agg.settle();
-    let inputs = recording::inputs_of(&rec.header, &rec.footer)?;
+    let inputs = recording::inputs_of(&rec.header, &rec.footer);
     let mut r = report::build(&agg, inputs);
     r.judge_with(nccl_log, rec.header.facts.nvlink);
+    crate::explain::fill(&mut r);
     r.workloads = rec.workloads.clone();
-    let timeline = agg.timeline.take().map(|t| report::timeline::render(&t, &r));
+    let timeline = agg.take_timeline().map(|t| report::timeline::render(&t, &r));
     Ok((r, agg, timeline))
 }
 

@@ -373,6 +373,7 @@ pub fn emit_with(json: Option<OutputFile>, format: Format, ucx_log: Option<&str>
         Some(l) => {
             corroborated = report.clone();
             corroborated.corroborate_ucx(l);
+            crate::explain::fill(&mut corroborated);
             &corroborated
         }
         None => report,

@@ -4,6 +4,8 @@ mod checks;
 
 use std::path::PathBuf;
 
+use serde::Deserialize as _;
+
 pub use self::checks::{
     Check, cuda_copy_checks, nccl_checks, nodes_checks, pin_churn_checks, ucx_checks, ucx_registration_checks,
     verbs_checks,
@@ -12,7 +14,7 @@ use self::checks::{check, collective_staged_bytes};
 use super::run::Outputs;
 use crate::{
     cli::{Format, TraceArgs, ValidateArgs},
-    drive::pin_churn::PinChurnSummary,
+    drive::{cuda_copy::CudaCopyReport, nccl::NcclReport, pin_churn::PinChurnSummary, verbs::VerbsReport},
     error::{Error, Result},
     probes::{Family, Status},
     report::Report,
@@ -85,7 +87,8 @@ fn verbs(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Re
     if let Ok(text) = text {
         let v: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| Error::Workload(format!("verbs summary: {e}")))?;
-        checks.extend(verbs_checks(&report, &v));
+        let typed = VerbsReport::deserialize(&v).map_err(|e| Error::Workload(format!("verbs summary: {e}")))?;
+        checks.extend(verbs_checks(&report, &typed));
         report
             .workloads
             .push(serde_json::json!({ "workload": "verbs-churn", "summary": v }));
@@ -110,8 +113,15 @@ fn verbs(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Re
 }
 
 /// Traces a workload that writes `--summary FILE`; returns its judged
-/// report, summary and exit status.
-fn traced_workload(trace: &TraceArgs, argv: Vec<String>, name: &str) -> Result<(Report, serde_json::Value, i32)> {
+/// report, its summary read as the driver's own type (None when it wrote
+/// none, or one this build cannot read: the checks then compare with
+/// nothing and fail) and its exit status. The summary goes into the
+/// report's `workloads` as written.
+fn traced_workload<T: serde::de::DeserializeOwned>(
+    trace: &TraceArgs,
+    argv: Vec<String>,
+    name: &str,
+) -> Result<(Report, Option<T>, i32)> {
     let summary = temp_path(&format!("{name}.json"));
     let mut argv = argv;
     argv.push("--summary".into());
@@ -121,6 +131,7 @@ fn traced_workload(trace: &TraceArgs, argv: Vec<String>, name: &str) -> Result<(
     let text = std::fs::read_to_string(&summary).unwrap_or_default();
     let _ = std::fs::remove_file(&summary);
     let v: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+    let typed = T::deserialize(&v).ok();
     let mut report = report;
     report
         .workloads
@@ -131,7 +142,7 @@ fn traced_workload(trace: &TraceArgs, argv: Vec<String>, name: &str) -> Result<(
     for e in errors {
         errln!("gdrtrace: {}", crate::error::describe(&e));
     }
-    Ok((report, v, code))
+    Ok((report, typed, code))
 }
 
 fn gpu(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Report)>) -> Result<Vec<Check>> {
@@ -139,20 +150,20 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
     let mut checks = Vec::new();
     let mut cc = base("cuda-copy");
     cc.extend(["--sizes", "4K,1M,64M"].map(String::from));
-    let (r, v, code) = traced_workload(trace, cc, "cuda-copy")?;
+    let (r, v, code) = traced_workload::<CudaCopyReport>(trace, cc, "cuda-copy")?;
     checks.push(check(
         "cuda-copy exited cleanly",
         code == 0,
         format!("exit status {code}"),
     ));
-    checks.extend(cuda_copy_checks(&r, &v));
+    checks.extend(cuda_copy_checks(&r, v.as_ref()));
     reports.push(("cuda-copy".into(), r));
     outln!("\nvalidate: cuda-copy (largest size per case)");
     outln!("  {:<14} {:>10} {:>12} {:>14}", "CASE", "GB/s", "CPU ms/GB", "VERDICT");
-    if let Some(results) = v["results"].as_array() {
-        let mut last: std::collections::BTreeMap<String, &serde_json::Value> = Default::default();
-        for x in results {
-            last.insert(x["case"].as_str().unwrap_or("?").to_string(), x);
+    if let Some(v) = &v {
+        let mut last: std::collections::BTreeMap<String, &crate::drive::cuda_copy::CopyResult> = Default::default();
+        for x in &v.results {
+            last.insert(x.case.to_string(), x);
         }
         for (case, x) in last {
             let verdict = if case.contains("pageable") {
@@ -164,8 +175,8 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
             };
             outln!(
                 "  {case:<14} {:>10.1} {:>12.1} {verdict:>14}",
-                x["gbps"].as_f64().unwrap_or(0.0),
-                x["cpu_s_per_gb"].as_f64().unwrap_or(0.0) * 1e3
+                x.gbps,
+                x.cpu_s_per_gb * 1e3
             );
         }
     }
@@ -194,22 +205,21 @@ fn gpu(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
     for mode in ["auto", "no-p2p", "no-p2p-no-shm"] {
         let mut argv = base("nccl");
         argv.extend(["--mode", mode, "--sizes", "8K,64M"].map(String::from));
-        let (r, v, code) = traced_workload(trace, argv, &format!("nccl-{mode}"))?;
+        let (r, v, code) = traced_workload::<NcclReport>(trace, argv, &format!("nccl-{mode}"))?;
         checks.push(check(
             &format!("nccl {mode} exited cleanly"),
             code == 0,
             format!("exit status {code}"),
         ));
-        checks.extend(nccl_checks(&r, &v, mode, nvlink));
-        let sizes = v["sizes"].as_array().cloned().unwrap_or_default();
-        let big = sizes.last().cloned().unwrap_or_default();
-        let small = sizes.first().cloned().unwrap_or_default();
+        checks.extend(nccl_checks(&r, v.as_ref(), mode, nvlink));
+        let sizes = v.as_ref().map_or(&[][..], |v| &v.sizes);
+        let (big, small) = (sizes.last(), sizes.first());
         outln!(
             "  {mode:<14} {:<12} {:>12.1} {:>12.1} {:>14.1} {:>16}",
             r.verdicts.first().map_or("unknown", |x| x.transport.name()),
-            big["busbw"].as_f64().unwrap_or(0.0),
-            small["time_us"].as_f64().unwrap_or(0.0),
-            big["cpu_us_per_call"].as_f64().unwrap_or(0.0),
+            big.map_or(0.0, |x| x.busbw),
+            small.map_or(0.0, |x| x.time_us),
+            big.map_or(0.0, |x| x.cpu_us_per_call),
             collective_staged_bytes(&r)
         );
         for x in &r.verdicts {
@@ -266,17 +276,14 @@ fn nodes(
         ]);
         argv.extend(["--sizes", "8K,1M", "--iters", "200"].map(String::from));
         let name = format!("nccl-nodes-{hosts}x{per_host}");
-        let (r, v, code) = traced_workload(trace, argv, &name)?;
+        let (r, v, code) = traced_workload::<NcclReport>(trace, argv, &name)?;
         checks.push(check(
             &format!("{label}: exited cleanly"),
             code == 0,
             format!("exit status {code}"),
         ));
-        checks.extend(nodes_checks(&r, &v, &label));
-        let big = v["sizes"]
-            .as_array()
-            .and_then(|s| s.last().cloned())
-            .unwrap_or_default();
+        checks.extend(nodes_checks(&r, v.as_ref(), &label));
+        let big = v.as_ref().and_then(|v| v.sizes.last());
         let first = r.verdicts.first();
         outln!(
             "  {:<12} {:<24} {:>12.1} {:>16}  {}",
@@ -286,7 +293,7 @@ fn nodes(
                 x.transport.name(),
                 x.net.map_or("-", |n| n.name())
             )),
-            big["time_us"].as_f64().unwrap_or(0.0),
+            big.map_or(0.0, |x| x.time_us),
             collective_staged_bytes(&r),
             first.and_then(|x| x.cause.as_deref()).unwrap_or("-")
         );
@@ -342,9 +349,10 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
         }
         argv.extend(["--log".to_string(), log.display().to_string()]);
         let name = format!("ucx-{mode}");
-        let (mut r, v, code) = traced_workload(trace, argv, &name)?;
+        let (mut r, v, code) = traced_workload::<drive_ucx::UcxSummary>(trace, argv, &name)?;
         if let Ok(text) = std::fs::read_to_string(&log) {
             r.corroborate_ucx(&text);
+            crate::explain::fill(&mut r);
         }
         let _ = std::fs::remove_file(&log);
         checks.push(check(
@@ -352,8 +360,8 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
             code == 0,
             format!("exit status {code}"),
         ));
-        checks.extend(ucx_checks(&r, &v, mode.name(), mode.expected()));
-        let client = v["client_pid"].as_u64().unwrap_or(0) as u32;
+        checks.extend(ucx_checks(&r, v.as_ref(), mode.name(), mode.expected()));
+        let client = v.as_ref().map_or(0, |v| v.client_pid);
         let p = r
             .ucx
             .as_ref()
@@ -369,7 +377,7 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
             path.map_or("-", |x| x.path.as_str()),
             p.map_or(0, |p| p.data_calls),
             p.map_or(0, |p| p.data_bytes),
-            v["bandwidth_mb_s"].as_f64().unwrap_or(0.0),
+            v.as_ref().map_or(0.0, |v| v.bandwidth_mb_s),
             path.map_or(0, |x| x.staged_bytes)
         ));
         reports.push((name, r));

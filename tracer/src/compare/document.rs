@@ -1,6 +1,8 @@
 //! Reading: baselines (`gdrtrace.baseline/v1`: reports plus the profile
-//! they were made on) and plain reports, checked field by field before
-//! anything is compared.
+//! they were made on) and plain reports, read into the typed report and
+//! checked before anything is compared. A baseline keeps its reports as
+//! written (`Run::report`, the JSON); what `compare` reads is their typed
+//! form (`Document::reports`).
 use std::path::Path;
 
 use hdrhistogram::Histogram;
@@ -8,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Profile, profile};
+use crate::{input::schema_of, report::Report};
 
 pub const SCHEMA: &str = "gdrtrace.baseline/v1";
 
@@ -24,7 +27,8 @@ pub struct Baseline {
     pub runs: Vec<Run>,
 }
 
-/// One traced workload: its name and its `gdrtrace.report/v1` report.
+/// One traced workload: its name and its `gdrtrace.report/v1` report, as
+/// written (a baseline stores reports verbatim).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Run {
     pub workload: String,
@@ -38,22 +42,74 @@ pub struct Document {
     pub name: String,
     pub baseline: Baseline,
     pub plain_report: bool,
+    /// Each run's report read typed ([`read_report`]), in the order of
+    /// `baseline.runs`.
+    pub reports: Vec<Report>,
+}
+
+/// A workload's own summary as `validate` attaches it to its report
+/// (`workloads[]`): the parts `compare` reads. The drivers write it
+/// (`drive cuda-copy --summary`, `drive nccl --summary`); a field one of
+/// them does not write reads as absent.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Workload {
+    pub workload: Option<String>,
+    pub summary: Summary,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Summary {
+    /// The collective (nccl), naming its bandwidth series.
+    pub op: Option<String>,
+    pub nccl_version: Option<String>,
+    /// `cuDriverGetVersion`: 1000 * major + 10 * minor.
+    pub driver_version: Option<u64>,
+    /// cuda-copy: `{case, size, gbps, cpu_s_per_gb}`.
+    pub results: Vec<Point>,
+    /// nccl: `{size, busbw, iters, cpu_s}`.
+    pub sizes: Vec<Point>,
+}
+
+/// One size of a workload's bandwidth series.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Point {
+    pub case: Option<String>,
+    pub size: Option<u64>,
+    pub gbps: Option<f64>,
+    pub busbw: Option<f64>,
+    pub cpu_s_per_gb: Option<f64>,
+    pub cpu_s: Option<f64>,
+    pub iters: Option<f64>,
+}
+
+impl Summary {
+    /// The bandwidth series, by the key they are under.
+    pub fn series(&self) -> [(&'static str, &[Point]); 2] {
+        [("results", &self.results), ("sizes", &self.sizes)]
+    }
+}
+
+/// The workload summaries of a report (checked by [`read_report`]; one
+/// that does not read is left out).
+pub fn workloads(report: &Report) -> Vec<Workload> {
+    report
+        .workloads
+        .iter()
+        .filter_map(|w| Workload::deserialize(w).ok())
+        .collect()
 }
 
 /// The name of the workload a report traced: its workload summary's name
 /// (validate), else `drive W` -> `W`, else the command's file name.
-pub fn workload_name(report: &Value) -> String {
-    let names: Vec<&str> = report["workloads"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|w| w["workload"].as_str()).collect())
-        .unwrap_or_default();
+pub fn workload_name(report: &Report) -> String {
+    let names: Vec<String> = workloads(report).into_iter().filter_map(|w| w.workload).collect();
     if !names.is_empty() {
         return names.join("+");
     }
-    let cmd: Vec<&str> = report["command"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let cmd: Vec<&str> = report.command.iter().map(String::as_str).collect();
     match cmd.as_slice() {
         [_, "drive", w, ..] => w.to_string(),
         [_, "attach", ..] => "attach".into(),
@@ -64,10 +120,10 @@ pub fn workload_name(report: &Value) -> String {
     }
 }
 
-/// A baseline from reports made on this machine (or copied from one).
-pub fn record(runs: Vec<Run>, source: String) -> (Baseline, Option<String>) {
-    let reports: Vec<&Value> = runs.iter().map(|r| &r.report).collect();
-    let (profile, note) = profile::of_reports(&reports);
+/// A baseline from reports made on this machine (or copied from one):
+/// `runs` as written, `reports` their typed form (same order).
+pub fn record(runs: Vec<Run>, reports: &[Report], source: String) -> (Baseline, Option<String>) {
+    let (profile, note) = profile::of_reports(reports);
     let recorded_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -89,138 +145,111 @@ fn schema_version(schema: &str) -> Option<u32> {
     schema.rsplit_once("/v")?.1.parse().ok()
 }
 
-/// A field that must be a count (a non-negative integer) when present.
-fn count_at(v: &Value, at: &str) -> Result<(), String> {
-    if v.is_null() || v.is_u64() {
+/// Sections of the report an older (or hand-made) report may lack, each
+/// read as absent (its empty JSON): the migration from any earlier report
+/// to this build's. Every other section `compare` reads must be there.
+const ABSENT_AS: &[(&str, &str)] = &[
+    ("tool_version", "\"\""),
+    ("command", "[]"),
+    ("duration_s", "0.0"),
+    ("signals", "[]"),
+    ("kernel_histograms", "[]"),
+    ("pin_counters", "{}"),
+    ("loss", "{}"),
+];
+
+/// The report with the sections it lacks added as absent ([`ABSENT_AS`]).
+fn migrated(r: &Value) -> std::borrow::Cow<'_, Value> {
+    let Some(m) = r.as_object() else {
+        return std::borrow::Cow::Borrowed(r);
+    };
+    if ABSENT_AS.iter().all(|(k, _)| m.contains_key(*k)) {
+        return std::borrow::Cow::Borrowed(r);
+    }
+    let mut m = m.clone();
+    for (k, absent) in ABSENT_AS {
+        m.entry(*k)
+            .or_insert_with(|| serde_json::from_str(absent).unwrap_or(Value::Null));
+    }
+    std::borrow::Cow::Owned(Value::Object(m))
+}
+
+/// A number that must not be negative (or NaN).
+fn amount(x: f64, at: impl FnOnce() -> String) -> Result<(), String> {
+    if x >= 0.0 {
         Ok(())
     } else {
-        Err(format!("`{at}` is {v}, not a count (a non-negative integer)"))
+        Err(format!("`{}` is {x}, not a non-negative number", at()))
     }
 }
 
-/// A field that must be a non-negative number when present.
-fn amount_at(v: &Value, at: &str) -> Result<(), String> {
-    match v {
-        Value::Null => Ok(()),
-        Value::Number(n) if n.as_f64().is_some_and(|x| x >= 0.0) => Ok(()),
-        _ => Err(format!("`{at}` is {v}, not a non-negative number")),
+/// Reads a JSON value as a `gdrtrace.report/v1` report (its typed form,
+/// after [`migrated`]) and checks what `compare` relies on beyond the
+/// types: amounts are not negative, errors are no more than calls,
+/// percentiles are ordered, serialized histograms decode and workload
+/// summaries read. The error names the field (`operations[0].calls`), so
+/// an edited or corrupted report is refused rather than compared as if it
+/// held zeros.
+pub fn read_report(v: &Value) -> Result<Report, String> {
+    if *schema_of(v) != *crate::report::SCHEMA {
+        return Err(format!("schema {} is not {}", schema_of(v), crate::report::SCHEMA));
     }
-}
-
-/// A field that must be a string.
-fn string_at<'a>(v: &'a Value, at: &str) -> Result<&'a str, String> {
-    v.as_str().ok_or_else(|| format!("`{at}` is {v}, not a string"))
-}
-
-/// An array field (required).
-fn array_at<'a>(r: &'a Value, field: &str) -> Result<&'a Vec<Value>, String> {
-    r[field]
-        .as_array()
-        .ok_or_else(|| format!("missing or invalid `{field}` (expected an array)"))
-}
-
-/// Checks that a JSON value is a `gdrtrace.report/v1` report with the parts
-/// `compare` reads, each of the type it must have: counts are non-negative
-/// integers, percentiles are ordered, errors are no more than calls, and
-/// serialized histograms decode. The error names the field
-/// (`operations[0].calls`), so an edited or corrupted report is refused
-/// rather than compared as if it held zeros.
-pub fn check_report(r: &Value) -> Result<(), String> {
-    if r["schema"] != crate::report::SCHEMA {
-        return Err(format!("schema {} is not {}", r["schema"], crate::report::SCHEMA));
+    let r = crate::report::read_typed(&migrated(v))?;
+    if r.host.kernel.is_empty() {
+        return Err("missing `host.kernel`".into());
     }
-    string_at(&r["host"]["kernel"], "host.kernel").map_err(|_| "missing `host.kernel`".to_string())?;
-    amount_at(&r["duration_s"], "duration_s")?;
-    for (i, o) in array_at(r, "operations")?.iter().enumerate() {
+    amount(r.duration_s, || "duration_s".into())?;
+    for (i, o) in r.operations.iter().enumerate() {
         let at = |f: &str| format!("operations[{i}].{f}");
-        let name = string_at(&o["name"], &at("name")).map_err(|_| format!("operations[{i}] has no `name`"))?;
-        if !o["transport"].is_null() {
-            string_at(&o["transport"], &at("transport"))?;
-        }
-        for f in ["calls", "errors", "bytes"] {
-            count_at(&o[f], &at(f))?;
-        }
-        // Signed: pages pinned count up, pages unpinned down.
-        if !(o["pages"].is_null() || o["pages"].is_i64()) {
-            return Err(format!("`{}` is {}, not an integer", at("pages"), o["pages"]));
-        }
-        if o["errors"].as_u64() > o["calls"].as_u64() {
+        if o.errors > o.calls {
             return Err(format!(
                 "`{}` is {}, more than its {} calls",
                 at("errors"),
-                o["errors"],
-                o["calls"]
+                o.errors,
+                o.calls
             ));
         }
-        if !o["latency"].is_object() {
-            return Err(format!("operation {name} has no `latency`"));
-        }
-        let l = &o["latency"];
-        for f in ["count", "min", "p50", "p90", "p99", "p999", "max"] {
-            count_at(&l[f], &at(&format!("latency.{f}")))?;
-        }
-        let ordered = ["p50", "p90", "p99", "max"]
-            .windows(2)
-            .all(|w| l[w[0]].as_u64().unwrap_or(0) <= l[w[1]].as_u64().unwrap_or(u64::MAX));
-        if !ordered {
+        let l = &o.latency;
+        if !(l.p50 <= l.p90 && l.p90 <= l.p99 && l.p99 <= l.max) {
             return Err(format!(
                 "`{}` is not ordered (p50 {} p90 {} p99 {} max {})",
                 at("latency"),
-                l["p50"],
-                l["p90"],
-                l["p99"],
-                l["max"]
+                l.p50,
+                l.p90,
+                l.p99,
+                l.max
             ));
         }
-        if let Some(h) = o.get("histogram").filter(|h| !h.is_null()) {
-            let h = h
-                .as_str()
-                .ok_or_else(|| format!("operation {name}: `histogram` is not a string"))?;
-            decode_hist(h).map_err(|e| format!("operation {name}: histogram does not decode: {e}"))?;
+        if let Some(h) = &o.histogram {
+            decode_hist(h).map_err(|e| format!("operation {}: histogram does not decode: {e}", o.name))?;
         }
     }
-    for (i, c) in array_at(r, "coverage")?.iter().enumerate() {
-        string_at(&c["point"], &format!("coverage[{i}].point"))?;
-        string_at(&c["status"], &format!("coverage[{i}].status"))?;
-    }
-    for (i, p) in array_at(r, "processes")?.iter().enumerate() {
-        let at = |f: &str| format!("processes[{i}].{f}");
-        count_at(&p["pid"], &at("pid"))?;
-        count_at(&p["registrations"], &at("registrations"))?;
-        amount_at(&p["cpu_seconds"], &at("cpu_seconds"))?;
-        for (op, n) in p["calls"].as_object().into_iter().flatten() {
-            count_at(n, &at(&format!("calls.{op}")))?;
+    for (i, p) in r.processes.iter().enumerate() {
+        if let Some(c) = p.cpu_seconds {
+            amount(c, || format!("processes[{i}].cpu_seconds"))?;
         }
     }
-    for (i, v) in array_at(r, "verdicts")?.iter().enumerate() {
-        string_at(&v["transport"], &format!("verdicts[{i}].transport"))?;
-    }
-    if !r["collectives"].is_null() {
-        for (i, c) in array_at(r, "collectives")?.iter().enumerate() {
-            count_at(&c["calls"], &format!("collectives[{i}].calls"))?;
-            count_at(&c["bytes"], &format!("collectives[{i}].bytes"))?;
-        }
-    }
-    for (i, w) in r["workloads"].as_array().into_iter().flatten().enumerate() {
-        for key in ["results", "sizes"] {
-            for (j, x) in w["summary"][key].as_array().into_iter().flatten().enumerate() {
+    for (i, w) in r.workloads.iter().enumerate() {
+        let w: Workload =
+            serde_path_to_error::deserialize(w).map_err(|e| format!("`workloads[{i}].{}`: {}", e.path(), e.inner()))?;
+        for (key, points) in w.summary.series() {
+            for (j, x) in points.iter().enumerate() {
                 let at = |f: &str| format!("workloads[{i}].summary.{key}[{j}].{f}");
-                count_at(&x["size"], &at("size"))?;
-                for f in ["gbps", "busbw", "cpu_s_per_gb", "cpu_s", "iters"] {
-                    amount_at(&x[f], &at(f))?;
+                for (f, v) in [
+                    ("gbps", x.gbps),
+                    ("busbw", x.busbw),
+                    ("cpu_s_per_gb", x.cpu_s_per_gb),
+                    ("cpu_s", x.cpu_s),
+                    ("iters", x.iters),
+                ] {
+                    if let Some(v) = v {
+                        amount(v, || at(f))?;
+                    }
                 }
             }
         }
     }
-    // Every other section, typed: the report's own types (see
-    // `report::read_typed`).
-    // A section this build's report has and an older or hand-made one
-    // lacks is compared as absent, as before; a wrong type is refused.
-    match crate::report::read_typed(r) {
-        Err(e) if !e.contains(": missing field `") => return Err(e),
-        _ => {}
-    }
-    Ok(())
+    Ok(r)
 }
 
 /// Reads a baseline, or a report as a one-run baseline, through the one
@@ -232,10 +261,10 @@ pub fn load(path: &Path) -> crate::error::Result<Document> {
     document(input.name(), v).map_err(crate::error::Error::Input)
 }
 
-/// A parsed baseline or report, checked (see [`check_report`]).
+/// A parsed baseline or report, read typed (see [`read_report`]).
 pub fn document(name: &str, v: Value) -> Result<Document, String> {
     let name = name.to_string();
-    let schema = v["schema"].as_str().unwrap_or("").to_string();
+    let schema = schema_of(&v).as_str().unwrap_or("").to_string();
     let newer = |kind: &str, ours: &str| {
         let theirs = schema_version(&schema).unwrap_or(0);
         let mine = schema_version(ours).unwrap_or(1);
@@ -266,26 +295,33 @@ pub fn document(name: &str, v: Value) -> Result<Document, String> {
                 ));
             }
         }
-        for (i, run) in baseline.runs.iter().enumerate() {
-            check_report(&run.report)
-                .map_err(|e| format!("{name} is a malformed baseline: run {} ({}): {e}", i + 1, run.workload))?;
-        }
+        let reports = baseline
+            .runs
+            .iter()
+            .enumerate()
+            .map(|(i, run)| {
+                read_report(&run.report)
+                    .map_err(|e| format!("{name} is a malformed baseline: run {} ({}): {e}", i + 1, run.workload))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Document {
             name,
             baseline,
             plain_report: false,
+            reports,
         })
     } else if schema == crate::report::SCHEMA {
-        check_report(&v).map_err(|e| format!("{name} is a malformed report: {e}"))?;
+        let report = read_report(&v).map_err(|e| format!("{name} is a malformed report: {e}"))?;
         let run = Run {
-            workload: workload_name(&v),
+            workload: workload_name(&report),
             report: v,
         };
-        let (baseline, _) = record(vec![run], format!("report {name}"));
+        let (baseline, _) = record(vec![run], std::slice::from_ref(&report), format!("report {name}"));
         Ok(Document {
             name,
             baseline,
             plain_report: true,
+            reports: vec![report],
         })
     } else if schema.starts_with("gdrtrace.baseline/") {
         Err(newer("baseline", SCHEMA))

@@ -2,12 +2,11 @@
 //! against the thresholds.
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
 use super::{
-    Comparison, Document, Limits, LostProbe, Metrics, Row, Run, Status, Thresholds, TransportChange, WorkloadCmp,
+    BwPoint, Comparison, Document, Limits, LostProbe, Metrics, Row, Status, Thresholds, TransportChange, WorkloadCmp,
     profile,
 };
+use crate::report::Report;
 use crate::units::{ns, size_label};
 
 fn pct_change(a: f64, b: f64) -> Option<f64> {
@@ -56,37 +55,52 @@ fn up_is_bad(metric: String, a: f64, b: f64, pct: f64, fmt: impl Fn(f64) -> Stri
     }
 }
 
-fn compare_runs(
-    name: &str,
-    base: &Value,
-    cur: &Value,
-    l: &Limits,
-) -> Result<(Vec<Row>, Vec<TransportChange>, Metrics, Metrics), String> {
+/// What changed between two runs of one workload: its rows (in the order
+/// the sections show them), its transport changes and both runs' metrics.
+type Compared = (Vec<Row>, Vec<TransportChange>, Metrics, Metrics);
+
+fn compare_runs(name: &str, base: &Report, cur: &Report, l: &Limits) -> Result<Compared, String> {
     let a = Metrics::of(base).map_err(|e| format!("could not compare: workload {name} of the baseline: {e}"))?;
     let b = Metrics::of(cur).map_err(|e| format!("could not compare: workload {name} of the current run: {e}"))?;
     let mut rows = Vec::new();
     let mut changes = Vec::new();
-    // Transport verdicts: any change in the mix is a failure.
-    if !(a.verdicts.is_empty() && b.verdicts.is_empty()) {
-        let changed = a.verdicts != b.verdicts;
-        if changed {
-            changes.push(TransportChange {
-                workload: name.into(),
-                what: "verdicts".into(),
-                baseline: a.verdict_mix(),
-                current: b.verdict_mix(),
-            });
-        }
-        rows.push(Row {
-            metric: "transport verdicts".into(),
+    verdict_rows(name, &a, &b, &mut rows, &mut changes);
+    transport_rows(name, &a, &b, &mut rows, &mut changes);
+    operation_rows(&a, &b, &mut rows);
+    rows.extend(staged_row(&a, &b, l));
+    registration_rows(&a, &b, l, &mut rows);
+    rows.extend(cpu_row(&a, &b, l));
+    bandwidth_rows(&a, &b, l, &mut rows);
+    latency_rows(&a, &b, l, &mut rows);
+    Ok((rows, changes, a, b))
+}
+
+/// Transport verdicts: any change in the mix is a failure.
+fn verdict_rows(name: &str, a: &Metrics, b: &Metrics, rows: &mut Vec<Row>, changes: &mut Vec<TransportChange>) {
+    if a.verdicts.is_empty() && b.verdicts.is_empty() {
+        return;
+    }
+    let changed = a.verdicts != b.verdicts;
+    if changed {
+        changes.push(TransportChange {
+            workload: name.into(),
+            what: "verdicts".into(),
             baseline: a.verdict_mix(),
             current: b.verdict_mix(),
-            change: if changed { "changed".into() } else { "same".into() },
-            limit: "any change".into(),
-            status: if changed { Status::Regression } else { Status::Ok },
         });
     }
-    // Per-operation transports, for operations both runs made.
+    rows.push(Row {
+        metric: "transport verdicts".into(),
+        baseline: a.verdict_mix(),
+        current: b.verdict_mix(),
+        change: if changed { "changed".into() } else { "same".into() },
+        limit: "any change".into(),
+        status: if changed { Status::Regression } else { Status::Ok },
+    });
+}
+
+/// Per-operation transports, for operations both runs made.
+fn transport_rows(name: &str, a: &Metrics, b: &Metrics, rows: &mut Vec<Row>, changes: &mut Vec<TransportChange>) {
     for (op, ta) in &a.op_transports {
         let Some(tb) = b.op_transports.get(op) else { continue };
         let (sa, sb): (Vec<&String>, Vec<&String>) = (ta.keys().collect(), tb.keys().collect());
@@ -113,9 +127,12 @@ fn compare_runs(
             });
         }
     }
-    // Operations the baseline made and the current run did not (a probe
-    // point that went, a code path no longer taken): regressions. New ones
-    // are shown.
+}
+
+/// Operations the baseline made and the current run did not (a probe
+/// point that went, a code path no longer taken): regressions. New ones
+/// are shown.
+fn operation_rows(a: &Metrics, b: &Metrics, rows: &mut Vec<Row>) {
     for (op, ta) in &a.op_transports {
         if !b.op_transports.contains_key(op) {
             rows.push(missing(format!("{op} calls"), ta.values().sum::<u64>().to_string()));
@@ -133,11 +150,14 @@ fn compare_runs(
             });
         }
     }
-    // Host-staged share of moved bytes, in points.
-    match (a.staged_pct(), b.staged_pct()) {
+}
+
+/// Host-staged share of moved bytes, in points.
+fn staged_row(a: &Metrics, b: &Metrics, l: &Limits) -> Option<Row> {
+    Some(match (a.staged_pct(), b.staged_pct()) {
         (Some(x), Some(y)) => {
             let d = y - x;
-            rows.push(Row {
+            Row {
                 metric: "host-staged share of bytes".into(),
                 baseline: format!("{x:.2}%"),
                 current: format!("{y:.2}%"),
@@ -150,70 +170,71 @@ fn compare_runs(
                 } else {
                     Status::Ok
                 },
-            });
+            }
         }
-        (None, None) => {}
-        (Some(x), None) => rows.push(missing("host-staged share of bytes".into(), format!("{x:.2}%"))),
-        (x, y) => rows.push(Row {
+        (None, None) => return None,
+        (Some(x), None) => missing("host-staged share of bytes".into(), format!("{x:.2}%")),
+        (x, y) => Row {
             metric: "host-staged share of bytes".into(),
             baseline: x.map_or("no bytes moved".into(), |x| format!("{x:.2}%")),
             current: y.map_or("no bytes moved".into(), |y| format!("{y:.2}%")),
             change: "-".into(),
             limit: "-".into(),
             status: Status::Info,
-        }),
+        },
+    })
+}
+
+/// Registrations, and their rate.
+fn registration_rows(a: &Metrics, b: &Metrics, l: &Limits, rows: &mut Vec<Row>) {
+    if a.registrations == 0 && b.registrations == 0 {
+        return;
     }
-    if a.registrations > 0 || b.registrations > 0 {
-        rows.push(up_is_bad(
-            "registrations".into(),
-            a.registrations as f64,
-            b.registrations as f64,
-            l.registrations_increase_pct,
-            |v| format!("{v:.0}"),
-        ));
-        let rate = |m: &Metrics| (m.duration_s > 0.0).then(|| m.registrations as f64 / m.duration_s);
-        if let (Some(x), Some(y)) = (rate(&a), rate(&b)) {
-            rows.push(Row {
-                metric: "registration rate".into(),
-                baseline: format!("{x:.0}/s"),
-                current: format!("{y:.0}/s"),
-                change: fmt_pct(pct_change(x, y)),
-                limit: "-".into(),
-                status: Status::Info,
-            });
-        }
+    rows.push(up_is_bad(
+        "registrations".into(),
+        a.registrations as f64,
+        b.registrations as f64,
+        l.registrations_increase_pct,
+        |v| format!("{v:.0}"),
+    ));
+    let rate = |m: &Metrics| (m.duration_s > 0.0).then(|| m.registrations as f64 / m.duration_s);
+    if let (Some(x), Some(y)) = (rate(a), rate(b)) {
+        rows.push(Row {
+            metric: "registration rate".into(),
+            baseline: format!("{x:.0}/s"),
+            current: format!("{y:.0}/s"),
+            change: fmt_pct(pct_change(x, y)),
+            limit: "-".into(),
+            status: Status::Info,
+        });
     }
+}
+
+/// CPU seconds of the traced processes per GB moved.
+fn cpu_row(a: &Metrics, b: &Metrics, l: &Limits) -> Option<Row> {
+    const METRIC: &str = "CPU per GB moved (traced processes)";
     match (a.cpu_per_gb(), b.cpu_per_gb()) {
-        (Some(x), Some(y)) => rows.push(up_is_bad(
-            "CPU per GB moved (traced processes)".into(),
-            x,
-            y,
-            l.cpu_per_gb_increase_pct,
-            |v| format!("{v:.3} s/GB"),
-        )),
-        (Some(x), None) => rows.push(missing(
-            "CPU per GB moved (traced processes)".into(),
-            format!("{x:.3} s/GB"),
-        )),
-        _ => {}
+        (Some(x), Some(y)) => Some(up_is_bad(METRIC.into(), x, y, l.cpu_per_gb_increase_pct, |v| {
+            format!("{v:.3} s/GB")
+        })),
+        (Some(x), None) => Some(missing(METRIC.into(), format!("{x:.3} s/GB"))),
+        _ => None,
     }
-    // Bandwidth per series and size; CPU per GB at each series' largest size.
+}
+
+/// Bandwidth per series and size; CPU per GB at each series' largest size.
+fn bandwidth_rows(a: &Metrics, b: &Metrics, l: &Limits, rows: &mut Vec<Row>) {
     for (series, pa) in &a.bandwidth {
+        let metric = |p: &BwPoint| format!("{series} {} bandwidth", size_label(p.size));
         let Some(pb) = b.bandwidth.get(series) else {
             for p in pa {
-                rows.push(missing(
-                    format!("{series} {} bandwidth", size_label(p.size)),
-                    format!("{:.2} GB/s", p.gbps),
-                ));
+                rows.push(missing(metric(p), format!("{:.2} GB/s", p.gbps)));
             }
             continue;
         };
         for p in pa {
             let Some(q) = pb.iter().find(|q| q.size == p.size) else {
-                rows.push(missing(
-                    format!("{series} {} bandwidth", size_label(p.size)),
-                    format!("{:.2} GB/s", p.gbps),
-                ));
+                rows.push(missing(metric(p), format!("{:.2} GB/s", p.gbps)));
                 continue;
             };
             let c = pct_change(p.gbps, q.gbps);
@@ -224,7 +245,7 @@ fn compare_runs(
                 _ => Status::Ok,
             };
             rows.push(Row {
-                metric: format!("{series} {} bandwidth", size_label(p.size)),
+                metric: metric(p),
                 baseline: format!("{:.2} GB/s", p.gbps),
                 current: format!("{:.2} GB/s", q.gbps),
                 change: fmt_pct(c),
@@ -244,7 +265,10 @@ fn compare_runs(
             ));
         }
     }
-    // Latency percentiles of each (operation, transport) with enough samples.
+}
+
+/// Latency percentiles of each (operation, transport) with enough samples.
+fn latency_rows(a: &Metrics, b: &Metrics, l: &Limits, rows: &mut Vec<Row>) {
     for (key, x) in &a.latency {
         let Some(y) = b.latency.get(key) else { continue };
         if x.count < l.latency_min_samples || y.count < l.latency_min_samples {
@@ -280,7 +304,6 @@ fn compare_runs(
             });
         }
     }
-    Ok((rows, changes, a, b))
 }
 
 /// Compares two documents. Profiles that differ are refused unless
@@ -322,7 +345,7 @@ pub fn compare(
         })
         .collect();
     // Pair runs by workload name; two single runs are paired whatever their names.
-    let mut pairs: Vec<(&Run, &Run)> = Vec::new();
+    let mut pairs: Vec<(usize, usize)> = Vec::new();
     let mut missing = Vec::new();
     let (rb, rc) = (&base.baseline.runs, &cur.baseline.runs);
     if rb.len() == 1 && rc.len() == 1 {
@@ -332,11 +355,11 @@ pub fn compare(
                 rb[0].workload, rc[0].workload
             ));
         }
-        pairs.push((&rb[0], &rc[0]));
+        pairs.push((0, 0));
     } else {
-        for r in rb {
-            match rc.iter().find(|c| c.workload == r.workload) {
-                Some(c) => pairs.push((r, c)),
+        for (i, r) in rb.iter().enumerate() {
+            match rc.iter().position(|c| c.workload == r.workload) {
+                Some(j) => pairs.push((i, j)),
                 None => missing.push(r.workload.clone()),
             }
         }
@@ -352,10 +375,11 @@ pub fn compare(
     let mut workloads = Vec::new();
     let mut transport_changes = Vec::new();
     let mut probe_lost_fails = false;
-    for (r, c) in pairs {
+    for (i, j) in pairs {
+        let (r, c) = (&rb[i], &rc[j]);
         let limits = t.for_workload(&r.workload);
         probe_lost_fails |= limits.probe_lost_fails;
-        let (rows, changes, base_m, cur_m) = compare_runs(&r.workload, &r.report, &c.report, &limits)?;
+        let (rows, changes, base_m, cur_m) = compare_runs(&r.workload, &base.reports[i], &cur.reports[j], &limits)?;
         transport_changes.extend(changes);
         workloads.push(WorkloadCmp {
             name: r.workload.clone(),

@@ -2,9 +2,11 @@
 //! and transport, moved and staged bytes, bandwidth series.
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
-use super::decode_hist;
+use super::{
+    decode_hist,
+    document::{Workload, workloads},
+};
+use crate::report::{Operation, Report};
 
 /// Latency of one (operation, transport).
 #[derive(Clone, Debug)]
@@ -53,8 +55,8 @@ pub fn staged_transport(t: &str) -> bool {
     crate::classify::Transport::from_name(t).staged()
 }
 
-fn latency_of(o: &Value) -> Lat {
-    if let Some(h) = o["histogram"].as_str().and_then(|h| decode_hist(h).ok()) {
+fn latency_of(o: &Operation) -> Lat {
+    if let Some(h) = o.histogram.as_deref().and_then(|h| decode_hist(h).ok()) {
         return Lat {
             count: h.len(),
             p50: h.value_at_quantile(0.50),
@@ -70,26 +72,15 @@ fn latency_of(o: &Value) -> Lat {
             .collect(),
         };
     }
-    let l = &o["latency"];
-    let u = |k: &str| l[k].as_u64().unwrap_or(0);
+    let l = &o.latency;
     Lat {
-        count: u("count"),
-        p50: u("p50"),
-        p90: u("p90"),
-        p99: u("p99"),
-        max: u("max"),
+        count: l.count,
+        p50: l.p50,
+        p90: l.p90,
+        p99: l.p99,
+        max: l.max,
         exact: false,
-        buckets: l["buckets"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|b| {
-                        let f = |k: &str| b[k].as_u64().unwrap_or(0);
-                        (f("min"), f("max"), f("count"))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
+        buckets: l.buckets.iter().map(|b| (b.min, b.max, b.count)).collect(),
     }
 }
 
@@ -103,30 +94,54 @@ fn add(sum: &mut u64, n: u64, what: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Bandwidth series from a workload summary: cuda-copy's `results[]`
+/// `{case, size, gbps, cpu_s_per_gb}`, nccl's `sizes[]` `{size, busbw,
+/// iters, cpu_s}`.
+fn bandwidth(w: &Workload, out: &mut BTreeMap<String, Vec<BwPoint>>) {
+    let s = &w.summary;
+    for (key, points) in s.series() {
+        for x in points {
+            let Some(size) = x.size else { continue };
+            let Some(gbps) = x.gbps.or(x.busbw) else {
+                continue;
+            };
+            let series = x
+                .case
+                .clone()
+                .or_else(|| s.op.as_ref().map(|op| format!("{op} busbw")))
+                .unwrap_or_else(|| key.to_string());
+            let cpu = x.cpu_s_per_gb.or_else(|| {
+                let bytes = size as f64 * x.iters?;
+                (bytes > 0.0).then(|| x.cpu_s.unwrap_or(0.0) / (bytes / 1e9))
+            });
+            out.entry(series).or_default().push(BwPoint {
+                size,
+                gbps,
+                cpu_s_per_gb: cpu,
+            });
+        }
+    }
+}
+
 impl Metrics {
     /// What `compare` reads from a checked report; an error when a sum
     /// overflows.
-    pub fn of(r: &Value) -> Result<Metrics, String> {
+    pub fn of(r: &Report) -> Result<Metrics, String> {
         let mut m = Metrics {
-            duration_s: r["duration_s"].as_f64().unwrap_or(0.0),
+            duration_s: r.duration_s,
             ..Metrics::default()
         };
-        for v in r["verdicts"].as_array().into_iter().flatten() {
-            if let Some(t) = v["transport"].as_str() {
-                *m.verdicts.entry(t.to_string()).or_default() += 1;
-            }
+        for v in &r.verdicts {
+            *m.verdicts.entry(v.transport.name().to_string()).or_default() += 1;
         }
-        for o in r["operations"].as_array().into_iter().flatten() {
-            let name = o["name"].as_str().unwrap_or("?").to_string();
+        for o in &r.operations {
+            let name = o.name.clone();
             // Old baselines name GPU<->pinned copies `host-only`: read as today's name.
-            let transport =
-                crate::classify::Transport::current_name(&name, o["transport"].as_str().unwrap_or("unknown"))
-                    .to_string();
-            let calls = o["calls"].as_u64().unwrap_or(0);
+            let transport = crate::classify::Transport::current_name(&name, o.transport).to_string();
             let per_op = m.op_transports.entry(name.clone()).or_default();
             add(
                 per_op.entry(transport.clone()).or_default(),
-                calls,
+                o.calls,
                 "operations[].calls",
             )?;
             per_op
@@ -134,57 +149,31 @@ impl Metrics {
                 .try_fold(0u64, |a, b| a.checked_add(*b))
                 .ok_or_else(|| format!("the sum of operations[].calls of {name} overflows a 64-bit count"))?;
             if name.starts_with("cuMemcpy") {
-                let bytes = o["bytes"].as_u64().unwrap_or(0);
-                add(&mut m.moved_bytes, bytes, "operations[].bytes and collectives[].bytes")?;
+                add(
+                    &mut m.moved_bytes,
+                    o.bytes,
+                    "operations[].bytes and collectives[].bytes",
+                )?;
                 if staged_transport(&transport) {
-                    add(&mut m.staged_bytes, bytes, "staged bytes")?;
+                    add(&mut m.staged_bytes, o.bytes, "staged bytes")?;
                 }
             }
             m.latency.insert(format!("{name} [{transport}]"), latency_of(o));
         }
-        for c in r["collectives"].as_array().into_iter().flatten() {
+        for c in &r.collectives {
             // Bytes that crossed between devices (none on a one-rank communicator).
-            let bytes = serde_json::from_value::<crate::report::Collective>(c.clone())
-                .map_or_else(|_| c["bytes"].as_u64().unwrap_or(0), |c| c.moved_bytes());
+            let bytes = c.moved_bytes();
             add(&mut m.moved_bytes, bytes, "operations[].bytes and collectives[].bytes")?;
-            if staged_transport(c["transport"].as_str().unwrap_or("")) {
+            if staged_transport(c.transport) {
                 add(&mut m.staged_bytes, bytes, "staged bytes")?;
             }
         }
-        for p in r["processes"].as_array().into_iter().flatten() {
-            m.cpu_seconds += p["cpu_seconds"].as_f64().unwrap_or(0.0);
-            add(
-                &mut m.registrations,
-                p["registrations"].as_u64().unwrap_or(0),
-                "processes[].registrations",
-            )?;
+        for p in &r.processes {
+            m.cpu_seconds += p.cpu_seconds.unwrap_or(0.0);
+            add(&mut m.registrations, p.registrations, "processes[].registrations")?;
         }
-        for w in r["workloads"].as_array().into_iter().flatten() {
-            let s = &w["summary"];
-            // cuda-copy: results[] {case, size, gbps, cpu_s_per_gb};
-            // nccl: sizes[] {size, busbw, iters, cpu_s}.
-            for key in ["results", "sizes"] {
-                for x in s[key].as_array().into_iter().flatten() {
-                    let Some(size) = x["size"].as_u64() else { continue };
-                    let Some(gbps) = x["gbps"].as_f64().or_else(|| x["busbw"].as_f64()) else {
-                        continue;
-                    };
-                    let series = x["case"]
-                        .as_str()
-                        .map(str::to_string)
-                        .or_else(|| s["op"].as_str().map(|op| format!("{op} busbw")))
-                        .unwrap_or_else(|| key.to_string());
-                    let cpu = x["cpu_s_per_gb"].as_f64().or_else(|| {
-                        let bytes = size as f64 * x["iters"].as_f64()?;
-                        (bytes > 0.0).then(|| x["cpu_s"].as_f64().unwrap_or(0.0) / (bytes / 1e9))
-                    });
-                    m.bandwidth.entry(series).or_default().push(BwPoint {
-                        size,
-                        gbps,
-                        cpu_s_per_gb: cpu,
-                    });
-                }
-            }
+        for w in workloads(r) {
+            bandwidth(&w, &mut m.bandwidth);
         }
         for pts in m.bandwidth.values_mut() {
             pts.sort_by_key(|p| p.size);

@@ -18,7 +18,10 @@ pub mod sections;
 pub mod thresholds;
 
 pub use comparison::{Comparison, LostProbe, Row, Status, TransportChange, WorkloadCmp};
-pub use document::{Baseline, Document, Run, SCHEMA, check_report, decode_hist, document, load, record, workload_name};
+pub use document::{
+    Baseline, Document, Run, SCHEMA, Workload, decode_hist, document, load, read_report, record, workload_name,
+    workloads,
+};
 pub use judge::compare;
 pub use metrics::{BwPoint, Lat, Metrics, staged_transport};
 pub use profile::Profile;

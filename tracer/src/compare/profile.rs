@@ -6,7 +6,8 @@
 use std::{collections::BTreeMap, fs, path::Path};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
+use crate::report::Report;
 
 /// One profile. Every `None` is "not known", never "absent".
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -151,35 +152,31 @@ fn cuda_version() -> Option<String> {
 }
 
 /// The probe matrix of a report: point -> how it attached, or `unavailable`.
-pub fn probes_of(report: &Value) -> BTreeMap<String, String> {
-    report["coverage"]
-        .as_array()
-        .map(|rows| {
-            rows.iter()
-                .filter_map(|c| {
-                    let point = c["point"].as_str()?.to_string();
-                    let cell = if c["status"] == "attached" {
-                        format!("attached via {}", c["via"].as_str().unwrap_or("?"))
-                    } else {
-                        "unavailable".to_string()
-                    };
-                    Some((point, cell))
-                })
-                .collect()
+pub fn probes_of(report: &Report) -> BTreeMap<String, String> {
+    report
+        .coverage
+        .iter()
+        .map(|c| {
+            let cell = if c.status == crate::probes::Status::Attached {
+                format!("attached via {}", c.via.unwrap_or("?"))
+            } else {
+                "unavailable".to_string()
+            };
+            (c.point.clone(), cell)
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// What a workload summary says about versions: NCCL's own version, the
 /// CUDA driver API version, the GPU name.
-fn from_summaries(reports: &[&Value], p: &mut Profile) {
+fn from_summaries(reports: &[Report], p: &mut Profile) {
     for r in reports {
-        for w in r["workloads"].as_array().into_iter().flatten() {
-            let s = &w["summary"];
-            if let Some(v) = s["nccl_version"].as_str() {
-                p.nccl = Some(v.to_string());
+        for w in super::document::workloads(r) {
+            let s = &w.summary;
+            if let Some(v) = &s.nccl_version {
+                p.nccl = Some(v.clone());
             }
-            if let Some(v) = s["driver_version"].as_u64() {
+            if let Some(v) = s.driver_version {
                 // cuDriverGetVersion: 1000 * major + 10 * minor.
                 p.cuda = Some(format!("{}.{}", v / 1000, (v % 1000) / 10));
             }
@@ -191,16 +188,17 @@ fn from_summaries(reports: &[&Value], p: &mut Profile) {
 /// matrix from the first report; the machine's hardware and libraries only
 /// when the report was made on the kernel this machine runs (otherwise the
 /// report came from elsewhere and they stay unknown).
-pub fn of_reports(reports: &[&Value]) -> (Profile, Option<String>) {
-    let first = reports.first().copied().unwrap_or(&Value::Null);
+pub fn of_reports(reports: &[Report]) -> (Profile, Option<String>) {
     let mut p = Profile {
-        kernel: first["host"]["kernel"].as_str().unwrap_or("").to_string(),
-        lockdown: first["host"]["lockdown"].as_str().unwrap_or("").to_string(),
-        tool_version: first["tool_version"].as_str().unwrap_or("").to_string(),
         probe_catalog: catalog_hash(),
-        probes: probes_of(first),
         ..Profile::default()
     };
+    if let Some(first) = reports.first() {
+        p.kernel = first.host.kernel.clone();
+        p.lockdown = first.host.lockdown.clone();
+        p.tool_version = first.tool_version.to_string();
+        p.probes = probes_of(first);
+    }
     let here = read_trim("/proc/sys/kernel/osrelease").unwrap_or_default();
     let mut note = None;
     if here == p.kernel {

@@ -26,25 +26,27 @@ fn report(transport: &str, p50: u64) -> Value {
 }
 
 fn doc(r: Value) -> Document {
-    check_report(&r).expect("valid report");
-    let name = workload_name(&r);
+    let typed = read_report(&r).expect("valid report");
+    let name = workload_name(&typed);
     let (baseline, _) = record(
         vec![Run {
             workload: name,
             report: r,
         }],
+        std::slice::from_ref(&typed),
         "test".into(),
     );
     Document {
         name: "t".into(),
         baseline,
         plain_report: false,
+        reports: vec![typed],
     }
 }
 
 #[test]
 fn exact_percentiles_from_the_serialized_histogram() {
-    let m = Metrics::of(&report("gpu-host-dma", 10_000)).expect("metrics");
+    let m = Metrics::of(&read_report(&report("gpu-host-dma", 10_000)).expect("a report")).expect("metrics");
     let l = &m.latency["cuMemcpyHtoD [gpu-host-dma]"];
     assert!(l.exact);
     assert_eq!(l.count, 100);
@@ -126,13 +128,25 @@ fn profile_change_is_refused_unless_allowed() {
 
 #[test]
 fn workload_names() {
-    assert_eq!(workload_name(&report("x", 1)), "cuda-copy");
-    let v = serde_json::json!({"command": ["/usr/bin/ib_write_bw", "-d"], "workloads": []});
-    assert_eq!(workload_name(&v), "ib_write_bw");
-    let v = serde_json::json!({"command": ["/opt/gdrtrace", "attach", "--pid", "7"]});
-    assert_eq!(workload_name(&v), "attach");
-    let v = serde_json::json!({"workloads": [{"workload": "pin-churn"}]});
-    assert_eq!(workload_name(&v), "pin-churn");
+    let named = |command: &[&str], workloads: Value| {
+        let mut r = crate::report::tests_support::empty_report();
+        r.command = command.iter().map(|s| s.to_string()).collect();
+        r.workloads = serde_json::from_value(workloads).expect("an array");
+        workload_name(&r)
+    };
+    assert_eq!(
+        workload_name(&read_report(&report("x", 1)).expect("a report")),
+        "cuda-copy"
+    );
+    assert_eq!(
+        named(&["/usr/bin/ib_write_bw", "-d"], serde_json::json!([])),
+        "ib_write_bw"
+    );
+    assert_eq!(
+        named(&["/opt/gdrtrace", "attach", "--pid", "7"], serde_json::json!([])),
+        "attach"
+    );
+    assert_eq!(named(&[], serde_json::json!([{"workload": "pin-churn"}])), "pin-churn");
 }
 
 /// One model, three renderers: every section the model lays out is headed

@@ -13,7 +13,7 @@ pub mod cu;
 use std::{collections::BTreeMap, path::PathBuf, time::Instant};
 
 use cudarc::driver::sys;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use cu::{CuError, Device, DeviceBuf, PinnedBuf, check};
 
@@ -50,7 +50,7 @@ pub fn default_iters(size: u64) -> u64 {
 }
 
 /// One kind of copy.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CopyCase {
     /// Pinned host -> device (cuMemcpyHtoD_v2).
@@ -146,7 +146,7 @@ impl Default for CudaCopyOpts {
 }
 
 /// One (case, size) of the sweep.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CopyResult {
     pub case: CopyCase,
     /// Bytes per copy.
@@ -197,7 +197,7 @@ impl CopyResult {
 }
 
 /// The whole run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CudaCopyReport {
     pub pid: u32,
     pub driver_version: i32,
@@ -594,46 +594,4 @@ fn d2h(dst: *mut std::ffi::c_void, src: sys::CUdeviceptr, n: usize, tally: &mut 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_sizes_parse() {
-        assert_eq!(
-            parse_sizes(DEFAULT_COPY_SIZES),
-            Ok(SizeList(vec![4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20]))
-        );
-    }
-
-    #[test]
-    fn default_iters_are_bounded() {
-        assert_eq!(default_iters(4096), MAX_DEFAULT_ITERS);
-        assert_eq!(default_iters(1 << 20), 1024);
-        assert_eq!(default_iters(256 << 20), 4);
-        assert_eq!(default_iters(4 << 30), MIN_DEFAULT_ITERS);
-    }
-
-    #[test]
-    fn summary_first_line_is_parseable() {
-        let r = CudaCopyReport {
-            pid: 1,
-            driver_version: 13000,
-            devices: 1,
-            device: 0,
-            device_name: "X".into(),
-            peer: None,
-            peer_name: None,
-            peer_access_supported: None,
-            cases: vec![CopyCase::D2d],
-            calls: 3,
-            calls_by_function: BTreeMap::from([("cuMemcpyDtoD_v2".to_string(), 3)]),
-            bytes: 12,
-            results: vec![],
-            skipped: vec!["skipping: needs 2 GPUs (g2g-staged, g2g-peer; found 1 device)".into()],
-            elapsed_s: 0.0,
-        };
-        let lines = r.summary_lines();
-        assert_eq!(lines[0], "cuda-copy: devices=1 cases=1 calls=3 bytes=12");
-        assert!(lines.iter().any(|l| l.starts_with("cuda-copy: skipping: needs 2 GPUs")));
-    }
-}
+mod tests;

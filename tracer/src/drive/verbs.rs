@@ -14,7 +14,7 @@ use std::io;
 use std::time::Instant;
 
 use rdma_sys as sys;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use ffi::{Context, DeviceList, HostBuffer, Mr, Pd};
 
@@ -30,7 +30,7 @@ fn mr_access() -> u32 {
 }
 
 /// Where registered buffers live.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum MemoryKind {
     /// Page-aligned anonymous host memory.
@@ -93,7 +93,7 @@ impl Default for VerbsOpts {
 }
 
 /// One memory registration, as the tracer should see it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MrRecord {
     pub addr: u64,
     pub length: u64,
@@ -104,7 +104,7 @@ pub struct MrRecord {
 }
 
 /// Latency distribution in nanoseconds (all zero when `count` is 0).
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct LatencySummary {
     pub count: usize,
     pub min_ns: u64,
@@ -135,7 +135,7 @@ impl LatencySummary {
 }
 
 /// Result of the RDMA WRITE phase.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WriteReport {
     /// Completed (signalled, successful) RDMA WRITEs.
     pub count: usize,
@@ -155,8 +155,9 @@ pub struct WriteReport {
     pub dst_mr: MrRecord,
 }
 
-/// Everything `drive verbs` did, for matching against the trace.
-#[derive(Clone, Debug, Serialize)]
+/// Everything `drive verbs` did, for matching against the trace (its
+/// `--summary`, read back by `validate`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct VerbsReport {
     pub device: String,
     pub transport: String,
@@ -164,7 +165,8 @@ pub struct VerbsReport {
     pub port: u8,
     pub memory: MemoryKind,
     /// libibverbs symbol called for every registration.
-    pub reg_symbol: &'static str,
+    #[serde(deserialize_with = "crate::intern::str")]
+    pub reg_symbol: crate::intern::Name,
     pub registrations: usize,
     pub deregistrations: usize,
     pub pages_per_registration: usize,

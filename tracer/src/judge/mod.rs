@@ -128,12 +128,12 @@ impl Inputs {
     pub fn of_aggregator(agg: &crate::stats::Aggregator, links: Option<GpuLinks>, facts: Option<HostFacts>) -> Self {
         Inputs {
             processes: agg
-                .procs
+                .procs()
                 .iter()
-                .map(|(pid, p)| ProcessIn::of(*pid, p, agg.registry.procs.get(pid).map(|r| &r.churn)))
+                .map(|(pid, p)| ProcessIn::of(*pid, p, agg.registry().procs.get(pid).map(|r| &r.churn)))
                 .collect(),
             collectives: agg
-                .collectives
+                .collectives()
                 .iter()
                 .map(|((pid, op, _), (calls, bytes))| CollectiveIn {
                     pid: *pid,

@@ -323,56 +323,25 @@ impl Registry {
         }
         let Some((_, row)) = uapi::row_of(e.op) else { return };
         if !row.succeeded(e.ret) {
-            if row.kind == Kind::MrRegister && row.lib == Lib::Ibverbs {
-                let (addr, len) = self.mr_range(e, row);
-                let region = self.region(e.pid, addr).map(|r| (r.backing, r.source));
-                let p = self.procs.entry(e.pid).or_default();
-                if p.failed.len() < FAILED_LOG {
-                    p.failed.push(FailedRegistration {
-                        op: row.name.to_string(),
-                        addr,
-                        length: len,
-                        backing: region.map_or(Backing::Unknown, |r| r.0),
-                        source: region.map(|r| r.1),
-                        ret: e.ret,
-                    });
-                }
-            }
-            // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: enabled before.
-            if row.name == "cuCtxEnablePeerAccess" && e.ret == 704 {
-                self.enable_peer(e);
-            }
+            self.failed_call(e, row);
             return;
         }
         let device = self.device_of_thread(e.pid, e.tid).unwrap_or(-1);
         if row.name == "cuCtxEnablePeerAccess" {
             self.enable_peer(e);
         }
+        if row.kind == Kind::MrRegister {
+            self.register_mr(e, row);
+            return;
+        }
         let p = self.procs.entry(e.pid).or_default();
-        let add = |p: &mut Process, start: u64, len: u64, backing: Backing| {
-            if start != 0 {
-                p.regions.insert(
-                    start,
-                    Region {
-                        start,
-                        len,
-                        backing,
-                        source: row.name,
-                        since_ns: e.start_ns,
-                    },
-                );
-            }
-        };
-        match row.kind {
-            Kind::GpuAlloc | Kind::HostAlloc | Kind::HostRegister => {
-                *p.allocations.entry(row.name).or_default() += 1;
-            }
-            _ => {}
+        if matches!(row.kind, Kind::GpuAlloc | Kind::HostAlloc | Kind::HostRegister) {
+            *p.allocations.entry(row.name).or_default() += 1;
         }
         match row.kind {
             Kind::GpuAlloc => {
                 p.gpu_allocations += 1;
-                add(p, e.args[0], e.args[1], Backing::Gpu { device })
+                p.add_region(e, row, e.args[0], e.args[1], Backing::Gpu { device })
             }
             // The context is the dereferenced out-pointer.
             Kind::Setup if row.name == "cuDevicePrimaryCtxRetain" => {
@@ -381,12 +350,8 @@ impl Registry {
             Kind::Setup if row.name == "cuCtxSetCurrent" || row.name == "cuCtxPushCurrent" => {
                 p.current.insert(e.tid, e.args[0]);
             }
-            Kind::HostAlloc => {
-                add(p, e.args[0], e.args[1], Backing::HostPinned);
-                p.pin(e.args[1]);
-            }
-            Kind::HostRegister => {
-                add(p, e.args[0], e.args[1], Backing::HostPinned);
+            Kind::HostAlloc | Kind::HostRegister => {
+                p.add_region(e, row, e.args[0], e.args[1], Backing::HostPinned);
                 p.pin(e.args[1]);
             }
             Kind::GpuFree | Kind::HostFree | Kind::HostUnregister => {
@@ -401,111 +366,161 @@ impl Registry {
             Kind::DmabufExport => {
                 p.dmabufs.insert(e.args[0] as u32 as i32, (e.args[1], e.args[2]));
             }
-            // A typed copy names its device side (cuMemcpyHtoD's destination,
-            // cuMemcpyDtoH's source): later copies of a range allocated
-            // before tracing (or mapped by cuMemMap) know it is GPU memory.
-            Kind::Copy => {
-                let (dst_dev, src_dev) = copy_direction(row.name);
-                let n = if row.args.get(2) == Some(&uapi::Arg::Bytes) {
-                    e.args[2]
-                } else {
-                    0
-                };
-                for (addr, device) in [(e.args[0], dst_dev), (e.args[1], src_dev)] {
-                    let known = p
-                        .regions
-                        .range(..=addr)
-                        .next_back()
-                        .is_some_and(|(_, r)| addr < r.start + r.len.max(1));
-                    // Bounded: a process copying to ever new addresses keeps the first ones.
-                    if device == Some(true) && n > 0 && !known && p.regions.len() < INFERRED_REGIONS {
-                        p.regions.insert(
-                            addr,
-                            Region {
-                                start: addr,
-                                len: n,
-                                backing: Backing::Gpu { device: -1 },
-                                source: row.name,
-                                since_ns: e.start_ns,
-                            },
-                        );
-                    }
-                }
-            }
+            Kind::Copy => p.copy_sides(e, row),
             // cuIpcOpenMemHandle maps a peer's allocation at the returned
             // address (size not in the call: one page recorded).
-            Kind::IpcImport if row.name == "cuIpcOpenMemHandle" => add(p, e.args[0], 4096, Backing::Gpu { device: -1 }),
-            Kind::IpcImport => {}
-            Kind::MrRegister => {
-                let handle = row.object(&e.args, e.ret);
-                let (addr, len) = self.mr_range(e, row);
-                // The keys are read from the returned `struct ibv_mr`; a call
-                // that returns a status (`ibv_rereg_mr`) keeps the MR's.
-                let keys = match (row.ret_read, self.procs.get(&e.pid).and_then(|p| p.mrs.get(&handle))) {
-                    (Some(_), _) => e.args[5],
-                    (None, Some(m)) => u64::from(m.lkey) | u64::from(m.rkey) << 32,
-                    (None, None) => 0,
-                };
-                let dmabuf = row.symbol == "ibv_reg_dmabuf_mr";
-                let backing = match self.backing(e.pid, addr) {
-                    Backing::Unknown if dmabuf => Backing::Gpu { device: -1 },
-                    b => b,
-                };
-                let kind = match backing {
-                    Backing::Gpu { .. } if dmabuf => "gpu/dma-buf",
-                    Backing::Gpu { .. } => "gpu/peer-mem",
-                    _ => "host",
-                };
-                let p = self.procs.entry(e.pid).or_default();
-                // ibv_reg_mr@@IBVERBS_1.1 calls ibv_reg_mr_iova2: the outer
-                // call returns the MR the inner one already recorded.
-                if p.mrs
-                    .get(&handle)
-                    .is_some_and(|m| m.addr == addr && m.len == len && m.since_ns >= e.start_ns)
-                {
-                    return;
-                }
-                p.churn.registrations += 1;
-                p.churn.by_backing.entry(kind).or_default().registrations += 1;
-                if p.churn.mr_log.len() < MR_LOG {
-                    p.churn.mr_log.push(MrSeen {
-                        addr,
-                        length: len,
-                        lkey: keys as u32,
-                        rkey: (keys >> 32) as u32,
-                        backing,
-                    });
-                }
-                p.seen((addr, len), false);
-                let before = p.mrs.insert(
-                    handle,
-                    Mr {
-                        addr,
-                        len,
-                        lkey: keys as u32,
-                        rkey: (keys >> 32) as u32,
-                        backing,
+            Kind::IpcImport if row.name == "cuIpcOpenMemHandle" => {
+                p.add_region(e, row, e.args[0], 4096, Backing::Gpu { device: -1 })
+            }
+            Kind::MrDeregister => p.deregister_mr(e),
+            _ => {}
+        }
+    }
+
+    /// A call that failed: a failed MR registration is logged with what
+    /// backs its range; a peer access enabled before counts as enabled.
+    fn failed_call(&mut self, e: &Event, row: &uapi::Row) {
+        if row.kind == Kind::MrRegister && row.lib == Lib::Ibverbs {
+            let (addr, len) = self.mr_range(e, row);
+            let region = self.region(e.pid, addr).map(|r| (r.backing, r.source));
+            let p = self.procs.entry(e.pid).or_default();
+            if p.failed.len() < FAILED_LOG {
+                p.failed.push(FailedRegistration {
+                    op: row.name.to_string(),
+                    addr,
+                    length: len,
+                    backing: region.map_or(Backing::Unknown, |r| r.0),
+                    source: region.map(|r| r.1),
+                    ret: e.ret,
+                });
+            }
+        }
+        // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: enabled before.
+        if row.name == "cuCtxEnablePeerAccess" && e.ret == 704 {
+            self.enable_peer(e);
+        }
+    }
+
+    /// A successful MR registration (or re-registration): the MR, its keys,
+    /// its backing, and the churn it adds.
+    fn register_mr(&mut self, e: &Event, row: &uapi::Row) {
+        let handle = row.object(&e.args, e.ret);
+        let (addr, len) = self.mr_range(e, row);
+        // The keys are read from the returned `struct ibv_mr`; a call
+        // that returns a status (`ibv_rereg_mr`) keeps the MR's.
+        let keys = match (row.ret_read, self.procs.get(&e.pid).and_then(|p| p.mrs.get(&handle))) {
+            (Some(_), _) => e.args[5],
+            (None, Some(m)) => u64::from(m.lkey) | u64::from(m.rkey) << 32,
+            (None, None) => 0,
+        };
+        let dmabuf = row.symbol == "ibv_reg_dmabuf_mr";
+        let backing = match self.backing(e.pid, addr) {
+            Backing::Unknown if dmabuf => Backing::Gpu { device: -1 },
+            b => b,
+        };
+        let kind = match backing {
+            Backing::Gpu { .. } if dmabuf => "gpu/dma-buf",
+            Backing::Gpu { .. } => "gpu/peer-mem",
+            _ => "host",
+        };
+        let p = self.procs.entry(e.pid).or_default();
+        // ibv_reg_mr@@IBVERBS_1.1 calls ibv_reg_mr_iova2: the outer
+        // call returns the MR the inner one already recorded.
+        if p.mrs
+            .get(&handle)
+            .is_some_and(|m| m.addr == addr && m.len == len && m.since_ns >= e.start_ns)
+        {
+            return;
+        }
+        p.churn.registrations += 1;
+        p.churn.by_backing.entry(kind).or_default().registrations += 1;
+        if p.churn.mr_log.len() < MR_LOG {
+            p.churn.mr_log.push(MrSeen {
+                addr,
+                length: len,
+                lkey: keys as u32,
+                rkey: (keys >> 32) as u32,
+                backing,
+            });
+        }
+        p.seen((addr, len), false);
+        let before = p.mrs.insert(
+            handle,
+            Mr {
+                addr,
+                len,
+                lkey: keys as u32,
+                rkey: (keys >> 32) as u32,
+                backing,
+                since_ns: e.start_ns,
+                handle,
+                kind,
+            },
+        );
+        // A re-registration moves the MR: its old range is no longer pinned.
+        if let Some(old) = before {
+            p.unpin(old.len);
+        }
+        p.pin(len);
+    }
+}
+
+impl Process {
+    /// A region the call made, at `start` (none at 0).
+    fn add_region(&mut self, e: &Event, row: &uapi::Row, start: u64, len: u64, backing: Backing) {
+        if start != 0 {
+            self.regions.insert(
+                start,
+                Region {
+                    start,
+                    len,
+                    backing,
+                    source: row.name,
+                    since_ns: e.start_ns,
+                },
+            );
+        }
+    }
+
+    /// A typed copy names its device side (cuMemcpyHtoD's destination,
+    /// cuMemcpyDtoH's source): later copies of a range allocated before
+    /// tracing (or mapped by cuMemMap) know it is GPU memory.
+    fn copy_sides(&mut self, e: &Event, row: &uapi::Row) {
+        let (dst_dev, src_dev) = copy_direction(row.name);
+        let n = if row.args.get(2) == Some(&uapi::Arg::Bytes) {
+            e.args[2]
+        } else {
+            0
+        };
+        for (addr, device) in [(e.args[0], dst_dev), (e.args[1], src_dev)] {
+            let known = self
+                .regions
+                .range(..=addr)
+                .next_back()
+                .is_some_and(|(_, r)| addr < r.start + r.len.max(1));
+            // Bounded: a process copying to ever new addresses keeps the first ones.
+            if device == Some(true) && n > 0 && !known && self.regions.len() < INFERRED_REGIONS {
+                self.regions.insert(
+                    addr,
+                    Region {
+                        start: addr,
+                        len: n,
+                        backing: Backing::Gpu { device: -1 },
+                        source: row.name,
                         since_ns: e.start_ns,
-                        handle,
-                        kind,
                     },
                 );
-                // A re-registration moves the MR: its old range is no longer pinned.
-                if let Some(old) = before {
-                    p.unpin(old.len);
-                }
-                p.pin(len);
             }
-            Kind::MrDeregister => {
-                p.churn.deregistrations += 1;
-                let kind = p.mrs.get(&e.args[0]).map_or("host", |m| m.kind);
-                p.churn.by_backing.entry(kind).or_default().deregistrations += 1;
-                if let Some(mr) = p.mrs.remove(&e.args[0]) {
-                    p.churn.lifetimes_ns.push(e.start_ns.saturating_sub(mr.since_ns));
-                    p.unpin(mr.len);
-                }
-            }
-            _ => {}
+        }
+    }
+
+    fn deregister_mr(&mut self, e: &Event) {
+        self.churn.deregistrations += 1;
+        let kind = self.mrs.get(&e.args[0]).map_or("host", |m| m.kind);
+        self.churn.by_backing.entry(kind).or_default().deregistrations += 1;
+        if let Some(mr) = self.mrs.remove(&e.args[0]) {
+            self.churn.lifetimes_ns.push(e.start_ns.saturating_sub(mr.since_ns));
+            self.unpin(mr.len);
         }
     }
 }
@@ -587,112 +602,4 @@ pub fn copy_direction(name: &str) -> (Option<bool>, Option<bool>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use tracer_common::{Event, kind};
-
-    use super::*;
-    use crate::probes::uapi::{TABLE, op_of};
-
-    fn call(symbol: &str, args: [u64; 6], ret: i64, start_ns: u64) -> Event {
-        let i = TABLE
-            .iter()
-            .position(|r| r.symbol == symbol)
-            .expect("a row of the table");
-        Event {
-            kind: kind::CALL,
-            op: op_of(i),
-            pid: 7,
-            tid: 7,
-            start_ns,
-            dur_ns: 1_000,
-            args,
-            ret,
-            ..Default::default()
-        }
-    }
-
-    const MR: i64 = 0x5000;
-    const PD: u64 = 0x6000;
-    const IBV_REREG_MR_CHANGE_TRANSLATION: u64 = 1;
-    const EINVAL: i64 = 22;
-
-    /// `ibv_rereg_mr(mr, flags, pd, addr, length, access)` returns 0 on
-    /// success and reads its range from arguments 3 and 4: a success moves
-    /// the MR (one registration, the new range pinned, the old one not), a
-    /// failure is logged with the range it asked for. The rule before
-    /// (success when ret != 0, range from arguments 1 and 2) logged every
-    /// success as a failure at (flags, pd).
-    #[test]
-    fn rereg_mr_success_and_failure_are_counted() {
-        let mut reg = Registry::default();
-        // struct ibv_mr *ibv_reg_mr(pd, addr, length, access); lkey 0x11, rkey 0x22.
-        reg.observe(&call(
-            "ibv_reg_mr",
-            [PD, 0x10_0000, 4096, 7, 0, 0x22 << 32 | 0x11],
-            MR,
-            1,
-        ));
-        let flags = IBV_REREG_MR_CHANGE_TRANSLATION;
-        reg.observe(&call("ibv_rereg_mr", [MR as u64, flags, PD, 0x20_0000, 8192, 7], 0, 2));
-        let p = &reg.procs[&7];
-        assert_eq!(p.churn.registrations, 2, "the registration and the re-registration");
-        assert!(
-            p.failed.is_empty(),
-            "a successful re-registration is no failure: {:?}",
-            p.failed
-        );
-        let mr = &p.mrs[&(MR as u64)];
-        assert_eq!((mr.addr, mr.len, mr.lkey, mr.rkey), (0x20_0000, 8192, 0x11, 0x22));
-        assert_eq!(p.churn.pinned_bytes, 8192, "the old range is no longer pinned");
-        assert_eq!(
-            p.churn.mr_log.last().map(|m| (m.addr, m.length)),
-            Some((0x20_0000, 8192))
-        );
-
-        // Only the access changes: the MR keeps its range whatever the
-        // (unused) address arguments hold.
-        reg.observe(&call("ibv_rereg_mr", [MR as u64, 4, PD, 0, 0, 1], 0, 3));
-        let p = &reg.procs[&7];
-        assert_eq!(p.churn.registrations, 3);
-        assert_eq!(p.mrs[&(MR as u64)].addr, 0x20_0000);
-
-        reg.observe(&call(
-            "ibv_rereg_mr",
-            [MR as u64, flags, PD, 0x30_0000, 64, 7],
-            EINVAL,
-            4,
-        ));
-        let p = &reg.procs[&7];
-        assert_eq!(p.churn.registrations, 3, "a failure is not a registration");
-        assert_eq!(p.failed.len(), 1);
-        assert_eq!(
-            (p.failed[0].op.as_str(), p.failed[0].addr, p.failed[0].length),
-            ("ibv_rereg_mr", 0x30_0000, 64)
-        );
-        assert_eq!(
-            p.mrs[&(MR as u64)].addr,
-            0x20_0000,
-            "a failed re-registration leaves the MR"
-        );
-    }
-
-    /// The classifier asks the same row: a re-registration that returned 0
-    /// is not a failed call, one that returned an error is.
-    #[test]
-    fn rereg_mr_classified_by_the_same_rule() {
-        let mut reg = Registry::default();
-        let ok = call(
-            "ibv_rereg_mr",
-            [MR as u64, IBV_REREG_MR_CHANGE_TRANSLATION, PD, 0x20_0000, 8192, 7],
-            0,
-            2,
-        );
-        reg.observe(&ok);
-        assert!(!crate::classify::call(&ok, &reg).expect("decoded").failed);
-        let bad = call("ibv_rereg_mr", [MR as u64, 1, PD, 0x20_0000, 8192, 7], EINVAL, 3);
-        assert!(crate::classify::call(&bad, &reg).expect("decoded").failed);
-        // Pointer-returning rows fail with NULL.
-        let null = call("ibv_reg_mr", [PD, 0x10_0000, 4096, 7, 0, 0], 0, 4);
-        assert!(crate::classify::call(&null, &reg).expect("decoded").failed);
-    }
-}
+mod tests;

@@ -4,10 +4,13 @@
 //! classification and report code.
 //!
 //! A recording is a header, then inputs in the order the aggregator received
-//! them (`event`, `target`, `tick`, `alive-check`, `aggregates`), each input
+//! them (`event`, `target`, `tick`, `alive-check`, `aggregates`, `duty`,
+//! `setup-closed`), each input
 //! followed by the process facts the live source answered while it was
 //! handled (`process`, `env`, `sample`, `gone`), then a footer (loss,
 //! coverage, pin counters, duration) and, optionally, a `workloads` line.
+//! Every line is a typed record (serde derive, `codec.rs`): written with
+//! its `type`, read back by it.
 use std::{
     collections::BTreeMap,
     io::{BufWriter, Write as _},
@@ -23,14 +26,14 @@ use crate::{
     host::{Host, HostFacts, monotonic_ns},
     output::StreamFile,
     probes::{
-        Coverage, Family, Status,
-        ops::{kind_code, kind_name, op_code, op_name},
-        planner::{Attempt, ProcessLibrary},
+        Coverage,
+        ops::{op_code, op_name},
+        planner::ProcessLibrary,
     },
     report::{Inputs, Loss, PinCounters},
     stats::{
         Aggregator,
-        input::{Input, Observer},
+        feed::{Input, Observer},
         source::Fact,
     },
 };
@@ -74,11 +77,7 @@ pub fn footer(inputs: &Inputs, agg: &Aggregator, events: u64) -> Footer {
         events,
         loss: inputs.loss.clone(),
         pin_counters: inputs.pins.clone(),
-        coverage: inputs
-            .coverage
-            .iter()
-            .filter_map(|c| serde_json::to_value(c).ok())
-            .collect(),
+        coverage: inputs.coverage.clone(),
         kernel_slots: inputs
             .kernel_slots
             .iter()
@@ -88,13 +87,9 @@ pub fn footer(inputs: &Inputs, agg: &Aggregator, events: u64) -> Footer {
                 slots: slots.clone(),
             })
             .collect(),
-        process_libraries: inputs
-            .process_libraries
-            .iter()
-            .map(|(pid, libs)| (*pid, libs.iter().filter_map(|l| serde_json::to_value(l).ok()).collect()))
-            .collect(),
+        process_libraries: inputs.process_libraries.clone(),
         vm_pin_kib_at_attach: agg
-            .procs
+            .procs()
             .iter()
             .filter_map(|(pid, p)| Some((*pid, p.vm_pin_kib_at_attach?)))
             .collect(),
@@ -111,18 +106,14 @@ pub fn footer(inputs: &Inputs, agg: &Aggregator, events: u64) -> Footer {
 }
 
 /// The report inputs a recording's header and footer hold.
-pub fn inputs_of(header: &Header, footer: &Footer) -> std::result::Result<Inputs, String> {
-    Ok(Inputs {
+pub fn inputs_of(header: &Header, footer: &Footer) -> Inputs {
+    Inputs {
         command: footer.command.clone(),
         gpu_links: footer.gpu_links.clone(),
         host: header.host.clone(),
         facts: header.facts.clone(),
         duration_s: footer.duration_s,
-        coverage: footer
-            .coverage
-            .iter()
-            .map(coverage_of)
-            .collect::<std::result::Result<_, _>>()?,
+        coverage: footer.coverage.clone(),
         loss: footer.loss.clone(),
         kernel_slots: footer
             .kernel_slots
@@ -130,24 +121,13 @@ pub fn inputs_of(header: &Header, footer: &Footer) -> std::result::Result<Inputs
             .map(|s| (op_code(&s.op).unwrap_or(s.op_code), s.slots.clone()))
             .collect(),
         pins: footer.pin_counters.clone(),
-        process_libraries: footer
-            .process_libraries
-            .iter()
-            .map(|(pid, libs)| {
-                Ok((
-                    *pid,
-                    libs.iter()
-                        .map(library_of)
-                        .collect::<std::result::Result<Vec<_>, String>>()?,
-                ))
-            })
-            .collect::<std::result::Result<_, String>>()?,
+        process_libraries: footer.process_libraries.clone(),
         probe_hits: footer
             .probe_hits
             .iter()
             .filter_map(|h| Some((op_code(&h.op)?, h.hits)))
             .collect(),
-    })
+    }
 }
 
 /// In-kernel log2 slots of one op.
@@ -167,10 +147,10 @@ pub struct Footer {
     pub events: u64,
     pub loss: Loss,
     pub pin_counters: PinCounters,
-    pub coverage: Vec<Value>,
+    pub coverage: Vec<Coverage>,
     pub kernel_slots: Vec<Slots>,
     #[serde(default)]
-    pub process_libraries: BTreeMap<u32, Vec<Value>>,
+    pub process_libraries: BTreeMap<u32, Vec<ProcessLibrary>>,
     /// `VmPin` at attach, per process (`attach`).
     #[serde(default)]
     pub vm_pin_kib_at_attach: BTreeMap<u32, u64>,
@@ -182,52 +162,13 @@ pub struct Footer {
     pub probe_hits: Vec<crate::report::ProbeHits>,
 }
 
+/// A strategy's name in this build (`unknown` for one it does not have).
 fn strategy(name: &str) -> &'static str {
     crate::probes::catalog::Strategy::ALL
         .into_iter()
         .map(|s| s.name())
         .find(|s| *s == name)
         .unwrap_or("unknown")
-}
-
-/// A coverage row from its JSON form.
-pub fn coverage_of(v: &Value) -> std::result::Result<Coverage, String> {
-    let family: Family = serde_json::from_value(v["family"].clone()).map_err(|e| format!("coverage family: {e}"))?;
-    let status: Status = serde_json::from_value(v["status"].clone()).map_err(|e| format!("coverage status: {e}"))?;
-    let strs = |k: &str| -> Vec<String> {
-        v[k].as_array()
-            .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
-            .unwrap_or_default()
-    };
-    Ok(Coverage {
-        point: v["point"].as_str().ok_or("coverage row without point")?.to_string(),
-        family,
-        status,
-        via: v["via"].as_str().map(strategy),
-        reason: v["reason"].as_str().map(String::from),
-        tried: v["tried"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|t| Attempt {
-                        strategy: strategy(t["strategy"].as_str().unwrap_or("")),
-                        error: t["error"].as_str().unwrap_or("").to_string(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        detail: strs("detail"),
-    })
-}
-
-pub fn library_of(v: &Value) -> std::result::Result<ProcessLibrary, String> {
-    Ok(ProcessLibrary {
-        lib: serde_json::from_value(v["lib"].clone()).map_err(|e| format!("library: {e}"))?,
-        path: v["path"].as_str().map(String::from),
-        status: serde_json::from_value(v["status"].clone()).map_err(|e| format!("library status: {e}"))?,
-        detail: v["detail"].as_str().unwrap_or("").to_string(),
-        modules: serde_json::from_value(v["modules"].clone()).unwrap_or_default(),
-    })
 }
 
 mod codec;
@@ -237,4 +178,8 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
-pub use self::{codec::*, reader::*, writer::*};
+pub use self::{
+    codec::{AggRow, Aggregates, Count, Duty, EventLine, Hex, Line, Pid, Ret, Target, TrapCost, Workloads, line_json},
+    reader::*,
+    writer::*,
+};

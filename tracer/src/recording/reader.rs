@@ -1,4 +1,5 @@
-//! The reader: a recording parsed back, line by line, with one-line errors.
+//! The reader: a recording parsed back, line by line, into its typed
+//! records, with one-line errors.
 use super::*;
 
 /// A parsed recording.
@@ -13,6 +14,135 @@ pub struct Recording {
 /// Why a recording cannot be replayed: one line, with the line number.
 pub fn parse(text: &str) -> std::result::Result<Recording, String> {
     read(&mut text.as_bytes())
+}
+
+/// One line read as `T`; the error names the field (`pid`, `args[2]`).
+fn typed<'a, T: serde::Deserialize<'a>>(line: &'a str, ty: &str) -> std::result::Result<T, String> {
+    let de = &mut serde_json::Deserializer::from_str(line);
+    serde_path_to_error::deserialize(de).map_err(|e| match e.path().to_string().as_str() {
+        "." => format!("{ty}: {}", e.inner()),
+        path => format!("{ty} field {path}: {}", e.inner()),
+    })
+}
+
+/// The `type` of a line: `Ok(None)` for a JSON object without one.
+fn type_of(line: &str) -> std::result::Result<Option<String>, String> {
+    match serde_json::from_str::<codec::Type>(line) {
+        Ok(t) => Ok(t.ty.map(|t| t.into_owned())),
+        Err(e) if e.classify() == serde_json::error::Category::Data => Ok(None),
+        Err(e) => Err(format!("not JSON ({e})")),
+    }
+}
+
+/// The header line: a recording of this schema, or why not.
+fn header(first: &str) -> std::result::Result<Header, String> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(rename = "type", default)]
+        ty: Option<String>,
+        #[serde(default)]
+        schema: Option<String>,
+    }
+    let h: Head = serde_json::from_str(first).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => {
+            format!("line 1: not a gdrtrace recording (expected a header with schema {SCHEMA})")
+        }
+        _ => format!("not a gdrtrace recording: line 1 is not a JSON header ({e})"),
+    })?;
+    let schema = h.schema.unwrap_or_default();
+    if h.ty.as_deref() != Some("header") || !schema.starts_with(SCHEMA_PREFIX) {
+        return Err(format!(
+            "line 1: not a gdrtrace recording (expected a header with schema {SCHEMA})"
+        ));
+    }
+    if schema != SCHEMA {
+        let newer = schema[SCHEMA_PREFIX.len()..].parse::<u32>().is_ok_and(|v| v > 1);
+        return Err(if newer {
+            format!(
+                "recording schema {schema} is newer than this gdrtrace ({}) reads ({SCHEMA}); replay it with a newer gdrtrace",
+                env!("CARGO_PKG_VERSION")
+            )
+        } else {
+            format!("unknown recording schema {schema} (expected {SCHEMA})")
+        });
+    }
+    typed(first, "header").map_err(|e| format!("line 1: {e}"))
+}
+
+/// A fact line, checked.
+fn fact(line: &str, ty: &str) -> std::result::Result<Fact, String> {
+    let f: Fact = typed(line, ty)?;
+    if let Fact::Sample {
+        cpu_seconds: Some(c), ..
+    } = f
+        && !(c.is_finite() && c >= 0.0)
+    {
+        return Err(format!("sample: cpu_seconds is {c}, not a non-negative number"));
+    }
+    Ok(f)
+}
+
+/// A footer line, checked, its coverage in this build's strategy names.
+fn footer(line: &str) -> std::result::Result<Footer, String> {
+    let mut f: Footer = typed(line, "footer")?;
+    if !(f.duration_s.is_finite() && f.duration_s >= 0.0) {
+        return Err(format!(
+            "footer: duration_s is {}, not a non-negative number of seconds",
+            f.duration_s
+        ));
+    }
+    for c in &mut f.coverage {
+        c.via = c.via.map(strategy);
+        for t in &mut c.tried {
+            t.strategy = strategy(t.strategy);
+        }
+    }
+    Ok(f)
+}
+
+/// One input line (None: a line of a later minor revision, skipped as
+/// report fields are).
+fn input(line: &str, ty: &str) -> std::result::Result<Option<Input>, String> {
+    Ok(Some(match ty {
+        "event" => Input::Event(typed::<EventLine>(line, "event")?.event()?),
+        "target" => {
+            let t: Target = typed(line, "target")?;
+            Input::Target {
+                pid: t.pid.0,
+                parent: t.parent.map(|p| p.0),
+            }
+        }
+        "tick" => Input::Tick,
+        "alive-check" => Input::AliveCheck,
+        "setup-closed" => Input::SetupClosed,
+        "aggregates" => {
+            let a: Aggregates = typed(line, "aggregates")?;
+            Input::Aggregates {
+                t_ns: a.t_ns.0,
+                rows: a.rows()?,
+            }
+        }
+        "duty" => {
+            let d: Duty = typed(line, "duty")?;
+            Input::Duty {
+                on_us: d.on_us.0,
+                off_us: d.off_us.0,
+            }
+        }
+        "trap-cost" => {
+            let c: TrapCost = typed(line, "trap-cost")?;
+            for (f, x) in [("entry_ns", c.entry_ns), ("pair_ns", c.pair_ns)] {
+                if !(x.is_finite() && x >= 0.0) {
+                    return Err(format!("trap-cost {f} is not a non-negative number"));
+                }
+            }
+            Input::TrapCost {
+                entry_ns: c.entry_ns,
+                pair_ns: c.pair_ns,
+            }
+        }
+        _ => return Ok(None),
+    }))
 }
 
 /// Parses a recording line by line from `r` (the text is never held whole:
@@ -33,111 +163,41 @@ pub fn read(r: &mut dyn std::io::BufRead) -> std::result::Result<Recording, Stri
         }
     };
     next(&mut buf)?.ok_or("empty file (no header line)")?;
-    let first = buf.as_str();
-    let h: Value = serde_json::from_str(first)
-        .map_err(|e| format!("not a gdrtrace recording: line 1 is not a JSON header ({e})"))?;
-    let schema = h["schema"].as_str().unwrap_or("");
-    if h["type"] != "header" || !schema.starts_with(SCHEMA_PREFIX) {
-        return Err(format!(
-            "line 1: not a gdrtrace recording (expected a header with schema {SCHEMA})"
-        ));
-    }
-    if schema != SCHEMA {
-        let newer = schema[SCHEMA_PREFIX.len()..].parse::<u32>().is_ok_and(|v| v > 1);
-        return Err(if newer {
-            format!(
-                "recording schema {schema} is newer than this gdrtrace ({}) reads ({SCHEMA}); replay it with a newer gdrtrace",
-                env!("CARGO_PKG_VERSION")
-            )
-        } else {
-            format!("unknown recording schema {schema} (expected {SCHEMA})")
-        });
-    }
-    let header: Header = serde_json::from_value(h).map_err(|e| format!("line 1: header: {e}"))?;
+    let header = header(&buf)?;
     let mut inputs: Vec<(Input, Vec<Fact>)> = Vec::new();
-    let mut footer = None;
+    let mut footer_line = None;
     let mut workloads = Vec::new();
     while let Some(n) = next(&mut buf)? {
         let line = buf.as_str();
-        let v: Value = serde_json::from_str(line).map_err(|e| format!("line {n}: not JSON ({e})"))?;
-        let ty = v["type"]
-            .as_str()
-            .ok_or_else(|| format!("line {n}: no \"type\""))?
-            .to_string();
+        let at = |e: String| format!("line {n}: {e}");
+        let ty = type_of(line).map_err(at)?.ok_or_else(|| at("no \"type\"".into()))?;
         let ty = ty.as_str();
-        if footer.is_some() {
+        if footer_line.is_some() {
             match ty {
                 "workloads" => {
-                    workloads = v["workloads"].as_array().cloned().unwrap_or_default();
+                    workloads = typed::<Workloads>(line, "workloads").map_err(at)?.workloads;
                     continue;
                 }
-                _ => return Err(format!("line {n}: {ty} after the footer")),
+                _ => return Err(at(format!("{ty} after the footer"))),
             }
         }
-        let input = match ty {
-            "event" => Input::Event(event_of(&v).map_err(|e| format!("line {n}: {e}"))?),
-            "target" => Input::Target {
-                pid: pid_of(&v["pid"], "target pid")
-                    .and_then(|p| p.ok_or_else(|| "target without pid".into()))
-                    .map_err(|e| format!("line {n}: {e}"))?,
-                parent: pid_of(&v["parent"], "target parent").map_err(|e| format!("line {n}: {e}"))?,
-            },
-            "tick" => Input::Tick,
-            "alive-check" => Input::AliveCheck,
-            "setup-closed" => Input::SetupClosed,
-            "aggregates" => Input::Aggregates {
-                t_ns: num(&v["t_ns"]).unwrap_or(0),
-                rows: agg_of(&v).map_err(|e| format!("line {n}: {e}"))?,
-            },
-            "duty" => Input::Duty {
-                on_us: required(&v["on_us"], "duty on_us").map_err(|e| format!("line {n}: {e}"))?,
-                off_us: required(&v["off_us"], "duty off_us").map_err(|e| format!("line {n}: {e}"))?,
-            },
-            "trap-cost" => {
-                let ns = |f: &str| {
-                    v[f].as_f64()
-                        .filter(|x| x.is_finite() && *x >= 0.0)
-                        .ok_or_else(|| format!("line {n}: trap-cost {f} is not a non-negative number"))
-                };
-                Input::TrapCost {
-                    entry_ns: ns("entry_ns")?,
-                    pair_ns: ns("pair_ns")?,
-                }
-            }
+        match ty {
             "process" | "env" | "sample" | "gone" | "space" => {
-                let f: Fact = serde_json::from_value(v).map_err(|e| format!("line {n}: {ty}: {e}"))?;
-                if let Fact::Sample {
-                    cpu_seconds: Some(c), ..
-                } = f
-                    && !(c.is_finite() && c >= 0.0)
-                {
-                    return Err(format!(
-                        "line {n}: sample: cpu_seconds is {c}, not a non-negative number"
-                    ));
-                }
+                let f = fact(line, ty).map_err(at)?;
                 match inputs.last_mut() {
                     Some((_, facts)) => facts.push(f),
-                    None => return Err(format!("line {n}: {ty} before any input")),
+                    None => return Err(at(format!("{ty} before any input"))),
                 }
-                continue;
             }
-            "footer" => {
-                let f = serde_json::from_value::<Footer>(v).map_err(|e| format!("line {n}: footer: {e}"))?;
-                if !(f.duration_s.is_finite() && f.duration_s >= 0.0) {
-                    return Err(format!(
-                        "line {n}: footer: duration_s is {}, not a non-negative number of seconds",
-                        f.duration_s
-                    ));
+            "footer" => footer_line = Some(footer(line).map_err(at)?),
+            _ => {
+                if let Some(i) = input(line, ty).map_err(at)? {
+                    inputs.push((i, Vec::new()));
                 }
-                footer = Some(f);
-                continue;
             }
-            // Lines of later minor revisions are skipped, as report fields are.
-            _ => continue,
-        };
-        inputs.push((input, Vec::new()));
+        }
     }
-    let footer = footer.ok_or("truncated: no footer line (the recording was cut off before the trace ended)")?;
+    let footer = footer_line.ok_or("truncated: no footer line (the recording was cut off before the trace ended)")?;
     let seen = inputs.iter().filter(|(i, _)| matches!(i, Input::Event(_))).count() as u64;
     if seen != footer.events {
         return Err(format!(

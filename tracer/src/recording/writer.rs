@@ -1,5 +1,5 @@
 //! The recorder: an observer of the aggregator's inputs, one line each.
-use super::*;
+use super::{codec::Beat, *};
 
 /// Writes a recording while tracing. Write errors are kept and reported
 /// once, when the recording is finished.
@@ -10,7 +10,7 @@ pub struct Recorder {
     out: BufWriter<StreamFile>,
     error: Option<std::io::Error>,
     /// A trigger (tick, alive check) written only if facts follow it.
-    lazy: Option<Value>,
+    lazy: Option<(&'static str, Beat)>,
     last_aggregates: Vec<(AggKey, u64, u64)>,
     last_sample: BTreeMap<u32, (Option<u64>, Option<f64>)>,
     pub events: u64,
@@ -26,15 +26,12 @@ impl Recorder {
             last_sample: BTreeMap::new(),
             events: 0,
         };
-        let mut h = serde_json::to_value(header).map_err(|e| Error::Workload(format!("recording header: {e}")))?;
-        if let Some(m) = h.as_object_mut() {
-            m.insert("type".into(), "header".into());
-        }
-        r.line(&h);
+        let h = line_json("header", header).map_err(|e| Error::Workload(format!("recording header: {e}")))?;
+        r.write(&h);
         Ok(r)
     }
 
-    fn line(&mut self, v: &Value) {
+    fn write(&mut self, v: &Value) {
         if self.error.is_some() {
             return;
         }
@@ -46,21 +43,28 @@ impl Recorder {
         }
     }
 
-    fn event(&mut self, e: &Event) {
-        self.lazy = None;
-        self.events += 1;
-        self.line(&event_json(e));
+    /// One record as a line of its type.
+    fn line(&mut self, ty: &str, record: &impl Serialize) {
+        match line_json(ty, record) {
+            Ok(v) => self.write(&v),
+            Err(e) => self.error = Some(e.into()),
+        }
     }
 
-    /// An input that always gets a line (a target added).
-    fn input(&mut self, v: Value) {
+    /// An input that always gets a line (an event, a target added).
+    fn input<T: Line>(&mut self, record: &T) {
         self.lazy = None;
-        self.line(&v);
+        self.line(T::TYPE, record);
+    }
+
+    fn event(&mut self, e: &Event) {
+        self.events += 1;
+        self.input(&EventLine::of(e));
     }
 
     /// An input written only if a fact follows (ticks, alive checks).
-    fn lazy_input(&mut self, v: Value) {
-        self.lazy = Some(v);
+    fn lazy_input(&mut self, ty: &'static str) {
+        self.lazy = Some((ty, Beat { t_ns: monotonic_ns() }));
     }
 
     fn fact(&mut self, f: &Fact) {
@@ -76,11 +80,12 @@ impl Recorder {
             }
             self.last_sample.insert(*pid, now);
         }
-        if let Some(t) = self.lazy.take() {
-            self.line(&t);
+        if let Some((ty, beat)) = self.lazy.take() {
+            self.line(ty, &beat);
         }
+        // A fact carries its own `type` (`Fact` is tagged by it).
         match serde_json::to_value(f) {
-            Ok(v) => self.line(&v),
+            Ok(v) => self.write(&v),
             Err(e) => self.error = Some(e.into()),
         }
     }
@@ -93,23 +98,14 @@ impl Recorder {
             return;
         }
         self.last_aggregates = now;
-        self.lazy = None;
-        self.line(&serde_json::json!({"type": "aggregates", "t_ns": t_ns, "rows": agg_json(rows)}));
+        self.input(&Aggregates::of(t_ns, rows));
     }
 
     /// Writes the footer; returns the stream (the workloads' summaries
     /// follow: [`append_workloads`]) and whether every line serialized.
     pub fn finish(mut self, footer: &Footer) -> (StreamFile, Result<()>) {
         self.lazy = None;
-        match serde_json::to_value(footer) {
-            Ok(mut v) => {
-                if let Some(m) = v.as_object_mut() {
-                    m.insert("type".into(), "footer".into());
-                }
-                self.line(&v);
-            }
-            Err(e) => self.error = Some(e.into()),
-        }
+        self.line("footer", footer);
         // A StreamFile takes every byte: the flush cannot fail.
         let out = match self.out.into_inner() {
             Ok(s) => s,
@@ -129,21 +125,25 @@ impl Observer for Recorder {
     fn input(&mut self, input: &Input) {
         match input {
             Input::Event(e) => self.event(e),
-            Input::Target { pid, parent } => {
-                self.input(serde_json::json!({"type": "target", "pid": pid, "parent": parent}));
+            Input::Target { pid, parent } => self.input(&Target {
+                pid: Pid(*pid),
+                parent: parent.map(Pid),
+            }),
+            Input::Tick => self.lazy_input("tick"),
+            Input::AliveCheck => self.lazy_input("alive-check"),
+            Input::SetupClosed => {
+                self.lazy = None;
+                self.line("setup-closed", &Beat { t_ns: monotonic_ns() });
             }
-            Input::Tick => self.lazy_input(serde_json::json!({"type": "tick", "t_ns": monotonic_ns()})),
-            Input::AliveCheck => {
-                self.lazy_input(serde_json::json!({"type": "alive-check", "t_ns": monotonic_ns()}));
-            }
-            Input::SetupClosed => self.input(serde_json::json!({"type": "setup-closed", "t_ns": monotonic_ns()})),
             Input::Aggregates { t_ns, rows } => self.aggregates(*t_ns, rows),
-            Input::Duty { on_us, off_us } => {
-                self.input(serde_json::json!({"type": "duty", "on_us": on_us, "off_us": off_us}));
-            }
-            Input::TrapCost { entry_ns, pair_ns } => {
-                self.input(serde_json::json!({"type": "trap-cost", "entry_ns": entry_ns, "pair_ns": pair_ns}));
-            }
+            Input::Duty { on_us, off_us } => self.input(&Duty {
+                on_us: Count(*on_us),
+                off_us: Count(*off_us),
+            }),
+            Input::TrapCost { entry_ns, pair_ns } => self.input(&TrapCost {
+                entry_ns: *entry_ns,
+                pair_ns: *pair_ns,
+            }),
         }
     }
 
@@ -152,12 +152,22 @@ impl Observer for Recorder {
     }
 }
 
+fn workloads_line(workloads: &[Value]) -> serde_json::Result<Value> {
+    line_json(
+        Workloads::TYPE,
+        &Workloads {
+            workloads: workloads.to_vec(),
+        },
+    )
+}
+
 /// Appends the workloads' own summaries after the footer (they are known
 /// only once the command's report is complete) and closes the recording:
 /// the error says where it went if the named file failed.
 pub fn finish_with_workloads(mut out: StreamFile, workloads: &[Value]) -> Result<()> {
-    if !workloads.is_empty() {
-        let line = serde_json::json!({"type": "workloads", "workloads": workloads});
+    if !workloads.is_empty()
+        && let Ok(line) = workloads_line(workloads)
+    {
         // A StreamFile takes every byte (or moves to its fallback file).
         let _ = writeln!(out, "{line}");
     }
@@ -174,6 +184,6 @@ pub fn append_workloads(path: &Path, workloads: &[Value]) -> Result<()> {
         .append(true)
         .open(path)
         .map_err(|e| Error::io(format!("appending to the recording {}", path.display()), e))?;
-    let line = serde_json::json!({"type": "workloads", "workloads": workloads});
+    let line = workloads_line(workloads).map_err(|e| Error::Workload(format!("the workloads line: {e}")))?;
     writeln!(f, "{line}").map_err(|e| Error::io(format!("appending to the recording {}", path.display()), e))
 }

@@ -34,12 +34,12 @@ pub struct TransferGroup {
 
 pub fn transfers(agg: &Aggregator) -> Transfers {
     let groups: Vec<TransferGroup> = agg
-        .transfers
+        .transfers()
         .groups
         .iter()
-        .map(|((op, t), g)| TransferGroup {
-            op: op.clone(),
-            transport: t.name(),
+        .map(|(k, g)| TransferGroup {
+            op: k.op.clone(),
+            transport: k.transport.name(),
             count: g.count,
             bytes: g.bytes,
             sample: g.sample.clone(),
@@ -234,8 +234,10 @@ fn kernel_path(name: &str) -> bool {
 
 pub fn registration(agg: &Aggregator, duration_s: f64) -> Registration {
     let mut processes = Vec::new();
-    for (pid, info) in &agg.procs {
-        let Some(p) = agg.registry.procs.get(pid) else { continue };
+    for (pid, info) in agg.procs() {
+        let Some(p) = agg.registry().procs.get(pid) else {
+            continue;
+        };
         let c = &p.churn;
         if c.registrations == 0 && p.failed.is_empty() && p.kernel_failures.is_empty() && p.allocations.is_empty() {
             continue;
@@ -291,16 +293,16 @@ pub fn registration(agg: &Aggregator, duration_s: f64) -> Registration {
         });
     }
     let mut by_path: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
-    for ((name, _), s) in &agg.ops {
-        if kernel_path(name) {
-            let h = by_path.entry(name.clone()).or_insert_with(new_histogram);
+    for (k, s) in agg.ops() {
+        if kernel_path(&k.op) {
+            let h = by_path.entry(k.op.clone()).or_insert_with(new_histogram);
             let _ = h.add(&s.hist);
         }
     }
     Registration {
         processes,
         latency_by_backing: agg
-            .reg_latency
+            .reg_latency()
             .iter()
             .map(|(k, h)| (*k, Latency::from_hist(h)))
             .collect(),
@@ -315,12 +317,12 @@ pub fn registration(agg: &Aggregator, duration_s: f64) -> Registration {
 /// verdicts need the whole trace: `judged` is the judged report) and
 /// closes it.
 pub fn finish_transfers(agg: &mut Aggregator, judged: &super::Report) -> crate::error::Result<()> {
-    if agg.transfers.sink.is_none() && agg.transfers.sink_error.is_none() {
+    if agg.transfers().sink.is_none() && agg.transfers().sink_error.is_none() {
         return Ok(());
     }
     debug_assert!(judged.judged, "transfer records take the judged verdicts");
     let comms: BTreeMap<u32, String> = judged.processes.iter().map(|p| (p.pid, p.comm.clone())).collect();
-    if let Some(out) = &mut agg.transfers.sink {
+    if let Some(out) = &mut agg.transfers_mut().sink {
         use std::io::Write as _;
         let ucx = judged
             .ucx
@@ -332,10 +334,10 @@ pub fn finish_transfers(agg: &mut Aggregator, judged: &super::Report) -> crate::
                 .map_err(std::io::Error::from)
                 .and_then(|()| out.write_all(b"\n"));
             if let Err(e) = r {
-                agg.transfers.sink_error.get_or_insert(e);
+                agg.transfers_mut().sink_error.get_or_insert(e);
                 break;
             }
         }
     }
-    agg.transfers.finish()
+    agg.transfers_mut().finish()
 }

@@ -15,7 +15,8 @@ impl Report {
     /// given; then what follows from them), with the NVLink fact given
     /// (a recording's, on replay), used only where the report's host facts
     /// do not say. Called where reports are built: `Trace::report` and
-    /// replay.
+    /// replay, which then explain it (`crate::explain::fill`, the stage
+    /// after this one).
     pub fn judge_with(&mut self, nccl_log: Option<&str>, nvlink: Option<bool>) {
         if self.judged {
             return;
@@ -59,23 +60,15 @@ impl Report {
         self.transfers.total = self.transfers.groups.iter().map(|g| g.count).sum();
         self.staging = accounting::staging(self);
         self.nccl_log = nccl_log.map(|text| nccl_log_agreement(text, self));
-        self.explain_again();
-    }
-
-    /// Recomputes `explain` from the report as it stands.
-    fn explain_again(&mut self) {
-        if let Ok(v) = serde_json::to_value(&*self) {
-            self.explain = crate::classify::explain::explain(&v);
-        }
     }
 
     /// Compares UCX's own log (`UCX_PROTO_INFO=y` / `UCX_LOG_LEVEL=info`
     /// output, `--ucx-log`) with the judged UCX paths: corroboration only,
-    /// the paths stay as the evidence decided them.
+    /// the paths stay as the evidence decided them. The caller explains the
+    /// report again (`crate::explain::fill`): the UCX rules read the log.
     pub fn corroborate_ucx(&mut self, log: &str) {
         let nvlink = self.facts.nvlink;
         crate::classify::ucx_log::corroborate(self.ucx.get_or_insert_with(Default::default), log, nvlink);
-        self.explain_again();
     }
 
     fn judge_verdicts(&mut self, nccl_log: Option<&str>) {

@@ -1,6 +1,8 @@
 //! Reports: the JSON document (schema `gdrtrace.report/v1`, documented in
 //! docs/report-schema.md) and its text rendering.
 pub mod accounting;
+mod build;
+pub mod findings;
 pub mod judged;
 mod shape;
 pub mod text;
@@ -10,15 +12,16 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-use tracer_common::MAX_SLOTS;
 
 use crate::{
     counters::FollPin,
     host::{Host, HostFacts},
     model::Churn,
-    probes::{Coverage, Family, ops::op_name},
-    stats::{Aggregator, ProcInfo},
+    probes::{Coverage, Family},
+    stats::ProcInfo,
 };
+
+pub use self::build::build;
 
 pub const SCHEMA: &str = "gdrtrace.report/v1";
 
@@ -285,9 +288,10 @@ pub struct Report {
     /// NCCL's own log, per communicator, against the tracer's verdicts (`--nccl-log`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_log: Option<crate::classify::comm::NcclLog>,
-    /// Root causes of staged or unexpected paths (`explain`'s rules).
+    /// Root causes of staged or unexpected paths (the explain stage's
+    /// rules, `crate::explain::fill`).
     #[serde(default)]
-    pub explain: crate::classify::explain::Explain,
+    pub explain: findings::Explain,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workloads: Vec<serde_json::Value>,
     /// GPU interconnect traffic over the traced window (NVML counters),
@@ -318,14 +322,6 @@ pub struct Override {
     pub value: String,
 }
 
-/// Variables that describe rather than change communication.
-fn informational(var: &str) -> bool {
-    matches!(
-        var,
-        "NCCL_VERSION" | "NCCL_DEBUG" | "NCCL_DEBUG_FILE" | "NCCL_DEBUG_SUBSYS" | "UCX_LOG_LEVEL"
-    )
-}
-
 /// Inputs of a report besides the aggregator.
 pub struct Inputs {
     pub command: Vec<String>,
@@ -354,146 +350,6 @@ pub fn read_typed(v: &serde_json::Value) -> std::result::Result<Report, String> 
     let report: Report = serde_path_to_error::deserialize(v).map_err(|e| format!("`{}`: {}", e.path(), e.inner()))?;
     shape::check(&report, v)?;
     Ok(report)
-}
-
-pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
-    let incomplete = !inputs.loss.complete;
-    let operations = agg
-        .ops
-        .iter()
-        .map(|((name, transport), s)| Operation {
-            name: name.clone(),
-            family: s.family,
-            transport: transport.name(),
-            calls: s.calls,
-            errors: s.errors,
-            bytes: s.bytes,
-            pages: s.pages,
-            evidence: s.evidence.clone(),
-            incomplete,
-            latency: Latency::from_hist(&s.hist),
-            histogram: serialize_hist(&s.hist),
-            counted: agg.copies.counted_calls(name, *transport),
-        })
-        .collect();
-    let kernel_histograms = inputs
-        .kernel_slots
-        .iter()
-        .filter(|(_, slots)| slots.iter().any(|&c| c > 0))
-        .map(|(op_code, slots)| KernelHistogram {
-            name: op_name(*op_code),
-            calls: slots.iter().sum(),
-            unit: "ns",
-            buckets: slots
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| **c > 0)
-                .map(|(i, c)| Bucket {
-                    min: 1u64 << i,
-                    max: if i as u32 == MAX_SLOTS - 1 {
-                        u64::MAX
-                    } else {
-                        1u64 << (i + 1)
-                    },
-                    count: *c,
-                })
-                .collect(),
-        })
-        .collect();
-    let processes = agg
-        .procs
-        .iter()
-        .map(|(pid, p)| Process {
-            pid: *pid,
-            info: p.clone(),
-            churn: agg.registry.procs.get(pid).map(|r| r.churn.clone()),
-            libraries: inputs.process_libraries.get(pid).cloned().unwrap_or_default(),
-        })
-        .collect();
-    let signals = signals(&inputs.coverage, inputs.pins.delta.is_some());
-    Report {
-        schema: SCHEMA,
-        tool_version: env!("CARGO_PKG_VERSION"),
-        host: inputs.host,
-        command: inputs.command,
-        duration_s: inputs.duration_s,
-        signals,
-        operations,
-        kernel_histograms,
-        probe_hits: inputs
-            .probe_hits
-            .iter()
-            .map(|(op, hits)| ProbeHits {
-                op: op_name(*op),
-                hits: *hits,
-            })
-            .collect(),
-        processes,
-        pin_counters: inputs.pins,
-        loss: inputs.loss,
-        coverage: inputs.coverage,
-        verdicts: Vec::new(),
-        // UCX's data calls are aggregated the same way; they are reported
-        // per endpoint in the UCX section.
-        collectives: agg
-            .collectives
-            .iter()
-            .filter(|((_, op, _), _)| !crate::classify::ucx::is_data_op(op))
-            .map(|(key, (calls, bytes))| {
-                let (pid, op, handle) = key;
-                let counted = agg
-                    .collectives_counted
-                    .get(key)
-                    .filter(|c| **c != (*calls, *bytes))
-                    .map(|(calls, bytes)| Counted {
-                        calls: *calls,
-                        bytes: *bytes,
-                    });
-                let communicator = format!("{handle:#x}");
-                let ident = agg
-                    .procs
-                    .get(pid)
-                    .and_then(|p| p.communicators.iter().rev().find(|c| c.communicator == communicator));
-                Collective {
-                    pid: *pid,
-                    op: op.clone(),
-                    communicator,
-                    calls: *calls,
-                    bytes: *bytes,
-                    transport: "unknown",
-                    counted,
-                    comm_id: ident.and_then(|c| c.comm_id.clone()),
-                    rank: ident.and_then(|c| c.rank),
-                    nranks: ident.and_then(|c| c.nranks),
-                }
-            })
-            .collect(),
-        sampling: (agg.duty.off_us > 0).then_some(agg.duty),
-        transfers: accounting::transfers(agg),
-        staging: accounting::Staging::default(),
-        registration: accounting::registration(agg, inputs.duration_s),
-        facts: inputs.facts,
-        overrides: agg
-            .procs
-            .iter()
-            .flat_map(|(pid, p)| {
-                p.env
-                    .iter()
-                    .filter(|(k, _)| (k.starts_with("NCCL_") || k.starts_with("UCX_")) && !informational(k))
-                    .map(|(k, v)| Override {
-                        pid: *pid,
-                        var: k.clone(),
-                        value: v.clone(),
-                    })
-            })
-            .collect(),
-        nccl_log: None,
-        explain: Default::default(),
-        workloads: Vec::new(),
-        gpu_links: inputs.gpu_links,
-        ucx: crate::stats::ucx::report(agg, &inputs.process_libraries),
-        judged: false,
-    }
 }
 
 /// Which signals came from probes and which from counters, and whether each
@@ -566,6 +422,7 @@ pub(crate) fn signals(coverage: &[Coverage], vmstat: bool) -> Vec<Signal> {
 #[cfg(test)]
 pub(crate) mod tests_support {
     use super::*;
+    use crate::stats::Aggregator;
 
     /// A report of nothing, for tests that fill in what they need.
     pub fn empty_report() -> Report {

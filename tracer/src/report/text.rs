@@ -7,10 +7,12 @@ use crate::{
     units::{bytes, ns, size_label as human},
 };
 
-mod signals;
+mod coverage;
+mod explain;
 mod ucx;
 
-use self::signals::{coverage_detail, signals};
+use self::coverage::{coverage_detail, signals};
+pub use self::explain::explain;
 pub use self::ucx::ucx;
 
 /// Renders buckets as bpftrace prints `hist()`: `[lo, hi)  count |@@@@|`.
@@ -221,97 +223,82 @@ fn operations(o: &mut String, r: &Report) {
     let _ = writeln!(o);
 }
 
-/// The report as text, with the detail a person reads first on one screen
-/// (signals, operations, verdicts, staging, explain) and the histograms
-/// after it. `detail` adds the per-point coverage table (`-v`).
-pub fn render_with(r: &Report, detail: bool) -> String {
-    let mut o = String::new();
+/// The kernel-aggregated collectives, per process and communicator.
+fn collectives(o: &mut String, r: &Report) {
+    if r.collectives.is_empty() {
+        return;
+    }
     let _ = writeln!(
         o,
-        "gdrtrace report ({}) kernel {} lockdown {}",
-        r.schema, r.host.kernel, r.host.lockdown
+        "Collectives (aggregated in the kernel, per process and communicator)"
     );
-    if !r.command.is_empty() {
-        let _ = writeln!(o, "command: {}", r.command.join(" "));
-    }
-    let _ = writeln!(o, "duration: {:.3} s\n", r.duration_s);
-
-    signals(&mut o, r);
-    operations(&mut o, r);
-
-    if !r.verdicts.is_empty() {
-        let _ = writeln!(o, "Transport verdicts (per process)");
-        o.push_str(&verdicts(&r.verdicts, "  "));
-        let _ = writeln!(o);
-    }
-    if !r.collectives.is_empty() {
+    if let Some(d) = &r.sampling {
         let _ = writeln!(
             o,
-            "Collectives (aggregated in the kernel, per process and communicator)"
+            "  duty-cycled (--collectives): counting {:.1} s, off {:.1} s in {} off phase(s); the calls of each off phase estimated from the rates of the on phases around it",
+            d.on_us as f64 / 1e6,
+            d.off_us as f64 / 1e6,
+            d.off_phases
         );
-        if let Some(d) = &r.sampling {
-            let _ = writeln!(
-                o,
-                "  duty-cycled (--collectives): counting {:.1} s, off {:.1} s in {} off phase(s); the calls of each off phase estimated from the rates of the on phases around it",
-                d.on_us as f64 / 1e6,
-                d.off_us as f64 / 1e6,
-                d.off_phases
-            );
-        }
-        for c in &r.collectives {
-            let _ = writeln!(
-                o,
-                "  pid {:>7} {:<18} comm {:<16} {:>9} calls {:>12} {}{}{}",
-                c.pid,
-                c.op,
-                c.communicator,
-                c.calls,
-                bytes(c.bytes),
-                c.transport,
-                sampled_note(r, c),
-                identity(c)
-            );
-        }
-        let _ = writeln!(o);
     }
-    if let Some(u) = &r.ucx {
-        o.push_str(&ucx(u));
-    }
-    if !r.staging.processes.is_empty() {
-        let _ = writeln!(o, "Host staging");
+    for c in &r.collectives {
         let _ = writeln!(
             o,
-            "  {:>8} {:<16} {:>10} {:>10} {:>7} {:>9} {:>10} {:>9}",
-            "PID", "COMM", "MOVED", "STAGED", "RATIO", "COPIES", "COPIES/s", "CPU-s/GB"
+            "  pid {:>7} {:<18} comm {:<16} {:>9} calls {:>12} {}{}{}",
+            c.pid,
+            c.op,
+            c.communicator,
+            c.calls,
+            bytes(c.bytes),
+            c.transport,
+            sampled_note(r, c),
+            identity(c)
         );
-        for p in &r.staging.processes {
-            let _ = writeln!(
-                o,
-                "  {:>8} {:<16} {:>10} {:>10} {:>6.1}% {:>9} {:>10.1} {:>9}",
-                p.pid,
-                p.comm,
-                bytes(p.moved_bytes),
-                bytes(p.staged_bytes),
-                p.staged_ratio * 100.0,
-                p.staging_copies,
-                p.staging_copies_per_s,
-                p.cpu_s_per_gb.map_or("-".into(), |c| format!("{c:.3}"))
-            );
-        }
-        for c in r.staging.communicators.iter().filter(|c| c.staged_bytes > 0) {
-            let _ = writeln!(
-                o,
-                "  pid {} communicator {}: {} of {} staged ({})",
-                c.pid,
-                c.communicator,
-                bytes(c.staged_bytes),
-                bytes(c.bytes),
-                c.transport
-            );
-        }
-        let _ = writeln!(o);
     }
-    registrations(&mut o, r);
+    let _ = writeln!(o);
+}
+
+/// Host staging per process, and the communicators that staged.
+fn staging(o: &mut String, r: &Report) {
+    if r.staging.processes.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "Host staging");
+    let _ = writeln!(
+        o,
+        "  {:>8} {:<16} {:>10} {:>10} {:>7} {:>9} {:>10} {:>9}",
+        "PID", "COMM", "MOVED", "STAGED", "RATIO", "COPIES", "COPIES/s", "CPU-s/GB"
+    );
+    for p in &r.staging.processes {
+        let _ = writeln!(
+            o,
+            "  {:>8} {:<16} {:>10} {:>10} {:>6.1}% {:>9} {:>10.1} {:>9}",
+            p.pid,
+            p.comm,
+            bytes(p.moved_bytes),
+            bytes(p.staged_bytes),
+            p.staged_ratio * 100.0,
+            p.staging_copies,
+            p.staging_copies_per_s,
+            p.cpu_s_per_gb.map_or("-".into(), |c| format!("{c:.3}"))
+        );
+    }
+    for c in r.staging.communicators.iter().filter(|c| c.staged_bytes > 0) {
+        let _ = writeln!(
+            o,
+            "  pid {} communicator {}: {} of {} staged ({})",
+            c.pid,
+            c.communicator,
+            bytes(c.staged_bytes),
+            bytes(c.bytes),
+            c.transport
+        );
+    }
+    let _ = writeln!(o);
+}
+
+/// One line per traced process.
+fn processes(o: &mut String, r: &Report) {
     let _ = writeln!(o, "Processes");
     let _ = writeln!(
         o,
@@ -336,7 +323,10 @@ pub fn render_with(r: &Report, detail: bool) -> String {
         );
     }
     let _ = writeln!(o);
+}
 
+/// Pinned pages system-wide, and what was lost.
+fn pins_and_loss(o: &mut String, r: &Report) {
     match &r.pin_counters.delta {
         Some(d) => {
             let _ = writeln!(
@@ -365,14 +355,10 @@ pub fn render_with(r: &Report, detail: bool) -> String {
         l.undecoded_events,
         if l.complete { "complete" } else { "INCOMPLETE" }
     );
-    if let Ok(v) = serde_json::to_value(r) {
-        o.push_str(&crate::classify::explain::render(&v, &r.explain));
-        let _ = writeln!(o);
-    }
-    if detail {
-        coverage_detail(&mut o, r);
-    }
+}
 
+/// The latency histograms: per operation, then the kernel's own.
+fn histograms(o: &mut String, r: &Report) {
     for op in &r.operations {
         let mark = if op.incomplete {
             " [incomplete: events were dropped]"
@@ -380,7 +366,7 @@ pub fn render_with(r: &Report, detail: bool) -> String {
             ""
         };
         histogram(
-            &mut o,
+            o,
             &format!("@{}[{}] latency (ns){mark}:", op.name, op.transport),
             &op.latency.buckets,
         );
@@ -391,11 +377,51 @@ pub fn render_with(r: &Report, detail: bool) -> String {
         .filter(|h| !r.operations.iter().any(|o| o.name.starts_with(&h.name)))
     {
         histogram(
-            &mut o,
+            o,
             &format!("@{} latency (ns), aggregated in kernel:", h.name),
             &h.buckets,
         );
     }
+}
+
+/// The report as text, with the detail a person reads first on one screen
+/// (signals, operations, verdicts, staging, explain) and the histograms
+/// after it. `detail` adds the per-point coverage table (`-v`).
+pub fn render_with(r: &Report, detail: bool) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "gdrtrace report ({}) kernel {} lockdown {}",
+        r.schema, r.host.kernel, r.host.lockdown
+    );
+    if !r.command.is_empty() {
+        let _ = writeln!(o, "command: {}", r.command.join(" "));
+    }
+    let _ = writeln!(o, "duration: {:.3} s\n", r.duration_s);
+
+    signals(&mut o, r);
+    operations(&mut o, r);
+
+    if !r.verdicts.is_empty() {
+        let _ = writeln!(o, "Transport verdicts (per process)");
+        o.push_str(&verdicts(&r.verdicts, "  "));
+        let _ = writeln!(o);
+    }
+    collectives(&mut o, r);
+    if let Some(u) = &r.ucx {
+        o.push_str(&ucx(u));
+    }
+    staging(&mut o, r);
+    registrations(&mut o, r);
+    processes(&mut o, r);
+    pins_and_loss(&mut o, r);
+    o.push_str(&explain(r));
+    let _ = writeln!(o);
+    if detail {
+        coverage_detail(&mut o, r);
+    }
+
+    histograms(&mut o, r);
     o
 }
 
@@ -473,155 +499,4 @@ fn registrations(o: &mut String, r: &Report) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_like_bpftrace() {
-        assert_eq!(human(512), "512");
-        assert_eq!(human(1024), "1K");
-        assert_eq!(human(2 << 20), "2M");
-        let mut s = String::new();
-        histogram(
-            &mut s,
-            "@x (ns):",
-            &[
-                Bucket {
-                    min: 1024,
-                    max: 2048,
-                    count: 4,
-                },
-                Bucket {
-                    min: 2048,
-                    max: 4096,
-                    count: 2,
-                },
-            ],
-        );
-        assert!(s.contains("[1K, 2K)"), "{s}");
-        assert!(s.contains(&format!("|{}|", "@".repeat(52))), "{s}");
-        assert!(s.contains(&format!("|{}{}|", "@".repeat(26), " ".repeat(26))), "{s}");
-    }
-
-    /// Issue 12: the report of `validate` on this kind of host (no fentry,
-    /// no kprobes) fits on one screen above the histograms, with each
-    /// unavailable family named once with its reason.
-    #[test]
-    fn coverage_grouped_and_summary_on_one_screen() {
-        let (r, _) = crate::fixtures::replay_fixture("pin-churn");
-        let text = render_with(&r, false);
-        let summary: Vec<&str> = text.lines().take_while(|l| !l.starts_with('@')).collect();
-        assert!(summary.len() <= 50, "{} lines:\n{}", summary.len(), summary.join("\n"));
-        for (family, signal) in [
-            (crate::probes::Family::Pinning, "kernel page pinning"),
-            (crate::probes::Family::DmaBuf, "dma-buf attach/map"),
-        ] {
-            let points = r.coverage.iter().filter(|c| c.family == family).count();
-            let reason = r
-                .coverage
-                .iter()
-                .find(|c| c.family == family)
-                .and_then(|c| c.reason.clone())
-                .unwrap();
-            let line = summary
-                .iter()
-                .find(|l| l.contains(signal))
-                .unwrap_or_else(|| panic!("{signal} missing:\n{text}"));
-            assert!(
-                line.contains(&format!("unavailable  {points} points: {reason}")),
-                "{line}"
-            );
-        }
-        assert!(
-            !summary.iter().any(|l| l.contains("pin_user_pages_fast")),
-            "points only with -v"
-        );
-        let detail = render_with(&r, true);
-        assert!(detail.contains("pin_user_pages_fast"), "-v lists each point");
-    }
-
-    /// A family partly attached (a VM kernel: fentry for some functions,
-    /// others missing): measured, with the missing points named once.
-    #[test]
-    fn a_partly_attached_family_names_what_is_missing() {
-        use crate::probes::{Coverage, Family};
-        let mut r = crate::report::tests_support::empty_report();
-        let point = |name: &str, status, via, reason: Option<&str>| Coverage {
-            point: name.into(),
-            family: Family::Pinning,
-            status,
-            via,
-            reason: reason.map(String::from),
-            tried: Vec::new(),
-            detail: Vec::new(),
-        };
-        r.coverage = vec![
-            point("pin_user_pages_fast", Status::Attached, Some("fentry/fexit"), None),
-            point("unpin_user_pages", Status::Attached, Some("fentry/fexit"), None),
-            point("unpin_folio", Status::Unavailable, None, Some("not in /proc/kallsyms")),
-            point(
-                "unpin_user_folio",
-                Status::Unavailable,
-                None,
-                Some("not in /proc/kallsyms"),
-            ),
-        ];
-        r.signals = crate::report::signals(&r.coverage, true);
-        let text = render_with(&r, false);
-        let line = text.lines().find(|l| l.contains("kernel page pinning")).expect(&text);
-        assert!(
-            line.contains("measured") && line.contains("pin_user_pages_fast (fentry/fexit)"),
-            "{line}"
-        );
-        assert!(
-            text.contains("also 2 points: not in /proc/kallsyms"),
-            "the missing points stay named:\n{text}"
-        );
-    }
-
-    /// The kernel counted the collectives: the operations table shows them.
-    #[test]
-    fn aggregated_collectives_in_the_operations_table() {
-        let mut r = crate::report::tests_support::empty_report();
-        for (pid, comm) in [(7, "0x1"), (8, "0x2")] {
-            r.collectives.push(crate::report::Collective {
-                pid,
-                op: "ncclAllReduce".into(),
-                communicator: comm.into(),
-                calls: 14_500,
-                bytes: 1 << 30,
-                transport: "p2p/nvlink",
-                counted: None,
-                comm_id: None,
-                rank: None,
-                nranks: None,
-            });
-        }
-        r.kernel_histograms.push(crate::report::KernelHistogram {
-            name: "ncclAllReduce".into(),
-            calls: 29_000,
-            unit: "ns",
-            buckets: vec![
-                Bucket {
-                    min: 8192,
-                    max: 16384,
-                    count: 28_000,
-                },
-                Bucket {
-                    min: 65536,
-                    max: 131072,
-                    count: 1_000,
-                },
-            ],
-        });
-        let text = render_with(&r, false);
-        assert!(!text.contains("(no traced calls)"), "{text}");
-        let row = text
-            .lines()
-            .find(|l| l.contains("ncclAllReduce (kernel)"))
-            .expect(&text);
-        for part in ["p2p/nvlink", "29000", "2.00GiB", "<=16.4us", "<=131.1us"] {
-            assert!(row.contains(part), "{part}: {row}");
-        }
-    }
-}
+mod tests;

@@ -92,10 +92,35 @@ fn spread(bins: &mut BTreeMap<u64, f64>, from: u64, to: u64, bytes: f64, w: u64)
     }
 }
 
-/// The timeline as Chrome Trace Event JSON (object form).
-pub fn render(tl: &Timeline, report: &Report) -> String {
-    let mut out = String::from("{\"traceEvents\":[");
-    let names: BTreeMap<u32, &str> = report.processes.iter().map(|p| (p.pid, p.comm.as_str())).collect();
+/// A metadata event naming a process's or a thread's track.
+fn name_event(out: &mut String, what: &str, pid: u32, tid: u32, name: &str) {
+    event(
+        out,
+        &[
+            ("name", json!(what)),
+            ("ph", json!("M")),
+            ("pid", json!(pid)),
+            ("tid", json!(tid)),
+        ],
+        None,
+        None,
+        &json!({ "name": name }),
+    );
+}
+
+/// Moved and staged bytes per counter bin, per process.
+#[derive(Default)]
+struct Bins {
+    moved: BTreeMap<u32, BTreeMap<u64, f64>>,
+    staged: BTreeMap<u32, BTreeMap<u64, f64>>,
+}
+
+/// The track id of each aggregated row: (pid, op, handle) -> tid.
+type RowTracks<'a> = BTreeMap<(u32, &'a str, u64), u32>;
+
+/// The names of every process and thread track, and of the aggregated
+/// rows' tracks (one each); returns the rows' track ids.
+fn tracks<'a>(out: &mut String, tl: &'a Timeline, names: &BTreeMap<u32, &str>) -> RowTracks<'a> {
     // Processes: every one with a slice or a row.
     let mut pids: Vec<u32> = tl
         .slices
@@ -107,21 +132,9 @@ pub fn render(tl: &Timeline, report: &Report) -> String {
     pids.dedup();
     // Names as the process and thread call themselves: viewers add the ids.
     for pid in &pids {
-        let Some(name) = names.get(pid).copied().filter(|n| !n.is_empty()) else {
-            continue;
-        };
-        event(
-            &mut out,
-            &[
-                ("name", json!("process_name")),
-                ("ph", json!("M")),
-                ("pid", json!(pid)),
-                ("tid", json!(pid)),
-            ],
-            None,
-            None,
-            &json!({ "name": name }),
-        );
+        if let Some(name) = names.get(pid).copied().filter(|n| !n.is_empty()) {
+            name_event(out, "process_name", *pid, *pid, name);
+        }
     }
     let mut threads: Vec<(u32, u32)> = tl.slices.iter().map(|s| (s.pid, s.tid)).collect();
     threads.sort_unstable();
@@ -133,24 +146,12 @@ pub fn render(tl: &Timeline, report: &Report) -> String {
             .map(String::as_str)
             .or_else(|| names.get(pid).copied())
             .unwrap_or("");
-        if name.is_empty() {
-            continue;
+        if !name.is_empty() {
+            name_event(out, "thread_name", *pid, *tid, name);
         }
-        event(
-            &mut out,
-            &[
-                ("name", json!("thread_name")),
-                ("ph", json!("M")),
-                ("pid", json!(pid)),
-                ("tid", json!(tid)),
-            ],
-            None,
-            None,
-            &json!({ "name": name }),
-        );
     }
     // Aggregated rows: a track each.
-    let mut tracks: BTreeMap<(u32, &str, u64), u32> = BTreeMap::new();
+    let mut tracks: RowTracks = BTreeMap::new();
     for r in &tl.rows {
         let n = tracks.iter().filter(|((p, _, _), _)| *p == r.pid).count() as u32;
         tracks
@@ -158,39 +159,20 @@ pub fn render(tl: &Timeline, report: &Report) -> String {
             .or_insert(ROW_TRACK_BASE + n);
     }
     for ((pid, op, handle), tid) in &tracks {
-        event(
-            &mut out,
-            &[
-                ("name", json!("thread_name")),
-                ("ph", json!("M")),
-                ("pid", json!(pid)),
-                ("tid", json!(tid)),
-            ],
-            None,
-            None,
-            &json!({ "name": format!("{op} {handle:#x} (kernel-aggregated)") }),
+        name_event(
+            out,
+            "thread_name",
+            *pid,
+            *tid,
+            &format!("{op} {handle:#x} (kernel-aggregated)"),
         );
     }
-    let mut slices: Vec<_> = tl.slices.iter().collect();
-    slices.sort_by_key(|s| (s.start_ns, std::cmp::Reverse(s.dur_ns)));
-    // Counters: moved and staged bytes per bin, per process.
-    let first = slices
-        .first()
-        .map(|s| s.start_ns)
-        .into_iter()
-        .chain(tl.rows.iter().map(|r| r.from_ns))
-        .min()
-        .unwrap_or(0);
-    let last = slices
-        .iter()
-        .map(|s| s.start_ns + s.dur_ns)
-        .chain(tl.rows.iter().map(|r| r.to_ns))
-        .max()
-        .unwrap_or(0);
-    let width = (last.saturating_sub(first) / MAX_BINS).div_ceil(MIN_BIN_NS).max(1) * MIN_BIN_NS;
-    let mut moved: BTreeMap<u32, BTreeMap<u64, f64>> = BTreeMap::new();
-    let mut staged: BTreeMap<u32, BTreeMap<u64, f64>> = BTreeMap::new();
-    for s in &slices {
+    tracks
+}
+
+/// A slice per evented call, its bytes into the counter bins.
+fn call_slices(out: &mut String, slices: &[&crate::stats::timeline::Slice], width: u64, bins: &mut Bins) {
+    for s in slices {
         let args = json!({
             "transport": s.transport.name(),
             "evidence": s.evidence,
@@ -201,7 +183,7 @@ pub fn render(tl: &Timeline, report: &Report) -> String {
         });
         let cat = s.family.map_or("undecoded", |f| f.name());
         event(
-            &mut out,
+            out,
             &[
                 ("name", json!(s.op)),
                 ("cat", json!(cat)),
@@ -215,12 +197,29 @@ pub fn render(tl: &Timeline, report: &Report) -> String {
         );
         let end = s.start_ns + s.dur_ns;
         if s.moved_bytes > 0 {
-            spread(moved.entry(s.pid).or_default(), end, end, s.moved_bytes as f64, width);
+            spread(
+                bins.moved.entry(s.pid).or_default(),
+                end,
+                end,
+                s.moved_bytes as f64,
+                width,
+            );
         }
         if s.staged_bytes > 0 {
-            spread(staged.entry(s.pid).or_default(), end, end, s.staged_bytes as f64, width);
+            spread(
+                bins.staged.entry(s.pid).or_default(),
+                end,
+                end,
+                s.staged_bytes as f64,
+                width,
+            );
         }
     }
+}
+
+/// A slice per interval of each kernel-aggregated row, its bytes spread
+/// over the interval into the counter bins.
+fn row_slices(out: &mut String, tl: &Timeline, report: &Report, tracks: &RowTracks, width: u64, bins: &mut Bins) {
     for r in &tl.rows {
         let transport = row_transport(report, r);
         let tid = tracks[&(r.pid, r.op.as_str(), r.handle)];
@@ -243,7 +242,7 @@ pub fn render(tl: &Timeline, report: &Report) -> String {
             ),
         };
         event(
-            &mut out,
+            out,
             &[
                 ("name", json!(name)),
                 ("cat", json!(cat)),
@@ -261,37 +260,32 @@ pub fn render(tl: &Timeline, report: &Report) -> String {
                 "communicator": format!("{:#x}", r.handle),
             }),
         );
-        spread(
-            moved.entry(r.pid).or_default(),
-            r.from_ns,
-            r.to_ns,
-            r.bytes as f64,
-            width,
-        );
+        let bytes = r.bytes as f64;
+        spread(bins.moved.entry(r.pid).or_default(), r.from_ns, r.to_ns, bytes, width);
         if transport.staged() {
-            spread(
-                staged.entry(r.pid).or_default(),
-                r.from_ns,
-                r.to_ns,
-                r.bytes as f64,
-                width,
-            );
+            spread(bins.staged.entry(r.pid).or_default(), r.from_ns, r.to_ns, bytes, width);
         }
     }
+}
+
+/// The counter track of each process: moved and staged bytes per second,
+/// an event where either changes.
+fn counters(out: &mut String, bins: &Bins, width: u64) {
     let per_s = 1e9 / width as f64;
-    for pid in moved
+    for pid in bins
+        .moved
         .keys()
-        .chain(staged.keys())
+        .chain(bins.staged.keys())
         .collect::<std::collections::BTreeSet<_>>()
     {
-        let (m, s) = (moved.get(pid), staged.get(pid));
-        let bins: std::collections::BTreeSet<u64> = m
+        let (m, s) = (bins.moved.get(pid), bins.staged.get(pid));
+        let at_bins: std::collections::BTreeSet<u64> = m
             .into_iter()
             .chain(s)
             .flat_map(|b| b.keys().flat_map(|k| [*k, k + 1]))
             .collect();
         let mut prev = None;
-        for b in bins {
+        for b in at_bins {
             let at = |x: Option<&BTreeMap<u64, f64>>| x.and_then(|x| x.get(&b)).map_or(0.0, |v| (v * per_s).round());
             let now = (at(m), at(s));
             if prev == Some(now) {
@@ -299,7 +293,7 @@ pub fn render(tl: &Timeline, report: &Report) -> String {
             }
             prev = Some(now);
             event(
-                &mut out,
+                out,
                 &[("name", json!("bytes/s")), ("ph", json!("C")), ("pid", json!(pid))],
                 Some(b * width),
                 None,
@@ -307,6 +301,34 @@ pub fn render(tl: &Timeline, report: &Report) -> String {
             );
         }
     }
+}
+
+/// The timeline as Chrome Trace Event JSON (object form).
+pub fn render(tl: &Timeline, report: &Report) -> String {
+    let mut out = String::from("{\"traceEvents\":[");
+    let names: BTreeMap<u32, &str> = report.processes.iter().map(|p| (p.pid, p.comm.as_str())).collect();
+    let tracks = tracks(&mut out, tl, &names);
+    let mut slices: Vec<_> = tl.slices.iter().collect();
+    slices.sort_by_key(|s| (s.start_ns, std::cmp::Reverse(s.dur_ns)));
+    // Counter bins: at most MAX_BINS over the trace, each a multiple of MIN_BIN_NS.
+    let first = slices
+        .first()
+        .map(|s| s.start_ns)
+        .into_iter()
+        .chain(tl.rows.iter().map(|r| r.from_ns))
+        .min()
+        .unwrap_or(0);
+    let last = slices
+        .iter()
+        .map(|s| s.start_ns + s.dur_ns)
+        .chain(tl.rows.iter().map(|r| r.to_ns))
+        .max()
+        .unwrap_or(0);
+    let width = (last.saturating_sub(first) / MAX_BINS).div_ceil(MIN_BIN_NS).max(1) * MIN_BIN_NS;
+    let mut bins = Bins::default();
+    call_slices(&mut out, &slices, width, &mut bins);
+    row_slices(&mut out, tl, report, &tracks, width, &mut bins);
+    counters(&mut out, &bins, width);
     out.push_str("\n],\"displayTimeUnit\":\"ns\",\"otherData\":");
     let other = json!({
         "schema": SCHEMA,

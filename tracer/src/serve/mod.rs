@@ -332,7 +332,7 @@ impl Agent {
 
     /// A new target (the kernel added it already, or the scan found it).
     fn adopt(&mut self, pid: u32, why: u32) {
-        if self.meta.contains_key(&pid) && self.agg.procs.contains_key(&pid) {
+        if self.meta.contains_key(&pid) && self.agg.procs().contains_key(&pid) {
             return;
         }
         let pod = self.pods.of_pid(pid);
@@ -407,7 +407,7 @@ impl Agent {
                 kind::FORK => {
                     self.agg.push(&e);
                     let child = e.args[0] as u32;
-                    if self.agg.procs.contains_key(&child) {
+                    if self.agg.procs().contains_key(&child) {
                         self.label(child);
                     }
                 }
@@ -485,7 +485,7 @@ impl Agent {
             .retain(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
         self.agg.check_exited();
         for (pid, m) in self.meta.iter_mut().filter(|(_, m)| m.exited_at.is_none()) {
-            let gone = match self.agg.procs.get(pid) {
+            let gone = match self.agg.procs().get(pid) {
                 Some(p) => p.exited,
                 // Known only from a record (a library opened): ask /proc.
                 None => !std::path::Path::new(&format!("/proc/{pid}")).exists(),
@@ -494,7 +494,7 @@ impl Agent {
                 m.exited_at = Some(now);
             }
         }
-        for (pid, p) in &self.agg.procs {
+        for (pid, p) in self.agg.procs() {
             if p.exited {
                 self.meta.entry(*pid).or_default().exited_at.get_or_insert(now);
             }
@@ -566,11 +566,11 @@ impl Agent {
         }
         let live: BTreeSet<Group> = self
             .agg
-            .procs
+            .procs()
             .keys()
             .filter_map(|pid| {
                 let m = self.meta.get(pid)?;
-                let comm = self.agg.procs.get(pid).map(|p| p.comm.clone()).unwrap_or_default();
+                let comm = self.agg.procs().get(pid).map(|p| p.comm.clone()).unwrap_or_default();
                 Some(match m.pod.clone().flatten() {
                     Some(p) => (Some(p), String::new()),
                     None => (None, comm),
@@ -584,7 +584,7 @@ impl Agent {
 
     /// Per-process logs the agent exports nothing of, kept bounded.
     fn trim(&mut self) {
-        for p in self.agg.registry.procs.values_mut() {
+        for p in self.agg.registry_mut().procs.values_mut() {
             p.churn.lifetimes_ns.clear();
             if p.seen_ranges.len() > SEEN_RANGES {
                 p.seen_ranges.clear();
@@ -759,28 +759,4 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn budget_sheds_a_level_per_window_over_and_gives_it_back_under_half() {
-        let t0 = Instant::now();
-        let s = |n: u64| t0 + Duration::from_secs(n);
-        let mut b = Budget::new(0.10, Duration::from_secs(5));
-        assert_eq!(b.update(s(0), 0.0), None, "the first sample opens a window");
-        assert_eq!(b.update(s(2), 5.0), None, "a window is not over before 5 s");
-        assert_eq!(b.update(s(5), 1.0), Some(1), "0.2 CPU over a 0.1 budget");
-        assert_eq!(b.update(s(10), 2.0), Some(2));
-        assert_eq!(b.update(s(15), 3.0), None, "two levels at most");
-        assert_eq!(b.update(s(20), 3.4), None, "0.08: under budget but not under half");
-        assert_eq!(b.update(s(25), 3.5), Some(1), "0.02: one level back");
-        assert_eq!(b.update(s(30), 3.5), Some(0));
-        assert_eq!(b.update(s(35), 3.5), None);
-    }
-
-    #[test]
-    fn node_name_prefers_the_flag_then_the_environment() {
-        assert_eq!(node_name(Some("n1")), "n1");
-        assert!(!node_name(None).is_empty());
-    }
-}
+mod tests;

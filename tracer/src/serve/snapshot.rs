@@ -40,7 +40,7 @@ impl Agent {
     /// estimated: counted plus the closed off phases of the duty cycle).
     fn collective_bytes(&self) -> BTreeMap<u32, (u64, u64)> {
         let mut out: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-        for ((pid, _, _), (_, bytes)) in &self.agg.collectives_counted {
+        for ((pid, _, _), (_, bytes)) in self.agg.collectives_counted() {
             out.entry(*pid).or_default().0 += bytes;
         }
         for ((pid, _, _), (_, bytes)) in self.agg.collectives_estimated() {
@@ -94,7 +94,7 @@ impl Agent {
     fn communicators(&mut self, pid: u32) -> Vec<Communicator> {
         let mut by_handle: BTreeMap<u64, BTreeMap<&str, Communicator>> = BTreeMap::new();
         let estimated = self.agg.collectives_estimated();
-        for ((cp, op, handle), (calls, bytes)) in &self.agg.collectives_counted {
+        for ((cp, op, handle), (calls, bytes)) in self.agg.collectives_counted() {
             if *cp != pid {
                 continue;
             }
@@ -116,7 +116,7 @@ impl Agent {
         }
         let identity: BTreeMap<String, &crate::stats::Communicator> = self
             .agg
-            .procs
+            .procs()
             .get(&pid)
             .map(|p| p.communicators.iter().map(|c| (c.communicator.clone(), c)).collect())
             .unwrap_or_default();
@@ -176,7 +176,7 @@ impl Agent {
         self.label(pid);
         let communicators = self.communicators(pid);
         let pod = self.meta.get(&pid).and_then(|m| m.pod.clone()).flatten();
-        let p = self.agg.procs.get(&pid)?;
+        let p = self.agg.procs().get(&pid)?;
         let live = !p.exited && sample;
         let cpu = if live {
             crate::counters::cpu_seconds(pid).or(p.cpu_seconds)
@@ -194,7 +194,7 @@ impl Agent {
         let flow = &meta.flow;
         let registrations = self
             .agg
-            .registry
+            .registry()
             .procs
             .get(&pid)
             .map(|r| {
@@ -263,9 +263,9 @@ impl Agent {
         let mut verdicts = self.verdicts();
         self.account(Some(&verdicts));
         let sample = self.budget.level == 0;
-        let pids: Vec<u32> = self.agg.procs.keys().copied().collect();
+        let pids: Vec<u32> = self.agg.procs().keys().copied().collect();
         if !sample {
-            let live = pids.iter().filter(|p| !self.agg.procs[*p].exited).count() as u64;
+            let live = pids.iter().filter(|p| !self.agg.procs()[*p].exited).count() as u64;
             *self.shed.entry(("process-sample", "cpu-budget")).or_default() += live;
         }
         let all: Vec<ProcessFigures> = pids
@@ -302,7 +302,7 @@ impl Agent {
                 .collect(),
             registration_latency: self
                 .agg
-                .reg_latency
+                .reg_latency()
                 .iter()
                 .map(|(b, h)| (*b, metrics::Hist::from_hdr(h)))
                 .collect(),
@@ -334,7 +334,7 @@ impl Agent {
                 ("read_error", c[counter::READ_ERRORS as usize]),
                 ("aggregate_full", c[counter::AGGREGATE_FULL as usize]),
                 ("malformed", self.malformed),
-                ("undecoded", self.agg.undecoded),
+                ("undecoded", self.agg.undecoded()),
             ],
             returns_without_entry: c[counter::RETURN_WITHOUT_ENTRY as usize],
             discovery_read_errors: c[counter::DISCOVER_READ_ERRORS as usize],
@@ -344,7 +344,7 @@ impl Agent {
                 .map(|r| (discover::reason_name(*r), self.discovered.get(r).copied().unwrap_or(0)))
                 .collect(),
             forgotten: self.forgotten,
-            events: self.agg.events + self.discover_events,
+            events: self.agg.events() + self.discover_events,
             maps: ["TARGETS", "AGGREGATE", "INFLIGHT"]
                 .into_iter()
                 .filter_map(|m| kernel::fill(ebpf, m).map(|(n, max)| (m, n, max)))
@@ -354,7 +354,7 @@ impl Agent {
             agent_rss_bytes: agent_rss_bytes(),
             cpu_budget: self.budget.limit,
             shed_level: self.budget.level,
-            tracked: self.agg.procs.len() as u64,
+            tracked: self.agg.procs().len() as u64,
             idle: idle.len() as u64,
             ignored: ["comm", "namespace"]
                 .into_iter()

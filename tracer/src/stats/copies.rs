@@ -20,7 +20,7 @@ use super::duty::RowKey;
 use crate::classify::{Call, Transport};
 
 /// A kernel row: (pid, op, handle).
-type Row = (u32, u32, u64);
+pub type KernelRow = (u32, u32, u64);
 
 /// A class of copies: their first call and verdict, and what was added.
 #[derive(Clone, Debug)]
@@ -39,10 +39,10 @@ pub struct Class {
 #[derive(Clone, Debug, Default)]
 pub struct CopyRows {
     /// Each kernel row's class, once its first call arrived.
-    rows: BTreeMap<Row, RowKey>,
+    rows: BTreeMap<KernelRow, RowKey>,
     pub classes: BTreeMap<RowKey, Class>,
     /// The kernel's totals per row (cumulative), as counted.
-    kernel: BTreeMap<Row, (u64, u64)>,
+    kernel: BTreeMap<KernelRow, (u64, u64)>,
 }
 
 /// The class key of a call: (pid, label, verdict).
@@ -80,7 +80,7 @@ impl CopyRows {
     }
 
     /// The kernel's totals of every copy row (cumulative).
-    pub fn set_kernel(&mut self, rows: BTreeMap<Row, (u64, u64)>) {
+    pub fn set_kernel(&mut self, rows: BTreeMap<KernelRow, (u64, u64)>) {
         self.kernel = rows;
     }
 
@@ -197,8 +197,8 @@ mod tests {
         let ops = a
             .ops
             .iter()
-            .filter(|((l, _), _)| l.starts_with("cuMemcpy"))
-            .map(|((l, t), s)| (l.clone(), t.name().to_string(), s.calls, s.bytes))
+            .filter(|(k, _)| k.op.starts_with("cuMemcpy"))
+            .map(|(k, s)| (k.op.clone(), k.transport.name().to_string(), s.calls, s.bytes))
             .collect();
         let p = &a.procs[&P];
         let calls = p
@@ -261,7 +261,7 @@ mod tests {
         let g = &rows.transfers.groups;
         let n: u64 = g
             .iter()
-            .filter(|((op, _), _)| op.starts_with("cuMemcpy"))
+            .filter(|(k, _)| k.op.starts_with("cuMemcpy"))
             .map(|(_, v)| v.count)
             .sum();
         assert_eq!(n, 4 * CALLS);

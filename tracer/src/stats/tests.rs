@@ -133,8 +133,8 @@ fn a_peer_copy_on_one_device_is_same_device_ipc() {
     let peer: Vec<_> = agg
         .ops
         .keys()
-        .filter(|(n, _)| n == "cuMemcpyPeer")
-        .map(|(_, t)| *t)
+        .filter(|k| k.op == "cuMemcpyPeer")
+        .map(|k| k.transport)
         .collect();
     assert_eq!(
         peer,
@@ -143,7 +143,7 @@ fn a_peer_copy_on_one_device_is_same_device_ipc() {
         agg.ops.keys().collect::<Vec<_>>()
     );
     assert_eq!(
-        agg.ops[&("cuMemcpyPeer".to_string(), Transport::IpcSameDevice)].calls,
+        agg.ops[&super::OpKey::new("cuMemcpyPeer", Transport::IpcSameDevice)].calls,
         2
     );
     assert!(!Transport::IpcSameDevice.staged());

@@ -61,7 +61,7 @@ pub struct Timeline {
     /// The command name of each thread, from its events.
     pub threads: BTreeMap<(u32, u32), String>,
     /// Kernel totals per row at the last change, and when it was read.
-    last: BTreeMap<(u32, u32, u64), (u64, u64)>,
+    last: BTreeMap<super::copies::KernelRow, (u64, u64)>,
     last_ns: Option<u64>,
 }
 
@@ -144,7 +144,7 @@ impl Timeline {
         keep: impl Fn(&AggKey) -> bool,
         copy: impl Fn(&AggKey) -> Option<&'a Call>,
     ) {
-        let now: BTreeMap<(u32, u32, u64), (u64, u64)> = rows
+        let now: BTreeMap<super::copies::KernelRow, (u64, u64)> = rows
             .iter()
             .filter(|(k, _)| keep(k))
             .map(|(k, v)| ((k.tgid, k.op, k.handle), (v.calls, v.bytes)))

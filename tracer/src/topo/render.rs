@@ -40,12 +40,8 @@ fn pair_line(l: &Link) -> String {
     format!("{} <-> {}: {}{how}{seen}\n", l.a, l.b, l.kind)
 }
 
-pub fn render(t: &Topo) -> String {
-    let mut o = String::new();
-    let no_gpu = t.notes.iter().find(|n| n.starts_with("no GPU"));
-    if let Some(n) = no_gpu {
-        let _ = writeln!(o, "{n}");
-    }
+/// A line per GPU, and one of its PCIe, BAR1, IOMMU, NVLink and NIC details.
+fn gpus(o: &mut String, t: &Topo) {
     for g in &t.gpus {
         let _ = writeln!(o, "GPU{} {} {}", g.index, g.bus, g.model);
         let mut d = Vec::new();
@@ -77,17 +73,10 @@ pub fn render(t: &Topo) -> String {
         }
         let _ = writeln!(o, "  {}", d.join(", "));
     }
-    // GPU pairs in words; GPU-NIC pairs are in the matrix, and in words only
-    // when a trace observed traffic on them.
-    let gpu = |id: &str| t.gpus.iter().any(|g| format!("GPU{}", g.index) == id);
-    for l in t
-        .links
-        .iter()
-        .filter(|l| (gpu(&l.a) && gpu(&l.b)) || l.observed.is_some())
-    {
-        o.push_str(&pair_line(l));
-    }
-    matrix(t, &mut o);
+}
+
+/// A line per NIC, its PCIe link, its ports and its non-zero error counters.
+fn nics(o: &mut String, t: &Topo) {
     for n in &t.nics {
         let mut head = format!("NIC {}", n.name);
         match &n.pci {
@@ -125,6 +114,11 @@ pub fn render(t: &Topo) -> String {
             let _ = writeln!(o, "  error/retry counters: {}", errs.join(" "));
         }
     }
+}
+
+/// A line per bridge with its ACS control; those whose ACS could not be
+/// read one line per reason.
+fn bridges(o: &mut String, t: &Topo) {
     // Bridges whose ACS could not be read share one line per reason (as
     // non-root, every bridge fails the same way).
     let mut unread: Vec<(&str, Vec<&str>)> = Vec::new();
@@ -151,6 +145,10 @@ pub fn render(t: &Topo) -> String {
             v.join(", ")
         );
     }
+}
+
+/// Whether an IOMMU is on, its groups and the kernel command line.
+fn iommu(o: &mut String, t: &Topo) {
     let i = &t.iommu;
     let _ = writeln!(
         o,
@@ -167,6 +165,29 @@ pub fn render(t: &Topo) -> String {
             i.cmdline.join(" ")
         }
     );
+}
+
+pub fn render(t: &Topo) -> String {
+    let mut o = String::new();
+    let no_gpu = t.notes.iter().find(|n| n.starts_with("no GPU"));
+    if let Some(n) = no_gpu {
+        let _ = writeln!(o, "{n}");
+    }
+    gpus(&mut o, t);
+    // GPU pairs in words; GPU-NIC pairs are in the matrix, and in words only
+    // when a trace observed traffic on them.
+    let gpu = |id: &str| t.gpus.iter().any(|g| format!("GPU{}", g.index) == id);
+    for l in t
+        .links
+        .iter()
+        .filter(|l| (gpu(&l.a) && gpu(&l.b)) || l.observed.is_some())
+    {
+        o.push_str(&pair_line(l));
+    }
+    matrix(t, &mut o);
+    nics(&mut o, t);
+    bridges(&mut o, t);
+    iommu(&mut o, t);
     for n in &t.notes {
         if Some(n) != no_gpu {
             let _ = writeln!(o, "{n}");

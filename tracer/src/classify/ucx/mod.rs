@@ -229,9 +229,6 @@ pub(crate) fn memory_of(b: Backing) -> &'static str {
 }
 
 mod paths;
-/// The explain rules about UCX (registered in `explain::RULES`). Like every
-/// rule they read the report's JSON, so saved reports are explained alike.
-pub mod rules;
 mod track;
 
 #[cfg(test)]

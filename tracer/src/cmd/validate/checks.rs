@@ -1,6 +1,12 @@
 //! The checks of `validate`: each holds the tracer's report against a
 //! workload's own counts (its summary), as pure functions of the two.
-use crate::{drive::pin_churn::PinChurnSummary, probes::Status, report::Report};
+use crate::{
+    drive::{
+        cuda_copy::CudaCopyReport, nccl::NcclReport, pin_churn::PinChurnSummary, ucx::UcxSummary, verbs::VerbsReport,
+    },
+    probes::Status,
+    report::Report,
+};
 
 /// One check: what was compared, and whether it held.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -98,7 +104,7 @@ fn attached(r: &Report, point: &str) -> bool {
 
 /// Checks of the verbs workload against its own report: churn (registrations
 /// and pages, exact) with `--writes 0`, then an RDMA WRITE run.
-pub fn verbs_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
+pub fn verbs_checks(r: &Report, v: &VerbsReport) -> Vec<Check> {
     let pid = r
         .processes
         .iter()
@@ -108,133 +114,12 @@ pub fn verbs_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
                 .any(|k| k.starts_with("ibv_") || k.starts_with("ib_umem"))
         })
         .map_or(0, |p| p.pid);
-    let n = v["registrations"].as_u64().unwrap_or(0);
-    let m = v["pages_per_registration"].as_u64().unwrap_or(0);
-    let page = v["page_size"].as_u64().unwrap_or(4096);
     let mut out = Vec::new();
-    let reg = op_calls(r, pid, &["ibv_reg_mr"]);
-    let churn = r
-        .processes
-        .iter()
-        .find(|p| p.pid == pid)
-        .and_then(|p| p.churn.clone())
-        .unwrap_or_default();
     if attached(r, "libibverbs") {
-        out.push(check(
-            "ibv_reg_mr calls (uprobe)",
-            reg == n,
-            format!("tracer {reg}, workload {n}"),
-        ));
-        let dereg = op_calls(r, pid, &["ibv_dereg_mr"]);
-        out.push(check(
-            "ibv_dereg_mr calls (uprobe)",
-            dereg == n,
-            format!("tracer {dereg}, workload {n}"),
-        ));
-        out.push(check(
-            "registry: registrations and deregistrations",
-            churn.registrations == n && churn.deregistrations == n,
-            format!(
-                "registry {}/{}, workload {n}/{n} (nested ibv_reg_mr -> ibv_reg_mr_iova2 counted once)",
-                churn.registrations, churn.deregistrations
-            ),
-        ));
-        // Every MR the workload reports (address, length, lkey, rkey) is
-        // one the tracer captured.
-        let seen: std::collections::BTreeSet<(u64, u64, u64, u64)> = churn
-            .mr_log
-            .iter()
-            .map(|m| (m.addr, m.length, m.lkey as u64, m.rkey as u64))
-            .collect();
-        let reported: Vec<(u64, u64, u64, u64)> = v["mrs"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|m| {
-                        let f = |k: &str| m[k].as_u64().unwrap_or(0);
-                        (f("addr"), f("length"), f("lkey"), f("rkey"))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let matched = reported.iter().filter(|k| seen.contains(k)).count();
-        out.push(check(
-            "MR addr/length/lkey/rkey match the workload's",
-            matched == reported.len() && !reported.is_empty(),
-            format!(
-                "{matched} of {} reported MRs captured with identical keys",
-                reported.len()
-            ),
-        ));
-        let host = r
-            .operations
-            .iter()
-            .filter(|o| o.name == "ibv_reg_mr")
-            .all(|o| o.transport == "host-only");
-        out.push(check(
-            "MR memory classified host-only",
-            host,
-            "ibv_reg_mr verdicts".into(),
-        ));
+        out.extend(verbs_uprobe_checks(r, v, pid));
     }
     if attached(r, "ib_umem_get") {
-        let umem = calls(r, pid, "ib_umem_get");
-        out.push(check(
-            "ib_umem_get calls (kernel probe)",
-            umem == n,
-            format!("tracer {umem}, workload {n}"),
-        ));
-        let p = r.processes.iter().find(|p| p.pid == pid);
-        let pinned = p.map_or(0, |p| p.pages_pinned);
-        let unpinned = p.map_or(0, |p| p.pages_unpinned);
-        let by_reg = p.map_or(0, |p| p.pages_pinned_by_registration);
-        out.push(check(
-            "pages pinned inside ib_umem_get = N x M",
-            by_reg == n * m,
-            format!(
-                "tracer {by_reg} (of {pinned} pinned by the process), workload {n} x {m} = {}",
-                n * m
-            ),
-        ));
-        // Every page pinned by a registration must come back through the
-        // unpin probes. Pins outside registration (made by libraries while
-        // the process runs) may be released during exit, after the process
-        // left the target set, so they are shown but not balanced.
-        out.push(check(
-            "unpin side covers registered pages",
-            unpinned >= by_reg && unpinned <= pinned,
-            format!(
-                "unpinned {unpinned} >= {by_reg} pinned by registration (process pinned {pinned} in all, {} still held at exit)",
-                pinned.saturating_sub(unpinned)
-            ),
-        ));
-        if let Some(d) = &r.pin_counters.delta {
-            let close = d.acquired.abs_diff(pinned) <= pinned / 20 + 64;
-            out.push(check(
-                "tracer pinned pages agree with nr_foll_pin delta",
-                close,
-                format!("tracer {pinned}, nr_foll_pin_acquired +{}", d.acquired),
-            ));
-        }
-        let h = r.operations.iter().find(|o| o.name == "ib_umem_get");
-        let plausible =
-            h.is_some_and(|h| h.latency.count == n && h.latency.p50 >= 500 && h.latency.p50 < 1_000_000_000);
-        out.push(check(
-            "registration latency histogram (ib_umem_get)",
-            plausible,
-            h.map_or("missing".into(), |h| {
-                format!(
-                    "{} samples, p50 {} ns, bytes {}",
-                    h.latency.count, h.latency.p50, h.bytes
-                )
-            }),
-        ));
-        let bytes = h.map_or(0, |h| h.bytes);
-        out.push(check(
-            "registered bytes = N x M x page",
-            bytes == n * m * page,
-            format!("tracer {bytes}, workload {}", n * m * page),
-        ));
+        out.extend(umem_checks(r, v, pid));
     } else {
         out.push(check(
             "ib_umem_get calls (kernel probe)",
@@ -250,6 +135,139 @@ pub fn verbs_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
     out
 }
 
+/// What the libibverbs uprobes saw of the workload's process `pid`: its
+/// registrations and deregistrations, and every MR it reports with the
+/// same keys.
+fn verbs_uprobe_checks(r: &Report, v: &VerbsReport, pid: u32) -> Vec<Check> {
+    let n = v.registrations as u64;
+    let mut out = Vec::new();
+    let reg = op_calls(r, pid, &["ibv_reg_mr"]);
+    let churn = r
+        .processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .and_then(|p| p.churn.clone())
+        .unwrap_or_default();
+    out.push(check(
+        "ibv_reg_mr calls (uprobe)",
+        reg == n,
+        format!("tracer {reg}, workload {n}"),
+    ));
+    let dereg = op_calls(r, pid, &["ibv_dereg_mr"]);
+    out.push(check(
+        "ibv_dereg_mr calls (uprobe)",
+        dereg == n,
+        format!("tracer {dereg}, workload {n}"),
+    ));
+    out.push(check(
+        "registry: registrations and deregistrations",
+        churn.registrations == n && churn.deregistrations == n,
+        format!(
+            "registry {}/{}, workload {n}/{n} (nested ibv_reg_mr -> ibv_reg_mr_iova2 counted once)",
+            churn.registrations, churn.deregistrations
+        ),
+    ));
+    // Every MR the workload reports (address, length, lkey, rkey) is
+    // one the tracer captured.
+    let seen: std::collections::BTreeSet<(u64, u64, u64, u64)> = churn
+        .mr_log
+        .iter()
+        .map(|m| (m.addr, m.length, m.lkey as u64, m.rkey as u64))
+        .collect();
+    let reported: Vec<(u64, u64, u64, u64)> = v
+        .mrs
+        .iter()
+        .map(|m| (m.addr, m.length, m.lkey as u64, m.rkey as u64))
+        .collect();
+    let matched = reported.iter().filter(|k| seen.contains(k)).count();
+    out.push(check(
+        "MR addr/length/lkey/rkey match the workload's",
+        matched == reported.len() && !reported.is_empty(),
+        format!(
+            "{matched} of {} reported MRs captured with identical keys",
+            reported.len()
+        ),
+    ));
+    let host = r
+        .operations
+        .iter()
+        .filter(|o| o.name == "ibv_reg_mr")
+        .all(|o| o.transport == "host-only");
+    out.push(check(
+        "MR memory classified host-only",
+        host,
+        "ibv_reg_mr verdicts".into(),
+    ));
+    out
+}
+
+/// What the `ib_umem_get` kernel probe and the pin probes saw of the
+/// workload's process `pid`: N registrations of M pages each, pinned and
+/// unpinned, timed and sized.
+fn umem_checks(r: &Report, v: &VerbsReport, pid: u32) -> Vec<Check> {
+    let n = v.registrations as u64;
+    let m = v.pages_per_registration as u64;
+    let page = v.page_size as u64;
+    let mut out = Vec::new();
+    let umem = calls(r, pid, "ib_umem_get");
+    out.push(check(
+        "ib_umem_get calls (kernel probe)",
+        umem == n,
+        format!("tracer {umem}, workload {n}"),
+    ));
+    let p = r.processes.iter().find(|p| p.pid == pid);
+    let pinned = p.map_or(0, |p| p.pages_pinned);
+    let unpinned = p.map_or(0, |p| p.pages_unpinned);
+    let by_reg = p.map_or(0, |p| p.pages_pinned_by_registration);
+    out.push(check(
+        "pages pinned inside ib_umem_get = N x M",
+        by_reg == n * m,
+        format!(
+            "tracer {by_reg} (of {pinned} pinned by the process), workload {n} x {m} = {}",
+            n * m
+        ),
+    ));
+    // Every page pinned by a registration must come back through the
+    // unpin probes. Pins outside registration (made by libraries while
+    // the process runs) may be released during exit, after the process
+    // left the target set, so they are shown but not balanced.
+    out.push(check(
+        "unpin side covers registered pages",
+        unpinned >= by_reg && unpinned <= pinned,
+        format!(
+            "unpinned {unpinned} >= {by_reg} pinned by registration (process pinned {pinned} in all, {} still held at exit)",
+            pinned.saturating_sub(unpinned)
+        ),
+    ));
+    if let Some(d) = &r.pin_counters.delta {
+        let close = d.acquired.abs_diff(pinned) <= pinned / 20 + 64;
+        out.push(check(
+            "tracer pinned pages agree with nr_foll_pin delta",
+            close,
+            format!("tracer {pinned}, nr_foll_pin_acquired +{}", d.acquired),
+        ));
+    }
+    let h = r.operations.iter().find(|o| o.name == "ib_umem_get");
+    let plausible = h.is_some_and(|h| h.latency.count == n && h.latency.p50 >= 500 && h.latency.p50 < 1_000_000_000);
+    out.push(check(
+        "registration latency histogram (ib_umem_get)",
+        plausible,
+        h.map_or("missing".into(), |h| {
+            format!(
+                "{} samples, p50 {} ns, bytes {}",
+                h.latency.count, h.latency.p50, h.bytes
+            )
+        }),
+    ));
+    let bytes = h.map_or(0, |h| h.bytes);
+    out.push(check(
+        "registered bytes = N x M x page",
+        bytes == n * m * page,
+        format!("tracer {bytes}, workload {}", n * m * page),
+    ));
+    out
+}
+
 fn op_calls_transport(r: &Report, name: &str, transport: &str) -> u64 {
     r.operations
         .iter()
@@ -260,16 +278,16 @@ fn op_calls_transport(r: &Report, name: &str, transport: &str) -> u64 {
 
 /// CUDA copies: the tracer's cuMemcpy* counts equal the workload's, and
 /// pageable copies are host-staged while pinned ones are not.
-pub fn cuda_copy_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
+pub fn cuda_copy_checks(r: &Report, v: Option<&CudaCopyReport>) -> Vec<Check> {
     let mut out = Vec::new();
-    let by_fn = v["calls_by_function"].as_object().cloned().unwrap_or_default();
+    let by_fn = v.map(|v| v.calls_by_function.clone()).unwrap_or_default();
     let mut expected: std::collections::BTreeMap<String, u64> = Default::default();
     for (f, n) in &by_fn {
         let base = crate::probes::uapi::TABLE
             .iter()
             .find(|row| crate::probes::uapi::is_variant(f, row.symbol))
             .map_or(f.clone(), |row| row.name.to_string());
-        *expected.entry(base).or_default() += n.as_u64().unwrap_or(0);
+        *expected.entry(base).or_default() += n;
     }
     for (name, n) in &expected {
         let got: u64 = r.operations.iter().filter(|o| &o.name == name).map(|o| o.calls).sum();
@@ -280,10 +298,11 @@ pub fn cuda_copy_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
         ));
     }
     let case_calls = |case: &str| -> u64 {
-        v["results"].as_array().map_or(0, |a| {
-            a.iter()
-                .filter(|x| x["case"] == case)
-                .filter_map(|x| x["calls"].as_u64())
+        v.map_or(0, |v| {
+            v.results
+                .iter()
+                .filter(|x| x.case.to_string() == case)
+                .map(|x| x.calls)
                 .sum()
         })
     };
@@ -310,15 +329,15 @@ pub fn cuda_copy_checks(r: &Report, v: &serde_json::Value) -> Vec<Check> {
 
 /// NCCL: every rank's verdict is the mode's transport, calls match, and
 /// host-staged bytes appear exactly where the transport goes through host memory.
-pub fn nccl_checks(r: &Report, v: &serde_json::Value, mode: &str, nvlink: Option<bool>) -> Vec<Check> {
+pub fn nccl_checks(r: &Report, v: Option<&NcclReport>, mode: &str, nvlink: Option<bool>) -> Vec<Check> {
     let expected = match (mode, nvlink) {
         ("auto", Some(false)) => "p2p/pcie",
         ("auto", _) => "p2p/nvlink",
         ("no-p2p", _) => "shm",
         _ => "socket",
     };
-    let ranks = v["ranks"].as_u64().unwrap_or(0);
-    let calls = v["calls"].as_u64().unwrap_or(0);
+    let ranks = v.map_or(0, |v| v.ranks as u64);
+    let calls = v.map_or(0, |v| v.calls);
     let got: Vec<&str> = r.verdicts.iter().map(|x| x.transport.name()).collect();
     let mut out = vec![check(
         &format!("{mode}: every rank's verdict is {expected}"),
@@ -354,9 +373,9 @@ pub fn nccl_checks(r: &Report, v: &serde_json::Value, mode: &str, nvlink: Option
 /// NCCL across emulated nodes (`drive nccl --hosts N`, no RDMA device):
 /// every rank on NET/Socket with the inter-node cause, its collectives
 /// counted, its bytes staged, and `explain` naming the cause.
-pub fn nodes_checks(r: &Report, v: &serde_json::Value, label: &str) -> Vec<Check> {
-    let ranks = v["ranks"].as_u64().unwrap_or(0);
-    let calls = v["calls"].as_u64().unwrap_or(0);
+pub fn nodes_checks(r: &Report, v: Option<&NcclReport>, label: &str) -> Vec<Check> {
+    let ranks = v.map_or(0, |v| v.ranks as u64);
+    let calls = v.map_or(0, |v| v.calls);
     let got: Vec<String> = r
         .verdicts
         .iter()
@@ -441,15 +460,10 @@ pub(super) fn collective_staged_bytes(r: &Report) -> u64 {
 /// moved, UCX's own log, and (over RDMA, where the kernel probes are live)
 /// the same registrations seen by the UCX probes, the verbs uprobes and
 /// ib_umem_get.
-pub fn ucx_checks(r: &Report, v: &serde_json::Value, mode: &str, expected: &[&str]) -> Vec<Check> {
-    let f = |k: &str| v[k].as_u64().unwrap_or(0);
-    let (client, server, iterations, bytes) = (
-        f("client_pid") as u32,
-        f("server_pid") as u32,
-        f("iterations"),
-        f("bytes"),
-    );
-    let memory = v["memory"].as_str().unwrap_or("host");
+pub fn ucx_checks(r: &Report, v: Option<&UcxSummary>, mode: &str, expected: &[&str]) -> Vec<Check> {
+    let (client, server, iterations, bytes) =
+        v.map_or((0, 0, 0, 0), |v| (v.client_pid, v.server_pid, v.iterations, v.bytes));
+    let memory = v.map_or("host", |v| v.memory.as_str());
     let procs = r.ucx.as_ref().map_or(&[][..], |u| u.processes.as_slice());
     let find = |pid: u32| procs.iter().find(|p| p.pid == pid);
     let (c, srv) = (find(client), find(server));
@@ -465,7 +479,7 @@ pub fn ucx_checks(r: &Report, v: &serde_json::Value, mode: &str, expected: &[&st
             format!("tracer {}, perftest {bytes}", c.map_or(0, |c| c.data_bytes)),
         ),
     ];
-    if v["test"].as_str().is_some_and(|t| t.starts_with("tag")) {
+    if v.is_some_and(|v| v.test.starts_with("tag")) {
         out.push(check(
             &format!("{mode}: receives posted by the server"),
             srv.is_some_and(|s| s.receives == iterations),

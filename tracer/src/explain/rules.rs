@@ -1,84 +1,93 @@
 //! The rule table: each rule names what it reads of the report and the
 //! cause it stands for; its check returns the findings per process.
 use super::*;
+use crate::{classify::comm::LogProcess, model::Backing};
 
-pub(super) fn no_peer_memory(r: &Value) -> Hits {
+fn on_gpu(b: &Backing) -> bool {
+    matches!(b, Backing::Gpu { .. })
+}
+
+/// NCCL's log per process (`nccl_log.processes[]`).
+fn log_processes(r: &Report) -> &[LogProcess] {
+    r.nccl_log.as_ref().map_or(&[], |l| &l.processes)
+}
+
+pub(super) fn no_peer_memory(r: &Report) -> Hits {
     if peer_client(r) {
         return Vec::new();
     }
     let mut out = Vec::new();
     for reg in registration(r) {
         let mut ev = Vec::new();
-        for f in arr(&reg["failed_registrations"]) {
-            if s(&f["op"]) != "ibv_reg_dmabuf_mr" && f["backing"].get("gpu").is_some() {
+        for f in &reg.failed_registrations {
+            if f.op != "ibv_reg_dmabuf_mr" && on_gpu(&f.backing) {
                 ev.push(format!(
-                    "{} on GPU memory {}+{} ({}) failed",
-                    s(&f["op"]),
-                    hex(&f["addr"]),
-                    u(&f["length"]),
-                    f["source"].as_str().unwrap_or("allocation seen")
+                    "{} on GPU memory {:#x}+{} ({}) failed",
+                    f.op,
+                    f.addr,
+                    f.length,
+                    f.source.unwrap_or("allocation seen")
                 ));
             }
         }
-        if let Some(n) = reg["kernel_failures"]["ib_umem_get: EFAULT"].as_u64() {
+        if let Some(n) = reg.kernel_failures.get("ib_umem_get: EFAULT") {
             ev.push(format!(
                 "ib_umem_get failed with EFAULT (Bad address) x{n}: the pages are not host memory it can pin"
             ));
         }
         if !ev.is_empty() {
             ev.extend(peer_client_evidence(r));
-            out.push((pid_of(reg), ev));
+            out.push((reg.pid, ev));
         }
     }
-    for p in arr(&r["nccl_log"]["processes"]) {
-        let lines: Vec<String> = arr(&p["gdr_lines"])
+    for p in log_processes(r) {
+        let lines: Vec<String> = p
+            .gdr_lines
             .iter()
-            .filter(|l| s(l).contains("GPU Direct RDMA Disabled") && !s(l).contains("distance"))
-            .map(|l| format!("NCCL log: {}", s(l)))
+            .filter(|l| l.contains("GPU Direct RDMA Disabled") && !l.contains("distance"))
+            .map(|l| format!("NCCL log: {l}"))
             .collect();
-        if !lines.is_empty() && !out.iter().any(|(pid, _)| *pid == pid_of(p)) {
+        if !lines.is_empty() && !out.iter().any(|(pid, _)| *pid == p.pid) {
             let mut ev = lines;
             ev.extend(peer_client_evidence(r));
-            out.push((pid_of(p), ev));
+            out.push((p.pid, ev));
         }
     }
     out
 }
 
-pub(super) fn dmabuf_unsupported(r: &Value) -> Hits {
+pub(super) fn dmabuf_unsupported(r: &Report) -> Hits {
     let mut out = Vec::new();
     for reg in registration(r) {
         let mut ev = Vec::new();
-        for f in arr(&reg["failed_registrations"]) {
-            if s(&f["op"]) == "ibv_reg_dmabuf_mr" {
+        for f in &reg.failed_registrations {
+            if f.op == "ibv_reg_dmabuf_mr" {
                 ev.push(format!(
-                    "ibv_reg_dmabuf_mr for GPU range {}+{} failed",
-                    hex(&f["addr"]),
-                    u(&f["length"])
+                    "ibv_reg_dmabuf_mr for GPU range {:#x}+{} failed",
+                    f.addr, f.length
                 ));
             }
         }
-        if let Some(m) = reg["kernel_failures"].as_object() {
-            for (k, n) in m {
-                if k.starts_with("ib_umem_dmabuf_get") {
-                    ev.push(format!("{k} x{} in the kernel", u(n)));
-                }
+        for (k, n) in &reg.kernel_failures {
+            if k.starts_with("ib_umem_dmabuf_get") {
+                ev.push(format!("{k} x{n} in the kernel"));
             }
         }
         if !ev.is_empty() {
-            out.push((pid_of(reg), ev));
+            out.push((reg.pid, ev));
         }
     }
-    for p in arr(&r["nccl_log"]["processes"]) {
-        let ev: Vec<String> = arr(&p["warnings"])
+    for p in log_processes(r) {
+        let ev: Vec<String> = p
+            .warnings
             .iter()
-            .filter(|w| s(w).contains("ibv_reg_dmabuf_mr failed"))
-            .map(|w| format!("NCCL log: WARN {}", s(w)))
+            .filter(|w| w.contains("ibv_reg_dmabuf_mr failed"))
+            .map(|w| format!("NCCL log: WARN {w}"))
             .collect();
         if !ev.is_empty() {
-            match out.iter_mut().find(|(pid, _)| *pid == pid_of(p)) {
+            match out.iter_mut().find(|(pid, _)| *pid == p.pid) {
                 Some((_, e)) => e.extend(ev),
-                None => out.push((pid_of(p), ev)),
+                None => out.push((p.pid, ev)),
             }
         }
     }
@@ -104,63 +113,46 @@ pub(super) fn forcing(var: &str, value: &str) -> Option<&'static str> {
     }
 }
 
-pub(super) fn nccl_env(r: &Value) -> Hits {
+pub(super) fn nccl_env(r: &Report) -> Hits {
     let mut out = Vec::new();
-    for p in arr(&r["processes"]) {
+    for p in &r.processes {
         if !uses_nccl(p) {
             continue;
         }
-        let Some(envs) = p["env"].as_object() else { continue };
-        let mut ev: Vec<String> = envs
+        let mut ev: Vec<String> = p
+            .env
             .iter()
-            .filter_map(|(k, v)| {
-                Some(format!(
-                    "{k}={} in the process environment: {}",
-                    s(v),
-                    forcing(k, s(v))?
-                ))
-            })
+            .filter_map(|(k, v)| Some(format!("{k}={v} in the process environment: {}", forcing(k, v)?)))
             .collect();
         if ev.is_empty() {
             continue;
         }
-        if let Some(v) = arr(&r["verdicts"]).iter().find(|v| pid_of(v) == pid_of(p)) {
-            ev.push(format!("transport verdict: {}{}", s(&v["transport"]), net_of(v)));
-            if let Some(why) = v["other_hosts"].as_str() {
-                ev.push(why.to_string());
+        if let Some(v) = r.verdicts.iter().find(|v| v.pid == p.pid) {
+            ev.push(format!("transport verdict: {}{}", v.transport.name(), net_of(v)));
+            if let Some(why) = &v.other_hosts {
+                ev.push(why.clone());
             }
         }
-        out.push((pid_of(p), ev));
+        out.push((p.pid, ev));
     }
     out
 }
 
-/// ` (NET/Socket)`: NCCL's network path of a verdict, where it has one.
-fn net_of(v: &Value) -> String {
-    v["net"].as_str().map_or(String::new(), |n| format!(" ({n})"))
-}
-
 /// The NCCL log's view of one process (`nccl_log.processes[]`).
-fn log_process(r: &Value, pid: u32) -> Option<&Value> {
-    arr(&r["nccl_log"]["processes"]).iter().find(|p| pid_of(p) == pid)
+fn log_process(r: &Report, pid: u32) -> Option<&LogProcess> {
+    log_processes(r).iter().find(|p| p.pid == pid)
 }
 
 /// The NCCL log's host identities, when its ranks have more than one: NCCL
 /// counts them as different hosts (a report of one rank, whose peers were
 /// traced elsewhere, learns it from the log).
-fn log_hosts(r: &Value) -> Option<String> {
-    let mut ids: Vec<String> = arr(&r["nccl_log"]["processes"])
+fn log_hosts(r: &Report) -> Option<String> {
+    let mut ids: Vec<String> = log_processes(r)
         .iter()
-        .filter_map(|p| {
-            p["host_id"]
-                .as_str()
-                .map(|id| format!("NCCL_HOSTID={id} (pid {})", pid_of(p)))
-        })
+        .filter_map(|p| p.host_id.as_ref().map(|id| format!("NCCL_HOSTID={id} (pid {})", p.pid)))
         .collect();
-    let distinct: std::collections::BTreeSet<&str> = arr(&r["nccl_log"]["processes"])
-        .iter()
-        .filter_map(|p| p["host_id"].as_str())
-        .collect();
+    let distinct: std::collections::BTreeSet<&str> =
+        log_processes(r).iter().filter_map(|p| p.host_id.as_deref()).collect();
     (distinct.len() > 1).then(|| {
         ids.truncate(8);
         format!("NCCL log: ranks on different hosts to NCCL: {}", ids.join(", "))
@@ -168,19 +160,19 @@ fn log_hosts(r: &Value) -> Option<String> {
 }
 
 /// Whether a variable in a process's environment forces `var`'s effect.
-fn forced(p: &Value, var: &str) -> bool {
+fn forced(p: &Process, var: &str) -> bool {
     env(p, var).is_some_and(|v| forcing(var, v).is_some())
 }
 
-pub(super) fn no_rdma_device(r: &Value) -> Hits {
+pub(super) fn no_rdma_device(r: &Report) -> Hits {
     let mut out = Vec::new();
-    for v in arr(&r["verdicts"]) {
-        if s(&v["transport"]) != "socket" {
+    for v in &r.verdicts {
+        if v.transport != Transport::Socket {
             continue;
         }
-        let pid = pid_of(v);
+        let pid = v.pid;
         let Some(p) = process(r, pid) else { continue };
-        let inter_node = v["other_hosts"].as_str();
+        let inter_node = v.other_hosts.as_deref();
         // A variable chose the socket network, or ruled P2P and SHM out
         // between ranks of one host: `nccl-env-forced` names it.
         if forced(p, "NCCL_IB_DISABLE")
@@ -190,20 +182,16 @@ pub(super) fn no_rdma_device(r: &Value) -> Hits {
             continue;
         }
         // It used verbs: a device was there.
-        if p["calls"]
-            .as_object()
-            .is_some_and(|c| c.keys().any(|k| k.starts_with("ibv_")))
-        {
+        if p.calls.keys().any(|k| k.starts_with("ibv_")) {
             continue;
         }
         let log = log_process(r, pid);
         let no_device_line = log.and_then(|l| {
-            arr(&l["net_lines"])
+            l.net_lines
                 .iter()
-                .map(s)
                 .find(|x| x.starts_with("NET/IB") && x.contains("No device found"))
         });
-        let no_devices = r["facts"]["rdma_devices"].as_array().is_some_and(|d| d.is_empty());
+        let no_devices = r.facts.rdma_devices.is_empty();
         if !no_devices && no_device_line.is_none() {
             continue;
         }
@@ -217,17 +205,16 @@ pub(super) fn no_rdma_device(r: &Value) -> Hits {
             ev.push(format!("NCCL log: {l}"));
         }
         if let Some(l) = log {
-            if let Some(n) = l["network"].as_str() {
+            if let Some(n) = &l.network {
                 ev.push(format!("NCCL log: Using network {n}"));
             }
             ev.extend(
-                arr(&l["net_lines"])
+                l.net_lines
                     .iter()
-                    .map(s)
                     .filter(|x| x.starts_with("NET/Socket"))
                     .map(|x| format!("NCCL log: {x}")),
             );
-            if let Some(id) = l["host_id"].as_str() {
+            if let Some(id) = &l.host_id {
                 ev.push(format!("NCCL log: NCCL_HOSTID set by environment to {id}"));
             }
         }
@@ -240,33 +227,27 @@ pub(super) fn no_rdma_device(r: &Value) -> Hits {
     out
 }
 
-pub(super) fn far_paths(r: &Value) -> Vec<String> {
-    arr(&r["facts"]["gpu_nic_paths"])
+pub(super) fn far_paths(r: &Report) -> Vec<String> {
+    r.facts
+        .gpu_nic_paths
         .iter()
-        .filter_map(|x| {
-            let class = s(&x[2]);
-            matches!(class, "SYS" | "NODE").then(|| {
-                format!(
-                    "{} to {}: {class} (the path crosses {})",
-                    s(&x[0]),
-                    s(&x[1]),
-                    if class == "SYS" {
-                        "the inter-socket link"
-                    } else {
-                        "host bridges within a NUMA node"
-                    }
-                )
-            })
+        .filter(|[_, _, class]| matches!(class.as_str(), "SYS" | "NODE"))
+        .map(|[gpu, nic, class]| {
+            let crosses = if class == "SYS" {
+                "the inter-socket link"
+            } else {
+                "host bridges within a NUMA node"
+            };
+            format!("{gpu} to {nic}: {class} (the path crosses {crosses})")
         })
         .collect()
 }
 
 /// Whether a process moved GPU data through host memory on the way to a NIC.
-pub(super) fn staged_for_network(r: &Value, pid: u32) -> Option<String> {
-    let reg = registration(r).iter().find(|x| pid_of(x) == pid)?;
-    let host = u(&reg["by_backing"]["host"]["registrations"]);
-    let gpu =
-        u(&reg["by_backing"]["gpu/peer-mem"]["registrations"]) + u(&reg["by_backing"]["gpu/dma-buf"]["registrations"]);
+pub(super) fn staged_for_network(r: &Report, pid: u32) -> Option<String> {
+    let reg = registration(r).iter().find(|x| x.pid == pid)?;
+    let host = registrations(reg, "host");
+    let gpu = registrations(reg, "gpu/peer-mem") + registrations(reg, "gpu/dma-buf");
     if host > 0 && gpu == 0 && gpu_allocations(reg) > 0 {
         return Some(format!(
             "{host} MRs on host memory and none on the process's {} GPU allocations",
@@ -277,59 +258,59 @@ pub(super) fn staged_for_network(r: &Value, pid: u32) -> Option<String> {
 }
 
 /// NCCL's `GPU Direct RDMA Disabled for GPU ... (distance D > L)` lines of a process.
-fn distance_lines(r: &Value, pid: u32) -> Vec<String> {
+fn distance_lines(r: &Report, pid: u32) -> Vec<String> {
     log_process(r, pid).map_or(Vec::new(), |l| {
-        arr(&l["gdr_lines"])
+        l.gdr_lines
             .iter()
-            .map(s)
             .filter(|x| x.contains("GPU Direct RDMA Disabled") && x.contains("distance"))
             .map(|x| format!("NCCL log: {x}"))
             .collect()
     })
 }
 
-pub(super) fn gpu_nic_far(r: &Value) -> Hits {
+pub(super) fn gpu_nic_far(r: &Report) -> Hits {
     let far = far_paths(r);
     let mut out = Vec::new();
-    for p in arr(&r["processes"]) {
-        let distance = distance_lines(r, pid_of(p));
+    for p in &r.processes {
+        let distance = distance_lines(r, p.pid);
         if far.is_empty() {
             // NCCL's own distance decision, without topology facts.
             if !distance.is_empty() {
-                out.push((pid_of(p), distance));
+                out.push((p.pid, distance));
             }
             continue;
         }
         let mut ev = distance;
-        if let Some(x) = staged_for_network(r, pid_of(p)) {
+        if let Some(x) = staged_for_network(r, p.pid) {
             ev.push(x);
         }
-        for c in arr(&r["nccl_log"]["communicators"]) {
-            if pid_of(c) == pid_of(p) && c["gdr"] == false {
-                ev.push(format!("NCCL log: communicator {} uses GDR 0", s(&c["communicator"])));
+        let comms = r.nccl_log.as_ref().map_or(&[][..], |l| &l.communicators);
+        for c in comms {
+            if c.pid == p.pid && c.gdr == Some(false) {
+                ev.push(format!("NCCL log: communicator {} uses GDR 0", c.communicator));
             }
         }
         if !ev.is_empty() {
             ev.extend(far.iter().cloned());
-            out.push((pid_of(p), ev));
+            out.push((p.pid, ev));
         }
     }
     out
 }
 
-pub(super) fn acs_iommu(r: &Value) -> Hits {
-    let bridges: Vec<&str> = arr(&r["facts"]["acs_redirect"]).iter().map(s).collect();
+pub(super) fn acs_iommu(r: &Report) -> Hits {
+    let bridges = &r.facts.acs_redirect;
     if bridges.is_empty() {
         return Vec::new();
     }
     let mut out = Vec::new();
-    for v in arr(&r["verdicts"]) {
-        let t = s(&v["transport"]);
+    for v in &r.verdicts {
+        let t = v.transport.name();
         // Between hosts (to NCCL) P2P is not the question.
-        if !matches!(t, "shm" | "socket" | "host-staged") || v["other_hosts"].is_string() {
+        if !matches!(t, "shm" | "socket" | "host-staged") || v.other_hosts.is_some() {
             continue;
         }
-        let forced = process(r, pid_of(v)).is_some_and(|p| {
+        let forced = process(r, v.pid).is_some_and(|p| {
             ["NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL"]
                 .iter()
                 .any(|k| env(p, k).is_some())
@@ -344,39 +325,38 @@ pub(super) fn acs_iommu(r: &Value) -> Hits {
                 bridges.join(", ")
             ),
         ];
-        let groups = u(&r["facts"]["iommu"]["groups"]);
-        if groups > 0 {
-            let cmd: Vec<&str> = arr(&r["facts"]["iommu"]["cmdline"]).iter().map(s).collect();
+        let iommu = &r.facts.iommu;
+        if iommu.groups > 0 {
             ev.push(format!(
-                "IOMMU active ({groups} groups; kernel command line: {})",
-                if cmd.is_empty() {
+                "IOMMU active ({} groups; kernel command line: {})",
+                iommu.groups,
+                if iommu.cmdline.is_empty() {
                     "no iommu= option".to_string()
                 } else {
-                    cmd.join(" ")
+                    iommu.cmdline.join(" ")
                 }
             ));
         }
-        out.push((pid_of(v), ev));
+        out.push((v.pid, ev));
     }
     out
 }
 
-pub(super) fn host_memory_registered(r: &Value) -> Hits {
+pub(super) fn host_memory_registered(r: &Report) -> Hits {
     let mut out = Vec::new();
     for reg in registration(r) {
-        let pid = pid_of(reg);
+        let pid = reg.pid;
         let mut ev = Vec::new();
         if let Some(x) = staged_for_network(r, pid) {
             ev.push(x);
         }
-        for g in arr(&r["transfers"]["groups"]) {
-            if s(&g["op"]).starts_with("ibv_reg") {
-                let hit = arr(&g["sample"]).iter().filter(|t| pid_of(t) == pid).find(|t| {
-                    s(&t["evidence"]).contains("managed memory")
-                        || (!ev.is_empty() && s(&t["transport"]) == "host-only")
+        for g in &r.transfers.groups {
+            if g.op.starts_with("ibv_reg") {
+                let hit = g.sample.iter().filter(|t| t.pid == pid).find(|t| {
+                    t.evidence.contains("managed memory") || (!ev.is_empty() && t.transport == Transport::HostOnly)
                 });
                 if let Some(t) = hit {
-                    ev.push(s(&t["evidence"]).to_string());
+                    ev.push(t.evidence.clone());
                     break;
                 }
             }
@@ -388,131 +368,99 @@ pub(super) fn host_memory_registered(r: &Value) -> Hits {
     out
 }
 
-pub(super) fn churn(r: &Value) -> Hits {
+pub(super) fn churn(r: &Report) -> Hits {
     const TIMES: u64 = 4;
     let mut out = Vec::new();
     for reg in registration(r) {
-        let range = &reg["most_registered_range"];
-        let times = u(&range["times"]);
-        let backings = reg["by_backing"].as_object();
-        let dereg: u64 = backings.map_or(0, |b| b.values().map(|x| u(&x["deregistrations"])).sum());
+        let Some(range) = &reg.most_registered_range else {
+            continue;
+        };
+        let times = range.times;
+        let dereg: u64 = reg.by_backing.values().map(|x| x.deregistrations).sum();
         if times < TIMES || dereg + 1 < TIMES {
             continue;
         }
-        let what = if range["io_uring"] == true {
+        let what = if range.io_uring {
             format!(
-                "io_uring buffer set (iovec array {}, {} buffers)",
-                hex(&range["addr"]),
-                u(&range["length"])
+                "io_uring buffer set (iovec array {:#x}, {} buffers)",
+                range.addr, range.length
             )
         } else {
-            format!("range {}+{}", hex(&range["addr"]), u(&range["length"]))
+            format!("range {:#x}+{}", range.addr, range.length)
         };
         let mut ev = vec![format!(
             "{what} registered {times} times ({} re-registrations of a range seen before, {dereg} deregistrations)",
-            u(&reg["reregistrations_of_seen_range"])
+            reg.reregistrations_of_seen_range
         )];
-        for (k, b) in backings.into_iter().flatten() {
+        for (k, b) in &reg.by_backing {
             ev.push(format!(
                 "{k}: {:.0} registrations/s, {:.0} deregistrations/s",
-                b["registrations_per_s"].as_f64().unwrap_or(0.0),
-                b["deregistrations_per_s"].as_f64().unwrap_or(0.0)
+                b.registrations_per_s, b.deregistrations_per_s
             ));
         }
-        if let Some(p50) = reg["lifetime"]["p50"].as_u64() {
-            ev.push(format!("registration lifetime p50 {} us", p50 / 1000));
+        if let Some(l) = &reg.lifetime {
+            ev.push(format!("registration lifetime p50 {} us", l.p50 / 1000));
         }
-        out.push((pid_of(reg), ev));
+        out.push((reg.pid, ev));
     }
     out
 }
 
-/// Transfer groups, or for reports written before transfer records
-/// existed, the operations table (samples without a process: pid 0).
-pub(super) fn groups(r: &Value) -> Vec<Value> {
-    if r["transfers"].is_object() {
-        return arr(&r["transfers"]["groups"]).to_vec();
-    }
-    arr(&r["operations"])
-        .iter()
-        .map(|o| {
-            serde_json::json!({
-                "op": o["name"], "transport": o["transport"], "count": o["calls"], "bytes": o["bytes"],
-                "sample": [{"pid": 0, "evidence": o["evidence"], "transport": o["transport"]}],
-            })
-        })
-        .collect()
-}
-
-pub(super) fn peer_access(r: &Value) -> Hits {
-    let mut out: Vec<(u32, Vec<String>)> = Vec::new();
-    for g in &groups(r) {
-        if !s(&g["op"]).starts_with("cuMemcpy") || s(&g["transport"]) != "host-staged" {
-            continue;
-        }
-        for t in arr(&g["sample"])
-            .iter()
-            .filter(|t| s(&t["evidence"]).contains("without cuCtxEnablePeerAccess"))
-        {
-            let line = format!(
-                "{} x{} ({} bytes): {}",
-                s(&g["op"]),
-                u(&g["count"]),
-                u(&g["bytes"]),
-                s(&t["evidence"])
-            );
-            match out.iter_mut().find(|(pid, _)| *pid == pid_of(t)) {
-                Some((_, ev)) if !ev.iter().any(|e| e.starts_with(s(&g["op"]))) => ev.push(line),
+/// A line per (process, op): the first sample of each op whose evidence
+/// matches, in the groups `wanted` picks.
+fn copy_lines(r: &Report, wanted: impl Fn(&crate::report::accounting::TransferGroup) -> bool, evidence: &str) -> Hits {
+    let mut out: Hits = Vec::new();
+    for g in r.transfers.groups.iter().filter(|g| wanted(g)) {
+        for t in g.sample.iter().filter(|t| t.evidence.contains(evidence)) {
+            let line = format!("{} x{} ({} bytes): {}", g.op, g.count, g.bytes, t.evidence);
+            match out.iter_mut().find(|(pid, _)| *pid == t.pid) {
+                Some((_, ev)) if !ev.iter().any(|e| e.starts_with(g.op.as_str())) => ev.push(line),
                 Some(_) => {}
-                None => out.push((pid_of(t), vec![line])),
+                None => out.push((t.pid, vec![line])),
             }
         }
     }
     out
 }
 
-pub(super) fn pageable_copies(r: &Value) -> Hits {
-    let mut out: Vec<(u32, Vec<String>)> = Vec::new();
-    for g in &groups(r) {
-        let op = s(&g["op"]);
-        if !op.starts_with("cuMemcpy") || op.starts_with("cuMemcpyPeer") || s(&g["transport"]) != "host-staged" {
-            continue;
-        }
-        for t in arr(&g["sample"])
-            .iter()
-            .filter(|t| s(&t["evidence"]).contains("pageable"))
-        {
-            let line = format!(
-                "{op} x{} ({} bytes): {}",
-                u(&g["count"]),
-                u(&g["bytes"]),
-                s(&t["evidence"])
-            );
-            match out.iter_mut().find(|(pid, _)| *pid == pid_of(t)) {
-                Some((_, ev)) if !ev.iter().any(|e| e.starts_with(op)) => ev.push(line),
-                Some(_) => {}
-                None => out.push((pid_of(t), vec![line])),
-            }
-        }
-    }
-    out
+pub(super) fn peer_access(r: &Report) -> Hits {
+    copy_lines(
+        r,
+        |g| g.op.starts_with("cuMemcpy") && g.transport == Transport::HostStaged.name(),
+        "without cuCtxEnablePeerAccess",
+    )
 }
 
-pub(super) fn app_staged(r: &Value) -> Hits {
+pub(super) fn pageable_copies(r: &Report) -> Hits {
+    copy_lines(
+        r,
+        |g| {
+            g.op.starts_with("cuMemcpy")
+                && !g.op.starts_with("cuMemcpyPeer")
+                && g.transport == Transport::HostStaged.name()
+        },
+        "pageable",
+    )
+}
+
+pub(super) fn app_staged(r: &Report) -> Hits {
     let mut out = Vec::new();
-    for g in arr(&r["transfers"]["groups"]) {
-        if s(&g["op"]) != "cuMemcpyDtoH+cuMemcpyHtoD" {
-            continue;
-        }
-        let mut pids: Vec<u32> = arr(&g["sample"]).iter().map(pid_of).collect();
+    for g in r
+        .transfers
+        .groups
+        .iter()
+        .filter(|g| g.op == "cuMemcpyDtoH+cuMemcpyHtoD")
+    {
+        let mut pids: Vec<u32> = g.sample.iter().map(|t| t.pid).collect();
         pids.dedup();
         for pid in pids {
-            let ev = arr(&g["sample"])
+            let ev = g
+                .sample
                 .iter()
-                .filter(|t| pid_of(t) == pid)
-                .map(|t| s(&t["evidence"]).to_string())
+                .filter(|t| t.pid == pid)
+                .map(|t| t.evidence.clone())
                 .take(1)
-                .chain([format!("{} such transfers, {} bytes", u(&g["count"]), u(&g["bytes"]))])
+                .chain([format!("{} such transfers, {} bytes", g.count, g.bytes)])
                 .collect();
             out.push((pid, ev));
         }
@@ -568,31 +516,31 @@ pub static RULES: &[Rule] = &[
         id: "ucx-tls-excludes-direct",
         looks_at: "ucx.processes[].paths (host-staged GPU data), processes[].env UCX_TLS, facts.rdma_devices",
         cause: "UCX_TLS leaves out a direct transport (cuda_ipc between GPUs of one node, rc/dc for GPUDirect RDMA), so UCX staged GPU data through host memory with cuda_copy. Allow it (add cuda_ipc, or drop the ^ exclusion) unless it works around a known problem.",
-        check: crate::classify::ucx::rules::tls_excludes_direct,
+        check: super::ucx::tls_excludes_direct,
     },
     Rule {
         id: "ucx-cuda-ipc-unavailable",
         looks_at: "ucx.processes[].paths (host-staged GPU data), processes[].env UCX_TLS, CUDA IPC calls (cuIpc*, cuMem export/import), ucx.processes[].modules, facts.nvlink, ucx.log warnings",
         cause: "cuda_ipc was not used although UCX_TLS allows it: the processes could not map each other's GPU memory (different containers or IPC namespaces, no peer access between the GPUs, or a UCX without its CUDA transport module), so UCX staged GPU data through host memory. Run the peers in one IPC namespace on GPUs with peer access, with a UCX that loads libuct_cuda.",
-        check: crate::classify::ucx::rules::cuda_ipc_unavailable,
+        check: super::ucx::cuda_ipc_unavailable,
     },
     Rule {
         id: "ucx-gpu-rdma-without-peer-memory",
         looks_at: "ucx.processes[].paths (GPU data staged for rc/ud), registration failures on GPU memory, MRs by backing, facts.modules, facts.memory_peers",
         cause: "UCX could not register GPU memory with the NIC: no peer-memory client (nvidia_peermem) and no dma-buf MRs, so rc/dc moved GPU data through host bounce buffers (cuda_copy) instead of GPUDirect RDMA. Load nvidia-peermem or use a kernel, driver and UCX with dma-buf registration.",
-        check: crate::classify::ucx::rules::gpu_rdma_without_peer_memory,
+        check: super::ucx::gpu_rdma_without_peer_memory,
     },
     Rule {
         id: "ucx-rcache-disabled",
         looks_at: "processes[].env (UCX_RCACHE_ENABLE, UCX_IB_REG_METHODS), ucx.processes[] registrations, data calls, rcache lookups",
         cause: "UCX's registration cache is off (UCX_RCACHE_ENABLE=n, or UCX_IB_REG_METHODS without rcache): every rendezvous transfer registers and deregisters its buffer, pinning pages and programming the NIC each time. Leave the cache on, or map long-lived buffers once (ucp_mem_map) and pass their memory handles.",
-        check: crate::classify::ucx::rules::rcache_disabled,
+        check: super::ucx::rcache_disabled,
     },
     Rule {
         id: "ucx-rcache-thrashing",
         looks_at: "ucx.processes[].rcache (lookups, misses, misses of ranges that missed before), registrations per data call",
         cause: "UCX's registration cache is thrashing: its regions are evicted or invalidated (cache limits UCX_RCACHE_MAX_REGIONS/MAX_SIZE, or buffers freed and allocated again) and registered again, so transfers keep paying for registration. Raise the limits, or keep buffers allocated (a memory pool).",
-        check: crate::classify::ucx::rules::rcache_thrashing,
+        check: super::ucx::rcache_thrashing,
     },
     Rule {
         id: "registration-churn",

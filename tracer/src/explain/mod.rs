@@ -1,0 +1,212 @@
+//! `explain`: the stage after `report`. One table of rules over the typed
+//! report, so a live trace, a replay and a saved `--json` file (read into
+//! the same `Report`) are explained alike. Each rule names what it looks
+//! at, the cause it stands for, and returns its findings with the evidence
+//! lines that made it fire. Rules fire on evidence, never on the absence of
+//! it: a report without the signals a rule needs gives no finding from
+//! that rule. What they find goes into the report's `explain` section
+//! ([`fill`]; the types are `report::findings`).
+pub use crate::report::findings::{Explain, Finding, Path};
+use crate::{
+    classify::Transport,
+    report::{Process, Report, accounting::RegistrationProcess},
+};
+
+mod rules;
+mod ucx;
+
+pub use self::rules::RULES;
+use self::rules::staged_for_network;
+
+/// What a rule's check returns: (pid, evidence lines) per affected process.
+pub type Hits = Vec<(u32, Vec<String>)>;
+
+/// One rule of the table.
+pub struct Rule {
+    pub id: &'static str,
+    /// The report fields the rule reads.
+    pub looks_at: &'static str,
+    /// The cause the rule stands for (what is wrong, and what to do).
+    pub cause: &'static str,
+    /// Findings: (pid, evidence lines) per affected process (pid 0: the host).
+    pub check: fn(&Report) -> Hits,
+}
+
+pub(crate) fn process(r: &Report, pid: u32) -> Option<&Process> {
+    r.processes.iter().find(|p| p.pid == pid)
+}
+
+pub(crate) fn registration(r: &Report) -> &[RegistrationProcess] {
+    &r.registration.processes
+}
+
+fn has_module(r: &Report, m: &str) -> bool {
+    r.facts.modules.iter().any(|x| x == m)
+}
+
+/// A peer-memory client is loaded and registered with ib_core.
+pub(crate) fn peer_client(r: &Report) -> bool {
+    (has_module(r, "nvidia_peermem") || has_module(r, "nv_peer_mem")) && r.facts.memory_peers
+}
+
+fn uses_nccl(p: &Process) -> bool {
+    p.calls.keys().any(|k| k.starts_with("nccl"))
+}
+
+pub(crate) fn env<'a>(p: &'a Process, var: &str) -> Option<&'a str> {
+    p.env.get(var).map(String::as_str)
+}
+
+fn gpu_allocations(reg: &RegistrationProcess) -> u64 {
+    ["cuMemAlloc", "cuMemAllocAsync", "ncclMemAlloc"]
+        .iter()
+        .map(|k| reg.allocations.get(k).copied().unwrap_or(0))
+        .sum()
+}
+
+/// Registrations of one backing (`host`, `gpu/peer-mem`, ...).
+fn registrations(reg: &RegistrationProcess, backing: &str) -> u64 {
+    reg.by_backing.get(backing).map_or(0, |b| b.registrations)
+}
+
+pub(crate) fn peer_client_evidence(r: &Report) -> Vec<String> {
+    let mut ev = Vec::new();
+    if !has_module(r, "nvidia_peermem") && !has_module(r, "nv_peer_mem") {
+        ev.push("nvidia_peermem (nv_peer_mem) is not loaded (/proc/modules)".into());
+    }
+    if !r.facts.memory_peers {
+        ev.push("/sys/kernel/mm/memory_peers is absent: no peer-memory client is registered with ib_core".into());
+    }
+    ev
+}
+
+fn comm_of(r: &Report, pid: u32) -> Option<String> {
+    process(r, pid).map(|p| p.comm.clone())
+}
+
+/// Runs every rule over a report.
+pub fn findings(r: &Report) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for rule in RULES {
+        for (pid, evidence) in (rule.check)(r) {
+            out.push(Finding {
+                rule: rule.id,
+                pid: (pid != 0).then_some(pid),
+                comm: (pid != 0).then(|| comm_of(r, pid)).flatten(),
+                cause: rule.cause,
+                evidence,
+            });
+        }
+    }
+    out
+}
+
+/// Rules that can explain a communication path (verdicts, network staging).
+const PATH_RULES: &[&str] = &[
+    "no-peer-memory-client",
+    "dmabuf-unsupported",
+    "nccl-env-forced",
+    "nccl-no-rdma-device",
+    "gpu-nic-far",
+    "acs-iommu-blocks-p2p",
+    "host-memory-registered",
+    "ucx-tls-excludes-direct",
+    "ucx-cuda-ipc-unavailable",
+    "ucx-gpu-rdma-without-peer-memory",
+];
+/// Rules that can explain a staged copy.
+const COPY_RULES: &[&str] = &[
+    "peer-access-not-enabled",
+    "pageable-host-copies",
+    "app-staged-gpu-copies",
+    "acs-iommu-blocks-p2p",
+];
+/// Rules that can explain a failed registration.
+const REG_RULES: &[&str] = &[
+    "no-peer-memory-client",
+    "dmabuf-unsupported",
+    "ucx-gpu-rdma-without-peer-memory",
+];
+/// Rules that can explain UCX registering on its transfers.
+const UCX_REG_RULES: &[&str] = &["ucx-rcache-disabled", "ucx-rcache-thrashing"];
+
+/// ` (NET/Socket)`: NCCL's network path of a verdict, where it has one.
+fn net_of(v: &crate::classify::comm::Verdict) -> String {
+    v.net.map_or(String::new(), |n| format!(" ({})", n.name()))
+}
+
+/// Staged or unexpected paths: staged verdicts and copies, host MRs in a
+/// GPU process, failed registrations; each with the rules that explain it.
+pub fn paths(r: &Report, findings: &[Finding]) -> Vec<Path> {
+    let mut out: Vec<(u32, String, &[&str])> = Vec::new();
+    for v in &r.verdicts {
+        let t = v.transport.name();
+        if v.host_staged || matches!(t, "unknown" | "ambiguous") {
+            out.push((v.pid, format!("communication verdict {t}{}", net_of(v)), PATH_RULES));
+        }
+    }
+    for g in &r.transfers.groups {
+        let t = g.transport;
+        // Kernel-aggregated records (collectives) stand for their verdict.
+        let aggregated = g.sample.first().is_some_and(|x| x.calls.is_some());
+        if Transport::from_name(t).staged() && !aggregated {
+            let mut pids: Vec<u32> = g.sample.iter().map(|x| x.pid).collect();
+            pids.dedup();
+            let rules = if g.op.starts_with("cuMemcpy") {
+                COPY_RULES
+            } else {
+                PATH_RULES
+            };
+            for pid in pids {
+                let what = format!("{} {t}: {} transfers, {} bytes", g.op, g.count, g.bytes);
+                out.push((pid, what, rules));
+            }
+        }
+    }
+    for reg in registration(r) {
+        if let Some(x) = staged_for_network(r, reg.pid) {
+            out.push((reg.pid, format!("RDMA through host memory: {x}"), PATH_RULES));
+        }
+        let n = reg.failed_registrations.len();
+        if n > 0 {
+            out.push((reg.pid, format!("{n} failed memory registrations"), REG_RULES));
+        }
+    }
+    for (pid, what) in ucx::registering_paths(r) {
+        out.push((pid, what, UCX_REG_RULES));
+    }
+    out.into_iter()
+        .map(|(pid, what, rules)| Path {
+            pid,
+            comm: comm_of(r, pid).unwrap_or_default(),
+            explained_by: {
+                let mut ids: Vec<&'static str> = findings
+                    .iter()
+                    .filter(|f| f.pid.unwrap_or(0) == pid && rules.contains(&f.rule))
+                    .map(|f| f.rule)
+                    .collect();
+                ids.dedup();
+                ids
+            },
+            what,
+        })
+        .collect()
+}
+
+/// What the rules say about a report.
+pub fn explain(r: &Report) -> Explain {
+    let findings = findings(r);
+    Explain {
+        paths: paths(r, &findings),
+        findings,
+    }
+}
+
+/// Explains the report as it stands into its `explain` section: after it
+/// is judged (`Report::judge_with`) and after UCX's log corroborated it.
+pub fn fill(r: &mut Report) {
+    r.explain = explain(r);
+}
+
+#[cfg(test)]
+mod tests;

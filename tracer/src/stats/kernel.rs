@@ -1,0 +1,176 @@
+//! The kernel's aggregated rows, every tick: collectives, group and UCX
+//! data calls per (process, op, handle), copies per kernel row, socket
+//! data calls per process; the duty cycle's estimates of what was not
+//! counted, and the figures they add to.
+use std::collections::{BTreeMap, BTreeSet};
+
+use tracer_common::{AggKey, AggValue};
+
+use super::{Aggregator, RowKey, SocketTotals, copies::KernelRow, feed::Input, sampled_rows, source::Fact};
+use crate::classify::transfer;
+
+/// A process and an op's name.
+type ProcOp = (u32, String);
+
+/// What one tick's rows hold besides the collectives: the copy rows'
+/// totals, and each process's socket totals, calls per socket op and
+/// sockets (fds) that moved data.
+#[derive(Default)]
+struct OtherRows {
+    copies: BTreeMap<KernelRow, (u64, u64)>,
+    sockets: BTreeMap<u32, SocketTotals>,
+    socket_calls: BTreeMap<ProcOp, u64>,
+    fds: BTreeSet<(u32, u64)>,
+}
+
+impl Aggregator {
+    /// Replaces the kernel-aggregated totals (they are cumulative) and
+    /// reflects them in the per-process call counts.
+    pub fn set_aggregates(&mut self, t_ns: u64, rows: &[(AggKey, AggValue)]) {
+        self.observe(|| Input::Aggregates {
+            t_ns,
+            rows: rows.to_vec(),
+        });
+        if let Some(t) = &mut self.timeline {
+            let copies = &self.copies;
+            t.aggregates(
+                t_ns,
+                rows,
+                |k| crate::probes::catalog::socket_direction(k.op).is_none(),
+                |k| copies.call_of(k.tgid, k.op, k.handle),
+            );
+        }
+        let OtherRows {
+            copies,
+            mut sockets,
+            socket_calls,
+            fds,
+        } = self.count_rows(rows);
+        self.processes_of_collectives();
+        for ((pid, name), calls) in socket_calls {
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.calls.insert(name, calls);
+            }
+        }
+        self.copies.set_kernel(copies);
+        // The counts of the duty cycle's last interval.
+        self.estimator
+            .counts(&sampled_rows(&self.collectives_counted, &self.copies.counted()));
+        self.scale_collectives();
+        for (pid, p) in self.procs.iter_mut() {
+            p.socket = sockets.remove(pid).unwrap_or_default();
+            p.socket.sockets = fds.iter().filter(|(t, _)| t == pid).count() as u64;
+        }
+    }
+
+    /// The collective rows as counted (replaced); the other rows sorted
+    /// out for their own figures.
+    fn count_rows(&mut self, rows: &[(AggKey, AggValue)]) -> OtherRows {
+        self.collectives_counted.clear();
+        let mut other = OtherRows::default();
+        for (k, v) in rows {
+            let name = crate::probes::ops::op_name(k.op);
+            if crate::probes::uapi::row_of(k.op).is_some_and(|(_, r)| r.copy_rows()) {
+                let e = other.copies.entry((k.tgid, k.op, k.handle)).or_default();
+                e.0 += v.calls;
+                e.1 += v.bytes;
+                continue;
+            }
+            if let Some(sent) = crate::probes::catalog::socket_direction(k.op) {
+                let t = other.sockets.entry(k.tgid).or_default();
+                t.calls += v.calls;
+                if sent {
+                    t.bytes_sent += v.bytes;
+                } else {
+                    t.bytes_received += v.bytes;
+                }
+                if v.bytes > 0 {
+                    other.fds.insert((k.tgid, k.handle));
+                }
+                *other.socket_calls.entry((k.tgid, name)).or_default() += v.calls;
+                continue;
+            }
+            let e = self.collectives_counted.entry((k.tgid, name, k.handle)).or_default();
+            e.0 += v.calls;
+            e.1 += v.bytes;
+        }
+        other
+    }
+
+    /// A process running collectives that no target set announced
+    /// (`attach --all`): it gets its row, name, environment and parent.
+    fn processes_of_collectives(&mut self) {
+        let new: BTreeSet<u32> = self
+            .collectives_counted
+            .keys()
+            .map(|(pid, _, _)| *pid)
+            .filter(|pid| !self.procs.contains_key(pid))
+            .collect();
+        for pid in new {
+            let l = self.source.look(pid);
+            self.note(Fact::Process {
+                pid,
+                parent: l.parent,
+                comm: l.comm.clone(),
+                env: l.env.clone(),
+            });
+            self.add_looked(pid, l.parent, Some(l));
+        }
+    }
+
+    /// The kernel's totals are final (the report is built next): the duty
+    /// cycle's last interval gets them, if no totals came after it.
+    pub fn settle(&mut self) {
+        self.estimator
+            .settle(&sampled_rows(&self.collectives_counted, &self.copies.counted()));
+        self.scale_collectives();
+        // One transfer record per copy class for the calls beyond its
+        // first ones (which have their own), like the collectives' one per
+        // communicator.
+        let rows: Vec<_> = self
+            .copies
+            .classes
+            .values()
+            .filter(|r| r.applied.0 > 0)
+            .cloned()
+            .collect();
+        for r in rows {
+            let comm = self.procs.get(&r.first.pid).map(|p| p.comm.clone()).unwrap_or_default();
+            let mut t = transfer::of_call(&r.first, &r.call, &comm);
+            t.bytes = r.applied.1;
+            t.calls = Some(r.applied.0);
+            self.transfers.add(t);
+        }
+    }
+
+    /// The collective rows as every report reads them: counted, plus the
+    /// estimate of the time the duty cycle did not count them, and
+    /// reflected in the per-process call counts.
+    fn scale_collectives(&mut self) {
+        self.collectives = self
+            .collectives_counted
+            .iter()
+            .map(|(k, c)| (k.clone(), self.estimator.estimate(k, *c)))
+            .collect();
+        let mut per: BTreeMap<ProcOp, u64> = BTreeMap::new();
+        for ((pid, name, _), (calls, _)) in &self.collectives {
+            *per.entry((*pid, name.clone())).or_default() += calls;
+        }
+        for ((pid, name), calls) in per {
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.calls.insert(name, calls);
+            }
+        }
+        self.add_copy_rows();
+    }
+
+    /// The sampled rows as counted plus the estimates of the duty cycle's
+    /// off phases that closed, never an open one: each figure only grows
+    /// (`serve`'s estimated counters).
+    pub fn collectives_estimated(&self) -> BTreeMap<RowKey, (u64, u64)> {
+        self.collectives_counted
+            .iter()
+            .map(|(k, c)| (k.clone(), self.estimator.closed(k, *c)))
+            .collect()
+    }
+}
