@@ -38,13 +38,16 @@ const STAGES: &[&str] = &[
     // report's inputs (written by an observer of `stats`, read by replay).
     "recording",
     // Readers of reports, the tracing session and loop, workloads, the
-    // agent, the command line.
+    // agent, the live view, the command line.
     "compare",
     "job",
     "session",
     "trace",
     "drive",
     "serve",
+    // The live view: frames from judged reports (`top/feed.rs`), drawn
+    // with ratatui; `cmd/top.rs` feeds it from `trace` or a recording.
+    "top",
     "cli",
     "cmd",
     // Test support (compiled only with `cfg(test)`).

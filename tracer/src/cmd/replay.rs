@@ -24,25 +24,60 @@ pub fn aggregate_with(
     transfers: Option<std::io::BufWriter<StreamFile>>,
     timeline: bool,
 ) -> Aggregator {
-    let pending = Rc::new(RefCell::new(Vec::new()));
-    let mut agg = Aggregator::with_source(Box::new(Recorded {
-        pending: pending.clone(),
-        nvlink: rec.header.facts.nvlink,
-    }));
-    agg.transfers.sink = transfers;
-    if timeline {
-        agg.timeline = Some(crate::stats::timeline::Timeline::new(rec.header.started_ns));
+    let mut f = Feeder::new(rec, transfers, timeline);
+    for input in &rec.inputs {
+        f.feed(input);
     }
-    for (input, facts) in &rec.inputs {
-        *pending.borrow_mut() = facts.clone();
-        agg.feed(input);
-    }
-    for (pid, kib) in &rec.footer.vm_pin_kib_at_attach {
-        if let Some(p) = agg.procs.get_mut(pid) {
-            p.vm_pin_kib_at_attach = Some(*kib);
+    f.finish(rec)
+}
+
+/// A fresh aggregator fed a recording's inputs one at a time, each with the
+/// facts the live source answered while handling it (`top --replay` plays
+/// them at the recording's pace; `aggregate` all at once).
+pub struct Feeder {
+    pub agg: Aggregator,
+    pending: Rc<RefCell<Vec<crate::stats::source::Fact>>>,
+}
+
+impl Feeder {
+    pub fn new(rec: &Recording, transfers: Option<std::io::BufWriter<StreamFile>>, timeline: bool) -> Self {
+        let pending = Rc::new(RefCell::new(Vec::new()));
+        let mut agg = Aggregator::with_source(Box::new(Recorded {
+            pending: pending.clone(),
+            nvlink: rec.header.facts.nvlink,
+        }));
+        agg.transfers.sink = transfers;
+        if timeline {
+            agg.timeline = Some(crate::stats::timeline::Timeline::new(rec.header.started_ns));
         }
+        Feeder { agg, pending }
     }
-    agg
+
+    pub fn feed(&mut self, (input, facts): &(crate::stats::input::Input, Vec<crate::stats::source::Fact>)) {
+        *self.pending.borrow_mut() = facts.clone();
+        self.agg.feed(input);
+    }
+
+    /// The judged report of the inputs fed so far, `t_s` seconds into the
+    /// recording (`top --replay`'s frames): the same building and judging
+    /// as the whole recording's, with the footer's host-side inputs.
+    pub fn snapshot(&self, rec: &Recording, t_s: f64, nccl_log: Option<&str>) -> std::result::Result<Report, String> {
+        let mut inputs = recording::inputs_of(&rec.header, &rec.footer)?;
+        inputs.duration_s = t_s;
+        let mut r = report::build(&self.agg, inputs);
+        r.judge_with(nccl_log, rec.header.facts.nvlink);
+        Ok(r)
+    }
+
+    /// The aggregator once every input is in (with the footer's VmPin at attach).
+    pub fn finish(mut self, rec: &Recording) -> Aggregator {
+        for (pid, kib) in &rec.footer.vm_pin_kib_at_attach {
+            if let Some(p) = self.agg.procs.get_mut(pid) {
+                p.vm_pin_kib_at_attach = Some(*kib);
+            }
+        }
+        self.agg
+    }
 }
 
 /// The judged report of a recording (and the aggregator behind it).
@@ -69,13 +104,19 @@ pub fn rebuild_full(
     timeline: bool,
 ) -> std::result::Result<(Report, Aggregator, Option<String>), String> {
     let mut agg = aggregate_with(rec, transfers.map(std::io::BufWriter::new), timeline);
-    agg.settle();
-    let inputs = recording::inputs_of(&rec.header, &rec.footer)?;
-    let mut r = report::build(&agg, inputs);
-    r.judge_with(nccl_log, rec.header.facts.nvlink);
-    r.workloads = rec.workloads.clone();
+    let r = judged(rec, &mut agg, nccl_log)?;
     let timeline = agg.timeline.take().map(|t| report::timeline::render(&t, &r));
     Ok((r, agg, timeline))
+}
+
+/// The judged report of a recording's aggregator once every input is in.
+pub fn judged(rec: &Recording, agg: &mut Aggregator, nccl_log: Option<&str>) -> std::result::Result<Report, String> {
+    agg.settle();
+    let inputs = recording::inputs_of(&rec.header, &rec.footer)?;
+    let mut r = report::build(agg, inputs);
+    r.judge_with(nccl_log, rec.header.facts.nvlink);
+    r.workloads = rec.workloads.clone();
+    Ok(r)
 }
 
 /// Reads and parses a recording through the one input reader (gzip by
@@ -119,7 +160,7 @@ pub fn replay(args: &ReplayArgs) -> Result<i32> {
     if let Err(e) = super::run::write_timeline(trace_event, timeline) {
         errors.push(e);
     }
-    if let Err(e) = super::run::emit_with(json, args.format, ucx_log.as_deref(), &report) {
+    if let Err(e) = super::run::emit_with(json, Some(args.format), ucx_log.as_deref(), &report) {
         errors.push(e);
     }
     super::finish(0, errors)
