@@ -9,7 +9,8 @@ set -euo pipefail
 # ucx_perftest and libucx0 1.13 (the UCX checks; the guest uses the host's
 # root filesystem, so the host tier's UCX tests use it too).
 # prometheus: Debian's 2.42 with promtool, for tests/tests/serve.rs and deploy.rs.
-APT_PKGS=(qemu-system-x86 kmod busybox-static rdma-core ibverbs-utils perftest iproute2 ucx-utils prometheus)
+# tmux: tests/tests/top.rs drives `gdrtrace top` in a tmux pane.
+APT_PKGS=(qemu-system-x86 kmod busybox-static rdma-core ibverbs-utils perftest iproute2 ucx-utils prometheus tmux)
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "install-vm-deps: must run as root" >&2
