@@ -28,6 +28,7 @@ pub mod judge;
 pub mod loader;
 pub mod model;
 pub mod probes;
+pub mod progress;
 pub mod recording;
 pub mod report;
 pub mod serve;

@@ -12,11 +12,13 @@ use std::{
 /// Every top-level module of `tracer/src`, in stage order: a module may
 /// import the modules before it, never one after it.
 const STAGES: &[&str] = &[
-    // Ground floor: printing, errors, units, names, input files, host facts.
+    // Ground floor: printing, errors, units, progress lines, names, input
+    // files, host facts.
     "error",
     "output",
     "intern",
     "units",
+    "progress",
     "input",
     "signals",
     "spawn",
