@@ -316,7 +316,13 @@ impl Feed {
                                 format!("{} (explained by {})", x.what, x.explained_by.join(", "))
                             }
                         })
-                        .collect(),
+                        .fold(Vec::new(), |mut seen: Vec<String>, x| {
+                            // explain lists a path once per copy class.
+                            if !seen.contains(&x) {
+                                seen.push(x);
+                            }
+                            seen
+                        }),
                     ops,
                     moved_bytes: totals.moved,
                     staged_bytes: totals.staged,

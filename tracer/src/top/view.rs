@@ -71,8 +71,8 @@ const HEADER: [&str; 10] = [
 fn widths() -> [Constraint; 10] {
     [
         Constraint::Length(7),
-        Constraint::Length(22),
-        Constraint::Length(22),
+        Constraint::Length(17),
+        Constraint::Length(20),
         Constraint::Length(12),
         Constraint::Length(10),
         Constraint::Length(10),
@@ -167,7 +167,8 @@ fn header_lines(app: &App) -> Vec<Line<'static>> {
             .join(", ")
     };
     let mut second = vec![Span::raw(format!(
-        "{processes} processes  verdicts: {verdicts}  loss: {}",
+        "{processes} process{}  verdicts: {verdicts}  loss: {}",
+        if processes == 1 { "" } else { "es" },
         f.loss.as_deref().unwrap_or("none")
     ))];
     if f.rows.iter().any(|r| r.estimated) {
@@ -226,7 +227,9 @@ fn detail_lines(app: &App) -> Vec<Line<'static>> {
             Style::default().fg(Color::Yellow),
         )));
     }
-    for s in d.other_hosts.iter().chain(d.nccl_log.iter()) {
+    // Where NCCL puts the peers is often an evidence line already.
+    let other_hosts = d.other_hosts.iter().filter(|h| !d.evidence.contains(h));
+    for s in other_hosts.chain(d.nccl_log.iter()) {
         out.push(Line::from(format!("  {}", esc(s))));
     }
     out.push(Line::from(format!(
@@ -281,7 +284,7 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
     let [top, table, pane, keys] = Layout::vertical([
         Constraint::Length(header.len() as u16),
         Constraint::Min(3),
-        Constraint::Percentage(if detail { 45 } else { 0 }),
+        Constraint::Percentage(if detail { 55 } else { 0 }),
         Constraint::Length(1),
     ])
     .areas(f.area());
