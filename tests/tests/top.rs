@@ -159,9 +159,12 @@ fn live_view_of_pin_churn_refreshes_and_q_restores_the_terminal() {
     let marker = "before-top-7f3a";
     t.line(&format!("echo {marker}"));
     t.wait(Duration::from_secs(10), "the shell", |c| c.lines().any(|l| l == marker));
+    let dir = integration_tests::scratch("top-live");
+    let json = dir.join("top.json");
     t.line(&format!(
-        "{} top --pid {pid} --interval 500ms; echo top-exited-$?",
-        bin.display()
+        "{} top --pid {pid} --interval 500ms --json {}; echo top-exited-$?",
+        bin.display(),
+        json.display()
     ));
     let reg = |c: &str| cell(c, pid, "REG/s").map(|v| rate(&v));
     let first = t.wait(Duration::from_secs(60), "the pin-churn row with registrations/s", |c| {
@@ -197,6 +200,14 @@ fn live_view_of_pin_churn_refreshes_and_q_restores_the_terminal() {
         after.contains("gdrtrace top: traced"),
         "the one-line summary follows on stderr:\n{after}"
     );
+    // The report at exit, as attach's: the process with its registrations.
+    let report = integration_tests::read_json(&json);
+    assert_eq!(report["schema"], "gdrtrace.report/v1");
+    let row = report["processes"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["pid"] == pid))
+        .unwrap_or_else(|| panic!("pid {pid} in the report: {}", report["processes"]));
+    assert!(row["registrations"].as_u64().is_some_and(|n| n > 0), "{row}");
     // A prompt is back after the echo: the shell reads lines again.
     t.line("echo shell-is-back");
     t.wait(Duration::from_secs(10), "the shell", |c| {
@@ -224,7 +235,9 @@ fn verdicts(recording: &str) -> Vec<(u32, String, String)> {
         .collect()
 }
 
-fn replay_shows_the_verdicts(name: &str, detail: &str) {
+/// Replays `name` into `top`, checks every rank's verdict and basis and
+/// the detail pane, and quits with `quit` (a tmux key name).
+fn replay_shows_the_verdicts(name: &str, detail: &str, quit: &str) {
     let test = format!("replayed_torch_jobs_show_their_gpu_verdicts ({name})");
     if !have(&test, "tmux", "scripts/setup.sh --vm installs it") {
         return;
@@ -254,10 +267,10 @@ fn replay_shows_the_verdicts(name: &str, detail: &str) {
     t.keys(&["Enter"]);
     let pane = t.wait(Duration::from_secs(10), "the detail pane", |c| c.contains("evidence: "));
     assert!(pane.contains(detail), "{name}: the pane shows {detail:?}:\n{pane}");
-    t.keys(&["q"]);
+    t.keys(&[quit]);
     let after = t.wait(Duration::from_secs(10), "top to exit", exited);
-    assert!(after.lines().any(|l| l == "top-exited-0"), "{after}");
-    assert!(!t.alternate_on());
+    assert!(after.lines().any(|l| l == "top-exited-0"), "{quit} quits: {after}");
+    assert!(!t.alternate_on(), "{quit} leaves the alternate screen");
 }
 
 #[test]
@@ -267,9 +280,15 @@ fn replayed_torch_jobs_show_their_gpu_verdicts() {
     replay_shows_the_verdicts(
         "gpu-h200-nodes-run-default",
         "cause: inter-node traffic over TCP sockets (NET/Socket)",
+        "q",
     );
-    // A job attached after its set-up: NVLink from the steady state.
-    replay_shows_the_verdicts("gpu-h200-attach-full-auto", "NVLink data counters of the GPUs moved");
+    // A job attached after its set-up: NVLink from the steady state; Ctrl-C
+    // quits as q does (raw mode: the key, not SIGINT).
+    replay_shows_the_verdicts(
+        "gpu-h200-attach-full-auto",
+        "NVLink data counters of the GPUs moved",
+        "C-c",
+    );
 }
 
 #[test]

@@ -348,7 +348,8 @@ pub struct AttachArgs {
 
 const TOP_HELP: &str = "\
 Keys:
-  up/down, j/k   select a row          enter, d   detail pane (evidence, cause)
+  up/down, j/k   select a row          enter, d   detail pane (evidence, cause;
+                                                   PgUp/PgDn scroll it)
   s / S          next / previous sort  r          reverse the order
   p, space       pause the display (tracing goes on)
   q, Esc, Ctrl-C quit (the terminal is restored; --json, --record and

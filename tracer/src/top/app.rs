@@ -81,6 +81,8 @@ pub struct App {
     pub reverse: bool,
     pub paused: bool,
     pub detail: bool,
+    /// Lines the detail pane is scrolled down by (PgUp/PgDn while it is open).
+    pub scroll: u16,
     /// The selected row, by identity (it stays selected as rows move).
     pub selected: Option<Key>,
     /// What is watched (`attach pid 4242`, `replay job.rec x10`).
@@ -102,6 +104,7 @@ impl App {
             reverse: false,
             paused: false,
             detail: false,
+            scroll: 0,
             selected: None,
             source,
             every,
@@ -187,8 +190,9 @@ impl App {
             let j = (i as isize + by).clamp(0, rows.len() as isize - 1) as usize;
             (rows[j].key(), rows.len())
         };
-        if n > 0 {
+        if n > 0 && self.selected.as_ref() != Some(&key) {
             self.selected = Some(key);
+            self.scroll = 0;
         }
     }
 
@@ -203,6 +207,15 @@ impl App {
             }
             KeyCode::Down | KeyCode::Char('j') => {
                 self.move_by(1);
+                Action::Redraw
+            }
+            // With the detail pane open, the pages are the pane's.
+            KeyCode::PageUp if self.detail => {
+                self.scroll = self.scroll.saturating_sub(10);
+                Action::Redraw
+            }
+            KeyCode::PageDown if self.detail => {
+                self.scroll = self.scroll.saturating_add(10);
                 Action::Redraw
             }
             KeyCode::PageUp => {
@@ -223,6 +236,7 @@ impl App {
             }
             KeyCode::Enter | KeyCode::Tab | KeyCode::Char('d') => {
                 self.detail = !self.detail;
+                self.scroll = 0;
                 Action::Redraw
             }
             KeyCode::Char('s') => {

@@ -275,7 +275,7 @@ fn detail_lines(app: &App) -> Vec<Line<'static>> {
     out
 }
 
-const KEYS: &str = "q quit  up/down select  enter detail  s/S sort  r reverse  p pause";
+const KEYS: &str = "q quit  up/down select  enter detail (PgUp/PgDn scroll it)  s/S sort  r reverse  p pause";
 
 /// Draws the whole view.
 pub fn draw(f: &mut Frame<'_>, app: &App) {
@@ -294,6 +294,7 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
         f.render_widget(
             Paragraph::new(detail_lines(app))
                 .wrap(Wrap { trim: false })
+                .scroll((app.scroll, 0))
                 .block(Block::default().borders(Borders::TOP).title(" detail ")),
             pane,
         );
@@ -381,5 +382,37 @@ mod tests {
         assert!(s.contains("2.0KiB") && s.contains("64 kB"), "{s}");
         assert!(s.contains("cause: NCCL_P2P_DISABLE=1"), "{s}");
         assert!(s.contains(r"evidence: exports by e\x1b]0;PWN\x07"), "{s}");
+    }
+
+    /// PgDn scrolls an open detail pane; closed, it pages the table.
+    #[test]
+    fn page_keys_scroll_the_open_detail_pane() {
+        use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+        let mut app = App::new("test".into(), "1s".into());
+        app.update(ViewFrame {
+            rows: vec![Row {
+                pid: 1,
+                comm: "job".into(),
+                verdict: "shm".into(),
+                ..Row::default()
+            }],
+            details: [(
+                1,
+                Detail {
+                    evidence: (0..40).map(|i| format!("line-{i:02}")).collect(),
+                    ..Detail::default()
+                },
+            )]
+            .into(),
+            ..ViewFrame::default()
+        });
+        let page = KeyEvent::new(KeyCode::PageDown, KeyModifiers::NONE);
+        app.key(page);
+        assert_eq!(app.scroll, 0, "closed: the table's page");
+        app.key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+        assert!(screen(&app, 100, 30).contains("line-00"));
+        app.key(page);
+        let s = screen(&app, 100, 30);
+        assert!(!s.contains("line-00") && s.contains("line-12"), "{s}");
     }
 }
