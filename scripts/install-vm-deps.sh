@@ -12,7 +12,8 @@ set -euo pipefail
 # podman and runc: tests/tests/container.rs runs the agent in a container
 # (runc: crun refuses hybrid cgroup hosts), from a root filesystem that
 # scripts/container-rootfs.sh unpacks from Debian packages.
-APT_PKGS=(qemu-system-x86 kmod busybox-static rdma-core ibverbs-utils perftest iproute2 ucx-utils prometheus podman runc)
+# tmux: tests/tests/top.rs drives `gdrtrace top` in a tmux pane.
+APT_PKGS=(qemu-system-x86 kmod busybox-static rdma-core ibverbs-utils perftest iproute2 ucx-utils prometheus podman runc tmux)
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "install-vm-deps: must run as root" >&2

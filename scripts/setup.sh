@@ -3,8 +3,8 @@
 # machine, idempotently: Debian packages (LLVM 22 for bpf-linker, the C
 # libraries the -sys crates need), the nightly toolchain's rust-src and
 # clippy, and bpf-linker built against LLVM 22. With --vm, also what the VM test tier
-# needs (QEMU, virtme-ng, rdma-core, perftest) and Chromium for the
-# compare page's screenshot test.
+# needs (QEMU, virtme-ng, rdma-core, perftest), Chromium for the
+# compare page's screenshot test and tmux for the `top` tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,8 +13,9 @@ want_vm=0
 
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(llvm-22-dev libibverbs-dev librdmacm-dev libclang-dev clang pkg-config util-linux)
-# The test suite renders `gdrtrace compare`'s HTML page in headless Chromium.
-if [ "$want_vm" = 1 ]; then pkgs+=(chromium); fi
+# The test suite renders `gdrtrace compare`'s HTML page in headless Chromium
+# and drives `gdrtrace top` in a tmux pane.
+if [ "$want_vm" = 1 ]; then pkgs+=(chromium tmux); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

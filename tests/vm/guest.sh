@@ -88,6 +88,7 @@ for check in "$here"/checks/*.sh; do
         set -- sh "$check"
     fi
     t0=$(date +%s)
+    echo "check $name: started"
     if timeout "$CHECK_TIMEOUT" "$@" > "$log" 2>&1; then
         passed=$((passed + 1))
         echo "check $name: ok ($(($(date +%s) - t0))s)"

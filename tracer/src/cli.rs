@@ -18,6 +18,7 @@ Examples:
   gdrtrace run -- ib_write_bw -d rxe0  # trace a command and its children
   gdrtrace run --json out.json -- ./train.sh
   gdrtrace attach --pid 4242,4243 --interval 1s --duration 60s
+  gdrtrace top --pid 4242              # the same targets, as a live full-screen view
   gdrtrace run --record job.rec -- ./train.sh && gdrtrace replay job.rec
   gdrtrace explain out.json --nccl-log nccl.log  # root causes of staged paths
   gdrtrace run --ucx-log ucx.log -- ./launch_ucx_job.sh   # UCX paths, checked against UCX_PROTO_INFO lines
@@ -66,6 +67,12 @@ pub enum Command {
     /// Attach to running processes (and their descendants) and trace them
     /// until Ctrl-C, --duration, or the last target exits.
     Attach(AttachArgs),
+    /// A full-screen live view of traced processes (as `attach` traces
+    /// them): per process and communicator the verdict and its basis, moved
+    /// and staged bytes/s, registrations/s, VmPin, the hot operations, and
+    /// the evidence and cause of the selected row (docs/top.md).
+    #[command(after_help = TOP_HELP)]
+    Top(TopArgs),
     /// Run the workloads this machine supports under the tracer and check
     /// that the tracer's counts match the workloads' own.
     Validate(ValidateArgs),
@@ -301,10 +308,9 @@ pub struct ReplayArgs {
     pub trace_event: Option<PathBuf>,
 }
 
-#[derive(Debug, clap::Args)]
-pub struct AttachArgs {
-    #[command(flatten)]
-    pub trace: TraceArgs,
+/// Which running processes to trace (`attach`, `top`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TargetArgs {
     /// Process ids to attach to (comma-separated), each with its descendants.
     #[arg(long, value_delimiter = ',')]
     pub pid: Vec<u32>,
@@ -317,12 +323,89 @@ pub struct AttachArgs {
     /// Trace every process on the machine.
     #[arg(long)]
     pub all: bool,
+}
+
+impl TargetArgs {
+    /// Whether any target flag was given.
+    pub fn any(&self) -> bool {
+        !self.pid.is_empty() || self.cgroup.is_some() || self.comm.is_some() || self.all
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AttachArgs {
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    #[command(flatten)]
+    pub targets: TargetArgs,
     /// Print a compact per-process summary every interval (e.g. 1s).
     #[arg(long, value_parser = parse_duration)]
     pub interval: Option<std::time::Duration>,
     /// Stream the interval records as JSON lines to FILE.
     #[arg(long, value_name = "FILE")]
     pub jsonl: Option<PathBuf>,
+}
+
+const TOP_HELP: &str = "\
+Keys:
+  up/down, j/k   select a row          enter, d   detail pane (evidence, cause;
+                                                   PgUp/PgDn scroll it)
+  s / S          next / previous sort  r          reverse the order
+  p, space       pause the display (tracing goes on)
+  q, Esc, Ctrl-C quit (the terminal is restored; --json, --record and
+                 --trace-event are written at exit)
+Without a terminal, top says so and exits 2: use `gdrtrace attach --interval 1s`.
+
+Examples:
+  gdrtrace top --pid 4242              # a job and its descendants
+  gdrtrace top --all --json top.json   # every process; the report at exit
+  gdrtrace top --replay job.rec.gz     # a recording, played into the same view";
+
+#[derive(Debug, clap::Args)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub targets: TargetArgs,
+    /// Play a recording (`--record FILE` of run, attach, validate or top)
+    /// into the view instead of tracing.
+    #[arg(long, value_name = "RECORDING", conflicts_with_all = ["pid", "cgroup", "comm", "all", "record", "collectives", "duration"])]
+    pub replay: Option<PathBuf>,
+    /// How fast a recording plays (`--replay`): 1 is the pace it was
+    /// recorded at, 10 ten times faster.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_speed, requires = "replay")]
+    pub speed: f64,
+    /// How often the view is refreshed (e.g. 500ms, 2s).
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    pub interval: std::time::Duration,
+    /// Stop tracing after this long; the view then quits.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<std::time::Duration>,
+    /// Write the JSON report to FILE at exit.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Record the event stream to FILE (`gdrtrace.recording/v1`), for
+    /// `replay` and `top --replay`.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Write the timeline to FILE as Chrome Trace Event JSON at exit.
+    #[arg(long, value_name = "FILE")]
+    pub trace_event: Option<PathBuf>,
+    /// NCCL log to corroborate the verdicts of the report at exit with
+    /// (and of the replayed recording's view).
+    #[arg(long, value_name = "FILE")]
+    pub nccl_log: Option<PathBuf>,
+    /// How collectives are counted (as `attach --collectives`).
+    #[arg(long, value_name = "MODE")]
+    pub collectives: Option<crate::probes::duty::Mode>,
+}
+
+/// A positive, finite playback factor.
+fn parse_speed(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 1e6 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a playback factor (a number above 0, e.g. 1, 0.5, 10)"
+        )),
+    }
 }
 
 #[derive(Debug, clap::Args)]

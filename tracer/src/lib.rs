@@ -4,7 +4,8 @@
 //! (ring buffer, decode) → `model` (memory-region registry) → `classify` →
 //! `stats` → `report`, and reports → `compare` (baselines, regressions).
 //! `drive` holds the workloads, `cmd` one module per subcommand, `serve`
-//! the node agent (discovery, forgetting, Prometheus metrics).
+//! the node agent (discovery, forgetting, Prometheus metrics), `top` the
+//! live full-screen view.
 // First, so that its printing macros (`out!`, `outln!`, `errln!`) are in
 // scope in every module after it.
 #[macro_use]
@@ -29,6 +30,7 @@ pub mod judge;
 pub mod loader;
 pub mod model;
 pub mod probes;
+pub mod progress;
 pub mod recording;
 pub mod report;
 pub mod serve;
@@ -36,6 +38,7 @@ pub mod session;
 pub mod signals;
 pub mod spawn;
 pub mod stats;
+pub mod top;
 pub mod topo;
 pub mod trace;
 pub mod units;

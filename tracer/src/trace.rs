@@ -38,6 +38,9 @@ pub const SETUP_BUDGET_HZ: f64 = 500.0;
 pub struct Interval {
     pub every: Duration,
     pub sink: Box<dyn FnMut(&IntervalRecord)>,
+    /// Also the judged report of the trace so far, each interval (`top`'s
+    /// view is made from it, as `replay`'s is from a recording).
+    pub snapshots: Option<Box<dyn FnMut(Report)>>,
     last: Option<Instant>,
     prev: BTreeMap<u32, (u64, u64, u64)>,
     /// Kernel latency slots per op at the previous interval.
@@ -49,6 +52,7 @@ impl Interval {
         Self {
             every,
             sink,
+            snapshots: None,
             last: None,
             prev: BTreeMap::new(),
             prev_slots: BTreeMap::new(),
@@ -368,6 +372,12 @@ impl Trace {
                     iv.prev_slots = slots;
                 }
                 (iv.sink)(&rec);
+                if let Some(snap) = &mut iv.snapshots {
+                    match self.snapshot() {
+                        Ok(r) => snap(r),
+                        Err(e) => log::warn!("the report so far: {}", crate::error::describe(&e)),
+                    }
+                }
             }
             Some(_) => {}
         }
@@ -472,20 +482,41 @@ impl Trace {
     pub fn report(&mut self, command: Vec<String>, nccl_log: Option<&str>) -> Result<Report> {
         // The duty cycle's last interval has its counts (replay does the same).
         self.agg.settle();
+        let facts = self.facts.take().unwrap_or_else(crate::host::HostFacts::read);
+        let inputs = self.inputs(command, facts)?;
+        self.finish_report(inputs, nccl_log)
+    }
+
+    /// The judged and explained report of the trace so far, while it runs
+    /// (`top`): built, judged and explained by the same code as the final one, leaving the trace as it
+    /// was (the recording, the transfer records and the timeline go on; the
+    /// duty cycle's open interval is left unsettled).
+    pub fn snapshot(&self) -> Result<Report> {
+        let facts = self.facts.clone().unwrap_or_else(crate::host::HostFacts::read);
+        let inputs = self.inputs(Vec::new(), facts)?;
+        let nvlink = inputs.facts.nvlink;
+        let mut r = report::build(&self.agg, inputs);
+        r.judge_with(None, nvlink);
+        crate::explain::fill(&mut r);
+        Ok(r)
+    }
+
+    /// What the report is built from besides the aggregator, as of now.
+    fn inputs(&self, command: Vec<String>, facts: crate::host::HostFacts) -> Result<Inputs> {
         let after = FollPin::read();
         let delta = match (self.pins_before, after) {
             (Some(b), Some(a)) => Some(b.delta(&a)),
             _ => None,
         };
         let loss = self.session.loss(0, self.agg.undecoded())?;
-        let inputs = Inputs {
+        Ok(Inputs {
             command,
             gpu_links: self
                 .links_window
                 .clone()
                 .or_else(|| self.links_base.and_then(|b| b.since())),
             host: crate::host::host(),
-            facts: self.facts.take().unwrap_or_else(crate::host::HostFacts::read),
+            facts,
             duration_s: (self.started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
             coverage: self.session.planner.table(),
             loss,
@@ -502,7 +533,11 @@ impl Trace {
                 .keys()
                 .map(|pid| (*pid, self.session.planner.process_libraries(*pid)))
                 .collect(),
-        };
+        })
+    }
+
+    /// Finishes the recording and builds the final, judged report.
+    fn finish_report(&mut self, inputs: Inputs, nccl_log: Option<&str>) -> Result<Report> {
         let recorder = self
             .agg
             .take_observer()

@@ -12,11 +12,13 @@ use std::{
 /// Every top-level module of `tracer/src`, in stage order: a module may
 /// import the modules before it, never one after it.
 const STAGES: &[&str] = &[
-    // Ground floor: printing, errors, units, names, input files, host facts.
+    // Ground floor: printing, errors, units, progress lines, names, input
+    // files, host facts.
     "error",
     "output",
     "intern",
     "units",
+    "progress",
     "input",
     "signals",
     "spawn",
@@ -40,7 +42,7 @@ const STAGES: &[&str] = &[
     // report's inputs (written by an observer of `stats`, read by replay).
     "recording",
     // Readers of reports, the tracing session and loop, workloads, the
-    // agent, the command line.
+    // agent, the live view, the command line.
     "compare",
     "job",
     "session",
@@ -48,6 +50,9 @@ const STAGES: &[&str] = &[
     "trace",
     "drive",
     "serve",
+    // The live view: frames from judged reports (`top/feed.rs`), drawn
+    // with ratatui; `cmd/top.rs` feeds it from `trace` or a recording.
+    "top",
     "cli",
     "cmd",
     // Test support (compiled only with `cfg(test)`).

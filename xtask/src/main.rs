@@ -7,6 +7,7 @@
 mod bench;
 mod kernels;
 mod matrix;
+mod progress;
 mod soak;
 mod upgrade;
 mod util;

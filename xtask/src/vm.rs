@@ -100,7 +100,7 @@ pub fn main(args: &Args) -> Result<ExitCode> {
         command: &args.command,
     };
     let outcome = run(&req)?;
-    eprintln!(
+    crate::progress::eprintln_beside!(
         "vm-run: {} exited {} after {:.1}s",
         kernel.release,
         outcome.code,
@@ -199,7 +199,7 @@ pub fn run(req: &RunRequest) -> Result<Outcome> {
             Some(p) => Some(File::create(p).with_context(|| format!("cannot create {}", p.display()))?),
             None => None,
         };
-        eprintln!(
+        crate::progress::eprintln_beside!(
             "vm-run: booting {} ({}, timeout {}s): {}",
             req.kernel.release,
             if disable_kvm { "software emulation" } else { "KVM" },
@@ -214,7 +214,7 @@ pub fn run(req: &RunRequest) -> Result<Outcome> {
             .as_ref()
             .is_some_and(|p| fs::metadata(p).map(|m| m.len() == 0).unwrap_or(true));
         if status.is_none() && !res.timed_out && silent && attempt == 1 {
-            eprintln!(
+            crate::progress::eprintln_beside!(
                 "vm-run: the VM ({}) ended ({}) after {:.1}s without any console output; booting it again",
                 req.kernel.release,
                 res.status,
@@ -370,8 +370,7 @@ fn pump(mut src: impl Read + Send + 'static, log: Option<Arc<Mutex<File>>>, mut 
                 break;
             }
             if let Some(e) = echo.as_mut() {
-                let _ = e.write_all(&buf[..n]);
-                let _ = e.flush();
+                crate::progress::beside_status(&mut **e, &buf[..n]);
             }
             if let Some(l) = &log
                 && let Ok(mut f) = l.lock()
@@ -385,7 +384,7 @@ fn pump(mut src: impl Read + Send + 'static, log: Option<Arc<Mutex<File>>>, mut 
 /// `--kvm auto`: is KVM usable on this host? Cached per host kernel release.
 fn kvm_usable(vng: &Path, kernel: &Kernel, opts: &VmOpts) -> Result<bool> {
     if File::options().read(true).write(true).open("/dev/kvm").is_err() {
-        eprintln!("vm-run: /dev/kvm not usable; using software emulation");
+        crate::progress::eprintln_beside!("vm-run: /dev/kvm not usable; using software emulation");
         return Ok(false);
     }
     let host = fs::read_to_string("/proc/sys/kernel/osrelease")
@@ -398,7 +397,7 @@ fn kvm_usable(vng: &Path, kernel: &Kernel, opts: &VmOpts) -> Result<bool> {
             match lines.next() {
                 Some("kvm=ok") => return Ok(true),
                 Some("kvm=fail") => {
-                    eprintln!(
+                    crate::progress::eprintln_beside!(
                         "vm-run: KVM fails on this host (cached in {}); using software emulation",
                         cache.display()
                     );
@@ -409,7 +408,7 @@ fn kvm_usable(vng: &Path, kernel: &Kernel, opts: &VmOpts) -> Result<bool> {
         }
     }
 
-    eprintln!("vm-run: probing KVM with a short boot of {}", kernel.release);
+    crate::progress::eprintln_beside!("vm-run: probing KVM with a short boot of {}", kernel.release);
     let scratch = target_dir()?.join("vm");
     fs::create_dir_all(&scratch).with_context(|| format!("cannot create {}", scratch.display()))?;
     let log_path = scratch.join("kvm-probe.log");
@@ -440,9 +439,9 @@ fn kvm_usable(vng: &Path, kernel: &Kernel, opts: &VmOpts) -> Result<bool> {
     fs::write(&cache, format!("host={host}\nkvm={verdict}\nreason={reason}\n"))
         .with_context(|| format!("cannot write {}", cache.display()))?;
     if ok {
-        eprintln!("vm-run: KVM works ({:.1}s probe)", t.elapsed().as_secs_f64());
+        crate::progress::eprintln_beside!("vm-run: KVM works ({:.1}s probe)", t.elapsed().as_secs_f64());
     } else {
-        eprintln!(
+        crate::progress::eprintln_beside!(
             "vm-run: KVM boot failed in {:.1}s ({reason}); using software emulation (log: {})",
             t.elapsed().as_secs_f64(),
             log_path.display()

@@ -80,7 +80,9 @@ pub fn main(args: &Args) -> Result<ExitCode> {
         if out.exists() {
             fs::remove_dir_all(&out).with_context(|| format!("cannot clear {}", out.display()))?;
         }
-        eprintln!("vm-test: === {} ({}) ===", k.series.name(), k.release);
+        eprintln!("vm-test: === {} ({}): started ===", k.series.name(), k.release);
+        let started = std::time::Instant::now();
+        let live = crate::progress::live(format!("vm-test: {} ({})", k.series.name(), k.release), started);
         let req = RunRequest {
             kernel: k,
             opts: &args.vm,
@@ -96,6 +98,13 @@ pub fn main(args: &Args) -> Result<ExitCode> {
                 ("FAIL (VM error)".to_string(), None)
             }
         };
+        drop(live);
+        eprintln!(
+            "vm-test: {} ({}): {verdict} after {:.1} s",
+            k.series.name(),
+            k.release,
+            started.elapsed().as_secs_f64()
+        );
         // guest.sh writes its closing "N passed, M failed" line here.
         let counts = fs::read_to_string(out.join("summary.txt"))
             .map(|s| s.trim().to_string())

@@ -13,11 +13,12 @@ use std::{
 };
 
 use crate::{
-    cli::AttachArgs,
+    cli::{AttachArgs, TargetArgs, TraceArgs},
     counters,
     error::{Error, Result},
     loader::{self, LoadOptions},
     output::{Named, OutputFile, StreamFile},
+    report::Report,
     session::{Session, SessionOptions},
     trace::{Interval, IntervalRecord, Trace},
 };
@@ -298,18 +299,35 @@ impl Jsonl {
     }
 }
 
+/// A trace attached to running processes, its probes live: what `attach`
+/// and `top` share (the targets, the session, the outputs, the stop).
+pub struct Attached {
+    pub trace: Trace,
+    pub rt: tokio::runtime::Runtime,
+    /// Completes on SIGINT, SIGTERM or `--duration`.
+    pub signals: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
+    /// The targets traced (alive when the probes went live).
+    pub live: Vec<u32>,
+    /// What the user is told about the targets (on stderr, and in the report).
+    pub notes: Vec<String>,
+    /// The files named by flags, opened before anything was loaded.
+    pub files: super::run::Outputs,
+    latency: std::time::Duration,
+    pre_existing: Vec<PreExisting>,
+}
+
 /// The processes the flags name (`--pid`, `--cgroup`, `--comm`), before
 /// their descendants are added; a flag that names none leaves a note.
-fn roots(args: &AttachArgs, notes: &mut Vec<String>) -> Result<Vec<u32>> {
-    let mut roots: Vec<u32> = args.pid.clone();
-    if let Some(cg) = &args.cgroup {
+fn roots(targets_args: &TargetArgs, notes: &mut Vec<String>) -> Result<Vec<u32>> {
+    let mut roots: Vec<u32> = targets_args.pid.clone();
+    if let Some(cg) = &targets_args.cgroup {
         let m = cgroup_members(cg)?;
         if m.is_empty() {
             notes.push(format!("cgroup {}: no processes", cg.display()));
         }
         roots.extend(m);
     }
-    if let Some(comm) = &args.comm {
+    if let Some(comm) = &targets_args.comm {
         let m = by_comm(comm);
         if m.is_empty() {
             let cut = if comm.len() > COMM_MAX {
@@ -331,18 +349,18 @@ fn roots(args: &AttachArgs, notes: &mut Vec<String>) -> Result<Vec<u32>> {
     Ok(roots)
 }
 
-/// The session `attach` opens: only the targets' calls (every process's
-/// with `--all`, and the installed libraries then).
-fn session_options(args: &AttachArgs) -> Result<SessionOptions> {
+/// The session `attach` and `top` open: only the targets' calls (every
+/// process's with `--all`, and the installed libraries then).
+fn session_options(all: bool, t: &TraceArgs) -> Result<SessionOptions> {
     Ok(SessionOptions {
         load: LoadOptions {
-            ringbuf_bytes: loader::check_ringbuf_size(args.trace.ringbuf_bytes)?,
-            targets_only: !args.all,
+            ringbuf_bytes: loader::check_ringbuf_size(t.ringbuf_bytes)?,
+            targets_only: !all,
             ..LoadOptions::default()
         },
         families: None,
-        installed_libraries: args.all,
-        collectives: args.trace.collectives.unwrap_or_default(),
+        installed_libraries: all,
+        collectives: t.collectives.unwrap_or_default(),
     })
 }
 
@@ -351,7 +369,7 @@ fn session_options(args: &AttachArgs) -> Result<SessionOptions> {
 /// libraries) and what each had before.
 fn add_targets(
     trace: &mut Trace,
-    targets: &std::collections::BTreeSet<u32>,
+    targets: &BTreeSet<u32>,
     parents: &std::collections::BTreeMap<u32, u32>,
     notes: &mut Vec<String>,
 ) -> (Vec<(u32, usize)>, Vec<PreExisting>) {
@@ -375,7 +393,7 @@ fn add_targets(
 }
 
 /// Tells the user the probes are live, and what was noted on the way.
-fn announce(trace: &Trace, args: &AttachArgs, live: usize, latency: std::time::Duration, notes: &[String]) {
+fn announce(trace: &Trace, all: bool, live: usize, latency: std::time::Duration, notes: &[String]) {
     errln!(
         "gdrtrace: attached to {} process(es) in {:.1} ms (all probes live); events before that moment are not seen: state that existed then is reported as pre-existing (VmPin at attach)",
         live,
@@ -384,76 +402,39 @@ fn announce(trace: &Trace, args: &AttachArgs, live: usize, latency: std::time::D
     for n in notes {
         errln!("gdrtrace: note: {n}");
     }
-    if !args.all && trace.session.planner.libs.is_empty() {
+    if !all && trace.session.planner.libs.is_empty() {
         errln!(
             "gdrtrace: note: no target maps libcuda, libibverbs or libnccl (yet); kernel and syscall probes still apply"
         );
     }
 }
 
-/// The `--interval` records: a line on standard output each (notifying
-/// `stdout_gone` once it is closed) and one in the `--jsonl` file.
-fn interval_records(
-    trace: &mut Trace,
-    args: &AttachArgs,
-    jsonl: &Option<Rc<RefCell<Jsonl>>>,
-    stdout_gone: &Rc<tokio::sync::Notify>,
-    notes: &mut Vec<String>,
-) {
-    if let Some(every) = args.interval {
-        if every < crate::trace::TICK {
-            errln!(
-                "gdrtrace: note: --interval {} is shorter than the sampling tick: a record every {} ms",
-                crate::units::fmt_duration(every),
-                crate::trace::TICK.as_millis()
-            );
-        }
-        let jsonl = jsonl.clone();
-        let gone = stdout_gone.clone();
-        trace.interval = Some(Interval::new(
-            every,
-            Box::new(move |rec| {
-                if !outln!("{}", interval_line(rec)) && crate::output::stdout_closed() {
-                    gone.notify_one();
-                }
-                if let Some(j) = &jsonl {
-                    j.borrow_mut().write(rec);
-                }
-            }),
-        ));
-    } else if jsonl.is_some() {
-        notes.push("--jsonl without --interval: no interval records".into());
-    }
-}
-
-pub fn attach(args: &AttachArgs) -> Result<i32> {
+/// Finds the targets, checks every file (`extra`: the command's own, such
+/// as attach's `--jsonl`), loads and attaches, adds the targets to the
+/// in-kernel set and installs the signal handlers: the probes are live when
+/// this returns, and the user has been told so (with the notes) on stderr.
+pub fn open(cmd: &str, targets_args: &TargetArgs, t: &TraceArgs, extra: &[Option<Named<'_>>]) -> Result<Attached> {
     let started = Instant::now();
     let mut notes = Vec::new();
-    if args.pid.is_empty() && args.cgroup.is_none() && args.comm.is_none() && !args.all {
-        return Err(Error::Usage("attach needs --pid, --cgroup, --comm or --all".into()));
+    let all = targets_args.all;
+    if !targets_args.any() {
+        return Err(Error::Usage(format!("{cmd} needs --pid, --cgroup, --comm or --all")));
     }
-    let roots = roots(args, &mut notes)?;
+    let roots = roots(targets_args, &mut notes)?;
     let targets = targets(&roots, &mut notes);
     // Parents tell the ranks of one job (a launcher's children) from
     // another job's, which the GPU link counters cannot.
     let parents: std::collections::BTreeMap<u32, u32> = process_table().into_iter().collect();
-    if targets.is_empty() && !args.all {
+    if targets.is_empty() && !all {
         return Err(Error::Usage(format!("no process to attach to: {}", notes.join("; "))));
     }
     // Every file is checked before any BPF is loaded.
-    let mut files = super::run::Outputs::open(&args.trace, &[Named::output("--jsonl", args.jsonl.as_deref())])?;
-    let jsonl = OutputFile::open_opt("--jsonl", args.jsonl.as_deref())?.map(|file| {
-        Rc::new(RefCell::new(Jsonl {
-            file: file.stream(),
-            lost: 0,
-        }))
-    });
-    let session = Session::open(&session_options(args)?)?;
+    let files = super::run::Outputs::open(t, extra)?;
+    let session = Session::open(&session_options(all, t)?)?;
     let mut trace = Trace::new(session);
-    let t = &args.trace;
     trace.outputs(t.record.as_deref(), t.transfers.as_deref(), t.trace_event.is_some())?;
     let (attached, pre_existing) = add_targets(&mut trace, &targets, &parents, &mut notes);
-    if args.all {
+    if all {
         // Copies of the libraries that running processes map outside the
         // installed paths (a torch job's own libnccl) are attached now, so
         // their collectives are counted from the start; a process shows up
@@ -474,7 +455,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     for (pid, _) in attached.iter().filter(|(p, _)| !live.contains(p)) {
         notes.push(format!("pid {pid}: exited during attach, before the probes were live"));
     }
-    if live.is_empty() && !args.all {
+    if live.is_empty() && !all {
         return Err(Error::Workload(format!(
             "nothing traced: every target exited during attach ({})",
             notes.join("; ")
@@ -485,48 +466,119 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     let rt = super::runtime()?;
     let signals = {
         let _guard = rt.enter();
-        super::stop_signal(args.trace.duration)?
+        Box::pin(super::stop_signal(t.duration)?)
     };
-    announce(&trace, args, live.len(), latency, &notes);
-    trace.stop_when_targets_exit = !args.all;
+    announce(&trace, all, live.len(), latency, &notes);
+    trace.stop_when_targets_exit = !all;
+    Ok(Attached {
+        trace,
+        rt,
+        signals,
+        live,
+        notes,
+        files,
+        latency,
+        pre_existing,
+    })
+}
+
+impl Attached {
+    /// The report of the trace (after `Trace::run_until`), judged, with the
+    /// attach section; files that failed on the way are in `late_errors`.
+    pub fn report(&mut self, t: &TraceArgs) -> Result<Report> {
+        // The window is closed in the kernel (the stop switch): the report
+        // comes first, the links are closed after it (`report_close`).
+        let log = super::run::nccl_log(t)
+            .map_err(|e| self.trace.late_errors.push(e))
+            .ok()
+            .flatten();
+        let mut report = self.trace.report(std::env::args().collect(), log.as_deref())?;
+        report.workloads.push(serde_json::json!({
+            "attach": {
+                "latency_ms": self.latency.as_secs_f64() * 1e3,
+                "uprobe_mode": self.trace.session.planner.uprobes.mode(),
+                "targets": self.live,
+                "notes": self.notes,
+                "missing_before_attach": "calls made before the probes were live (NCCL set-up, MRs registered earlier); pre_existing lists what /proc showed at attach, and a job past its set-up gets a steady-state verdict (socket syscalls, NVLink counters)",
+                "pre_existing": self.pre_existing,
+            }
+        }));
+        Ok(report)
+    }
+
+    /// Writes the files named by flags (`--json`, `--record`'s workloads
+    /// line, `--trace-event`), printing the report on stdout when `print`
+    /// says how; the errors of every file, the late ones first.
+    pub fn write(&mut self, t: &TraceArgs, report: &Report, print: Option<crate::cli::Format>) -> Vec<Error> {
+        let mut errors = std::mem::take(&mut self.trace.late_errors);
+        let mut files = std::mem::replace(&mut self.files, super::run::Outputs::none());
+        files.recording = self.trace.recording.take();
+        if let Err(e) = super::run::write_outputs(t, files, report, self.trace.timeline.take(), print) {
+            errors.push(e);
+        }
+        errors
+    }
+}
+
+pub fn attach(args: &AttachArgs) -> Result<i32> {
+    let jsonl_flag = [Named::output("--jsonl", args.jsonl.as_deref())];
+    let t = &args.trace;
+    if !args.targets.any() {
+        return Err(Error::Usage("attach needs --pid, --cgroup, --comm or --all".into()));
+    }
+    // `--jsonl` is checked with the other files, before any BPF is loaded.
+    crate::output::check_writable("--jsonl", args.jsonl.as_deref())?;
+    let mut a = open("attach", &args.targets, t, &jsonl_flag)?;
+    let jsonl = OutputFile::open_opt("--jsonl", args.jsonl.as_deref())?.map(|file| {
+        Rc::new(RefCell::new(Jsonl {
+            file: file.stream(),
+            lost: 0,
+        }))
+    });
     // A closed standard output (`attach --interval 1s | head -1`) ends the
     // trace as SIGPIPE would have, but the files are still written.
     let stdout_gone = Rc::new(tokio::sync::Notify::new());
-    interval_records(&mut trace, args, &jsonl, &stdout_gone, &mut notes);
+    if let Some(every) = args.interval {
+        if every < crate::trace::TICK {
+            errln!(
+                "gdrtrace: note: --interval {} is shorter than the sampling tick: a record every {} ms",
+                crate::units::fmt_duration(every),
+                crate::trace::TICK.as_millis()
+            );
+        }
+        let jsonl = jsonl.clone();
+        let gone = stdout_gone.clone();
+        a.trace.interval = Some(Interval::new(
+            every,
+            Box::new(move |rec| {
+                if !outln!("{}", interval_line(rec)) && crate::output::stdout_closed() {
+                    gone.notify_one();
+                }
+                if let Some(j) = &jsonl {
+                    j.borrow_mut().write(rec);
+                }
+            }),
+        ));
+    } else if jsonl.is_some() {
+        a.notes.push("--jsonl without --interval: no interval records".into());
+    }
+    let signals = std::mem::replace(&mut a.signals, Box::pin(std::future::pending()));
     let stop = async {
         tokio::select! {
             () = signals => {}
             () = stdout_gone.notified() => {}
         }
     };
+    let Attached { rt, trace, .. } = &mut a;
     rt.block_on(async { trace.run_until(stop).await })?;
-    // The window is closed in the kernel (the stop switch): the report comes
-    // first, the links are closed after it (timed, on stderr).
-    let log = super::run::nccl_log(&args.trace)
-        .map_err(|e| trace.late_errors.push(e))
-        .ok()
-        .flatten();
-    let mut report = trace.report(std::env::args().collect(), log.as_deref())?;
-    let mut errors = std::mem::take(&mut trace.late_errors);
-    report.workloads.push(serde_json::json!({
-        "attach": {
-            "latency_ms": latency.as_secs_f64() * 1e3,
-            "uprobe_mode": trace.session.planner.uprobes.mode(),
-            "targets": live,
-            "notes": notes,
-            "missing_before_attach": "calls made before the probes were live (NCCL set-up, MRs registered earlier); pre_existing lists what /proc showed at attach, and a job past its set-up gets a steady-state verdict (socket syscalls, NVLink counters)",
-            "pre_existing": pre_existing,
-        }
-    }));
+    let report = a.report(t)?;
     // The interval sink (holding a clone) is gone with the trace's interval.
-    trace.interval = None;
+    a.trace.interval = None;
+    let mut errors = Vec::new();
     if let Some(e) = jsonl.and_then(Rc::into_inner).and_then(|j| j.into_inner().finish()) {
         errors.push(e);
     }
-    files.recording = trace.recording.take();
-    if let Err(e) = super::run::emit(&args.trace, files, &report, trace.timeline.take()) {
-        errors.push(e);
-    }
-    super::report_close(&mut trace.session);
+    errors.extend(a.write(t, &report, Some(t.format)));
+    super::report_close(&mut a.trace.session);
     super::finish(0, errors)
 }

@@ -63,7 +63,9 @@ pub fn record(args: &BaselineRecordArgs) -> Result<i32> {
             (vec![run], vec![report], format!("report {name}"), 0)
         }
         None => {
-            let v = super::validate::run_validate(&args.validate)?;
+            let v = crate::progress::step("baseline record: validate", || {
+                super::validate::run_validate(&args.validate)
+            })?;
             let (code, reports) = (v.code, v.reports);
             let runs = reports
                 .iter()

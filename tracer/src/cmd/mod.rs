@@ -10,6 +10,7 @@ pub mod job;
 pub mod replay;
 pub mod run;
 pub mod serve;
+pub mod top;
 pub mod topo;
 pub mod validate;
 
@@ -27,6 +28,7 @@ pub use crate::{
 pub fn dispatch(cmd: Command) -> Result<i32> {
     match cmd {
         Command::Attach(a) => attach::attach(&a),
+        Command::Top(a) => top::top(&a),
         Command::Doctor(a) => doctor::doctor(&a),
         Command::Topo(a) => topo::topo(&a),
         Command::Explain(a) => explain::explain(&a),

@@ -9,7 +9,11 @@ use crate::{
     output::{self, Named, OutputFile, StreamFile},
     recording::{self, Recording},
     report::{self, Report},
-    stats::{Aggregator, source::Recorded},
+    stats::{
+        Aggregator,
+        feed::Input,
+        source::{Fact, Recorded},
+    },
 };
 
 /// Feeds a recording's inputs to a fresh aggregator, in order, each with
@@ -24,23 +28,60 @@ pub fn aggregate_with(
     transfers: Option<std::io::BufWriter<StreamFile>>,
     timeline: bool,
 ) -> Aggregator {
-    let pending = Rc::new(RefCell::new(Vec::new()));
-    let mut agg = Aggregator::with_source(Box::new(Recorded {
-        pending: pending.clone(),
-        nvlink: rec.header.facts.nvlink,
-    }));
-    agg.transfers_mut().sink = transfers;
-    if timeline {
-        agg.keep_timeline(rec.header.started_ns);
+    let mut f = Feeder::new(rec, transfers, timeline);
+    for input in &rec.inputs {
+        f.feed(input);
     }
-    for (input, facts) in &rec.inputs {
-        *pending.borrow_mut() = facts.clone();
-        agg.feed(input);
+    f.finish(rec)
+}
+
+/// A fresh aggregator fed a recording's inputs one at a time, each with the
+/// facts the live source answered while handling it (`top --replay` plays
+/// them at the recording's pace; `aggregate` all at once).
+pub struct Feeder {
+    pub agg: Aggregator,
+    pending: Rc<RefCell<Vec<Fact>>>,
+}
+
+impl Feeder {
+    pub fn new(rec: &Recording, transfers: Option<std::io::BufWriter<StreamFile>>, timeline: bool) -> Self {
+        let pending = Rc::new(RefCell::new(Vec::new()));
+        let mut agg = Aggregator::with_source(Box::new(Recorded {
+            pending: pending.clone(),
+            nvlink: rec.header.facts.nvlink,
+        }));
+        agg.transfers_mut().sink = transfers;
+        if timeline {
+            agg.keep_timeline(rec.header.started_ns);
+        }
+        Feeder { agg, pending }
     }
-    for (pid, kib) in &rec.footer.vm_pin_kib_at_attach {
-        agg.set_vm_pin_at_attach(*pid, Some(*kib));
+
+    pub fn feed(&mut self, (input, facts): &(Input, Vec<Fact>)) {
+        *self.pending.borrow_mut() = facts.clone();
+        self.agg.feed(input);
     }
-    agg
+
+    /// The judged and explained report of the inputs fed so far, `t_s`
+    /// seconds into the recording (`top --replay`'s frames): the same
+    /// building, judging and explaining as the whole recording's, with the
+    /// footer's host-side inputs.
+    pub fn snapshot(&self, rec: &Recording, t_s: f64, nccl_log: Option<&str>) -> Report {
+        let mut inputs = recording::inputs_of(&rec.header, &rec.footer);
+        inputs.duration_s = t_s;
+        let mut r = report::build(&self.agg, inputs);
+        r.judge_with(nccl_log, rec.header.facts.nvlink);
+        crate::explain::fill(&mut r);
+        r
+    }
+
+    /// The aggregator once every input is in (with the footer's VmPin at attach).
+    pub fn finish(mut self, rec: &Recording) -> Aggregator {
+        for (pid, kib) in &rec.footer.vm_pin_kib_at_attach {
+            self.agg.set_vm_pin_at_attach(*pid, Some(*kib));
+        }
+        self.agg
+    }
 }
 
 /// The judged report of a recording (and the aggregator behind it).
@@ -67,14 +108,21 @@ pub fn rebuild_full(
     timeline: bool,
 ) -> std::result::Result<(Report, Aggregator, Option<String>), String> {
     let mut agg = aggregate_with(rec, transfers.map(std::io::BufWriter::new), timeline);
+    let r = judged(rec, &mut agg, nccl_log);
+    let timeline = agg.take_timeline().map(|t| report::timeline::render(&t, &r));
+    Ok((r, agg, timeline))
+}
+
+/// The judged and explained report of a recording's aggregator once every
+/// input is in.
+pub fn judged(rec: &Recording, agg: &mut Aggregator, nccl_log: Option<&str>) -> Report {
     agg.settle();
     let inputs = recording::inputs_of(&rec.header, &rec.footer);
-    let mut r = report::build(&agg, inputs);
+    let mut r = report::build(agg, inputs);
     r.judge_with(nccl_log, rec.header.facts.nvlink);
     crate::explain::fill(&mut r);
     r.workloads = rec.workloads.clone();
-    let timeline = agg.take_timeline().map(|t| report::timeline::render(&t, &r));
-    Ok((r, agg, timeline))
+    r
 }
 
 /// Reads and parses a recording through the one input reader (gzip by
@@ -118,7 +166,7 @@ pub fn replay(args: &ReplayArgs) -> Result<i32> {
     if let Err(e) = super::run::write_timeline(trace_event, timeline) {
         errors.push(e);
     }
-    if let Err(e) = super::run::emit_with(json, args.format, ucx_log.as_deref(), &report) {
+    if let Err(e) = super::run::emit_with(json, Some(args.format), ucx_log.as_deref(), &report) {
         errors.push(e);
     }
     super::finish(0, errors)

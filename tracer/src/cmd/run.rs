@@ -331,6 +331,18 @@ pub fn trace_command<S: AsRef<std::ffi::OsStr>>(t: &TraceArgs, argv: &[S]) -> Re
 /// `--trace-event`; appends the workloads' summaries to `--record FILE`.
 /// Every step is tried; the first failure is returned, the others printed.
 pub fn emit(t: &TraceArgs, files: Outputs, report: &Report, timeline: Option<String>) -> Result<()> {
+    write_outputs(t, files, report, timeline, Some(t.format))
+}
+
+/// As `emit`, printing the report on stdout only when `print` says how
+/// (`top` prints none: its view was the output).
+pub fn write_outputs(
+    t: &TraceArgs,
+    files: Outputs,
+    report: &Report,
+    timeline: Option<String>,
+    print: Option<Format>,
+) -> Result<()> {
     let mut errors = Vec::new();
     if let Err(e) = write_timeline(files.trace_event, timeline) {
         errors.push(e);
@@ -344,7 +356,7 @@ pub fn emit(t: &TraceArgs, files: Outputs, report: &Report, timeline: Option<Str
         Some(p) => input::read_to_string(p).map_err(|e| errors.push(e)).ok(),
         None => None,
     };
-    if let Err(e) = emit_with(files.json, t.format, ucx.as_deref(), report) {
+    if let Err(e) = emit_with(files.json, print, ucx.as_deref(), report) {
         errors.push(e);
     }
     super::first_error(errors)
@@ -366,7 +378,12 @@ pub fn nccl_log(t: &TraceArgs) -> Result<Option<String>> {
 
 /// Prints the (judged) report, compared with a UCX log if given, then
 /// writes `json` (even when standard output is closed).
-pub fn emit_with(json: Option<OutputFile>, format: Format, ucx_log: Option<&str>, report: &Report) -> Result<()> {
+pub fn emit_with(
+    json: Option<OutputFile>,
+    format: Option<Format>,
+    ucx_log: Option<&str>,
+    report: &Report,
+) -> Result<()> {
     debug_assert!(report.judged, "reports are judged once, where they are built");
     let mut corroborated;
     let report = match ucx_log {
@@ -381,12 +398,13 @@ pub fn emit_with(json: Option<OutputFile>, format: Format, ucx_log: Option<&str>
     let text_json =
         serde_json::to_string_pretty(report).map_err(|e| Error::Workload(format!("serializing the report: {e}")))?;
     match format {
-        Format::Json => {
+        Some(Format::Json) => {
             outln!("{text_json}");
         }
-        Format::Text => {
+        Some(Format::Text) => {
             out!("{}", text::render(report));
         }
+        None => {}
     }
     match json {
         Some(f) => f.write(text_json.as_bytes()),

@@ -74,7 +74,7 @@ fn verbs(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Re
     churn.extend(["--registrations", "32", "--pages", "16", "--writes", "0", "--summary"].map(String::from));
     churn.push(summary.display().to_string());
     let churn_args = sub(trace, "verbs-churn");
-    let (report, churn_code, errors) = super::run::trace_command(&churn_args, &churn)?.finish_writing(&churn_args);
+    let (report, churn_code, errors) = traced(&churn_args, &churn, "verbs-churn")?.finish_writing(&churn_args);
     let text = std::fs::read_to_string(&summary).map_err(|e| Error::io(format!("reading {}", summary.display()), e));
     let _ = std::fs::remove_file(&summary);
     let mut checks = vec![check(
@@ -100,7 +100,7 @@ fn verbs(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Re
     let mut write = base;
     write.extend(["--registrations", "2", "--pages", "16", "--writes", "16"].map(String::from));
     let write_args = sub(trace, "verbs-write");
-    let (_, write_code, errors) = super::run::trace_command(&write_args, &write)?.finish_writing(&write_args);
+    let (_, write_code, errors) = traced(&write_args, &write, "verbs-write")?.finish_writing(&write_args);
     checks.push(check(
         "RDMA WRITE between two RC QPs verified",
         write_code == 0,
@@ -110,6 +110,12 @@ fn verbs(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Re
     outln!("\nvalidate: verbs");
     print_checks(&checks);
     Ok(checks)
+}
+
+/// Traces `argv` as validate's step `name`: stderr says what is running
+/// and for how long (`progress`).
+fn traced(trace: &TraceArgs, argv: &[String], name: &str) -> Result<super::run::Outcome> {
+    crate::progress::step(format!("validate: {name}"), || super::run::trace_command(trace, argv))
 }
 
 /// Traces a workload that writes `--summary FILE`; returns its judged
@@ -127,7 +133,7 @@ fn traced_workload<T: serde::de::DeserializeOwned>(
     argv.push("--summary".into());
     argv.push(summary.display().to_string());
     let trace = sub(trace, name);
-    let (report, code, errors) = super::run::trace_command(&trace, &argv)?.finish_writing(&trace);
+    let (report, code, errors) = traced(&trace, &argv, name)?.finish_writing(&trace);
     let text = std::fs::read_to_string(&summary).unwrap_or_default();
     let _ = std::fs::remove_file(&summary);
     let v: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
@@ -480,11 +486,11 @@ pub fn run_validate(args: &ValidateArgs) -> Result<Validated> {
     let trace = &trace;
     // Every file is checked before any BPF is loaded.
     let mut files = Outputs::open(trace, &[])?;
-    let mut traced = super::run::trace_command(trace, &argv)?;
+    let mut pin_churn = traced(trace, &argv, "pin-churn")?;
     // The recording's workloads line follows in `emit`.
-    files.recording = traced.recording.take();
-    let timeline = traced.timeline.take();
-    let (report, code, errors) = traced.finish();
+    files.recording = pin_churn.recording.take();
+    let timeline = pin_churn.timeline.take();
+    let (report, code, errors) = pin_churn.finish();
     let text_summary =
         std::fs::read_to_string(&summary).map_err(|e| Error::io(format!("reading {}", summary.display()), e));
     let _ = std::fs::remove_file(&summary);

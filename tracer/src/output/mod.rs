@@ -120,13 +120,51 @@ fn write_stdout(args: fmt::Arguments<'_>) -> bool {
         return false;
     }
     let text = fmt::format(args);
-    match io::stdout().lock().write_all(escape(&text).as_bytes()) {
-        Ok(()) => true,
-        Err(e) => {
-            stdout_failed(&e);
-            false
+    beside_status(|| {
+        // Standard output is line-buffered: a line is out before the status
+        // line is drawn again.
+        match io::stdout().lock().write_all(escape(&text).as_bytes()) {
+            Ok(()) => true,
+            Err(e) => {
+                stdout_failed(&e);
+                false
+            }
         }
+    })
+}
+
+/// The live status line at the bottom of standard error (`progress`), if
+/// one is shown: what every write to stdout or stderr clears first and
+/// draws again after, so that lines never land inside it.
+static STATUS: Mutex<Option<String>> = Mutex::new(None);
+
+/// Shows `line` as the live status line on standard error (only where it
+/// is a terminal: `progress` decides), or clears it (None).
+pub fn set_status(line: Option<String>) {
+    let Ok(mut status) = STATUS.lock() else { return };
+    let mut err = io::stderr().lock();
+    let _ = err.write_all(b"\r\x1b[K");
+    if let Some(l) = &line {
+        let _ = err.write_all(escape(l).as_bytes());
     }
+    let _ = err.flush();
+    *status = line;
+}
+
+/// Runs `write` with the status line (if any) cleared, and draws it again after.
+fn beside_status<T>(write: impl FnOnce() -> T) -> T {
+    let status = STATUS.lock();
+    let shown = status.as_ref().ok().and_then(|s| s.as_deref());
+    if shown.is_some() {
+        let _ = io::stderr().lock().write_all(b"\r\x1b[K");
+    }
+    let r = write();
+    if let Some(l) = shown {
+        let mut err = io::stderr().lock();
+        let _ = err.write_all(escape(l).as_bytes());
+        let _ = err.flush();
+    }
+    r
 }
 
 /// Flushes standard output (at the end, and before a long wait).
@@ -152,7 +190,9 @@ pub fn stdout_error() -> Option<String> {
 /// to report it), never a panic as with `eprintln!`.
 pub fn stderr_fmt(args: fmt::Arguments<'_>) {
     let text = fmt::format(args);
-    let _ = io::stderr().lock().write_all(escape(&text).as_bytes());
+    beside_status(|| {
+        let _ = io::stderr().lock().write_all(escape(&text).as_bytes());
+    });
 }
 
 /// The one escaping of printed text: control characters other than newline
