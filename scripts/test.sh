@@ -5,6 +5,8 @@
 # Soft-RoCE) for the kernel probes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A one-off build: incremental state would only take disk.
+export CARGO_INCREMENTAL=0
 bash scripts/setup.sh --vm
 bash scripts/lint.sh
 cargo build --quiet -p tracer

@@ -645,7 +645,7 @@ fn item9_replay_refuses_impossible_values() {
                     .then(|| v["dur_ns"] = serde_json::json!(-5))
                     .is_some()
             }),
-            "dur_ns is -5",
+            "dur_ns: -5 is not a non-negative integer",
         ),
         (
             "negative start",
@@ -654,7 +654,7 @@ fn item9_replay_refuses_impossible_values() {
                     .then(|| v["start_ns"] = serde_json::json!("-7"))
                     .is_some()
             }),
-            "start_ns is \"-7\"",
+            "start_ns: \"-7\" is not a non-negative integer",
         ),
     ];
     for (what, body, expect) in &cases {

@@ -178,6 +178,10 @@ pub struct Verdict {
     pub evidence: Vec<String>,
     /// Why a fallback happened (an environment variable that forced it), if known.
     pub cause: Option<String>,
+    /// The kind of `cause` (`serve`'s `cause` label); not in reports, whose
+    /// readers have the sentence.
+    #[serde(skip)]
+    pub cause_kind: Option<CauseKind>,
     /// NCCL's own log: its transport for this process, and whether it agrees.
     pub nccl_log: Option<LogAgreement>,
     /// NCCL's network path when its network transport carried the traffic
@@ -248,37 +252,135 @@ fn ib_staged(env: &BTreeMap<String, String>) -> String {
     }
 }
 
-/// Why a process ended on a host-staged transport, from its environment and
-/// where its peers are.
-pub fn cause(env: &BTreeMap<String, String>, transport: Transport, net: &Network) -> Option<String> {
-    let p2p_off = env_set(env, "NCCL_P2P_DISABLE");
-    let shm_off = env_set(env, "NCCL_SHM_DISABLE");
-    match transport {
-        Transport::HostStaged => Some(ib_staged(env)),
-        // Between hosts P2P and SHM are not the question: the network is.
-        Transport::Socket if net.other_hosts.is_some() => Some(match socket_forced(env) {
-            Some(forced) => forced.to_string(),
-            None => format!("inter-node traffic over TCP sockets (NET/Socket): {}", rdma_text(net)),
-        }),
-        Transport::Shm if p2p_off => {
-            Some("NCCL_P2P_DISABLE=1 in the process environment disabled P2P: NCCL fell back to shared memory through the host".into())
+/// Why a process ended on a host-staged transport: the one decision that
+/// the report's cause text ([`cause`]) and `serve`'s `cause` label
+/// ([`CauseKind::id`]) both name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CauseKind {
+    /// `NCCL_NET_GDR_LEVEL` limits GPUDirect RDMA by distance (NET/IB staged).
+    IbGdrLevel,
+    /// `NCCL_NET_GDR_READ=0` (NET/IB sends from host buffers).
+    IbGdrRead,
+    /// NET/IB without GPUDirect RDMA, no variable forced it.
+    IbNoGdr,
+    /// `NCCL_NET=Socket` chose NCCL's socket network.
+    NetSocketForced,
+    /// `NCCL_IB_DISABLE=1` left only sockets.
+    IbDisabled,
+    /// Ranks on other hosts over TCP: this host has no RDMA device.
+    NoRdmaDevice,
+    /// Ranks on other hosts over TCP although this host has RDMA devices.
+    RdmaUnused,
+    /// `NCCL_P2P_DISABLE=1` (shared memory).
+    P2pDisabled,
+    /// `NCCL_P2P_DISABLE=1` and `NCCL_SHM_DISABLE=1` (sockets).
+    P2pShmDisabled,
+    /// `NCCL_SHM_DISABLE=1`, P2P not possible (sockets).
+    ShmDisabled,
+    /// NCCL's network between ranks it sees as other hosts or without a
+    /// shared /dev/shm, nothing disabled.
+    NetBetweenLocalRanks,
+    /// Shared memory with nothing disabled: P2P was not possible.
+    P2pNotPossible,
+}
+
+impl CauseKind {
+    /// The label value (`serve`'s `cause`): short, stable, bounded.
+    pub fn id(self) -> &'static str {
+        match self {
+            CauseKind::IbGdrLevel => "env-nccl-net-gdr-level",
+            CauseKind::IbGdrRead => "env-nccl-net-gdr-read",
+            CauseKind::IbNoGdr => "ib-without-gdr",
+            CauseKind::NetSocketForced => "env-nccl-net-socket",
+            CauseKind::IbDisabled => "env-nccl-ib-disable",
+            CauseKind::NoRdmaDevice => "no-rdma-device",
+            CauseKind::RdmaUnused => "rdma-device-unused",
+            CauseKind::P2pDisabled => "env-nccl-p2p-disable",
+            CauseKind::P2pShmDisabled => "env-nccl-p2p-shm-disable",
+            CauseKind::ShmDisabled => "env-nccl-shm-disable",
+            CauseKind::NetBetweenLocalRanks => "net-between-local-ranks",
+            CauseKind::P2pNotPossible => "p2p-not-possible",
         }
-        Transport::Socket if shm_off && p2p_off => Some(
-            "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1 in the process environment: NCCL fell back to the socket transport through host memory".into(),
-        ),
-        Transport::Socket if shm_off => {
-            Some("NCCL_SHM_DISABLE=1 in the process environment, and P2P was not possible".into())
-        }
-        Transport::Socket => Some(match socket_forced(env) {
-            Some(forced) => forced.to_string(),
-            None => format!(
+    }
+
+    /// Every kind (the label's vocabulary, for docs and tests).
+    pub const ALL: [CauseKind; 12] = [
+        CauseKind::IbGdrLevel,
+        CauseKind::IbGdrRead,
+        CauseKind::IbNoGdr,
+        CauseKind::NetSocketForced,
+        CauseKind::IbDisabled,
+        CauseKind::NoRdmaDevice,
+        CauseKind::RdmaUnused,
+        CauseKind::P2pDisabled,
+        CauseKind::P2pShmDisabled,
+        CauseKind::ShmDisabled,
+        CauseKind::NetBetweenLocalRanks,
+        CauseKind::P2pNotPossible,
+    ];
+
+    /// The report's sentence for this cause, with the values it names.
+    fn text(self, env: &BTreeMap<String, String>, net: &Network) -> String {
+        match self {
+            CauseKind::IbGdrLevel | CauseKind::IbGdrRead | CauseKind::IbNoGdr => ib_staged(env),
+            CauseKind::NetSocketForced | CauseKind::IbDisabled => socket_forced(env).unwrap_or_default().to_string(),
+            CauseKind::NoRdmaDevice | CauseKind::RdmaUnused => {
+                format!("inter-node traffic over TCP sockets (NET/Socket): {}", rdma_text(net))
+            }
+            CauseKind::P2pDisabled => {
+                "NCCL_P2P_DISABLE=1 in the process environment disabled P2P: NCCL fell back to shared memory through the host".into()
+            }
+            CauseKind::P2pShmDisabled => "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1 in the process environment: NCCL fell back to the socket transport through host memory".into(),
+            CauseKind::ShmDisabled => "NCCL_SHM_DISABLE=1 in the process environment, and P2P was not possible".into(),
+            CauseKind::NetBetweenLocalRanks => format!(
                 "NCCL used its network (NET/Socket) with P2P and SHM allowed, which it does only between ranks it places on different hosts (host hash: NCCL_HOSTID, else host name and boot id) or without a shared /dev/shm; over TCP because {}",
                 rdma_text(net)
             ),
-        }),
-        Transport::Shm => Some("no NCCL_*_DISABLE variable set: P2P was not possible between these GPUs (check topology, ACS/IOMMU, driver)".into()),
-        _ => None,
+            CauseKind::P2pNotPossible => {
+                "no NCCL_*_DISABLE variable set: P2P was not possible between these GPUs (check topology, ACS/IOMMU, driver)".into()
+            }
+        }
     }
+}
+
+/// Which variable forced NCCL onto sockets, if one did.
+fn socket_forced_kind(env: &BTreeMap<String, String>) -> Option<CauseKind> {
+    if env_is(env, "NCCL_NET", "socket") {
+        Some(CauseKind::NetSocketForced)
+    } else if env_set(env, "NCCL_IB_DISABLE") {
+        Some(CauseKind::IbDisabled)
+    } else {
+        None
+    }
+}
+
+/// Why a process ended on a host-staged transport, from its environment and
+/// where its peers are (None: not host-staged, or no cause known).
+pub fn cause_kind(env: &BTreeMap<String, String>, transport: Transport, net: &Network) -> Option<CauseKind> {
+    let p2p_off = env_set(env, "NCCL_P2P_DISABLE");
+    let shm_off = env_set(env, "NCCL_SHM_DISABLE");
+    let rdma = || match net.rdma_devices.as_deref() {
+        Some(d) if !d.is_empty() => CauseKind::RdmaUnused,
+        _ => CauseKind::NoRdmaDevice,
+    };
+    Some(match transport {
+        Transport::HostStaged if env.contains_key("NCCL_NET_GDR_LEVEL") => CauseKind::IbGdrLevel,
+        Transport::HostStaged if env.get("NCCL_NET_GDR_READ").is_some_and(|v| v == "0") => CauseKind::IbGdrRead,
+        Transport::HostStaged => CauseKind::IbNoGdr,
+        // Between hosts P2P and SHM are not the question: the network is.
+        Transport::Socket if net.other_hosts.is_some() => socket_forced_kind(env).unwrap_or_else(rdma),
+        Transport::Shm if p2p_off => CauseKind::P2pDisabled,
+        Transport::Socket if shm_off && p2p_off => CauseKind::P2pShmDisabled,
+        Transport::Socket if shm_off => CauseKind::ShmDisabled,
+        Transport::Socket => socket_forced_kind(env).unwrap_or(CauseKind::NetBetweenLocalRanks),
+        Transport::Shm => CauseKind::P2pNotPossible,
+        _ => return None,
+    })
+}
+
+/// The cause's sentence in the report (see [`cause_kind`]).
+pub fn cause(env: &BTreeMap<String, String>, transport: Transport, net: &Network) -> Option<String> {
+    cause_kind(env, transport, net).map(|k| k.text(env, net))
 }
 
 /// Whether a call label is a libnccl row's.
@@ -319,6 +421,7 @@ pub fn verdict(e: &Evidence) -> Option<Verdict> {
             basis: Basis::SetUp,
             evidence: vec![ONE_RANK.into()],
             cause: None,
+            cause_kind: None,
             nccl_log: None,
             net: None,
             other_hosts: None,
@@ -396,6 +499,7 @@ pub fn verdict(e: &Evidence) -> Option<Verdict> {
         basis: Basis::SetUp,
         evidence,
         cause: cause(&e.env, transport, &e.network),
+        cause_kind: cause_kind(&e.env, transport, &e.network),
         nccl_log: None,
         net,
         other_hosts: e.network.other_hosts.clone().filter(|_| nccl),

@@ -278,6 +278,7 @@ pub fn verdict(s: &Steady, cx: &Context) -> Option<Verdict> {
         basis: Basis::SteadyState,
         evidence,
         cause: comm::cause(&s.env, transport, &s.network),
+        cause_kind: comm::cause_kind(&s.env, transport, &s.network),
         nccl_log: None,
         net: comm::Net::of(transport),
         other_hosts: s.network.other_hosts.clone(),

@@ -19,9 +19,18 @@ pub fn parse(text: &str) -> std::result::Result<Recording, String> {
 /// One line read as `T`; the error names the field (`pid`, `args[2]`).
 fn typed<'a, T: serde::Deserialize<'a>>(line: &'a str, ty: &str) -> std::result::Result<T, String> {
     let de = &mut serde_json::Deserializer::from_str(line);
-    serde_path_to_error::deserialize(de).map_err(|e| match e.path().to_string().as_str() {
-        "." => format!("{ty}: {}", e.inner()),
-        path => format!("{ty} field {path}: {}", e.inner()),
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        // The line number is the recording's (the caller adds it); serde's
+        // own "at line 1 column N" of a one-line document says nothing more
+        // than the field's path.
+        let inner = e.inner();
+        let msg = inner.to_string();
+        let at = format!(" at line {} column {}", inner.line(), inner.column());
+        let msg = msg.strip_suffix(&at).unwrap_or(&msg);
+        match e.path().to_string().as_str() {
+            "." => format!("{ty}: {msg}"),
+            path => format!("{ty} field {path}: {msg}"),
+        }
     })
 }
 

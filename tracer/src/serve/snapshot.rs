@@ -30,6 +30,8 @@ impl Agent {
                     transport: v.transport.name(),
                     host_staged: v.host_staged,
                     evidence_kind,
+                    net: v.net.map(|n| n.name()).unwrap_or(""),
+                    cause: v.cause_kind.map(|k| k.id()).unwrap_or(""),
                 };
                 (v.pid, f)
             })
@@ -215,6 +217,8 @@ impl Agent {
                         transport: Transport::Unknown.name(),
                         host_staged: false,
                         evidence_kind: "one-rank",
+                        net: "",
+                        cause: "",
                     }
                 } else {
                     v.clone()

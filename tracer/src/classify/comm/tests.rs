@@ -100,6 +100,7 @@ fn log_lines_and_agreement() {
         basis: Basis::SetUp,
         evidence: vec![],
         cause: None,
+        cause_kind: None,
         nccl_log: None,
         net: None,
         other_hosts: None,
@@ -146,6 +147,7 @@ fn log_per_communicator_and_gdr_lines() {
         basis: Basis::SetUp,
         evidence: vec![],
         cause: None,
+        cause_kind: None,
         nccl_log: None,
         net: None,
         other_hosts: None,
@@ -241,7 +243,15 @@ fn inter_node_socket_cause() {
     assert_eq!(json["net"], "NET/Socket");
     assert_eq!(json["transport"], "socket");
     let back: Verdict = serde_json::from_value(json).unwrap();
-    assert_eq!(back, v);
+    // The cause's kind is serve's label, not in reports: read back without it.
+    assert_eq!(v.cause_kind, Some(CauseKind::NoRdmaDevice));
+    assert_eq!(
+        back,
+        Verdict {
+            cause_kind: None,
+            ..v.clone()
+        }
+    );
 
     let v = two_hosts(&[("NCCL_HOSTID", "gdrtrace-emu-0"), ("NCCL_IB_DISABLE", "1")]);
     assert!(
@@ -406,4 +416,76 @@ fn ranks_spanning_hosts_answer_for_the_network() {
     assert_eq!(judged_vias(&vias).collect::<Vec<_>>(), vec!["NET/Socket/0"]);
     let only_p2p = vec!["P2P/CUMEM".to_string(), "P2P/IPC".to_string()];
     assert_eq!(judged_vias(&only_p2p).count(), 2);
+}
+
+#[test]
+fn every_cause_kind_has_its_own_label_and_the_decision_names_the_variable() {
+    let ids: std::collections::BTreeSet<&str> = CauseKind::ALL.iter().map(|k| k.id()).collect();
+    assert_eq!(ids.len(), CauseKind::ALL.len(), "two kinds share a label");
+    let env = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let remote = Network {
+        other_hosts: Some("NCCL_HOSTID differs".into()),
+        rdma_devices: Some(vec![]),
+    };
+    let local = Network {
+        other_hosts: None,
+        rdma_devices: Some(vec!["rxe0".into()]),
+    };
+    let cases = [
+        (
+            env(&[]),
+            Transport::Socket,
+            &remote,
+            CauseKind::NoRdmaDevice,
+            "NCCL found no usable RDMA device",
+        ),
+        (
+            env(&[("NCCL_IB_DISABLE", "1")]),
+            Transport::Socket,
+            &remote,
+            CauseKind::IbDisabled,
+            "NCCL_IB_DISABLE=1",
+        ),
+        (
+            env(&[("NCCL_NET", "Socket")]),
+            Transport::Socket,
+            &remote,
+            CauseKind::NetSocketForced,
+            "NCCL_NET=Socket",
+        ),
+        (
+            env(&[]),
+            Transport::Socket,
+            &local,
+            CauseKind::NetBetweenLocalRanks,
+            "rxe0",
+        ),
+        (
+            env(&[("NCCL_P2P_DISABLE", "1")]),
+            Transport::Shm,
+            &local,
+            CauseKind::P2pDisabled,
+            "NCCL_P2P_DISABLE=1",
+        ),
+        (
+            env(&[("NCCL_NET_GDR_LEVEL", "LOC")]),
+            Transport::HostStaged,
+            &local,
+            CauseKind::IbGdrLevel,
+            "NCCL_NET_GDR_LEVEL=LOC",
+        ),
+        (
+            env(&[]),
+            Transport::Shm,
+            &local,
+            CauseKind::P2pNotPossible,
+            "P2P was not possible",
+        ),
+    ];
+    for (e, t, net, kind, says) in cases {
+        assert_eq!(cause_kind(&e, t, net), Some(kind), "{e:?} {t:?}");
+        let text = cause(&e, t, net).expect("a cause");
+        assert!(text.contains(says), "{kind:?}: {text}");
+    }
+    assert_eq!(cause_kind(&env(&[]), Transport::P2pNvlink, &local), None);
 }

@@ -333,6 +333,7 @@ pub fn verdict_of(u: &UcxProcess, paths: &[UcxPath]) -> Option<comm::Verdict> {
         },
         evidence,
         cause: p.cause.clone(),
+        cause_kind: None,
         nccl_log: None,
         net: None,
         other_hosts: None,

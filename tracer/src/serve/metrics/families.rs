@@ -199,6 +199,8 @@ fn process_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
                 ("transport", v.transport),
                 ("host_staged", if v.host_staged { "true" } else { "false" }),
                 ("evidence_kind", v.evidence_kind),
+                ("net", v.net),
+                ("cause", v.cause),
                 ("communicator", c),
                 ("rank", rank),
                 ("nranks", nranks),
