@@ -14,7 +14,8 @@
 # counted in a second after its first second over budget comes from it.
 # The binary is built on the development machine (`cargo build --release
 # -p tracer`) and carried as dist/gdrtrace.
-# Usage: [GDRTRACE=BIN] [PAIRS=16] [CONTROL=4] [ROUNDS=8] bash scripts/gpu/cost.sh
+# Usage: [GDRTRACE=BIN] [PAIRS=16] [CONTROL=4] [ROUNDS=8] [PARTS="hit copies-attach ..."] bash scripts/gpu/cost.sh
+#   PARTS picks the parts to run (default: all), RUN_LIMIT the seconds of copies-run.
 # Read: $OUT/cost.txt.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -30,9 +31,11 @@ S="$OUT/cost.txt"
   nproc; "$B" --version; } > "$S" 2>&1
 ROUNDS=${ROUNDS:-8}
 
+PARTS=${PARTS:-hit copies-attach copies-run allreduce-auto allreduce-exact}
 part() { # NAME TIMEOUT overhead.py-args...
   local name=$1 limit=$2
   shift 2
+  case " $PARTS " in *" $name "*) ;; *) return 0 ;; esac
   local t0
   t0=$(date +%s)
   timeout "$limit" python3 "$HERE/overhead.py" bench --gdrtrace "$B" --out "$R/$name" --ngpu 1 "$@" \
@@ -42,9 +45,9 @@ part() { # NAME TIMEOUT overhead.py-args...
   grep -E "^(run|trap) round .*count error" "$R/$name.txt" | sed 's/^/  /' >> "$S"
 }
 
-"$B" bench uprobe-hit --calls 200000 --rounds 3 > "$R/hit.json" 2>> "$S"
+case " $PARTS " in *" hit "*) "$B" bench uprobe-hit --calls 200000 --rounds 3 > "$R/hit.json" 2>> "$S" ;; esac
 part copies-attach 105 --job copies --parts attach --pairs "${PAIRS:-16}" --control "${CONTROL:-4}" --window 1.0
-part copies-run 120 --job copies --parts run --rounds "$ROUNDS" --window 3
+part copies-run "${RUN_LIMIT:-120}" --job copies --parts run --rounds "$ROUNDS" --window 3
 part allreduce-auto 175 --job allreduce --parts run --rounds "$ROUNDS" --window 4 --sizes 8K
 part allreduce-exact 170 --job allreduce --parts run --rounds "$ROUNDS" --window 4 --sizes 8K --collectives exact
 # The recordings are large: the reports, summaries and texts travel.
