@@ -93,7 +93,10 @@ static int rank_main(const char *lib, int rank, int fd, double secs, size_t coun
 	const char *delay = getenv("NCCL_JOB_INIT_DELAY_MS");
 	if (delay)
 		usleep(atoi(delay) * 1000);
-	if (init(&comm, 2, id, rank))
+	/* NCCL_JOB_NRANKS: the rank count passed to init (1 with NCCL_JOB_RANK=0:
+	 * a one-rank communicator). */
+	const char *nr = getenv("NCCL_JOB_NRANKS");
+	if (init(&comm, nr ? atoi(nr) : 2, id, rank))
 		return 1;
 	float *s = calloc(count, sizeof(float)), *r = calloc(count, sizeof(float));
 	if (!s || !r)

@@ -1045,6 +1045,12 @@ fn both_ranks_of_a_communicator_share_its_label() {
             .find(|l| l.starts_with("gdrtrace_transport_verdict_info{") && l.contains(&format!("pid=\"{pid}\"")))
             .expect("a verdict series");
         assert_eq!(label_of(verdict, "communicator"), Some(c), "{verdict}");
+        // The cause the report's sentence gives, as a bounded kind.
+        assert_eq!(
+            label_of(verdict, "cause"),
+            Some("env-nccl-p2p-shm-disable"),
+            "{verdict}"
+        );
         seen.push((c.to_string(), r.to_string(), n.to_string()));
     }
     println!("ranks' labels: {seen:?}");
@@ -1057,6 +1063,29 @@ fn both_ranks_of_a_communicator_share_its_label() {
     rank_labels.sort();
     assert_eq!(rank_labels, ["0", "1"], "{seen:?}");
     assert!(seen.iter().all(|s| s.2 == "2"), "{seen:?}");
+
+    // A one-rank communicator's collectives cross no link: their bytes are
+    // counted as collective bytes, none as moved (as in the report).
+    let status = launcher.run(&format!(
+        "NCCL_JOB_INIT_DELAY_MS=1500 NCCL_JOB_RANK=0 NCCL_JOB_NRANKS=1 exec {} {} 1 64 > {}",
+        job.job.display(),
+        job.nccl.display(),
+        out.display()
+    ));
+    let text = std::fs::read_to_string(&out).expect("the job's output");
+    assert_eq!(status, 0, "{text}");
+    let one = job_ranks(&text);
+    assert_eq!(one.len(), 1, "{text}");
+    let pid = one[0].0.to_string();
+    let m = wait_for("the one rank's collectives", Duration::from_secs(60), || {
+        let m = agent.metrics();
+        Agent::sum(&m, "gdrtrace_collective_bytes_total", &[("pid", &pid)])
+            .filter(|b| *b > 0.0)
+            .map(|_| m)
+    });
+    let moved = Agent::sum(&m, "gdrtrace_moved_bytes_total", &[("pid", &pid)]).unwrap_or(0.0);
+    let moved_est = Agent::sum(&m, "gdrtrace_moved_estimated_bytes_total", &[("pid", &pid)]).unwrap_or(0.0);
+    assert_eq!((moved, moved_est), (0.0, 0.0), "one rank moved nothing between devices");
     agent.stop();
     let _ = std::fs::remove_dir_all(&job.dir);
 }

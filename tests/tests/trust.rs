@@ -667,6 +667,87 @@ fn item9_replay_refuses_impossible_values() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Runs gdrtrace with `args` under an address-space limit of `bytes`
+/// (RLIMIT_AS), as `ulimit -v` would.
+fn under_address_limit(bytes: u64, args: &[&str]) -> Output {
+    use std::os::unix::process::CommandExt as _;
+    let mut cmd = gdrtrace();
+    cmd.args(args);
+    // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    bounded_cmd(&mut cmd)
+}
+
+/// Item 10: a small gzip that expands to a JSON document larger than the
+/// memory its parse would take is one line and exit 2, never an allocation
+/// abort (exit 134 and a backtrace); a real report still reads under the
+/// same limit.
+#[test]
+fn item10_memory_is_bounded_by_the_input() {
+    let dir = scratch("memory");
+    let bomb = dir.join("bomb.json.gz");
+    // 320 MiB of JSON (an array of ones), a few hundred KiB of gzip: parsed
+    // into a tree it would take ~5 GiB.
+    {
+        let file = std::fs::File::create(&bomb).expect("bomb file");
+        let mut gz = Command::new("gzip")
+            .args(["-1", "-c"])
+            .stdin(Stdio::piped())
+            .stdout(file)
+            .spawn()
+            .expect("gzip");
+        let mut w = gz.stdin.take().expect("gzip stdin");
+        use std::io::Write as _;
+        w.write_all(br#"{"schema":"gdrtrace.report/v1","operations":["#)
+            .expect("write");
+        let chunk = "1,".repeat(1 << 20);
+        for _ in 0..160 {
+            w.write_all(chunk.as_bytes()).expect("write");
+        }
+        w.write_all(b"1]}").expect("write");
+        drop(w);
+        assert!(gz.wait().expect("gzip").success());
+    }
+    let gz_size = std::fs::metadata(&bomb).expect("bomb").len();
+    assert!(gz_size < 4 << 20, "the bomb is {gz_size} bytes of gzip");
+    let limit = 2u64 << 30;
+    let report = PathBuf::from(fixture("reports/cuda-copy.json"));
+    let baseline = PathBuf::from(fixture("baselines/vm-6.1.json"));
+    for args in [
+        vec!["explain", s(&bomb)],
+        vec!["compare", s(&baseline), s(&bomb)],
+        vec!["compare", s(&bomb), s(&report)],
+    ] {
+        let o = under_address_limit(limit, &args);
+        fails_with(&o, 2, &["bomb.json.gz", "memory", "RLIMIT_AS"], &args.join(" "));
+    }
+    // The same limit reads a real report and baseline.
+    let o = under_address_limit(limit, &["explain", s(&report)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = under_address_limit(
+        limit,
+        &[
+            "compare",
+            s(&baseline),
+            s(&PathBuf::from(fixture("baselines/vm-6.12.json"))),
+            "--allow-profile-change",
+        ],
+    );
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Item 11: `drive pin-churn` refuses a request the kernel or the machine
 /// cannot hold (exit 2), before allocating anything.
 #[test]

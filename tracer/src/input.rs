@@ -323,20 +323,95 @@ pub fn schema_of(v: &serde_json::Value) -> &serde_json::Value {
     v.get("schema").unwrap_or(&serde_json::Value::Null)
 }
 
+/// What a JSON document (a report, a baseline) may take in memory while it
+/// is parsed, per byte of its text: real reports take about 17 (README,
+/// "the memory an input may take"), but an array of one-digit numbers takes
+/// 16 per byte in its values and up to twice that while its vector grows.
+pub const DOCUMENT_FACTOR: u64 = 40;
+
+/// The memory this process may still take, and what bounds it: its
+/// address-space limit (RLIMIT_AS, less what it maps now) where one is set,
+/// else the machine's available memory (MemAvailable). None: unknown.
+pub fn memory_room() -> Option<(u64, &'static str)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok();
+    let kib = |text: &str, key: &str| -> Option<u64> {
+        let v = text.lines().find_map(|l| l.strip_prefix(key))?;
+        v.trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .map(|k| k * 1024)
+    };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limit into `lim`, which it may.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } == 0 && lim.rlim_cur != libc::RLIM_INFINITY {
+        let mapped = status.as_deref().and_then(|t| kib(t, "VmSize:")).unwrap_or(0);
+        return Some((
+            lim.rlim_cur.saturating_sub(mapped),
+            "left under its address-space limit, RLIMIT_AS",
+        ));
+    }
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    kib(&meminfo, "MemAvailable:").map(|b| (b, "available on this machine, MemAvailable"))
+}
+
+/// Counts a document's bytes against the memory its parse would take.
+struct Capped<'a> {
+    inner: &'a mut Input,
+    left: u64,
+    hit: bool,
+}
+
+impl Read for Capped<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        match self.left.checked_sub(n as u64) {
+            Some(l) => self.left = l,
+            None => {
+                self.hit = true;
+                return Err(io::Error::other("over the memory bound"));
+            }
+        }
+        Ok(n)
+    }
+}
+
 /// Parses the rest of `input` as one JSON document; an empty, truncated or
-/// invalid document and the size limit are one-line errors naming the file.
+/// invalid document, the size limit and a document whose parse would not
+/// fit in the memory this process may take ([`memory_room`] /
+/// [`DOCUMENT_FACTOR`]) are one-line errors naming the file.
 pub fn json_of(input: &mut Input) -> Result<serde_json::Value> {
     input.refuse_empty()?;
     let empty = input
         .fill_buf()
         .map(|b| b.iter().all(u8::is_ascii_whitespace) && b.len() < 4096)
         .unwrap_or(false);
-    let mut de = serde_json::Deserializer::from_reader(&mut *input);
+    let room = memory_room();
+    let cap = room.map_or(u64::MAX, |(b, _)| b / DOCUMENT_FACTOR);
+    let mut capped = Capped {
+        inner: &mut *input,
+        left: cap,
+        hit: false,
+    };
+    let mut de = serde_json::Deserializer::from_reader(&mut capped);
     let v = serde::Deserialize::deserialize(&mut de).and_then(|v| de.end().map(|()| v));
+    let hit = capped.hit;
     v.map_err(|e| {
         use serde_json::error::Category;
         let what = match e.classify() {
             _ if input.over.get() => return input.error(""),
+            _ if hit => {
+                let (b, what) = room.unwrap_or((0, "unknown"));
+                format!(
+                    "is over {}, the largest JSON document this process can parse in the memory it may take ({} {what}; parsing may take up to {DOCUMENT_FACTOR} times a document's size): raise the limit or read a smaller report",
+                    bytes_limit(cap),
+                    bytes_limit(b)
+                )
+            }
             Category::Eof if empty && e.line() <= 1 && e.column() == 0 => "is empty".to_string(),
             Category::Eof => format!("is truncated ({e})"),
             Category::Io => return input.error(e),

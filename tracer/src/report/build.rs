@@ -133,10 +133,7 @@ fn collectives(agg: &Aggregator) -> Vec<Collective> {
                     bytes: *bytes,
                 });
             let communicator = format!("{handle:#x}");
-            let ident = agg
-                .procs()
-                .get(pid)
-                .and_then(|p| p.communicators.iter().rev().find(|c| c.communicator == communicator));
+            let ident = agg.communicator(*pid, *handle);
             Collective {
                 pid: *pid,
                 op: op.clone(),

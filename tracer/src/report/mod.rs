@@ -121,13 +121,14 @@ pub struct Collective {
 }
 
 impl Collective {
-    /// The bytes that crossed between devices: none on a one-rank
-    /// communicator, whose collectives stay in its one GPU's memory (NCCL
-    /// copies send to receive buffer, or nothing in place); otherwise the
-    /// calls' bytes. A communicator whose rank count is unknown (its init
-    /// not traced) counts its bytes.
+    /// The bytes that crossed between devices
+    /// ([`crate::stats::crosses_devices`]).
     pub fn moved_bytes(&self) -> u64 {
-        if self.nranks == Some(1) { 0 } else { self.bytes }
+        if crate::stats::crosses_devices(self.nranks) {
+            self.bytes
+        } else {
+            0
+        }
     }
 }
 

@@ -38,15 +38,20 @@ impl Agent {
             .collect()
     }
 
-    /// Each process's collective bytes now: (counted in the kernel,
-    /// estimated: counted plus the closed off phases of the duty cycle).
+    /// Each process's collective bytes that crossed between devices now:
+    /// (counted in the kernel, estimated: counted plus the closed off phases
+    /// of the duty cycle); a one-rank communicator's move nothing
+    /// ([`crate::stats::crosses_devices`]), as in the report.
     fn collective_bytes(&self) -> BTreeMap<u32, (u64, u64)> {
+        let moves = |pid: u32, handle: u64| {
+            crate::stats::crosses_devices(self.agg.communicator(pid, handle).and_then(|c| c.nranks))
+        };
         let mut out: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-        for ((pid, _, _), (_, bytes)) in self.agg.collectives_counted() {
-            out.entry(*pid).or_default().0 += bytes;
+        for ((pid, _, handle), (_, bytes)) in self.agg.collectives_counted() {
+            out.entry(*pid).or_default().0 += if moves(*pid, *handle) { *bytes } else { 0 };
         }
-        for ((pid, _, _), (_, bytes)) in self.agg.collectives_estimated() {
-            out.entry(pid).or_default().1 += bytes;
+        for ((pid, _, handle), (_, bytes)) in self.agg.collectives_estimated() {
+            out.entry(pid).or_default().1 += if moves(pid, handle) { bytes } else { 0 };
         }
         out
     }

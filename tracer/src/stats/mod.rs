@@ -27,7 +27,7 @@ use tracer_common::Event;
 
 pub use self::{
     duty::RowKey,
-    process::{Communicator, DutyTotals, ProcInfo, SampledTime, SocketTotals},
+    process::{Communicator, DutyTotals, ProcInfo, SampledTime, SocketTotals, crosses_devices},
     transfers::{TransferGroup, Transfers},
 };
 use self::{
@@ -240,6 +240,15 @@ impl Aggregator {
     /// Every process seen, exited ones until `forget`.
     pub fn procs(&self) -> &BTreeMap<u32, ProcInfo> {
         &self.procs
+    }
+
+    /// The identity of process `pid`'s communicator `handle` (its local
+    /// `ncclComm_t`), from its latest init call with that handle.
+    pub fn communicator(&self, pid: u32, handle: u64) -> Option<&Communicator> {
+        let name = format!("{handle:#x}");
+        self.procs
+            .get(&pid)
+            .and_then(|p| p.communicators.iter().rev().find(|c| c.communicator == name))
     }
 
     /// What each process allocated, registered and mapped.

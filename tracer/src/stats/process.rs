@@ -84,6 +84,14 @@ pub struct Communicator {
     pub nranks: Option<u32>,
 }
 
+/// Whether a communicator of `nranks` ranks moves its collectives' bytes
+/// between devices: not with one rank, whose collectives stay in its one
+/// GPU's memory (NCCL copies send to receive buffer, or nothing in place).
+/// A rank count that is unknown (its init not traced) counts as moving.
+pub fn crosses_devices(nranks: Option<u32>) -> bool {
+    nranks != Some(1)
+}
+
 impl Communicator {
     /// A hash as NCCL prints it (`%lx` after `0x`, here zero-padded to 16
     /// digits so that every id has one spelling).
