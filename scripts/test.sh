@@ -12,4 +12,4 @@ bash scripts/lint.sh
 cargo build --quiet -p tracer
 cargo build --quiet --release -p tracer
 cargo test --workspace --exclude tracer-ebpf --no-fail-fast
-cargo xtask vm-test --kernel all --bin target/release/gdrtrace --timeout 1500
+cargo xtask vm-test --kernel all --bin target/release/gdrtrace --timeout 900
