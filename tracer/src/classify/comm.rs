@@ -224,21 +224,6 @@ fn rdma_text(net: &Network) -> String {
     }
 }
 
-/// Why NCCL's network went over TCP sockets, when a variable chose it.
-fn socket_forced(env: &BTreeMap<String, String>) -> Option<&'static str> {
-    if env_is(env, "NCCL_NET", "socket") {
-        Some(
-            "NCCL_NET=Socket in the process environment selected NCCL's socket network: traffic between its ranks goes over TCP (NET/Socket), not RDMA",
-        )
-    } else if env_set(env, "NCCL_IB_DISABLE") {
-        Some(
-            "NCCL_IB_DISABLE=1 in the process environment disabled InfiniBand/RoCE: traffic between its ranks goes over TCP sockets (NET/Socket)",
-        )
-    } else {
-        None
-    }
-}
-
 /// Why NET/IB staged through host buffers instead of GPUDirect RDMA.
 fn ib_staged(env: &BTreeMap<String, String>) -> String {
     if let Some(v) = env.get("NCCL_NET_GDR_LEVEL") {
@@ -323,7 +308,8 @@ impl CauseKind {
     fn text(self, env: &BTreeMap<String, String>, net: &Network) -> String {
         match self {
             CauseKind::IbGdrLevel | CauseKind::IbGdrRead | CauseKind::IbNoGdr => ib_staged(env),
-            CauseKind::NetSocketForced | CauseKind::IbDisabled => socket_forced(env).unwrap_or_default().to_string(),
+            CauseKind::NetSocketForced => "NCCL_NET=Socket in the process environment selected NCCL's socket network: traffic between its ranks goes over TCP (NET/Socket), not RDMA".into(),
+            CauseKind::IbDisabled => "NCCL_IB_DISABLE=1 in the process environment disabled InfiniBand/RoCE: traffic between its ranks goes over TCP sockets (NET/Socket)".into(),
             CauseKind::NoRdmaDevice | CauseKind::RdmaUnused => {
                 format!("inter-node traffic over TCP sockets (NET/Socket): {}", rdma_text(net))
             }
