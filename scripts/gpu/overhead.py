@@ -74,7 +74,7 @@ def copy_main(a):
         samples.append(us)
         iters += COPY_BLOCK
         if out:
-            out.write(f"{time.time():.6f} {us:.3f}\n")
+            out.write(f"{time.time():.6f} {us:.3f} {time.monotonic():.6f}\n")
     if a.summary:
         with open(a.summary, "w") as f:
             json.dump({"8K": {"us_per_call": st.median(samples), "busbw_gbps": 0.0, "samples": len(samples),
@@ -116,7 +116,7 @@ def rank_main(rank, n, a):
             us = (time.perf_counter() - t0) * 1e6 / block
             samples.append(us)
             if out:
-                out.write(f"{time.time():.6f} {us:.3f}\n")
+                out.write(f"{time.time():.6f} {us:.3f} {time.monotonic():.6f}\n")
         med = st.median(samples)
         # nccl-tests' bus bandwidth factor, 2(n-1)/n; one rank (a one-GPU
         # machine) moves nothing between ranks, so its figure is the
@@ -381,7 +381,7 @@ def attach_part(a, res):
         jp.wait()
         samples = []
         for line in open(rec):
-            t, us = line.split()
+            t, us = line.split()[:2]
             samples.append((float(t), float(us)))
         pairs = []
         for w in windows:
