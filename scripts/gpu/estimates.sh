@@ -33,23 +33,21 @@ one() { # NAME JOB SECONDS [gdrtrace run flags...]
     python3 "$HERE/overhead.py" job --job "$job" --ngpu 1 --sizes 8K --seconds "$secs" --port "$port" \
     --summary "$R/$name.summary.json" --records "$R/$name.records" > "$R/$name.txt" 2>&1
   echo "$name: rc=$?" >> "$S"
-  python3 - "$R" "$name" "$job" >> "$S" <<'PY'
+  python3 - "$R" "$name" "$job" "$HERE" >> "$S" <<'PY'
 import json, sys
-R, name, job = sys.argv[1:]
+R, name, job, here = sys.argv[1:]
+sys.path.insert(0, here)
+from overhead import copies_of, sampled  # the bench's own readers of a report
 try:
     s = json.load(open(f"{R}/{name}.summary.json"))["8K"]
     r = json.load(open(f"{R}/{name}.json"))
 except (OSError, ValueError) as e:
     print(f"  {name}: no result ({e})"); sys.exit()
 if job == "copies":
-    own = s["copies"]
-    rows = [o for o in r.get("operations", []) if o["name"] in ("cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync")]
-    got = sum(o["calls"] for o in rows)
+    own, (got, _) = s["copies"], copies_of(r)
     print(f"  {name}: copies made {own} (+400 warm-up), reported {got} ({100 * (got - own - 400) / (own + 400):+.1f}%)")
 else:
-    own = s["calls"]
-    rows = [c for c in r.get("collectives", []) if c["op"] == "ncclAllReduce"]
-    est = sum(c["calls"] for c in rows)
+    own, (_, est, _) = s["calls"], sampled(r)
     print(f"  {name}: all-reduces made {own} (+1 ProcessGroup warm-up), estimated {est} ({100 * (est - own) / own:+.1f}%)")
 PY
   gzip -f "$R/$name.rec"
