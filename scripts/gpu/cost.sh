@@ -16,7 +16,8 @@
 # -p tracer`) and carried as dist/gdrtrace.
 # Usage: [GDRTRACE=BIN] [PAIRS=16] [CONTROL=4] [ROUNDS=8] [PARTS="hit copies-attach ..."] bash scripts/gpu/cost.sh
 #   PARTS picks the parts to run (default: all), RUN_LIMIT the seconds of copies-run,
-#   AR_LIMIT those of each all-reduce part.
+#   AR_LIMIT those of each all-reduce part; COPY_SECS (3) and AR_SECS (4) the
+#   jobs' lengths, EXACT_ROUNDS the rounds of allreduce-exact (ROUNDS).
 # Read: $OUT/cost.txt.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -48,9 +49,9 @@ part() { # NAME TIMEOUT overhead.py-args...
 
 case " $PARTS " in *" hit "*) "$B" bench uprobe-hit --calls 200000 --rounds 3 > "$R/hit.json" 2>> "$S" ;; esac
 part copies-attach 105 --job copies --parts attach --pairs "${PAIRS:-16}" --control "${CONTROL:-4}" --window 1.0
-part copies-run "${RUN_LIMIT:-120}" --job copies --parts run --rounds "$ROUNDS" --window 3
-part allreduce-auto "${AR_LIMIT:-175}" --job allreduce --parts run --rounds "$ROUNDS" --window 4 --sizes 8K
-part allreduce-exact "${AR_LIMIT:-170}" --job allreduce --parts run --rounds "$ROUNDS" --window 4 --sizes 8K --collectives exact
+part copies-run "${RUN_LIMIT:-120}" --job copies --parts run --rounds "$ROUNDS" --window "${COPY_SECS:-3}"
+part allreduce-auto "${AR_LIMIT:-175}" --job allreduce --parts run --rounds "$ROUNDS" --window "${AR_SECS:-4}" --sizes 8K
+part allreduce-exact "${AR_LIMIT:-170}" --job allreduce --parts run --rounds "${EXACT_ROUNDS:-$ROUNDS}" --window "${AR_SECS:-4}" --sizes 8K --collectives exact
 # The recordings are large: the reports, summaries and texts travel.
 find "$R" -name '*.rec' -delete
 tar czf "$OUT/cost.tgz" -C "$R" . 2>/dev/null

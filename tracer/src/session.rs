@@ -331,16 +331,23 @@ impl Session {
         }
     }
 
-    /// Ends the short on phase whose deadline has come: the kernel's switch
-    /// at once, the links to the closer. The kernel's totals of it are read
-    /// at the next beat (nothing counts in between).
-    pub fn duty_due(&mut self) {
+    /// The duty cycle's deadline has come ([`Session::duty_deadline`]). A
+    /// short on phase ends: the kernel's switch at once, the links to the
+    /// closer, then a tick reads its counts, which set the off phase after
+    /// it. An off phase ends: the links again. A check while counting on:
+    /// a tick.
+    pub fn duty_due(&mut self, agg: &mut Aggregator) {
         if self.stopped {
             return;
         }
         let now = Instant::now();
-        if let Some(switch) = self.duty.at_deadline(now.duration_since(self.opened)) {
-            self.switch(switch);
+        match self.duty.at_deadline(now.duration_since(self.opened)) {
+            Some(off @ Switch::Off { .. }) => {
+                self.switch(off);
+                self.aggregate_tick(agg);
+            }
+            Some(on) => self.switch(on),
+            None => self.aggregate_tick(agg),
         }
     }
 

@@ -289,7 +289,7 @@ impl Trace {
                     self.handle(&mut batch);
                 }
                 _ = tick.tick() => self.on_tick(),
-                () = Session::until(self.session.duty_deadline()) => self.session.duty_due(),
+                () = Session::until(self.session.duty_deadline()) => self.session.duty_due(&mut self.agg),
                 () = &mut stop => break,
             }
             if self.finished {

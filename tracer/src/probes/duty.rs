@@ -12,23 +12,28 @@
 //! `auto` (the default of `run`, `attach` and `serve`) keeps the link open,
 //! every call counted, while each process traps at most `budget_hz` times a
 //! second in it. The first beat (250 ms) over budget closes it, so the
-//! budget holds from the first second of a busy process. From then on an
-//! on phase begins on a beat and lasts as long as the busiest process needs
-//! to trap about `budget_hz / 4` times (at least [`MIN_ON`]): where the
-//! kernel has `uprobe_multi` links, which attach in milliseconds and stop
-//! trapping once closed, that is a few milliseconds, so an on phase comes
-//! every beat or few and the estimates of the gaps between them rest on
-//! rates measured at most a period away (a process that exits in a gap
-//! has its last calls estimated from an on phase at most a period before).
-//! Where links are per point (kernels before 6.6, whose links close one by
-//! one behind a grace period), an on phase is one beat and the off phases
-//! between them bring the average down to the budget (the cycle at most
-//! [`MAX_PERIOD`]). A job of large collectives is counted exactly; one of
-//! 40,000 small ones a second pays about 1,000 traps a second either way.
+//! budget holds from the first second of a busy process. Where the kernel
+//! has `uprobe_multi` links, which attach in milliseconds and stop trapping
+//! once closed, the cycle is then short on phases of about a tenth of a
+//! second's budget of traps (at least [`MIN_ON`]), each read as it ends:
+//! its traps set the off phase after it, which ends on a deadline of its
+//! own ([`CYCLE`]: ten on phases a second for a job at 45,000 calls a
+//! second, the estimates of its gaps resting on rates measured 100 ms
+//! away; a process that exits in a gap has its last calls estimated from
+//! an on phase a period before). A second of on phases that find every
+//! process under budget counts on again ([`QUIET_FOR`]), and the totals
+//! are then checked every few milliseconds ([`MAX_CHECK`]), so a job that
+//! resumes is closed again within about a quarter of a second's budget of
+//! traps, not a beat of them. Where links are per point (kernels before
+//! 6.6, whose links close one by one behind a grace period), an on phase
+//! is one beat and begins on one, and the off phases between them bring
+//! the average down to the budget (the cycle at most [`MAX_PERIOD`]). A
+//! job of large collectives is counted exactly; one of 40,000 small ones a
+//! second pays about 1,000 traps a second either way.
 //!
 //! The state machine is pure: the tracing loop feeds it the session clock
-//! and each process's counted traps every beat, asks it for the deadline
-//! of a short on phase, and carries out what it returns
+//! and each process's counted traps every beat, asks it for its next
+//! deadline between beats, and carries out what it returns
 //! (`Session::aggregate_tick`, `Session::duty_due`).
 use std::{collections::BTreeMap, fmt, str::FromStr, time::Duration};
 
@@ -39,21 +44,32 @@ pub const DEFAULT_BUDGET_HZ: f64 = 1000.0;
 /// The duty cycle's beat (the tracing loop's tick; `serve` beats it on its
 /// own): where it decides, and where on phases begin.
 pub const BEAT: Duration = Duration::from_millis(250);
+/// The cycle `auto` aims at with `uprobe_multi` links: a short on phase
+/// of about `budget_hz` times this many traps, then an off phase that
+/// holds the busiest process to its budget. Off phases end on a deadline
+/// of their own, not on a beat, so a job calling 45,000 times a second
+/// gets ten on phases a second, and its estimates rest on ten samples a
+/// second (at one a beat, 5 ms long, a 4 s one-rank all-reduce loop on one
+/// H200, which stalls by itself for 10-20 ms every ~120 ms, got 16, and
+/// came out within -26% to +22% of its own count from their luck alone,
+/// 2026-12-02).
+pub const CYCLE: Duration = Duration::from_millis(100);
 /// The shortest on phase of `auto` with `uprobe_multi` links (counted from
-/// the moment they are attached): more than a scheduler slice, so that a
-/// caller descheduled for one still shows its rate, and enough for the
-/// loop's timer; short enough that a job calling up to 50,000 times a
-/// second gets an on phase every beat (the estimates of a job rest on as
-/// many of them as its budget buys: at 8 ms, a 4 s one-rank all-reduce
-/// loop on one H200 got one every other beat, 8 in all, and a tenth of
-/// the job's calls ran into its own stalls of 10-20 ms every ~120 ms, so
-/// 8 samples came out up to +20% from their luck alone), and that a
-/// process trapping 150,000 times a second (a copy loop of 10 us copies)
-/// stays within 1,500 traps in any second.
-pub const MIN_ON: Duration = Duration::from_millis(5);
-/// Short on phases in a row under budget before `auto` counts on (a beat
-/// long on phase decides).
-pub const QUIET_PHASES: u32 = 4;
+/// the moment they are attached): a few scheduler slices, and enough for
+/// the loop's timer (tokio's is a millisecond); short enough that a
+/// process trapping 300,000 times a second (a copy loop of 7 us copies,
+/// entry and return) gets an on phase every 600 ms.
+pub const MIN_ON: Duration = Duration::from_millis(2);
+/// How long short on phases in a row must find the busiest process under
+/// budget before `auto` counts on again: a job's own stalls (tens of
+/// milliseconds) are not a drop in its rate.
+pub const QUIET_FOR: Duration = Duration::from_secs(1);
+/// Counting on after a process was over budget, the kernel's totals are
+/// read this often at most (and at least every [`MIN_ON`]) to close the
+/// links within about a quarter of a second's budget of traps when the
+/// rate comes back, instead of at the next beat (a beat of a loop at
+/// 45,000 calls a second is 11,000 traps).
+pub const MAX_CHECK: Duration = Duration::from_millis(25);
 /// The longest cycle (on plus off) of `auto`: a process that starts in an
 /// off phase is seen within it.
 pub const MAX_PERIOD: Duration = Duration::from_secs(60);
@@ -145,7 +161,8 @@ pub enum Switch {
 pub struct DutyCycle {
     pub mode: Mode,
     /// The sampled links are `uprobe_multi` links: on phases may be
-    /// shorter than a beat (`Session` says, once it knows).
+    /// shorter than a beat, and off phases end on deadlines of their own
+    /// (`Session` says, once it knows).
     pub quick: bool,
     on: bool,
     /// When the current phase began (session clock).
@@ -155,21 +172,31 @@ pub struct DutyCycle {
     on_for: Option<Duration>,
     /// How long the current off phase lasts.
     off_for: Duration,
-    /// `auto` found a process over budget and cycles (until an on phase
-    /// finds every process under it again).
+    /// `auto` found a process over budget and cycles (until on phases
+    /// find every process under it again for [`QUIET_FOR`]).
     cycling: bool,
     /// Counted traps per process when the current window or on phase
     /// began: the session's start (none counted yet) until the first beat.
     mark: (Duration, BTreeMap<u32, u64>),
+    /// The counted traps per process as last read (an on phase that begins
+    /// between two reads begins with them: nothing counts in an off phase).
+    last: BTreeMap<u32, u64>,
     /// A short on phase that ended: how long it counted and the traps when
-    /// it began. Its rate is measured at the next beat, once the kernel's
-    /// totals have its calls.
+    /// it began. Its rate is measured at the next read of the kernel's
+    /// totals (`Session::duty_due` reads them as it ends).
     ended: Option<(Duration, BTreeMap<u32, u64>)>,
     /// The length of the next short on phase.
     next_on: Duration,
-    /// Short on phases in a row that measured the busiest process under
-    /// budget: a few before the cycle goes back to counting on.
-    quiet: u32,
+    /// When the short on phases that found the busiest process under
+    /// budget, in a row, began.
+    quiet_since: Option<Duration>,
+    /// Counting on after a process was over budget: how often the
+    /// kernel's totals are read, and when next ([`MAX_CHECK`]).
+    check: Option<(Duration, Duration)>,
+    /// When the kernel's totals were last checked, and the traps then.
+    checked: (Duration, BTreeMap<u32, u64>),
+    /// The highest rate over budget seen, traps a second.
+    peak: f64,
     /// Off phases so far.
     pub off_phases: u64,
     /// Why the first off phase began (the coverage detail says it).
@@ -195,9 +222,13 @@ impl DutyCycle {
             off_for: Duration::ZERO,
             cycling: false,
             mark: (Duration::ZERO, BTreeMap::new()),
+            last: BTreeMap::new(),
             ended: None,
             next_on: BEAT,
-            quiet: 0,
+            quiet_since: None,
+            check: None,
+            checked: (Duration::ZERO, BTreeMap::new()),
+            peak: 0.0,
             off_phases: 0,
             first_reason: None,
         }
@@ -213,9 +244,32 @@ impl DutyCycle {
         self.mode != Mode::Exact
     }
 
-    /// When the current on phase ends, where that is between beats.
+    /// Whether off phases end on deadlines of their own.
+    fn timed_off(&self) -> bool {
+        self.quick && self.cycling && matches!(self.mode, Mode::Auto { .. })
+    }
+
+    /// When the current phase ends, where that is between beats: a short
+    /// on phase, or an off phase of `auto` with `uprobe_multi` links.
+    fn phase_end(&self) -> Option<Duration> {
+        match self.on {
+            true => self.on_for.map(|d| self.since + d),
+            false => self.timed_off().then_some(self.since + self.off_for),
+        }
+    }
+
+    /// When the loop must next act between beats: a phase's end
+    /// ([`DutyCycle::at_deadline`]), or a read of the kernel's totals while
+    /// counting on after a process was over budget (a tick).
     pub fn deadline(&self) -> Option<Duration> {
-        self.on_for.filter(|_| self.on).map(|d| self.since + d)
+        let check = self
+            .check
+            .filter(|_| self.on && self.on_for.is_none())
+            .map(|(_, at)| at);
+        match (self.phase_end(), check) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The links of an on phase are attached and counting began at `at`:
@@ -226,14 +280,19 @@ impl DutyCycle {
         }
     }
 
-    /// One beat: `now` on the session clock, `calls` each process's counted
-    /// sampled traps so far (cumulative, from the kernel's aggregation).
+    /// One read of the kernel's totals: `now` on the session clock, `calls`
+    /// each process's counted sampled traps so far (cumulative, from the
+    /// kernel's aggregation). On every beat, as a short on phase ends and
+    /// at the checks of [`DutyCycle::deadline`].
     pub fn tick(&mut self, now: Duration, calls: &BTreeMap<u32, u64>) -> Option<Switch> {
+        self.last.clone_from(calls);
         let in_phase = now.saturating_sub(self.since);
         let switch = match self.mode {
             Mode::Exact => None,
-            // A short on phase whose deadline the loop missed ends now.
-            _ if self.deadline().is_some_and(|d| now >= d) => self.at_deadline(now),
+            // A short on phase whose deadline the loop missed ends now (an
+            // off phase's is in_phase >= off_for below, once the phase
+            // before it is measured).
+            _ if self.on && self.phase_end().is_some_and(|d| now >= d) => self.at_deadline(now),
             Mode::Fixed { on, period } if self.on => (in_phase >= on).then(|| {
                 self.off_for = period - on;
                 Switch::Off {
@@ -248,7 +307,7 @@ impl DutyCycle {
             Mode::Fixed { .. } => (in_phase >= self.off_for).then_some(Switch::On),
             Mode::Auto { budget_hz } if self.on => self.window(now, calls, budget_hz),
             Mode::Auto { budget_hz } => {
-                self.measure_ended(calls, budget_hz);
+                self.measure_ended(now, calls, budget_hz);
                 (in_phase >= self.off_for).then_some(Switch::On)
             }
         };
@@ -256,13 +315,20 @@ impl DutyCycle {
         switch
     }
 
-    /// The current short on phase is over (`now` at or past its deadline).
+    /// The current phase is over (`now` at or past its end): a short on
+    /// phase ends, or an off phase with a deadline of its own.
     pub fn at_deadline(&mut self, now: Duration) -> Option<Switch> {
-        let len = self.deadline().filter(|d| now >= *d).map(|_| now - self.since)?;
-        self.ended = Some((len, self.mark.1.clone()));
-        let switch = Some(Switch::Off { why: String::new() });
-        let mark = self.mark.1.clone();
-        self.apply(now, &mark, &switch);
+        let end = self.phase_end().filter(|d| now >= *d)?;
+        debug_assert!(now >= end);
+        let switch = Some(if self.on {
+            self.ended = Some((now - self.since, self.mark.1.clone()));
+            Switch::Off { why: String::new() }
+        } else {
+            Switch::On
+        });
+        // An on phase begins with the traps as last read.
+        let calls = self.last.clone();
+        self.apply(now, &calls, &switch);
         switch
     }
 
@@ -273,6 +339,7 @@ impl DutyCycle {
                 self.since = now;
                 self.mark = (now, calls.clone());
                 self.on_for = (self.cycling && self.quick).then_some(self.next_on);
+                self.arm_check(now);
             }
             Some(Switch::Off { why }) => {
                 self.on = false;
@@ -287,12 +354,26 @@ impl DutyCycle {
         }
     }
 
+    /// Counting on after a process was over budget (`uprobe_multi` links):
+    /// the first check of the kernel's totals, after about a quarter of a
+    /// second's budget at the highest rate seen.
+    fn arm_check(&mut self, now: Duration) {
+        self.check = match self.mode {
+            Mode::Auto { budget_hz } if self.quick && !self.cycling && self.peak > 0.0 => {
+                let every = Duration::from_secs_f64(budget_hz / 4.0 / self.peak).clamp(MIN_ON, MAX_CHECK);
+                self.checked = (now, self.mark.1.clone());
+                Some((every, now + every))
+            }
+            _ => None,
+        };
+    }
+
     /// The on phase and off phase that hold `rate` traps a second to the
-    /// budget: a short on phase of about a quarter of a second's budget
-    /// where links are quick, else a beat.
+    /// budget: a short on phase of about [`CYCLE`]'s budget where links
+    /// are quick, else a beat.
     fn plan(&self, rate: f64, budget_hz: f64) -> (Duration, Duration) {
         let on = if self.quick {
-            BEAT.mul_f64(budget_hz / rate).clamp(MIN_ON, BEAT)
+            CYCLE.mul_f64(budget_hz / rate).clamp(MIN_ON, BEAT)
         } else {
             BEAT
         };
@@ -300,75 +381,108 @@ impl DutyCycle {
         (on, period.saturating_sub(on))
     }
 
-    /// Counting continuously (or in a beat-long on phase): the busiest
-    /// process's rate since the window began; over budget, an off phase
-    /// that brings its average down to the budget, from the first beat
-    /// over it (the first window of a trace starts with the session: a
-    /// window in which the calls began part-way is under-rated, so its
-    /// off phase is short, and the next on phase measures the full rate).
+    /// Over budget at `rate`: cycle from now.
+    fn over(&mut self, now: Duration, pid: u32, rate: f64, budget_hz: f64) -> Switch {
+        let (on, off) = self.plan(rate, budget_hz);
+        self.cycling = true;
+        self.check = None;
+        self.quiet_since = None;
+        self.peak = self.peak.max(rate);
+        self.next_on = on;
+        self.off_for = off;
+        Switch::Off {
+            why: format!(
+                "{rate:.0} traps/s by pid {pid} > {budget_hz:.0}/s: on {} of every {}, from {:.2} s into the trace",
+                fmt_duration(on),
+                fmt_duration(on + off),
+                now.as_secs_f64()
+            ),
+        }
+    }
+
+    /// Counting continuously: the busiest process's rate since the window
+    /// began; over budget, an off phase that brings its average down to
+    /// the budget, from the first beat over it (the first window of a
+    /// trace starts with the session: a window in which the calls began
+    /// part-way is under-rated, so its off phase is short, and the next on
+    /// phase measures the full rate). At a check between beats (counting
+    /// on after a process was over budget), a process that has trapped a
+    /// quarter of a second's budget at over the budget's rate closes the
+    /// links at once.
     fn window(&mut self, now: Duration, calls: &BTreeMap<u32, u64>, budget_hz: f64) -> Option<Switch> {
         let (t0, before) = &self.mark;
         let span = now.saturating_sub(*t0);
+        let busy = busiest(calls, before);
+        let secs = span.as_secs_f64().max(1e-6);
         // Beats arrive a little early or late: a window of 249.9 ms is one.
         if span + BEAT / 10 < BEAT {
-            return None;
-        }
-        let busy = busiest(calls, before);
-        let secs = span.as_secs_f64();
-        match busy {
-            Some((pid, n)) if n as f64 / secs > budget_hz => {
-                let rate = n as f64 / secs;
-                let (on, off) = self.plan(rate, budget_hz);
-                self.cycling = true;
-                self.next_on = on;
-                self.off_for = off;
-                Some(Switch::Off {
-                    why: format!(
-                        "{rate:.0} traps/s by pid {pid} > {budget_hz:.0}/s: on {} of every {}, from {:.2} s into the trace",
-                        fmt_duration(on),
-                        fmt_duration(on + off),
-                        now.as_secs_f64()
-                    ),
-                })
+            let (every, at) = self.check?;
+            if now < at {
+                return None;
             }
+            // The rate since the last check: the one the links close at (the
+            // window's own is an average over a pause and what came after).
+            let (t1, at_last) = std::mem::replace(&mut self.checked, (now, calls.clone()));
+            self.check = Some((every, now + every));
+            let recent = busiest(calls, &at_last)
+                .map_or(0.0, |(_, n)| n as f64 / now.saturating_sub(t1).as_secs_f64().max(1e-6));
+            return match busy {
+                Some((pid, n)) if n as f64 >= budget_hz / 4.0 && n as f64 / secs > budget_hz => {
+                    Some(self.over(now, pid, recent.max(n as f64 / secs), budget_hz))
+                }
+                _ => None,
+            };
+        }
+        match busy {
+            Some((pid, n)) if n as f64 / secs > budget_hz => Some(self.over(now, pid, n as f64 / secs, budget_hz)),
             _ => {
-                // Under budget: count on (a beat-long on phase found the
-                // rate down again).
+                // Under budget: count on (a beat found the rate down again).
                 self.cycling = false;
                 self.mark = (now, calls.clone());
+                self.arm_check(now);
                 None
             }
         }
     }
 
     /// In an off phase after a short on phase: that phase's rate, now that
-    /// the kernel's totals hold its calls, sets the next phases; under
-    /// budget, the next on phase counts on.
-    fn measure_ended(&mut self, calls: &BTreeMap<u32, u64>, budget_hz: f64) {
+    /// the kernel's totals hold its calls, sets the next on phase, and its
+    /// traps this off phase (the cycle they make holds the budget, however
+    /// late the loop's timer ended the phase); after [`QUIET_FOR`] of them
+    /// under budget, the next on phase counts on.
+    fn measure_ended(&mut self, now: Duration, calls: &BTreeMap<u32, u64>, budget_hz: f64) {
         let Some((len, before)) = self.ended.take() else {
             return;
         };
-        let rate = busiest(calls, &before).map_or(0.0, |(_, n)| n as f64 / len.as_secs_f64().max(1e-6));
+        let n = busiest(calls, &before).map_or(0, |(_, n)| n) as f64;
+        let rate = n / len.as_secs_f64().max(1e-6);
         if rate <= budget_hz {
             // A short phase may have caught the caller off its CPU, or in a
             // stall of its own (a torch all-reduce loop on one H200 stalls
-            // for 10-20 ms every ~120 ms): the next short phase comes at
-            // the next beat, and only [`QUIET_PHASES`] of them in a row
-            // under budget let a beat-long on phase decide (`window`). One
-            // was enough before, and a beat-long phase of a loop still at
-            // 45,000 calls a second trapped 11,000 times (2026-12-02).
-            self.quiet += 1;
-            self.off_for = Duration::ZERO;
-            if self.quiet >= QUIET_PHASES {
-                self.quiet = 0;
+            // for 10-20 ms every ~120 ms): the cycle goes on as planned,
+            // and only a second of such phases in a row lets the next on
+            // phase count on. One phase was enough before, and a beat-long
+            // phase of a loop still at 45,000 calls a second trapped 11,000
+            // times (2026-12-02).
+            let first = *self.quiet_since.get_or_insert(now.saturating_sub(len));
+            if now.saturating_sub(first) >= QUIET_FOR {
+                self.quiet_since = None;
                 self.cycling = false;
+                self.off_for = Duration::ZERO;
             }
             return;
         }
-        self.quiet = 0;
+        self.quiet_since = None;
+        self.peak = self.peak.max(rate);
         let (on, off) = self.plan(rate, budget_hz);
         self.next_on = on;
-        self.off_for = off;
+        self.off_for = if self.quick {
+            Duration::from_secs_f64(n / budget_hz)
+                .saturating_sub(len)
+                .min(MAX_PERIOD)
+        } else {
+            off
+        };
     }
 }
 
@@ -401,12 +515,16 @@ mod tests {
                     out.push((t, s));
                 }
             }
-            if let Some(s) = d
-                .deadline()
-                .filter(|at| ms(t) >= *at)
-                .and_then(|_| d.at_deadline(ms(t)))
-            {
-                out.push((t, s));
+            // What `Session::duty_due` does at a deadline: a phase's end,
+            // and a read of the counts after an on phase or at a check.
+            while d.deadline().is_some_and(|at| ms(t) >= at) {
+                let calls = BTreeMap::from([(7u32, counted as u64)]);
+                let ended = d.at_deadline(ms(t));
+                let read = !matches!(ended, Some(Switch::On));
+                out.extend(ended.map(|s| (t, s)));
+                if read && let Some(s) = d.tick(ms(t), &calls) {
+                    out.push((t, s));
+                }
             }
             let before = counted as u64;
             if d.is_on() {
@@ -480,7 +598,7 @@ mod tests {
     /// process to the budget in every second.
     #[test]
     fn auto_over_budget_with_quick_links_holds_the_budget_every_second() {
-        for rate in [2_000, 40_000, 150_000] {
+        for rate in [2_000, 40_000, 150_000, 300_000] {
             let mut d = DutyCycle::new(Mode::default());
             d.quick = true;
             let (switches, per_ms) = run(&mut d, rate, 30_000);
@@ -570,8 +688,51 @@ mod tests {
             let (later, _) = run(&mut d, 10, 200_000);
             assert!(matches!(later.last(), Some((_, Switch::On))), "{later:?}");
             assert!(d.is_on());
-            assert!(d.deadline().is_none(), "counting on, not a short on phase");
+            assert!(d.phase_end().is_none(), "counting on, not a short on phase");
+            // With quick links the totals are read between beats, to close
+            // the links soon when the rate comes back.
+            assert_eq!(d.deadline().is_some(), quick);
         }
+    }
+
+    /// A loop over budget that pauses (an evaluation, a checkpoint) is
+    /// counted on again after a second of quiet phases, and closed again
+    /// within a fraction of a beat when it resumes: no second after its
+    /// first over budget traps more than 1,500 times.
+    #[test]
+    fn a_job_that_pauses_and_resumes_keeps_the_budget() {
+        for rate in [45_000, 300_000] {
+            let mut d = DutyCycle::new(Mode::default());
+            d.quick = true;
+            let busy = |t: u64| !(5_000..8_000).contains(&t);
+            let (switches, per_ms) = run_by(&mut d, |t| if busy(t) { rate } else { 0 }, 15_000);
+            let worst = worst_second(&per_ms, 1_250);
+            assert!(worst <= 1_500, "{rate}: {worst} traps in one second");
+            // It counted on in the pause (an on phase with no end of its own).
+            let ons_in_pause = switches
+                .iter()
+                .filter(|(t, s)| (6_000..8_000).contains(t) && *s == Switch::On)
+                .count();
+            assert!(ons_in_pause >= 1, "{rate}: {switches:?}");
+            assert!(
+                per_ms[8_000..8_250].iter().sum::<u64>() > 0,
+                "{rate}: counted when it resumed"
+            );
+        }
+    }
+
+    /// At 45,000 traps a second, ten short on phases a second (the samples
+    /// the estimates rest on), each ended on its deadline and the off
+    /// phase after it timed by the traps it counted.
+    #[test]
+    fn short_phases_come_ten_times_a_second_at_45000_traps() {
+        let mut d = DutyCycle::new(Mode::default());
+        d.quick = true;
+        let (switches, per_ms) = run(&mut d, 45_000, 10_000);
+        let ons = switches.iter().filter(|(t, s)| *t >= 1_000 && *s == Switch::On).count();
+        assert!((60..=95).contains(&ons), "{ons} on phases in 9 s");
+        let traps_per_s = per_ms[1_000..].iter().sum::<u64>() as f64 / 9.0;
+        assert!((900.0..=1_100.0).contains(&traps_per_s), "{traps_per_s} traps/s");
     }
 
     /// A loop at 45,000 traps a second that stalls for 20 ms every 120 ms

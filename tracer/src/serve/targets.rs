@@ -323,7 +323,7 @@ impl Agent {
                     // Collective bytes to the counters by the verdicts of now (Flow).
                     self.account(None);
                 }
-                () = Session::until(self.session.duty_deadline()) => self.session.duty_due(),
+                () = Session::until(self.session.duty_deadline()) => self.session.duty_due(&mut self.agg),
                 Some(s) = scrapes.recv() => {
                     // A scrape sees everything up to now.
                     stream.drain_now(&mut batch);

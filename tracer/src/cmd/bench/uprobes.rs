@@ -196,7 +196,7 @@ pub(super) fn duty(a: &BenchDutyArgs) -> Result<i32> {
         let due = session.duty_deadline().filter(|d| *d < next);
         std::thread::sleep(due.unwrap_or(next).saturating_duration_since(Instant::now()));
         if due.is_some() {
-            session.duty_due();
+            session.duty_due(&mut agg);
             continue;
         }
         next += crate::trace::TICK;
