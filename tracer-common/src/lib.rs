@@ -204,8 +204,11 @@ pub mod counter {
     /// Copies evented one by one because the aggregation table was full
     /// (not lost: each is a `CALL` record).
     pub const COPY_ROWS_FULL: u32 = 7;
+    /// Traps of sampled rows in an off phase of the duty cycle (their links
+    /// still being attached or closed): not lost, not counted, a cost.
+    pub const SAMPLE_OFF_TRAPS: u32 = 8;
     /// Number of counters.
-    pub const COUNT: u32 = 8;
+    pub const COUNT: u32 = 9;
 }
 
 /// Discovery (`gdrtrace serve`): which opened paths make a process a

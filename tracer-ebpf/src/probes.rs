@@ -78,6 +78,7 @@ pub fn on_entry_at<const UAPI: bool>(op: u32, mut args: [u64; MAX_ARGS], sp: u64
     // An off phase of the sampled rows' duty cycle: their links may still
     // be closing; nothing they see counts.
     if config.flags & op_flags::SAMPLED != 0 && sample_off() {
+        count(counter::SAMPLE_OFF_TRAPS);
         return Err(Skip::SampleOff);
     }
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -131,6 +132,7 @@ pub fn on_return(op: u32, ret: i64) -> Result<u32, Skip> {
     // The return of a sampled call in an off phase (its entry returned at
     // once): neither recorded nor a return without an entry.
     if config.flags & op_flags::SAMPLED != 0 && sample_off() {
+        count(counter::SAMPLE_OFF_TRAPS);
         return Err(Skip::SampleOff);
     }
     let pid_tgid = bpf_get_current_pid_tgid();

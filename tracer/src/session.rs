@@ -205,6 +205,13 @@ impl Session {
             .collect()
     }
 
+    /// Traps of the sampled rows in off phases, summed over CPUs: their links
+    /// were still being attached or closed (every process that calls them).
+    pub fn off_phase_traps(&self) -> u64 {
+        self.per_cpu_sums("COUNTERS", counter::COUNT)
+            .map_or(0, |c| c[counter::SAMPLE_OFF_TRAPS as usize])
+    }
+
     /// The in-kernel loss counters, summed over CPUs.
     pub fn loss(&self, malformed: u64, undecoded: u64) -> Result<Loss> {
         let c = self.per_cpu_sums("COUNTERS", counter::COUNT)?;
@@ -494,7 +501,9 @@ fn sampled_calls(rows: &[(AggKey, AggValue)]) -> BTreeMap<u32, u64> {
 
 /// Closes the uprobe links after the report is out and says how long it
 /// took: with `uprobe_multi` links milliseconds, with per-point links the
-/// kernel unregisters each behind a grace period.
+/// kernel unregisters each behind a grace period. And what the duty cycle's
+/// switches cost that no count shows: the traps of the sampled rows while
+/// their links were being attached or closed.
 pub fn report_close(session: &mut Session) {
     let c = session.close_uprobes();
     if c.links > 0 {
@@ -503,6 +512,12 @@ pub fn report_close(session: &mut Session) {
             c.links,
             c.points,
             c.ms
+        );
+    }
+    let off = session.off_phase_traps();
+    if off > 0 {
+        errln!(
+            "gdrtrace: {off} trap(s) of the sampled rows in off phases (links being attached or closed: not counted, not lost)"
         );
     }
 }

@@ -142,6 +142,8 @@ struct DutyResult {
     unprobed_ns_per_call: f64,
     off_phases: u64,
     sampled_s: f64,
+    /// Traps in off phases (links being attached or closed), not counted.
+    off_phase_traps: u64,
 }
 
 /// One window of calls: `work_ns` of spin, then the call.
@@ -225,6 +227,7 @@ pub(super) fn duty(a: &BenchDutyArgs) -> Result<i32> {
         ((p.0 + wp.0, p.1 + wp.1), (u.0 + wu.0, u.1 + wu.1))
     });
     let (probed_calls, probed_s) = (pc, ps);
+    let off_phase_traps = session.off_phase_traps();
     let r = DutyResult {
         collectives: a.collectives.to_string(),
         link_mode,
@@ -240,9 +243,10 @@ pub(super) fn duty(a: &BenchDutyArgs) -> Result<i32> {
         unprobed_ns_per_call: us * 1e9 / uc.max(1) as f64,
         off_phases: agg.duty_totals().off_phases,
         sampled_s: agg.duty_totals().on_us as f64 / 1e6,
+        off_phase_traps,
     };
     let line = format!(
-        "bench duty ({}, {}): {} of {} probed calls trapped ({:.2}%, {:.0} traps/s); per call probed/unprobed {:.4} (all windows), {:.4} (median of {} pairs) at {:.1} us a call",
+        "bench duty ({}, {}): {} of {} probed calls trapped ({:.2}%, {:.0} traps/s); per call probed/unprobed {:.4} (all windows), {:.4} (median of {} pairs) at {:.1} us a call; {} traps in off phases (links being attached or closed)",
         r.collectives,
         r.link_mode,
         r.counted_calls,
@@ -252,7 +256,8 @@ pub(super) fn duty(a: &BenchDutyArgs) -> Result<i32> {
         r.ratio_of_sums,
         r.median_pair_ratio,
         r.pairs,
-        r.unprobed_ns_per_call / 1e3
+        r.unprobed_ns_per_call / 1e3,
+        r.off_phase_traps
     );
     print(&r, line)
 }
