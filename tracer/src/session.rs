@@ -315,6 +315,7 @@ impl Session {
         }
         self.duty.quick = matches!(self.planner.uprobes.mode(), Some(crate::probes::uprobes::Mode::Multi));
         let calls = sampled_calls(&rows);
+        self.duty.uncounted(self.off_phase_traps());
         if let Some(switch) = self.duty.tick(now.duration_since(self.opened), &calls) {
             self.switch(switch);
         }
