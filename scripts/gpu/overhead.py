@@ -35,6 +35,7 @@ Results: DIR/overhead.json and a summary on stdout.
 import argparse
 import json
 import os
+import re
 import statistics as st
 import subprocess
 import sys
@@ -226,15 +227,30 @@ def traps_after_budget(path, budget=1000.0):
         if t0 is None:
             continue
         first = t0 - (start or pts[0][0]) if first is None else min(first, t0 - (start or pts[0][0]))
-        for i, (ti, ni) in enumerate(pts):
-            if ti < t0 + 1.0:
-                continue
-            j = next((k for k in range(i, len(pts)) if pts[k][0] >= ti + 1.0), None)
-            if j is None:
-                break
-            rate = (pts[j][1] - ni) / (pts[j][0] - ti)
-            worst = rate if worst is None else max(worst, rate)
+        # The totals only change where a line is written: the count at t is
+        # that of the last line at or before t, and the busiest second
+        # (t - 1, t] after t0's second ends at a line.
+        def at(t):
+            n = 0
+            for tk, nk in pts:
+                if tk > t:
+                    break
+                n = nk
+            return n
+        # No line after its first second: nothing counted after it.
+        worst = worst or 0
+        for tj, nj in pts:
+            if tj - 1.0 >= t0 + 1.0:
+                rate = nj - at(tj - 1.0)
+                worst = rate if worst is None else max(worst, rate)
     return worst, first
+
+
+def off_phase_traps(text):
+    """The traps gdrtrace said fell in off phases (links being attached or
+    closed: not counted), from its closing lines; 0 when it said none."""
+    m = re.search(r"(\d+) trap\(s\) of the sampled rows in off phases", text)
+    return int(m.group(1)) if m else 0
 
 
 def run_part(a, res, mode=None, tag="run"):
@@ -242,7 +258,7 @@ def run_part(a, res, mode=None, tag="run"):
     sizes = "8K" if a.job == "copies" or tag == "trap" else a.sizes
     flags = ["--collectives", mode] if mode else collectives(a)
     for r in range(a.rounds if tag == "run" else a.trap_rounds):
-        got = {}
+        got, off_traps = {}, 0
         for traced in ([True, False] if r % 2 == 0 else [False, True]):
             summ = f"{a.out}/{tag}-{r}-{'on' if traced else 'off'}.json"
             cmd = job_cmd(a, sizes, a.window, 29700 + 2 * r + traced, summary=summ)
@@ -250,6 +266,8 @@ def run_part(a, res, mode=None, tag="run"):
                 cmd = [a.gdrtrace, "run", *flags, "--json", f"{a.out}/{tag}-{r}-report.json",
                        "--record", f"{a.out}/{tag}-{r}.rec", "--"] + cmd
             text = sh(cmd, timeout=60)
+            if traced:
+                off_traps = off_phase_traps(text)
             open(f"{a.out}/{tag}-{r}-{'on' if traced else 'off'}.txt", "w").write(text)
             try:
                 got[traced] = json.load(open(summ))
@@ -276,6 +294,9 @@ def run_part(a, res, mode=None, tag="run"):
         row["counted"], row["estimated"], row["sampled_share"] = sampled(rep)
         row["copies_reported"], row["copy_verdicts"] = copies_of(rep)
         row["traps_per_s"] = traps_per_s(rep)
+        # Not in any count: spread over the job's loop, a mean a second.
+        row["off_phase_traps"] = off_traps
+        row["off_phase_traps_per_s"] = off_traps / a.window
         try:
             row["max_traps_1s_after_budget"], row["over_budget_at_s"] = traps_after_budget(f"{a.out}/{tag}-{r}.rec")
         except (OSError, ValueError, KeyError) as e:
@@ -301,7 +322,8 @@ def run_part(a, res, mode=None, tag="run"):
         print(f"{tag} round {r} ({a.job}): copies {row['copies_made']} made, {row['copies_reported']} reported "
               f"{row['copy_verdicts']}; all-reduces {row['estimated']} estimated ({row['counted']} counted); "
               f"count error {row.get('count_err')}; traps/s {row['traps_per_s']:.0f}, most in a second after the "
-              f"first over budget {row['max_traps_1s_after_budget']} (over at {row['over_budget_at_s']} s); "
+              f"first over budget {row['max_traps_1s_after_budget']} (over at {row['over_budget_at_s']} s), "
+              f"besides {row['off_phase_traps']} uncounted in off phases ({row['off_phase_traps_per_s']:.0f}/s of the loop); "
               f"ns/trap {row.get('ns_per_trap')}", flush=True)
         print(f"{tag} round {r}: 8K {row['lat8k_off']:.1f} -> {row['lat8k_on']:.1f} us ({row['lat8k_ratio']:.4f}), "
               f"256M {row['bw256m_off']:.1f} -> {row['bw256m_on']:.1f} GB/s ({row['bw256m_ratio']:.4f}), "
@@ -319,6 +341,7 @@ def run_part(a, res, mode=None, tag="run"):
         "median_ns_per_trap": st.median(per_trap) if per_trap else None,
         "max_traps_per_s": max(x["traps_per_s"] for x in rows),
         "max_traps_1s_after_budget": max((x["max_traps_1s_after_budget"] or 0) for x in rows),
+        "max_off_phase_traps_per_s": max(x["off_phase_traps_per_s"] for x in rows),
         "count_errors": [round(x["count_err"], 4) for x in rows if x.get("count_err") is not None],
     }
 
@@ -422,7 +445,8 @@ def summarize(res):
             print(f"{tag} ({res['job']}): {len(r['rounds'])} rounds; median per-round ratio 8K latency "
                   f"{r['median_lat8k_ratio']:.4f}, 256M busbw {r['median_bw256m_ratio']:.4f}; drops {r['drops']}; "
                   f"ns per trap {r.get('median_ns_per_trap')}; max traps/s {r.get('max_traps_per_s')}; most traps in "
-                  f"a second after the first over budget {r.get('max_traps_1s_after_budget')}; count errors "
+                  f"a second after the first over budget {r.get('max_traps_1s_after_budget')} (besides at most "
+                  f"{r.get('max_off_phase_traps_per_s')}/s uncounted in off phases); count errors "
                   f"{r.get('count_errors')}")
     for size, o in res.get("attach", {}).items():
         print(f"attach {size}: median on/off {o['median_on_off']}, off/off {o['median_off_off']}, drops {o['drops']}")

@@ -52,6 +52,12 @@ pub struct Session {
     stopped: bool,
     /// Closes the links of ended on phases off the tracing loop.
     closer: Closer,
+    /// Of `off_phase_traps`, those that fell while the sampled links were
+    /// being attached (the rest fell while they closed).
+    attach_traps: u64,
+    /// Calls per op of the sampled rows as last read (which links to
+    /// attach last).
+    heat: BTreeMap<u32, u64>,
 }
 
 /// A thread that drops uprobe links handed to it: closing per-point links
@@ -131,6 +137,8 @@ impl Session {
             counting_until: None,
             stopped: false,
             closer: Closer::default(),
+            attach_traps: 0,
+            heat: BTreeMap::new(),
         };
         if opts.installed_libraries {
             for file in libs::installed() {
@@ -315,6 +323,7 @@ impl Session {
         }
         self.duty.quick = matches!(self.planner.uprobes.mode(), Some(crate::probes::uprobes::Mode::Multi));
         let calls = sampled_calls(&rows);
+        self.heat = sampled_heat(&rows);
         self.duty.uncounted(self.off_phase_traps());
         if let Some(switch) = self.duty.tick(now.duration_since(self.opened), &calls) {
             self.switch(switch);
@@ -382,9 +391,16 @@ impl Session {
                 self.closer.close(links);
             }
             Switch::On => {
-                for e in self.planner.uprobes.open_sampled(&mut self.ebpf) {
+                // The hottest links go last: a row traps (uncounted) from
+                // its link's attach until the switch below.
+                let before = self.off_phase_traps();
+                self.duty.opening(before);
+                let hot = &self.heat;
+                let heat = |op: u32| hot.get(&op).copied().unwrap_or(0);
+                for e in self.planner.uprobes.open_sampled(&mut self.ebpf, heat) {
                     log::warn!("sampled rows on: {e}");
                 }
+                self.attach_traps += self.off_phase_traps().saturating_sub(before);
                 if let Err(e) = self.set_control(control::SAMPLE_OFF, 0) {
                     log::warn!("starting an on phase of the sampled rows: {e}");
                 }
@@ -486,6 +502,17 @@ fn close_in_parallel(links: Vec<aya::programs::uprobe::UProbeLink>) {
     });
 }
 
+/// Counted calls of the sampled rows per op, all processes.
+fn sampled_heat(rows: &[(AggKey, AggValue)]) -> BTreeMap<u32, u64> {
+    let mut heat = BTreeMap::new();
+    for (k, v) in rows {
+        if uapi::row_of(k.op).is_some_and(|(_, r)| r.group() == Group::Sampled) {
+            *heat.entry(k.op).or_default() += v.calls;
+        }
+    }
+    heat
+}
+
 /// Counted traps of the sampled rows per process, from the kernel's rows:
 /// calls times the row's traps per call (a copy keeps its return probe).
 fn sampled_calls(rows: &[(AggKey, AggValue)]) -> BTreeMap<u32, u64> {
@@ -517,8 +544,10 @@ pub fn report_close(session: &mut Session) {
     }
     let off = session.off_phase_traps();
     if off > 0 {
+        let attach = session.attach_traps.min(off);
         errln!(
-            "gdrtrace: {off} trap(s) of the sampled rows in off phases (links being attached or closed: not counted, not lost)"
+            "gdrtrace: {off} trap(s) of the sampled rows in off phases ({attach} while their links were attached, {} while they closed): not counted, not lost",
+            off - attach
         );
     }
 }

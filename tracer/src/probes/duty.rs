@@ -203,6 +203,10 @@ pub struct DutyCycle {
     /// `counter::SAMPLE_OFF_TRAPS`): as last read, and as when the last
     /// short on phase was measured.
     off_traps: (u64, u64),
+    /// The first off phase began: the traps of its links' closing fall in
+    /// the first second over budget, which the budget does not hold (the
+    /// next attach starts their count afresh, [`DutyCycle::opening`]).
+    first_close: bool,
     /// Off phases so far.
     pub off_phases: u64,
     /// Why the first off phase began (the coverage detail says it).
@@ -237,6 +241,7 @@ impl DutyCycle {
             peak: 0.0,
             planned: 0.0,
             off_traps: (0, 0),
+            first_close: false,
             off_phases: 0,
             first_reason: None,
         }
@@ -284,6 +289,14 @@ impl DutyCycle {
     /// the next off phase makes room for them in the budget.
     pub fn uncounted(&mut self, traps: u64) {
         self.off_traps.0 = traps;
+    }
+
+    /// The links of an on phase are about to be attached, `traps` the
+    /// traps in off phases so far (`counter::SAMPLE_OFF_TRAPS`).
+    pub fn opening(&mut self, traps: u64) {
+        if std::mem::take(&mut self.first_close) {
+            self.off_traps = (traps, traps);
+        }
     }
 
     /// The links of an on phase are attached and counting began at `at`:
@@ -403,6 +416,7 @@ impl DutyCycle {
         self.quiet_since = None;
         self.peak = self.peak.max(rate);
         self.planned = rate;
+        self.first_close |= self.off_phases == 0;
         self.next_on = on;
         self.off_for = off;
         Switch::Off {
@@ -788,6 +802,39 @@ mod tests {
         );
         let (a, b) = (ons(&plain), ons(&costly));
         assert!(b * 3 < a * 2, "{b} on phases with the switches' traps, {a} without");
+    }
+
+    /// The traps of the first closing (a beat-long phase over budget: a
+    /// copy loop at 500,000 traps a second traps thousands of times while
+    /// its links close) fall in the first second over budget: they do not
+    /// hold back the cycle after it, as those of every later switch do.
+    #[test]
+    fn the_first_closing_belongs_to_the_first_second() {
+        let ons = |s: &[(u64, Switch)]| s.iter().filter(|(t, s)| *t >= 1_000 && *s == Switch::On).count();
+        let cycle = |first: u64| {
+            let mut d = DutyCycle::new(Mode::default());
+            d.quick = true;
+            let mut extra = 0;
+            let (switches, _) = run_by_with(
+                &mut d,
+                |_| 45_000,
+                5_000,
+                |d, s| match s {
+                    Switch::Off { .. } => {
+                        extra += if extra == 0 { first } else { 100 };
+                        d.uncounted(extra);
+                    }
+                    Switch::On => d.opening(extra),
+                },
+            );
+            ons(&switches)
+        };
+        let (light, heavy) = (cycle(100), cycle(5_000));
+        assert!(light >= 12, "{light} on phases");
+        assert!(
+            heavy + 2 >= light,
+            "{heavy} on phases after a first closing of 5,000 traps, {light} after one of 100"
+        );
     }
 
     /// At 45,000 traps a second, ten short on phases a second (the samples

@@ -307,15 +307,19 @@ impl UprobeLinks {
     }
 
     /// Starts an on phase: one link per file again, through the file held
-    /// open. Returns the errors of points that did not attach; they leave
-    /// the cycle.
-    pub fn open_sampled(&mut self, ebpf: &mut Ebpf) -> Vec<String> {
+    /// open, the files whose points were hit least (`heat`: hits per op so
+    /// far) first. A point traps from its link's attach on, uncounted until
+    /// the caller ends the off phase: the hottest file goes last (a copy
+    /// loop traps 500,000 times a second while the others attach). Returns
+    /// the errors of points that did not attach; they leave the cycle.
+    pub fn open_sampled(&mut self, ebpf: &mut Ebpf, heat: impl Fn(u32) -> u64) -> Vec<String> {
         self.sampled_open = true;
         let Some(Ok(mode)) = self.mode.clone() else {
             return Vec::new();
         };
         let mut errors = Vec::new();
         let mut files = std::mem::take(&mut self.sampled);
+        files.sort_by_key(|f| f.points.iter().map(|p| heat(p.op)).sum::<u64>());
         for f in &mut files {
             let bad = self.attach_group(
                 ebpf,
