@@ -33,6 +33,18 @@ pub struct CopyLoopOpts {
     /// within 250 ms).
     #[arg(long, default_value_t = 0)]
     pub wait_ms: u64,
+    /// Pause for --pause-ms after every this many pairs (0: never): the
+    /// shape of a torch loop of asynchronous copies that synchronizes
+    /// every few (a burst of calls, then a wait on the GPU).
+    #[arg(long, default_value_t = 0)]
+    pub burst: u64,
+    /// Milliseconds of each pause (--burst).
+    #[arg(long, default_value_t = 0.0)]
+    pub pause_ms: f64,
+    /// Milliseconds to wait after the loop before exiting (a job's
+    /// teardown: the copies ended, the process lives on).
+    #[arg(long, default_value_t = 0)]
+    pub linger_ms: u64,
     /// Also write the summary as JSON to this file.
     #[arg(long)]
     pub summary: Option<std::path::PathBuf>,
@@ -131,9 +143,13 @@ pub fn run(o: &CopyLoopOpts) -> Result<CopyLoopSummary, String> {
             failed += (dtoh(host.as_mut_ptr().cast(), dev, n, std::ptr::null_mut()) != 0) as u64;
         }
         made += 1;
+        if o.burst > 0 && made % o.burst == 0 && o.pause_ms > 0.0 {
+            std::thread::sleep(std::time::Duration::from_secs_f64(o.pause_ms / 1e3));
+        }
     }
     let loop_s = t.elapsed().as_secs_f64();
     std::hint::black_box(&host);
+    std::thread::sleep(std::time::Duration::from_millis(o.linger_ms));
     Ok(CopyLoopSummary {
         pid: std::process::id(),
         copies: 2 * made,
