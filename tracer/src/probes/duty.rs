@@ -16,7 +16,9 @@
 //! has `uprobe_multi` links, which attach in milliseconds and stop trapping
 //! once closed, the cycle is then short on phases of about a tenth of a
 //! second's budget of traps (at least [`MIN_ON`]), each read as it ends:
-//! its traps set the off phase after it, which ends on a deadline of its
+//! the rate of the phases of the last second ([`POOL`]) sets the off phase
+//! after it (from the phase's length, not its luck: at most [`MAX_OFF`]),
+//! which ends on a deadline of its
 //! own ([`CYCLE`]: ten on phases a second for a job at 45,000 calls a
 //! second, the estimates of its gaps resting on rates measured 100 ms
 //! away; a process that exits in a gap has its last calls estimated from
@@ -73,6 +75,12 @@ pub const MAX_CHECK: Duration = Duration::from_millis(25);
 /// The short on phases whose traps plan the next one and time the off
 /// phases ([`DutyCycle::measure_ended`]): those of the last second.
 pub const POOL: Duration = Duration::from_secs(1);
+/// The longest off phase after a short on phase: the traps of a slow
+/// closing (25,069 in one 4 s all-reduce job on one H200, 2026-12-03,
+/// against 29-4,040 in the others) have already fallen in their second,
+/// and paying for them with an off phase of 25 s left the rest of the job
+/// to one estimate (-44%); the gaps stay short enough to estimate.
+pub const MAX_OFF: Duration = Duration::from_secs(1);
 /// The longest cycle (on plus off) of `auto`: a process that starts in an
 /// off phase is seen within it.
 pub const MAX_PERIOD: Duration = Duration::from_secs(60);
@@ -562,7 +570,7 @@ impl DutyCycle {
         } else if self.quick {
             Duration::from_secs_f64((len.as_secs_f64() * self.planned + extra) / budget_hz)
                 .saturating_sub(len)
-                .min(MAX_PERIOD)
+                .min(MAX_OFF)
         } else {
             off
         };
@@ -879,6 +887,37 @@ mod tests {
         );
     }
 
+    /// A switch whose closing trapped 25,000 times (breakpoints that stay
+    /// until a slow closing ends) holds the probes off for at most
+    /// [`MAX_OFF`]: the cycle goes on.
+    #[test]
+    fn a_costly_closing_holds_the_probes_off_for_a_second_at_most() {
+        let mut d = DutyCycle::new(Mode::default());
+        d.quick = true;
+        let mut extra = 0;
+        let mut offs = 0;
+        let (switches, _) = run_by_with(
+            &mut d,
+            |_| 45_000,
+            8_000,
+            |d, s| {
+                if matches!(s, Switch::Off { .. }) {
+                    offs += 1;
+                    extra += if offs == 20 { 25_000 } else { 100 };
+                    d.uncounted(extra);
+                }
+            },
+        );
+        let ons: Vec<u64> = switches
+            .iter()
+            .filter(|(t, s)| *t >= 1_000 && *s == Switch::On)
+            .map(|(t, _)| *t)
+            .collect();
+        let longest = ons.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        assert!(longest <= 1_200, "no on phase for {longest} ms: {ons:?}");
+        assert!(ons.last().is_some_and(|t| *t >= 7_000), "{ons:?}");
+    }
+
     /// A loop whose calls begin part-way through the first beat (a beat of
     /// 45,000 traps a second for 10 ms is 1,800 a second): the first short
     /// phase, planned for that rate, runs long and is not paid for with
@@ -936,7 +975,7 @@ mod tests {
 
     /// At 45,000 traps a second, ten short on phases a second (the samples
     /// the estimates rest on), each ended on its deadline and the off
-    /// phase after it timed by the traps it counted.
+    /// phase after it timed by the rate of the phases of the last second.
     #[test]
     fn short_phases_come_ten_times_a_second_at_45000_traps() {
         let mut d = DutyCycle::new(Mode::default());
