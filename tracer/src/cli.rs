@@ -495,6 +495,14 @@ pub struct BenchCopiesArgs {
     /// `run --collectives` of the traced rounds.
     #[arg(long, default_value = "auto")]
     pub collectives: crate::probes::duty::Mode,
+    /// Pause --pause-ms after every this many pairs (`drive copy-loop
+    /// --burst`: the shape of torch's asynchronous copies with a
+    /// synchronize every few; 0: a steady loop).
+    #[arg(long, default_value_t = 0)]
+    pub burst: u64,
+    /// Milliseconds of each pause (--burst).
+    #[arg(long, default_value_t = 0.0)]
+    pub pause_ms: f64,
 }
 
 #[derive(Debug, clap::Args)]

@@ -44,6 +44,7 @@ fn copy_round(
     }
     cmd.args(["drive", "copy-loop", "--wait-ms", "1000"])
         .args(["--copies", &a.copies.to_string(), "--bytes", &a.bytes.to_string()])
+        .args(["--burst", &a.burst.to_string(), "--pause-ms", &a.pause_ms.to_string()])
         .arg("--lib")
         .arg(&a.lib)
         .arg("--summary")

@@ -225,7 +225,7 @@ fn process_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
 
     let mut moved = Family::new(
         "moved",
-        "Bytes a process moved: copies and collectives (in-kernel totals)",
+        "Bytes a process moved: copies (in-kernel totals, with the estimates of the off phases where the duty cycle sampled them) and collectives as counted in the kernel",
         Some(Unit::Bytes),
     );
     let mut staged = Family::new(
