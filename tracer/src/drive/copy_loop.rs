@@ -143,7 +143,7 @@ pub fn run(o: &CopyLoopOpts) -> Result<CopyLoopSummary, String> {
             failed += (dtoh(host.as_mut_ptr().cast(), dev, n, std::ptr::null_mut()) != 0) as u64;
         }
         made += 1;
-        if o.burst > 0 && made % o.burst == 0 && o.pause_ms > 0.0 {
+        if o.burst > 0 && made.is_multiple_of(o.burst) && o.pause_ms > 0.0 {
             std::thread::sleep(std::time::Duration::from_secs_f64(o.pause_ms / 1e3));
         }
     }

@@ -946,7 +946,7 @@ mod tests {
     fn off_phases_do_not_follow_the_luck_of_a_phase() {
         let mut d = DutyCycle::new(Mode::default());
         d.quick = true;
-        let burst = |t: u64| if t % 77 == 0 { 2 * 64 * 1000 } else { 0 };
+        let burst = |t: u64| if t.is_multiple_of(77) { 2 * 64 * 1000 } else { 0 };
         let mut counted_before = 0u64;
         let mut phases: Vec<(u64, bool)> = Vec::new();
         let (switches, per_ms) = run_by(&mut d, burst, 20_000);
