@@ -238,11 +238,7 @@ def traps_after_budget(path, budget=1000.0):
                 n = nk
             return n
         # No line after its first second: nothing counted after it.
-        worst = worst or 0
-        for tj, nj in pts:
-            if tj - 1.0 >= t0 + 1.0:
-                rate = nj - at(tj - 1.0)
-                worst = rate if worst is None else max(worst, rate)
+        worst = max([worst or 0] + [nj - at(tj - 1.0) for tj, nj in pts if tj - 1.0 >= t0 + 1.0])
     return worst, first
 
 

@@ -322,8 +322,8 @@ impl Session {
             return;
         }
         self.duty.quick = matches!(self.planner.uprobes.mode(), Some(crate::probes::uprobes::Mode::Multi));
-        let calls = sampled_calls(&rows);
-        self.heat = sampled_heat(&rows);
+        let (calls, heat) = sampled(&rows);
+        self.heat = heat;
         self.duty.uncounted(self.off_phase_traps());
         if let Some(switch) = self.duty.tick(now.duration_since(self.opened), &calls) {
             self.switch(switch);
@@ -394,7 +394,6 @@ impl Session {
                 // The hottest links go last: a row traps (uncounted) from
                 // its link's attach until the switch below.
                 let before = self.off_phase_traps();
-                self.duty.opening(before);
                 let hot = &self.heat;
                 let heat = |op: u32| hot.get(&op).copied().unwrap_or(0);
                 for e in self.planner.uprobes.open_sampled(&mut self.ebpf, heat) {
@@ -502,29 +501,20 @@ fn close_in_parallel(links: Vec<aya::programs::uprobe::UProbeLink>) {
     });
 }
 
-/// Counted calls of the sampled rows per op, all processes.
-fn sampled_heat(rows: &[(AggKey, AggValue)]) -> BTreeMap<u32, u64> {
-    let mut heat = BTreeMap::new();
-    for (k, v) in rows {
-        if uapi::row_of(k.op).is_some_and(|(_, r)| r.group() == Group::Sampled) {
-            *heat.entry(k.op).or_default() += v.calls;
-        }
-    }
-    heat
-}
-
-/// Counted traps of the sampled rows per process, from the kernel's rows:
-/// calls times the row's traps per call (a copy keeps its return probe).
-fn sampled_calls(rows: &[(AggKey, AggValue)]) -> BTreeMap<u32, u64> {
-    let mut calls = BTreeMap::new();
+/// The sampled rows' counted traps per process (calls times the row's
+/// traps per call: a copy keeps its return probe), and their counted calls
+/// per op, all processes (which links to attach last).
+fn sampled(rows: &[(AggKey, AggValue)]) -> (BTreeMap<u32, u64>, BTreeMap<u32, u64>) {
+    let (mut traps, mut calls) = (BTreeMap::new(), BTreeMap::new());
     for (k, v) in rows {
         if let Some((_, r)) = uapi::row_of(k.op)
             && r.group() == Group::Sampled
         {
-            *calls.entry(k.tgid).or_default() += v.calls * r.traps_per_call();
+            *traps.entry(k.tgid).or_default() += v.calls * r.traps_per_call();
+            *calls.entry(k.op).or_default() += v.calls;
         }
     }
-    calls
+    (traps, calls)
 }
 
 /// Closes the uprobe links after the report is out and says how long it

@@ -37,7 +37,12 @@
 //! and each process's counted traps every beat, asks it for its next
 //! deadline between beats, and carries out what it returns
 //! (`Session::aggregate_tick`, `Session::duty_due`).
-use std::{collections::BTreeMap, fmt, str::FromStr, time::Duration};
+use std::{
+    collections::{BTreeMap, VecDeque},
+    fmt,
+    str::FromStr,
+    time::Duration,
+};
 
 use crate::units::{fmt_duration, parse_duration};
 
@@ -212,17 +217,16 @@ pub struct DutyCycle {
     planned: f64,
     /// The short phases measured in the last [`POOL`]: (when measured,
     /// counting time, traps of the busiest process).
-    pool: std::collections::VecDeque<(Duration, Duration, f64)>,
+    pool: VecDeque<(Duration, Duration, f64)>,
     /// Traps in off phases, all processes (links being attached or closed,
     /// `counter::SAMPLE_OFF_TRAPS`): as last read, and as when the last
     /// short on phase was measured.
     off_traps: (u64, u64),
-    /// The first off phase began: the traps of its links' closing fall in
-    /// the first second over budget, which the budget does not hold (the
-    /// next attach starts their count afresh, [`DutyCycle::opening`]).
-    first_close: bool,
     /// When a process first went over budget: the short phases that begin
-    /// in the second after it are not paid for ([`DutyCycle::measure_ended`]).
+    /// in the second after it, and the switches before them (the first
+    /// closing: a copy loop at 500,000 traps a second traps thousands of
+    /// times while its links close), are not paid for
+    /// ([`DutyCycle::measure_ended`]).
     over_at: Option<Duration>,
     /// Off phases so far.
     pub off_phases: u64,
@@ -259,7 +263,6 @@ impl DutyCycle {
             planned: 0.0,
             pool: Default::default(),
             off_traps: (0, 0),
-            first_close: false,
             over_at: None,
             off_phases: 0,
             first_reason: None,
@@ -308,14 +311,6 @@ impl DutyCycle {
     /// the next off phase makes room for them in the budget.
     pub fn uncounted(&mut self, traps: u64) {
         self.off_traps.0 = traps;
-    }
-
-    /// The links of an on phase are about to be attached, `traps` the
-    /// traps in off phases so far (`counter::SAMPLE_OFF_TRAPS`).
-    pub fn opening(&mut self, traps: u64) {
-        if std::mem::take(&mut self.first_close) {
-            self.off_traps = (traps, traps);
-        }
     }
 
     /// The links of an on phase are attached and counting began at `at`:
@@ -436,7 +431,6 @@ impl DutyCycle {
         self.peak = self.peak.max(rate);
         self.planned = rate;
         self.pool.clear();
-        self.first_close |= self.off_phases == 0;
         self.over_at.get_or_insert(now);
         self.next_on = on;
         self.off_for = off;
@@ -565,9 +559,7 @@ impl DutyCycle {
         let exempt = self
             .over_at
             .is_some_and(|t| now.saturating_sub(len) < t + Duration::from_secs(1));
-        self.off_for = if self.quick && exempt {
-            off
-        } else if self.quick {
+        self.off_for = if self.quick && !exempt {
             Duration::from_secs_f64((len.as_secs_f64() * self.planned + extra) / budget_hz)
                 .saturating_sub(len)
                 .min(MAX_OFF)
@@ -641,6 +633,13 @@ mod tests {
         (out, per_ms)
     }
 
+    /// `auto` with `uprobe_multi` links.
+    fn quick() -> DutyCycle {
+        let mut d = DutyCycle::new(Mode::default());
+        d.quick = true;
+        d
+    }
+
     /// The most traps in any second from `from` ms on.
     fn worst_second(per_ms: &[u64], from: usize) -> u64 {
         per_ms[from..].windows(1000).map(|w| w.iter().sum()).max().unwrap_or(0)
@@ -705,8 +704,7 @@ mod tests {
     #[test]
     fn auto_over_budget_with_quick_links_holds_the_budget_every_second() {
         for rate in [2_000, 40_000, 150_000, 300_000] {
-            let mut d = DutyCycle::new(Mode::default());
-            d.quick = true;
+            let mut d = quick();
             let (switches, per_ms) = run(&mut d, rate, 30_000);
             let Some((t, Switch::Off { why })) = switches.first() else {
                 panic!("{rate}: no off phase: {switches:?}")
@@ -808,8 +806,7 @@ mod tests {
     #[test]
     fn a_job_that_pauses_and_resumes_keeps_the_budget() {
         for rate in [45_000, 300_000] {
-            let mut d = DutyCycle::new(Mode::default());
-            d.quick = true;
+            let mut d = quick();
             let busy = |t: u64| !(5_000..8_000).contains(&t);
             let (switches, per_ms) = run_by(&mut d, |t| if busy(t) { rate } else { 0 }, 15_000);
             let worst = worst_second(&per_ms, 1_250);
@@ -831,12 +828,10 @@ mod tests {
     /// out of the budget: the cycle slows down by their share.
     #[test]
     fn traps_of_the_switches_count_against_the_budget() {
-        let mut d = DutyCycle::new(Mode::default());
-        d.quick = true;
+        let mut d = quick();
         let (plain, _) = run(&mut d, 45_000, 5_000);
         let ons = |s: &[(u64, Switch)]| s.iter().filter(|(t, s)| *t >= 1_000 && *s == Switch::On).count();
-        let mut d = DutyCycle::new(Mode::default());
-        d.quick = true;
+        let mut d = quick();
         // 300 traps at every switch off, besides the ~100-135 counted.
         let mut extra = 0;
         let (costly, _) = run_by_with(
@@ -862,19 +857,17 @@ mod tests {
     fn the_first_closing_belongs_to_the_first_second() {
         let ons = |s: &[(u64, Switch)]| s.iter().filter(|(t, s)| *t >= 1_000 && *s == Switch::On).count();
         let cycle = |first: u64| {
-            let mut d = DutyCycle::new(Mode::default());
-            d.quick = true;
+            let mut d = quick();
             let mut extra = 0;
             let (switches, _) = run_by_with(
                 &mut d,
                 |_| 45_000,
                 5_000,
-                |d, s| match s {
-                    Switch::Off { .. } => {
+                |d, s| {
+                    if matches!(s, Switch::Off { .. }) {
                         extra += if extra == 0 { first } else { 100 };
                         d.uncounted(extra);
                     }
-                    Switch::On => d.opening(extra),
                 },
             );
             ons(&switches)
@@ -892,8 +885,7 @@ mod tests {
     /// [`MAX_OFF`]: the cycle goes on.
     #[test]
     fn a_costly_closing_holds_the_probes_off_for_a_second_at_most() {
-        let mut d = DutyCycle::new(Mode::default());
-        d.quick = true;
+        let mut d = quick();
         let mut extra = 0;
         let mut offs = 0;
         let (switches, _) = run_by_with(
@@ -924,8 +916,7 @@ mod tests {
     /// an off phase of seconds; the budget holds after the first second.
     #[test]
     fn the_first_short_phase_is_not_paid_for() {
-        let mut d = DutyCycle::new(Mode::default());
-        d.quick = true;
+        let mut d = quick();
         let (switches, per_ms) = run_by(&mut d, |t| if t < 240 { 0 } else { 45_000 }, 6_000);
         let longest_off = switches
             .windows(2)
@@ -944,8 +935,7 @@ mod tests {
     /// burst, so the gaps after busy phases are no longer than the others.
     #[test]
     fn off_phases_do_not_follow_the_luck_of_a_phase() {
-        let mut d = DutyCycle::new(Mode::default());
-        d.quick = true;
+        let mut d = quick();
         let burst = |t: u64| if t.is_multiple_of(77) { 2 * 64 * 1000 } else { 0 };
         let mut counted_before = 0u64;
         let mut phases: Vec<(u64, bool)> = Vec::new();
@@ -978,8 +968,7 @@ mod tests {
     /// phase after it timed by the rate of the phases of the last second.
     #[test]
     fn short_phases_come_ten_times_a_second_at_45000_traps() {
-        let mut d = DutyCycle::new(Mode::default());
-        d.quick = true;
+        let mut d = quick();
         let (switches, per_ms) = run(&mut d, 45_000, 10_000);
         let ons = switches.iter().filter(|(t, s)| *t >= 1_000 && *s == Switch::On).count();
         assert!((60..=95).contains(&ons), "{ons} on phases in 9 s");
@@ -993,8 +982,7 @@ mod tests {
     /// budget holds every second.
     #[test]
     fn a_short_phase_in_a_stall_keeps_the_cycle() {
-        let mut d = DutyCycle::new(Mode::default());
-        d.quick = true;
+        let mut d = quick();
         let (switches, per_ms) = run_by(&mut d, |t| if t % 120 < 20 { 0 } else { 45_000 }, 30_000);
         let worst = worst_second(&per_ms, 1000);
         assert!(worst <= 1500, "{worst} traps in one second");
@@ -1026,8 +1014,7 @@ mod tests {
     /// links are attached.
     #[test]
     fn a_short_on_phase_runs_from_its_attach() {
-        let mut d = DutyCycle::new(Mode::default());
-        d.quick = true;
+        let mut d = quick();
         let calls = |n: u64| BTreeMap::from([(1u32, n)]);
         assert!(matches!(d.tick(ms(250), &calls(20_000)), Some(Switch::Off { .. })));
         let mut t = 250;
