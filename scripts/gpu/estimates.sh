@@ -12,6 +12,9 @@
 #   4. the 8 KiB pinned copy loop, 3 s, under `run` (auto), $N times;
 #   5. the same, `--collectives exact`, once.
 # Usage: [N=3] bash scripts/gpu/estimates.sh [BIN]   (BIN defaults to dist/gdrtrace)
+#   AB="OLD NEW" instead: A/B of two binaries in one call, N rounds of a 4 s
+#   all-reduce job and a 3 s copy job under each, order alternating
+#   (names ar4-I-TAG, cp3-I-TAG, TAG the binary's file name).
 # Results under $OUT: estimates.txt (per job: its own count, the report's
 # counted and estimated), and per job NAME.rec.gz, NAME.json, NAME.records.
 set -u
@@ -37,7 +40,7 @@ one() { # NAME JOB SECONDS [gdrtrace run flags...]
 import json, sys
 R, name, job, here = sys.argv[1:]
 sys.path.insert(0, here)
-from overhead import copies_of, sampled  # the bench's own readers of a report
+from overhead import copies_of, sampled, traps_after_budget  # the bench's own readers
 try:
     s = json.load(open(f"{R}/{name}.summary.json"))["8K"]
     r = json.load(open(f"{R}/{name}.json"))
@@ -49,9 +52,24 @@ if job == "copies":
 else:
     own, (_, est, _) = s["calls"], sampled(r)
     print(f"  {name}: all-reduces made {own} (+1 ProcessGroup warm-up), estimated {est} ({100 * (est - own) / own:+.1f}%)")
+worst, first = traps_after_budget(f"{R}/{name}.rec")
+print(f"  {name}: most traps counted in a second after the first over budget {worst} (over at {first})")
 PY
   gzip -f "$R/$name.rec"
 }
+if [ -n "${AB:-}" ]; then
+  read -r -a bins <<< "$AB"
+  for i in $(seq "$N"); do
+    order=("${bins[@]}")
+    [ $((i % 2)) -eq 0 ] && order=("${bins[1]}" "${bins[0]}")
+    for job in "allreduce ar4 4" "copies cp3 3"; do
+      read -r j n secs <<< "$job"
+      for b in "${order[@]}"; do B=$b one "$n-$i-$(basename "$b")" "$j" "$secs"; done
+    done
+  done
+  cat "$S"
+  exit 0
+fi
 for i in $(seq "$N"); do one "ar4-$i" allreduce 4; done
 one ar10 allreduce 10
 one ar4-exact allreduce 4 --collectives exact

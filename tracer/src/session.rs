@@ -127,10 +127,16 @@ impl Session {
             )));
         }
         let now = Instant::now();
+        let mut duty = DutyCycle::new(opts.collectives);
+        // Any seed will do, as long as two sessions differ.
+        let clock = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        duty.seed(clock ^ (u64::from(std::process::id()) << 32));
         let mut s = Session {
             ebpf,
             planner,
-            duty: DutyCycle::new(opts.collectives),
+            duty,
             opened: now,
             last_tick: now,
             counting_since: now,
