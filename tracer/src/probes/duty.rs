@@ -336,18 +336,19 @@ impl DutyCycle {
         let from = (now + self.next_on).saturating_sub(Duration::from_secs(1));
         // Phases that began in the first second over budget are not held.
         let held = self.over_at.map_or(Duration::ZERO, |t| t + Duration::from_secs(1));
-        let mut recent: Vec<(Duration, f64)> = self
-            .pool
-            .iter()
-            .filter(|(t, len, _)| *t > from && t.saturating_sub(*len) >= held)
-            .map(|(t, _, n)| (*t, *n))
-            .collect();
-        let mut sum: f64 = recent.iter().map(|(_, n)| n).sum();
+        let recent = || {
+            self.pool
+                .iter()
+                .filter(move |(t, len, _)| *t > from && t.saturating_sub(*len) >= held)
+        };
+        let mut sum: f64 = recent().map(|(_, _, n)| n).sum();
         let mut until = None;
-        while sum > 0.0 && sum + next > budget_hz * PEAK {
-            let (t, n) = recent.remove(0);
+        for (t, _, n) in recent() {
+            if sum <= 0.0 || sum + next <= budget_hz * PEAK {
+                break;
+            }
             sum -= n;
-            until = Some(t);
+            until = Some(*t);
         }
         match until {
             None => true,
@@ -658,13 +659,14 @@ impl DutyCycle {
         let exempt = self
             .over_at
             .is_some_and(|t| now.saturating_sub(len) < t + Duration::from_secs(1));
-        let off = if self.quick && !exempt {
+        let paid = self.quick && !exempt;
+        let off = if paid {
             Duration::from_secs_f64((len.as_secs_f64() * self.planned + extra) / budget_hz).saturating_sub(len)
         } else {
             off
         };
         self.off_for = self.jittered(off);
-        if self.quick && !exempt {
+        if paid {
             self.off_for = self.off_for.min(MAX_OFF);
         }
     }
@@ -1156,7 +1158,7 @@ mod tests {
                 Switch::On => on_at = Some(*t),
                 Switch::Off { .. } => {
                     if let Some(a) = on_at.take() {
-                        on_ms += t.saturating_sub(a.max(from)) * u64::from(*t > from);
+                        on_ms += t.saturating_sub(a.max(from));
                     }
                 }
             }
