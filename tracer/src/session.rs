@@ -1,6 +1,10 @@
 //! A tracing session: the loaded object, the planner's attachments, the
 //! target set, and the read-out of in-kernel counters and histograms.
-use std::{collections::BTreeMap, sync::mpsc, time::Instant};
+use std::{
+    collections::BTreeMap,
+    sync::mpsc,
+    time::{Duration, Instant},
+};
 
 use aya::{
     Ebpf,
@@ -346,10 +350,20 @@ impl Session {
     }
 
     /// Sleeps until `deadline` ([`Session::duty_deadline`]); forever
-    /// without one (a branch of the tracing loop's `select!`).
+    /// without one (a branch of the tracing loop's `select!`). tokio's
+    /// timer fires on whole milliseconds, up to one late: it wakes the
+    /// loop a millisecond early and the rest is slept on this thread, so a
+    /// short on phase of 1 ms counts for about 1 ms, not up to 2.
     pub async fn until(deadline: Option<Instant>) {
         match deadline {
-            Some(d) => tokio::time::sleep_until(d.into()).await,
+            Some(d) => {
+                let early = d.checked_sub(Duration::from_millis(1)).unwrap_or(d);
+                tokio::time::sleep_until(early.into()).await;
+                let left = d.saturating_duration_since(Instant::now());
+                if !left.is_zero() {
+                    std::thread::sleep(left);
+                }
+            }
             None => std::future::pending().await,
         }
     }

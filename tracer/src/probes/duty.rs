@@ -65,11 +65,14 @@ pub const BEAT: Duration = Duration::from_millis(250);
 /// 2026-12-02).
 pub const CYCLE: Duration = Duration::from_millis(100);
 /// The shortest on phase of `auto` with `uprobe_multi` links (counted from
-/// the moment they are attached): a few scheduler slices, and enough for
-/// the loop's timer (tokio's is a millisecond); short enough that a
-/// process trapping 300,000 times a second (a copy loop of 7 us copies,
-/// entry and return) gets an on phase every 600 ms.
-pub const MIN_ON: Duration = Duration::from_millis(2);
+/// the moment they are attached; the loop sleeps its last millisecond on
+/// its own thread, `Session::until`, as tokio's timer is a millisecond
+/// coarse): short enough that a process trapping 300,000 times a second
+/// (a copy loop of 7 us copies, entry and return) gets about three on
+/// phases a second. At 2 ms (3.1 ms as the timer ran) such a loop on one
+/// H200 got 1.3 a second, and a job whose own rate doubled for a second
+/// between two of them came out 36% low (2026-12-03).
+pub const MIN_ON: Duration = Duration::from_millis(1);
 /// How long short on phases in a row must find the busiest process under
 /// budget before `auto` counts on again: a job's own stalls (tens of
 /// milliseconds) are not a drop in its rate.
@@ -1125,7 +1128,11 @@ mod tests {
             t += 250;
         }
         let on = d.deadline().expect("a short on phase") - ms(t);
-        assert_eq!(on, MIN_ON, "80,000 traps/s: the shortest on phase");
+        assert_eq!(
+            on,
+            Duration::from_micros(1250),
+            "80,000 traps/s: a tenth of a second's budget"
+        );
         d.opened(ms(t + 3));
         assert_eq!(d.deadline(), Some(ms(t + 3) + on));
         assert_eq!(d.at_deadline(ms(t + 2) + on), None, "not yet");
