@@ -310,9 +310,9 @@ impl UprobeLinks {
         (links, closed)
     }
 
-    /// Starts an on phase: one link per file again, through the file held
-    /// open, the files whose points were hit least (`heat`: hits per op so
-    /// far) first. A point traps from its link's attach on, uncounted until
+    /// Starts an on phase: per file, through the file held open, a link of
+    /// the points not hit yet and then one of those hit (`heat`: hits per
+    /// op so far), the files whose points were hit least first. A point traps from its link's attach on, uncounted until
     /// the caller ends the off phase: the hottest file goes last (a copy
     /// loop traps 500,000 times a second while the others attach). Returns
     /// the errors of points that did not attach; they leave the cycle.
@@ -327,10 +327,11 @@ impl UprobeLinks {
         for f in &mut files {
             // The points that were hit get links of their own, after the
             // others: a link registers and unregisters its points one by
-            // one in order: a copy loop's two copies among libcuda's copy
-            // points trapped, uncounted, while the others were registered
-            // or removed (3,400-4,600 traps in the closes of each 3 s copy
-            // job on one H200, 2026-12-03, against 47-108 in the attaches).
+            // one in order, and a copy loop's copies trap, uncounted,
+            // while the others are registered or removed. (The closes of
+            // 3 s copy jobs on one H200 trapped 3,400-16,200 times either
+            // way, 2026-12-03: most in the first closing, whose links are
+            // the session's own, not these.)
             let (hot, cold): (Vec<Point>, Vec<Point>) = f.points.iter().cloned().partition(|p| heat(p.op) > 0);
             let mut bad = BTreeSet::new();
             for part in [cold, hot].iter().filter(|p| !p.is_empty()) {
