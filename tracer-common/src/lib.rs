@@ -120,8 +120,24 @@ pub mod control {
     /// phase of their duty cycle: their links are closed or closing, and
     /// whatever still fires is neither counted nor lost.
     pub const SAMPLE_OFF: u32 = 2;
+    /// The on phase of the sampled rows that counts: the links of each on
+    /// phase carry its number in their attach cookies' upper half
+    /// ([`super::sample_cookie`]), and only the links whose number is this
+    /// one count. The links of earlier on phases may still be waiting to
+    /// be closed while a later one counts; their traps run every program
+    /// attached to the point, so without this each call would count once
+    /// per link still attached.
+    pub const SAMPLE_GEN: u32 = 3;
     /// Number of slots.
-    pub const COUNT: u32 = 3;
+    pub const COUNT: u32 = 4;
+}
+
+/// The attach cookie of a library probe: its op code in the lower half,
+/// and for the sampled rows the on phase its link belongs to in the upper
+/// half (`control::SAMPLE_GEN`; 0 for every other link).
+#[inline(always)]
+pub const fn sample_cookie(op: u32, generation: u32) -> u64 {
+    ((generation as u64) << 32) | op as u64
 }
 
 /// Default fill level (bytes) of the ring buffer above which a record wakes
@@ -207,8 +223,13 @@ pub mod counter {
     /// Traps of sampled rows in an off phase of the duty cycle (their links
     /// still being attached or closed): not lost, not counted, a cost.
     pub const SAMPLE_OFF_TRAPS: u32 = 8;
+    /// Runs of a sampled row's program on a link of an earlier on phase
+    /// while a later one counted (`control::SAMPLE_GEN`): that link was
+    /// still waiting to be closed, and the call was counted once, by the
+    /// current link.
+    pub const SAMPLE_STALE: u32 = 9;
     /// Number of counters.
-    pub const COUNT: u32 = 9;
+    pub const COUNT: u32 = 10;
 }
 
 /// Discovery (`gdrtrace serve`): which opened paths make a process a

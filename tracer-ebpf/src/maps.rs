@@ -92,10 +92,19 @@ pub fn stopped() -> bool {
     CONTROL.get(control::STOPPED).is_some_and(|v| *v != 0)
 }
 
-/// Whether the sampled rows are in an off phase (`control::SAMPLE_OFF`).
+/// Whether a trap of a sampled row, on a link of on phase `generation`
+/// (its cookie's upper half), goes uncounted, and the counter it goes to:
+/// an off phase (`control::SAMPLE_OFF`: the links are being attached or
+/// closed), or a link of an earlier on phase still waiting to be closed
+/// while a later one counts (`control::SAMPLE_GEN`: the later link counts
+/// the call).
 #[inline(always)]
-pub fn sample_off() -> bool {
-    CONTROL.get(control::SAMPLE_OFF).is_some_and(|v| *v != 0)
+pub fn sample_skip(generation: u32) -> Option<u32> {
+    if CONTROL.get(control::SAMPLE_OFF).is_some_and(|v| *v != 0) {
+        return Some(counter::SAMPLE_OFF_TRAPS);
+    }
+    let current = CONTROL.get(control::SAMPLE_GEN).copied().unwrap_or(0);
+    (generation as u64 != current).then_some(counter::SAMPLE_STALE)
 }
 
 /// Bumps a per-CPU slot of a per-CPU array.

@@ -17,7 +17,7 @@ use tracer_common::{
 
 use crate::maps::{
     AGGREGATE, COPY_EPOCH, CUR_CTX, EVENTS, FILTER_MODE, HITS, INFLIGHT, LATENCY, OP_CONFIG, TARGETS, WAKEUP_AT, bump,
-    count, sample_off, stopped,
+    count, sample_skip, stopped,
 };
 
 /// Why a probe did not record anything. Fits a register (returned as the
@@ -54,15 +54,22 @@ pub fn traced(tgid: u32) -> bool {
 /// otherwise the arguments wait in `INFLIGHT` for the return.
 #[inline(always)]
 pub fn on_entry(op: u32, args: [u64; MAX_ARGS]) -> Result<u32, Skip> {
-    on_entry_at::<false>(op, args, 0)
+    on_entry_at::<false>(op, 0, args, 0)
 }
 
 /// `on_entry` for a uprobe (`UAPI`), which also knows the caller's stack
 /// pointer (`sp`, at the function's first instruction): arguments passed in
 /// memory are above it. Only the uprobe programs carry the `ncclUniqueId`
 /// hashing (`UAPI` is a constant: the kernel-side programs compile without it).
+/// `generation`: the on phase of the sampled rows the probe's link belongs
+/// to (`control::SAMPLE_GEN`; 0 for every other link).
 #[inline(always)]
-pub fn on_entry_at<const UAPI: bool>(op: u32, mut args: [u64; MAX_ARGS], sp: u64) -> Result<u32, Skip> {
+pub fn on_entry_at<const UAPI: bool>(
+    op: u32,
+    generation: u32,
+    mut args: [u64; MAX_ARGS],
+    sp: u64,
+) -> Result<u32, Skip> {
     if stopped() {
         return Err(Skip::Stopped);
     }
@@ -75,10 +82,13 @@ pub fn on_entry_at<const UAPI: bool>(op: u32, mut args: [u64; MAX_ARGS], sp: u64
     } else {
         OpConfig::default()
     };
-    // An off phase of the sampled rows' duty cycle: their links may still
-    // be closing; nothing they see counts.
-    if config.flags & op_flags::SAMPLED != 0 && sample_off() {
-        count(counter::SAMPLE_OFF_TRAPS);
+    // An off phase of the sampled rows' duty cycle (their links may still
+    // be closing: nothing they see counts), or a link of an earlier on
+    // phase that still waits to be closed (the current one counts).
+    if config.flags & op_flags::SAMPLED != 0
+        && let Some(c) = sample_skip(generation)
+    {
+        count(c);
         return Err(Skip::SampleOff);
     }
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -122,6 +132,13 @@ pub fn on_entry_at<const UAPI: bool>(op: u32, mut args: [u64; MAX_ARGS], sp: u64
 /// aggregate-only.
 #[inline(always)]
 pub fn on_return(op: u32, ret: i64) -> Result<u32, Skip> {
+    on_return_at(op, 0, ret)
+}
+
+/// `on_return` for a uprobe's return, whose link belongs to on phase
+/// `generation` of the sampled rows (`on_entry_at`).
+#[inline(always)]
+pub fn on_return_at(op: u32, generation: u32, ret: i64) -> Result<u32, Skip> {
     if stopped() {
         return Err(Skip::Stopped);
     }
@@ -130,9 +147,12 @@ pub fn on_return(op: u32, ret: i64) -> Result<u32, Skip> {
     }
     let config = OP_CONFIG.get(op).copied().unwrap_or_default();
     // The return of a sampled call in an off phase (its entry returned at
-    // once): neither recorded nor a return without an entry.
-    if config.flags & op_flags::SAMPLED != 0 && sample_off() {
-        count(counter::SAMPLE_OFF_TRAPS);
+    // once), or on a link of an earlier on phase: neither recorded nor a
+    // return without an entry.
+    if config.flags & op_flags::SAMPLED != 0
+        && let Some(c) = sample_skip(generation)
+    {
+        count(c);
         return Err(Skip::SampleOff);
     }
     let pid_tgid = bpf_get_current_pid_tgid();

@@ -1,6 +1,7 @@
 //! The one generic uprobe/uretprobe pair for every library function in the
 //! user-space probe table (libcuda, libibverbs, libnccl, ...). The function
-//! is told apart by the attach cookie, which carries its op code; the table
+//! is told apart by the attach cookie, which carries its op code (and, for
+//! the sampled rows, the on phase its link belongs to); the table
 //! in `tracer/src/probes/uapi.rs` says which registers matter.
 //!
 //! Each program exists twice with the same body: as `uprobe.multi` (one
@@ -15,14 +16,16 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 
-use crate::probes::{on_entry_at, on_return};
+use crate::probes::{on_entry_at, on_return_at};
 
 #[inline(always)]
 fn entry(ctx: &ProbeContext) -> u32 {
     // SAFETY: the context pointer is the program's own.
-    let op = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let (op, generation) = (cookie as u32, (cookie >> 32) as u32);
     let arg = |n| ctx.arg::<u64>(n).unwrap_or(0);
-    match on_entry_at::<true>(op, [arg(0), arg(1), arg(2), arg(3), arg(4), arg(5)], stack_pointer(ctx)) {
+    let args = [arg(0), arg(1), arg(2), arg(3), arg(4), arg(5)];
+    match on_entry_at::<true>(op, generation, args, stack_pointer(ctx)) {
         Ok(v) => v,
         Err(e) => e.code(),
     }
@@ -47,8 +50,8 @@ fn stack_pointer(ctx: &ProbeContext) -> u64 {
 #[inline(always)]
 fn ret(ctx: &RetProbeContext) -> u32 {
     // SAFETY: as above.
-    let op = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
-    match on_return(op, ctx.ret::<i64>()) {
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    match on_return_at(cookie as u32, (cookie >> 32) as u32, ctx.ret::<i64>()) {
         Ok(v) => v,
         Err(e) => e.code(),
     }

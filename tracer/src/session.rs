@@ -2,7 +2,6 @@
 //! target set, and the read-out of in-kernel counters and histograms.
 use std::{
     collections::BTreeMap,
-    sync::mpsc,
     time::{Duration, Instant},
 };
 
@@ -64,13 +63,20 @@ pub struct Session {
     heat: BTreeMap<u32, u64>,
 }
 
-/// A thread that drops uprobe links handed to it: closing per-point links
-/// takes ~45 ms each behind a grace period (docs/perf.md), which the loop
-/// draining the ring buffer must not wait for.
+/// Closes the links of ended on phases off the tracing loop, each
+/// phase's on a thread of its own, at once: closing takes ~45 ms a link
+/// behind its grace periods (docs/perf.md), which the loop draining the
+/// ring buffer must not wait for, and one phase's close must not wait for
+/// the last one's either. A link that waits still traps, uncounted in off
+/// phases, and in an on phase it ran its program beside the new link's
+/// (the calls are counted once, by the current link: `control::SAMPLE_GEN`).
 #[derive(Default)]
 struct Closer {
-    tx: Option<mpsc::Sender<Vec<aya::programs::uprobe::UProbeLink>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    running: Vec<std::thread::JoinHandle<Duration>>,
+    /// How long each phase's links took to close, from the hand-over.
+    took: Vec<Duration>,
+    /// The most phases' links closing at once.
+    most: usize,
 }
 
 impl Closer {
@@ -78,33 +84,36 @@ impl Closer {
         if links.is_empty() {
             return;
         }
-        if self.tx.is_none() {
-            let (tx, rx) = mpsc::channel::<Vec<aya::programs::uprobe::UProbeLink>>();
-            let spawned = std::thread::Builder::new()
-                .name("gdrtrace-close".into())
-                .spawn(move || rx.into_iter().for_each(close_in_parallel));
-            match spawned {
-                Ok(t) => {
-                    self.tx = Some(tx);
-                    self.thread = Some(t);
-                }
-                // No thread: close them here, slower but closed.
-                Err(_) => return drop(links),
+        self.reap(false);
+        let handed = Instant::now();
+        let spawned = std::thread::Builder::new()
+            .name("gdrtrace-close".into())
+            .spawn(move || {
+                close_in_parallel(links);
+                handed.elapsed()
+            });
+        match spawned {
+            Ok(t) => {
+                self.running.push(t);
+                self.most = self.most.max(self.running.len());
             }
+            // No thread: the links were dropped with it, closed here.
+            Err(e) => log::debug!("closing uprobe links on the tracing loop: {e}"),
         }
-        if let Some(tx) = &self.tx
-            && let Err(mpsc::SendError(links)) = tx.send(links)
-        {
-            drop(links);
-        }
+    }
+
+    /// Joins the closes that are done (every close with `all`).
+    fn reap(&mut self, all: bool) {
+        let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.running)
+            .into_iter()
+            .partition(|t| all || t.is_finished());
+        self.running = running;
+        self.took.extend(done.into_iter().filter_map(|t| t.join().ok()));
     }
 
     /// Waits for every link handed over to be closed.
     fn join(&mut self) {
-        self.tx = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.reap(true);
     }
 }
 
@@ -420,6 +429,11 @@ impl Session {
                     log::warn!("sampled rows on: {e}");
                 }
                 self.attach_traps += self.off_phase_traps().saturating_sub(before);
+                // Only the links just attached count from here.
+                let generation = self.planner.uprobes.generation();
+                if let Err(e) = self.set_control(control::SAMPLE_GEN, generation.into()) {
+                    log::warn!("starting an on phase of the sampled rows: {e}");
+                }
                 if let Err(e) = self.set_control(control::SAMPLE_OFF, 0) {
                     log::warn!("starting an on phase of the sampled rows: {e}");
                 }
@@ -558,6 +572,21 @@ pub fn report_close(session: &mut Session) {
         errln!(
             "gdrtrace: {off} trap(s) of the sampled rows in off phases ({attach} while their links were attached, {} while they closed): not counted, not lost",
             off - attach
+        );
+    }
+    let mut took = session.closer.took.clone();
+    if !took.is_empty() {
+        took.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let stale = session
+            .per_cpu_sums("COUNTERS", counter::COUNT)
+            .map_or(0, |c| c[counter::SAMPLE_STALE as usize]);
+        errln!(
+            "gdrtrace: the sampled links of {} on phase(s) closed in {:.0} ms (median; at most {:.0} ms, {} phase(s) closing at once); {stale} run(s) on links still closing while a later on phase counted: each call counted once",
+            took.len(),
+            ms(took[took.len() / 2]),
+            ms(took[took.len() - 1]),
+            session.closer.most
         );
     }
 }

@@ -26,7 +26,8 @@
 //! second, the estimates of its gaps resting on rates measured 100 ms
 //! away; a process that exits in a gap has its last calls estimated from
 //! an on phase a period before). A second of on phases that find every
-//! process under budget counts on again ([`QUIET_FOR`]), and the totals
+//! process under budget counts on again ([`QUIET_FOR`], at least
+//! [`QUIET_PHASES`] of them), and the totals
 //! are then checked every few milliseconds ([`MAX_CHECK`]), so a job that
 //! resumes is closed again within about a quarter of a second's budget of
 //! traps, not a beat of them. Where links are per point (kernels before
@@ -77,6 +78,11 @@ pub const MIN_ON: Duration = Duration::from_millis(1);
 /// budget before `auto` counts on again: a job's own stalls (tens of
 /// milliseconds) are not a drop in its rate.
 pub const QUIET_FOR: Duration = Duration::from_secs(1);
+/// And how many of them at least: with off phases of up to [`MAX_OFF`],
+/// two phases that fell into a job's stalls a second apart were a second
+/// of quiet, and counting on let a loop at 45,000 calls a second trap
+/// thousands of times before the next check closed the links.
+pub const QUIET_PHASES: u32 = 5;
 /// Counting on after a process was over budget, the kernel's totals are
 /// read this often at most (and at least every [`MIN_ON`]) to close the
 /// links within about a quarter of a second's budget of traps when the
@@ -216,8 +222,8 @@ pub struct DutyCycle {
     /// The length of the next short on phase.
     next_on: Duration,
     /// When the short on phases that found the busiest process under
-    /// budget, in a row, began.
-    quiet_since: Option<Duration>,
+    /// budget, in a row, began, and how many there were.
+    quiet_since: Option<(Duration, u32)>,
     /// Counting on after a process was over budget: how often the
     /// kernel's totals are read, and when next ([`MAX_CHECK`]).
     check: Option<(Duration, Duration)>,
@@ -624,8 +630,9 @@ impl DutyCycle {
             // a row lets the next on phase count on. One phase was enough
             // before, and a beat-long phase of a loop still at 45,000 calls
             // a second trapped 11,000 times (2026-12-02).
-            let first = *self.quiet_since.get_or_insert(now.saturating_sub(len));
-            if now.saturating_sub(first) >= QUIET_FOR {
+            let (first, phases) = self.quiet_since.get_or_insert((now.saturating_sub(len), 0));
+            *phases += 1;
+            if now.saturating_sub(*first) >= QUIET_FOR && *phases >= QUIET_PHASES {
                 self.quiet_since = None;
                 self.cycling = false;
                 self.off_for = Duration::ZERO;

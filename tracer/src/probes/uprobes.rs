@@ -149,6 +149,10 @@ pub struct UprobeLinks {
     /// Whether the sampled links are open (an on phase); false from the
     /// first off phase until the next on phase.
     sampled_open: bool,
+    /// The sampled links' on phase: 0 for those attached with the session,
+    /// one more at each `open_sampled` (their cookies carry it:
+    /// `control::SAMPLE_GEN`).
+    generation: u32,
 }
 
 impl Default for UprobeLinks {
@@ -165,6 +169,7 @@ impl UprobeLinks {
             held: Vec::new(),
             sampled: Vec::new(),
             sampled_open: true,
+            generation: 0,
         }
     }
 
@@ -318,6 +323,7 @@ impl UprobeLinks {
     /// the errors of points that did not attach; they leave the cycle.
     pub fn open_sampled(&mut self, ebpf: &mut Ebpf, heat: impl Fn(u32) -> u64) -> Vec<String> {
         self.sampled_open = true;
+        self.generation = self.generation.wrapping_add(1);
         let Some(Ok(mode)) = self.mode.clone() else {
             return Vec::new();
         };
@@ -362,7 +368,10 @@ impl UprobeLinks {
         let p: &mut UProbe = super::planner::program(ebpf, program)?;
         let at = points.iter().map(|pt| UProbeAttachPoint {
             location: UProbeAttachLocation::AbsoluteOffset(pt.offset),
-            cookie: Some(pt.op as u64),
+            cookie: Some(tracer_common::sample_cookie(
+                pt.op,
+                if group == Group::Sampled { self.generation } else { 0 },
+            )),
         });
         let id = p.attach(at, path, UProbeScope::AllProcesses).map_err(|e| {
             let d = describe(&e);
@@ -384,6 +393,12 @@ impl UprobeLinks {
             points: points.len(),
         });
         Ok(())
+    }
+
+    /// The on phase the sampled links attached last belong to (the one
+    /// whose traps count: `control::SAMPLE_GEN`).
+    pub fn generation(&self) -> u32 {
+        self.generation
     }
 
     /// Whether any `Setup` link is attached.
