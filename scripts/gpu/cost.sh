@@ -9,7 +9,10 @@
 #      (3 s loops);
 #   3. the one-rank 8 KiB all-reduce loop (4 s jobs): `run` rounds with the
 #      default `auto`, then with `exact` (the per-trap cost on torch's own
-#      libnccl), each against untraced jobs.
+#      libnccl), each against untraced jobs;
+#   4. parts allreduce-modes and copies-modes (not in the default PARTS):
+#      whole jobs off, auto, exact, a fixed 250ms/4s cycle and off again in
+#      each round, the order rotated (MODES), with the off/off control.
 # Every traced `run` round keeps its recording: the most traps any process
 # counted in a second after its first second over budget comes from it.
 # The binary is built on the development machine (`cargo build --release
@@ -43,7 +46,7 @@ part() { # NAME TIMEOUT overhead.py-args...
   timeout "$limit" python3 "$HERE/overhead.py" bench --gdrtrace "$B" --out "$R/$name" --ngpu 1 "$@" \
     > "$R/$name.txt" 2>&1
   echo "== $name (rc=$?, $(( $(date +%s) - t0 )) s)" >> "$S"
-  grep -E "^(attach|run|trap)" "$R/$name.txt" | grep -vE "^(run|trap) round" >> "$S"
+  grep -E "^(attach|run|trap|modes)" "$R/$name.txt" | grep -vE "^(run|trap) round" >> "$S"
   grep -E "^(run|trap) round .*count error" "$R/$name.txt" | sed 's/^/  /' >> "$S"
 }
 
@@ -51,6 +54,8 @@ case " $PARTS " in *" hit "*) "$B" bench uprobe-hit --calls 200000 --rounds 3 > 
 part copies-attach 105 --job copies --parts attach --pairs "${PAIRS:-16}" --control "${CONTROL:-4}" --window 1.0
 part copies-run "${RUN_LIMIT:-120}" --job copies --parts run --rounds "$ROUNDS" --window "${COPY_SECS:-3}"
 part allreduce-auto "${AR_LIMIT:-175}" --job allreduce --parts run --rounds "$ROUNDS" --window "${AR_SECS:-4}" --sizes 8K
+part allreduce-modes "${AR_LIMIT:-175}" --job allreduce --parts modes --rounds "$ROUNDS" --window "${AR_SECS:-4}" --modes "${MODES:-off,auto,exact,250ms/4s,off}"
+part copies-modes "${RUN_LIMIT:-120}" --job copies --parts modes --rounds "$ROUNDS" --window "${COPY_SECS:-3}" --modes "${MODES:-off,auto,exact,250ms/4s,off}"
 part allreduce-exact "${AR_LIMIT:-170}" --job allreduce --parts run --rounds "${EXACT_ROUNDS:-$ROUNDS}" --window "${AR_SECS:-4}" --sizes 8K --collectives exact
 # The recordings travel gzipped (about 25 KB a 4 s job): which phases
 # counted a second's peak is read from them.

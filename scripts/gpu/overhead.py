@@ -23,11 +23,16 @@ its run part whole-job rounds. Part `trap`: the per-trap cost on torch's
 own libraries: the copy job (libcuda) and the one-rank all-reduce job
 (libnccl) under `run --collectives exact` (every call trapped) against
 untraced rounds: (on - off) per iteration / the report's traps per
-iteration.
+iteration. Part `modes`: whole jobs in each of --modes per round (`off`
+untraced, the rest `run --collectives MODE`), the order rotated every
+round; each mode's ratio to the round's untraced jobs, and with two `off`
+the off/off control of whole jobs (where a run's cost and the machine's
+own spread between jobs are told apart).
 
 Usage (on the GPU machine, NVLink multicast off in the environment):
   python3 overhead.py bench --gdrtrace BIN --out DIR [--ngpu N] [--rounds 10]
-      [--pairs 12] [--control 6] [--window 1.5] [--parts run,attach,trap]
+      [--pairs 12] [--control 6] [--window 1.5] [--parts run,attach,trap,modes]
+      [--modes off,auto,exact,250ms/4s,off]
       [--job allreduce|copies]
   python3 overhead.py job ...   (what the bench starts)
 Results: DIR/overhead.json and a summary on stdout.
@@ -342,6 +347,80 @@ def run_part(a, res, mode=None, tag="run"):
     }
 
 
+def modes_part(a, res):
+    """Whole jobs in each of `--modes` (`off` untraced, anything else a
+    `--collectives` mode of `run`), the order rotated every round so that
+    each mode takes each place in turn. A mode's per-round ratio is its 8
+    KiB latency over the mean of the round's untraced jobs; with two `off`
+    in the list their ratio to each other is the off/off control: how far
+    two untraced jobs of one round differ by themselves."""
+    modes = a.modes.split(",")
+    rows = []
+    for r in range(a.rounds):
+        k = r % len(modes)
+        order = list(enumerate(modes))[k:] + list(enumerate(modes))[:k]
+        got, info = {}, {}
+        for i, mode in order:
+            tag = f"modes-{r}-{i}"
+            summ = f"{a.out}/{tag}.json"
+            blocks = f"{a.out}/{tag}.blocks"
+            cmd = job_cmd(a, "8K", a.window, 29800 + (r * len(modes) + i) % 150, summary=summ, records=blocks)
+            if mode != "off":
+                cmd = [a.gdrtrace, "run", "--collectives", mode, "--json", f"{a.out}/{tag}-report.json",
+                       "--record", f"{a.out}/{tag}.rec", "--"] + cmd
+            text = sh(cmd, timeout=60)
+            open(f"{a.out}/{tag}.txt", "w").write(text)
+            try:
+                got[i] = json.load(open(summ))["8K"]["us_per_call"]
+            except (OSError, ValueError, KeyError) as e:
+                print(f"modes round {r} {mode}: no summary ({e}): {text[-400:]}", flush=True)
+                continue
+            try:
+                # The spread of the job's own blocks: a job slow all along,
+                # or slow in part of it.
+                us = sorted(float(x.split()[1]) for x in open(blocks) if x.strip())
+                q = [us[int(f * (len(us) - 1))] for f in (0.1, 0.5, 0.9)]
+                print(f"modes round {r} {mode}: {len(us)} blocks, p10/p50/p90 {q[0]:.1f}/{q[1]:.1f}/{q[2]:.1f} us",
+                      flush=True)
+            except (OSError, ValueError, IndexError):
+                pass
+            if mode != "off":
+                try:
+                    rep = json.load(open(f"{a.out}/{tag}-report.json"))
+                    hits = sorted(((h["hits"], h["op"]) for h in rep.get("probe_hits", [])), reverse=True)
+                    try:
+                        worst, _ = traps_after_budget(f"{a.out}/{tag}.rec")
+                    except (OSError, ValueError, KeyError):
+                        worst = None
+                    info[i] = {"traps_per_s": round(traps_per_s(rep)), "top_hits": hits[:4],
+                               "max_traps_1s_after_budget": worst, "off_phase_traps": off_phase_traps(text)}
+                except (OSError, ValueError):
+                    pass
+        offs = [got[i] for i, m in enumerate(modes) if m == "off" and i in got]
+        if not offs or len(got) < len(modes):
+            continue
+        base = st.mean(offs)
+        row = {"round": r, "order": [m for _, m in order], "us": {f"{i}:{m}": got[i] for i, m in enumerate(modes)},
+               "ratio": {f"{i}:{m}": got[i] / base for i, m in enumerate(modes)}, "traced": info}
+        if len(offs) >= 2:
+            row["off_off"] = offs[0] / offs[1]
+        rows.append(row)
+        print(f"modes round {r} (order {' '.join(row['order'])}): "
+              + ", ".join(f"{k} {v:.2f} us ({row['ratio'][k]:.4f})" for k, v in row["us"].items())
+              + (f"; off/off {row['off_off']:.4f}" if "off_off" in row else "")
+              + "".join(f"; {modes[i]}: {v['traps_per_s']} traps/s, most in a second after the first over "
+                        f"budget {v['max_traps_1s_after_budget']}, {v['off_phase_traps']} uncounted, top {v['top_hits'][:2]}"
+                        for i, v in info.items()), flush=True)
+    med = {}
+    for i, m in enumerate(modes):
+        vals = [x["ratio"][f"{i}:{m}"] for x in rows]
+        if vals:
+            med[f"{i}:{m}"] = {"median": st.median(vals), "min": min(vals), "max": max(vals)}
+    ctl = [x["off_off"] for x in rows if "off_off" in x]
+    res["modes"] = {"modes": modes, "rounds": rows, "median_ratio": med,
+                    "off_off": {"median": st.median(ctl), "min": min(ctl), "max": max(ctl)} if ctl else None}
+
+
 def trap_part(a, res):
     """Per-trap cost on torch's own libraries: every call trapped (exact)."""
     run_part(a, res, mode="exact", tag="trap")
@@ -444,6 +523,12 @@ def summarize(res):
                   f"a second after the first over budget {r.get('max_traps_1s_after_budget')} (besides at most "
                   f"{r.get('max_off_phase_traps_per_s')}/s uncounted in off phases); count errors "
                   f"{r.get('count_errors')}")
+    if "modes" in res:
+        m = res["modes"]
+        print(f"modes ({res['job']}, {len(m['rounds'])} rounds): "
+              + ", ".join(f"{k} median {v['median']:.4f} ({v['min']:.4f}-{v['max']:.4f})" for k, v in m["median_ratio"].items())
+              + (f"; off/off median {m['off_off']['median']:.4f} ({m['off_off']['min']:.4f}-{m['off_off']['max']:.4f})"
+                 if m["off_off"] else ""))
     for size, o in res.get("attach", {}).items():
         print(f"attach {size}: median on/off {o['median_on_off']}, off/off {o['median_off_off']}, drops {o['drops']}")
 
@@ -454,7 +539,7 @@ def bench(a):
            "window_s": a.window, "block": BLOCK, "collectives": a.collectives or "auto (default)"}
     parts = a.parts.split(",")
     for part in parts:
-        {"run": run_part, "attach": attach_part, "trap": trap_part}[part](a, res)
+        {"run": run_part, "attach": attach_part, "trap": trap_part, "modes": modes_part}[part](a, res)
         # What is known so far survives a later part's failure or timeout.
         json.dump(res, open(f"{a.out}/overhead.json", "w"), indent=1)
     json.dump(res, open(f"{a.out}/overhead.json", "w"), indent=1)
@@ -485,6 +570,8 @@ if __name__ == "__main__":
     b.add_argument("--collectives", help="the tracer's --collectives mode (default: its own, auto)")
     b.add_argument("--job", choices=["allreduce", "copies"], default="allreduce")
     b.add_argument("--trap-rounds", type=int, default=2)
+    b.add_argument("--modes", default="off,auto,exact,250ms/4s,off",
+                   help="part modes: each round's jobs, `off` untraced, the rest --collectives modes")
     b.add_argument("--sizes", default="8K,256M", help="the all-reduce job's sizes in run rounds")
     a = ap.parse_args()
     if not a.ngpu:

@@ -937,6 +937,28 @@ mod tests {
         }
     }
 
+    /// Two quiet on phases a second apart (each fell into a stall of the
+    /// job's own) are not a second of quiet: counting on needs
+    /// [`QUIET_PHASES`] of them as well as [`QUIET_FOR`].
+    #[test]
+    fn counting_on_needs_enough_quiet_phases() {
+        let mut d = quick();
+        run(&mut d, 45_000, 2_000);
+        assert!(d.cycling, "a loop at 45,000 traps a second cycles");
+        let calls = BTreeMap::from([(7u32, 1_000_000u64)]);
+        let mut t = ms(3_000);
+        for i in 1..=QUIET_PHASES {
+            d.ended = Some((ms(1), calls.clone()));
+            d.measure_ended(t, &calls, DEFAULT_BUDGET_HZ);
+            if i < QUIET_PHASES {
+                assert!(d.cycling, "counted on after {i} quiet phase(s) over {t:?}");
+            }
+            // The second a second later: QUIET_FOR has passed from then on.
+            t += if i == 1 { ms(1_100) } else { ms(10) };
+        }
+        assert!(!d.cycling, "{QUIET_PHASES} quiet phases over a second count on");
+    }
+
     /// The traps that fall while links are being closed or attached come
     /// out of the budget: the cycle slows down by their share.
     #[test]
