@@ -13,10 +13,11 @@
 //!
 //! What is not deterministic is stripped in one place, [`normalize`]: the
 //! scratch directory's path, the probe catalog hash of the build under
-//! test (it changes with every catalog row) and the time a baseline was
-//! recorded. The golden files were written on a machine whose kernel is
-//! not any fixture's (`baseline record` reads the machine's CPU, GPU and
-//! library versions only for a report made on the kernel it runs).
+//! test (it changes with every catalog row), the time a baseline was
+//! recorded and the kernel release of the machine running the test. The
+//! golden files were written on a machine whose kernel is not any
+//! fixture's (`baseline record` reads the machine's CPU, GPU and library
+//! versions only for a report made on the kernel it runs).
 //!
 //! Regenerate (after a change that is meant to change output, and say why
 //! in the commit): `GDRTRACE_GOLDEN=write cargo test -p tracer --test golden`.
@@ -82,6 +83,14 @@ fn normalize(text: &str, scratch: &Path) -> String {
     let mut out = text
         .replace(&format!("{}/", scratch.display()), "<scratch>/")
         .replace(&hash, "fnv1a64:<this build>");
+    // The note of `compare::profile::of_reports` names the kernel this
+    // machine runs, which changes under the test between runs.
+    if let Ok(here) = std::fs::read_to_string("/proc/sys/kernel/osrelease") {
+        out = out.replace(
+            &format!("this machine runs {}:", here.trim()),
+            "this machine runs <this kernel>:",
+        );
+    }
     // `"recorded_unix_s": 1764...` (baselines, pretty-printed).
     let key = "\"recorded_unix_s\": ";
     let mut from = 0;
