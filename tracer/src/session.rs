@@ -335,7 +335,7 @@ impl Session {
         let Ok(rows) = self.aggregates() else { return };
         agg.set_aggregates(crate::host::monotonic_ns(), &rows);
         if after > 0 {
-            agg.duty(0, after);
+            agg.duty_rest(after);
         }
         if self.stopped || !self.duty.cycles() {
             return;

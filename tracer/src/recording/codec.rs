@@ -304,6 +304,11 @@ impl Line for Target {
 pub struct Duty {
     pub on_us: Count,
     pub off_us: Count,
+    /// The uncounted rest of the tick, after its `aggregates` line (an on
+    /// phase ended in it); absent in recordings before 2026-12-04, whose
+    /// rests replay as ticks of their own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rest: bool,
 }
 
 impl Line for Duty {

@@ -136,6 +136,7 @@ fn input(line: &str, ty: &str) -> std::result::Result<Option<Input>, String> {
             Input::Duty {
                 on_us: d.on_us.0,
                 off_us: d.off_us.0,
+                rest: d.rest,
             }
         }
         "trap-cost" => {

@@ -136,9 +136,10 @@ impl Observer for Recorder {
                 self.line("setup-closed", &Beat { t_ns: monotonic_ns() });
             }
             Input::Aggregates { t_ns, rows } => self.aggregates(*t_ns, rows),
-            Input::Duty { on_us, off_us } => self.input(&Duty {
+            Input::Duty { on_us, off_us, rest } => self.input(&Duty {
                 on_us: Count(*on_us),
                 off_us: Count(*off_us),
+                rest: *rest,
             }),
             Input::TrapCost { entry_ns, pair_ns } => self.input(&TrapCost {
                 entry_ns: *entry_ns,

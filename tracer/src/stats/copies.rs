@@ -312,4 +312,62 @@ mod tests {
         assert_eq!(a.calls_of(P, "cuMemcpyHtoDAsync"), 12);
         assert_eq!(a.procs[&P].staged_bytes, 12 * N);
     }
+
+    /// A copy loop whose probes closed makes its copies up to its exit: the
+    /// off phase it exited in is estimated, and its copies say so. Before,
+    /// its exit took it out of that interval, and its copies were reported
+    /// as counted, every one (`bench copies`: 4% of them, unmarked).
+    #[test]
+    fn the_off_phase_a_process_exits_in_is_estimated() {
+        let mut a = job();
+        let key = AggKey {
+            tgid: P,
+            op: op_code("cuMemcpyHtoDAsync").unwrap(),
+            handle: 9,
+        };
+        a.push(&event(
+            kind::ROW_FIRST,
+            "cuMemcpyHtoDAsync",
+            &[DEV, PAGEABLE, N, 0],
+            9,
+            10_000,
+        ));
+        let totals = |calls: u64| {
+            [(
+                key,
+                AggValue {
+                    calls,
+                    bytes: calls * N,
+                },
+            )]
+        };
+        // Two ticks counting 25,000 copies each; then the process exits in a
+        // tick whose on phase ends after 150 ms, 100 ms before its end (its
+        // rest, after its totals), and a tick later the trace ends.
+        for calls in [25_000, 50_000] {
+            a.duty(250_000, 0);
+            a.set_aggregates(0, &totals(calls));
+        }
+        let exit = Event {
+            kind: kind::EXIT,
+            pid: P,
+            tid: P,
+            ..Default::default()
+        };
+        a.push(&exit);
+        a.duty(150_000, 0);
+        a.set_aggregates(0, &totals(65_000));
+        a.duty_rest(100_000);
+        a.duty(0, 250_000);
+        a.set_aggregates(0, &totals(65_000));
+        a.settle();
+        let p = &a.procs[&P];
+        assert_eq!(p.collectives_sampled.traced_us, 750_000, "not the tick after its exit");
+        assert_eq!(p.collectives_sampled.sampled_us, 650_000);
+        let calls = a.calls_of(P, "cuMemcpyHtoDAsync");
+        // 100 ms at the 100 a millisecond counted before it.
+        assert!((73_000..=77_000).contains(&calls), "{calls}");
+        let t = a.ops().keys().find(|k| k.op == "cuMemcpyHtoDAsync").unwrap().transport;
+        assert_eq!(a.copies().counted_calls("cuMemcpyHtoDAsync", t), Some(65_000));
+    }
 }

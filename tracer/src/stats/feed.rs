@@ -30,9 +30,12 @@ pub enum Input {
     /// `off_us` in which they did not (an off phase, or the attach that
     /// began an on phase). Only where the cycle can switch (not
     /// `--collectives exact`).
+    /// `rest`: the uncounted rest of the same tick, after its totals (an
+    /// on phase ended in it).
     Duty {
         on_us: u64,
         off_us: u64,
+        rest: bool,
     },
     /// What a trapped call costs the caller on this machine
     /// (`calibrate.rs`): the duty cycle's on-phase rates are corrected by

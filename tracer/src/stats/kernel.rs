@@ -121,6 +121,11 @@ impl Aggregator {
     /// The kernel's totals are final (the report is built next): the duty
     /// cycle's last interval gets them, if no totals came after it.
     pub fn settle(&mut self) {
+        // Exited in the last tick or after it: no tick after counts them.
+        let done = std::mem::take(&mut self.credited);
+        for pid in done.into_iter().chain(std::mem::take(&mut self.exiting)) {
+            self.estimator.exited(pid);
+        }
         self.estimator
             .settle(&sampled_rows(&self.collectives_counted, &self.copies.counted()));
         self.scale_collectives();

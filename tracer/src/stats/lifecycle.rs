@@ -123,6 +123,19 @@ impl Aggregator {
         self.collectives_counted.retain(|(p, _, _), _| *p != pid);
         self.copies.forget(pid);
         self.estimator.forget(pid);
+        self.exiting.remove(&pid);
+        self.credited.remove(&pid);
+    }
+
+    /// A process is gone: once the duty cycle has run, the interval it
+    /// exited in counts it still ([`Aggregator::duty`]), and its gaps close
+    /// after it.
+    fn exited(&mut self, pid: u32) {
+        if self.duty.on_us + self.duty.off_us > 0 {
+            self.exiting.insert(pid);
+        } else {
+            self.estimator.exited(pid);
+        }
     }
 
     /// Marks processes that no longer exist as exited; true when none is left.
@@ -135,7 +148,7 @@ impl Aggregator {
                 if let Some(p) = self.procs.get_mut(&pid) {
                     p.exited = true;
                 }
-                self.estimator.exited(pid);
+                self.exited(pid);
             }
         }
         self.procs.values().all(|p| p.exited)
@@ -172,12 +185,12 @@ impl Aggregator {
                 self.sample_live();
                 let p = self.procs.entry(e.pid).or_default();
                 p.exited = true;
-                self.estimator.exited(e.pid);
                 // Per-call records carry no name: a process that was gone
                 // before procfs could name it is named by its exit record.
                 if p.comm.is_empty() {
                     p.comm = comm_of(e);
                 }
+                self.exited(e.pid);
             }
             kind::CALL | kind::ENTRY => {
                 self.call(e);

@@ -114,6 +114,11 @@ pub struct Aggregator {
     duty: DutyTotals,
     /// Their estimates for the time they were not counted.
     estimator: duty::Estimator,
+    /// Processes that exited since the duty cycle's last tick, and those
+    /// that exited in the tick before it: the tick a process exited in
+    /// still counts it ([`Aggregator::duty`]).
+    exiting: std::collections::BTreeSet<u32>,
+    credited: std::collections::BTreeSet<u32>,
     /// Pin-family calls per thread not yet attributed to an enclosing
     /// call: (start, end, pages). Inner calls return (and arrive) first.
     pending_pins: std::collections::HashMap<ThreadKey, PendingPins>,
@@ -154,6 +159,8 @@ impl Aggregator {
             copies: Default::default(),
             duty: DutyTotals::default(),
             estimator: duty::Estimator::default(),
+            exiting: Default::default(),
+            credited: Default::default(),
             source,
             observer: None,
             transfers: Transfers::default(),
@@ -188,7 +195,12 @@ impl Aggregator {
             }
             Input::Aggregates { t_ns, rows } => self.set_aggregates(*t_ns, rows),
             Input::SetupClosed => self.setup_closed(),
-            Input::Duty { on_us, off_us } => self.duty(*on_us, *off_us),
+            Input::Duty {
+                on_us,
+                off_us,
+                rest: false,
+            } => self.duty(*on_us, *off_us),
+            Input::Duty { off_us, rest: true, .. } => self.duty_rest(*off_us),
             Input::TrapCost { entry_ns, pair_ns } => self.trap_cost(*entry_ns, *pair_ns),
         }
     }
@@ -197,7 +209,39 @@ impl Aggregator {
     /// counted and `off_us` in which they did not, for every live process;
     /// the uncounted time is estimated row by row (`stats/duty.rs`).
     pub fn duty(&mut self, on_us: u64, off_us: u64) {
-        self.observe(|| Input::Duty { on_us, off_us });
+        self.observe(|| Input::Duty {
+            on_us,
+            off_us,
+            rest: false,
+        });
+        // Those that exited in the last tick are done with: their gaps
+        // close (after the rest of that tick, which the estimator is
+        // given first).
+        for pid in std::mem::take(&mut self.credited) {
+            self.estimator.exited(pid);
+        }
+        // A process that exited in this tick lived in part of it: a copy
+        // loop whose probes closed makes its calls up to its exit. Left out
+        // of the tick it exited in, its last off phase was dropped, and its
+        // copies were reported as counted, every one, where the kernel saw
+        // 4% of them (`bench copies`). Which part it lived is not known: the
+        // whole tick is taken, as a gap it exited in is taken to its end.
+        self.credited = std::mem::take(&mut self.exiting);
+        self.interval(on_us, off_us);
+    }
+
+    /// The uncounted rest of the tick after its kernel totals: an on phase
+    /// ended in it ([`crate::session::Session::aggregate_tick`]).
+    pub fn duty_rest(&mut self, off_us: u64) {
+        self.observe(|| Input::Duty {
+            on_us: 0,
+            off_us,
+            rest: true,
+        });
+        self.interval(0, off_us);
+    }
+
+    fn interval(&mut self, on_us: u64, off_us: u64) {
         let d = &mut self.duty;
         d.on_us += on_us;
         d.off_us += off_us;
@@ -205,14 +249,16 @@ impl Aggregator {
             d.off_phases += 1;
         }
         d.ended_on = on_us > 0;
-        for p in self.procs.values_mut().filter(|p| !p.exited) {
+        let credited = &self.credited;
+        let alive = |pid: u32, p: &ProcInfo| !p.exited || credited.contains(&pid);
+        for (_, p) in self.procs.iter_mut().filter(|(pid, p)| alive(**pid, p)) {
             p.collectives_sampled.traced_us += on_us + off_us;
             p.collectives_sampled.sampled_us += on_us;
         }
         let procs = &self.procs;
         let counted = sampled_rows(&self.collectives_counted, &self.copies.counted());
         self.estimator.interval(&counted, on_us, off_us, |pid| {
-            procs.get(&pid).is_some_and(|p| !p.exited)
+            procs.get(&pid).is_some_and(|p| alive(pid, p))
         });
         // The estimates follow with the kernel's totals of this tick
         // (`set_aggregates`) or, in a replay whose totals did not change,
