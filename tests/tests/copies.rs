@@ -194,6 +194,10 @@ fn auto_estimates_the_copies_of_a_busy_loop() {
         text.contains("\"type\":\"trap-cost\""),
         "no trap-cost line in the recording"
     );
+    assert!(
+        text.contains("\"stepped_ns\""),
+        "the trap-cost line has no single-stepped entry's cost"
+    );
     let out = rec.with_extension("replayed.json");
     let o = run(&[
         "replay",

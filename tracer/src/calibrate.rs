@@ -12,6 +12,12 @@
 //! the traps' time taken out (`stats/duty.rs`). `gdrtrace bench
 //! uprobe-hit` measures the entry cost the same way.
 //!
+//! A trap costs more where the kernel cannot emulate the probed
+//! function's first instruction and single-steps it (`probes/insn.rs`:
+//! about ten times as much on the development host), so a third stand-in
+//! begins with such an instruction, and rows probed on one are corrected
+//! by its cost.
+//!
 //! The measurement loads a session of its own (its own maps and target
 //! set, only the process-lifecycle probes and the stand-ins), so nothing of
 //! it reaches the traced session's aggregates; it runs once, on a thread,
@@ -55,6 +61,15 @@ pub extern "C" fn gdrtrace_bench_unprobed(_: u64, _: u64, _: u64, _: u64, _: u64
     core::arch::naked_asm!("push rbp", "mov rbp, rsp", "mov eax, 1", "pop rbp", "ret")
 }
 
+/// The collective stand-in's twin whose first instruction (a `mov`) the
+/// kernel single-steps, as it does `ibv_reg_mr`'s on Debian 12 or any
+/// CET build's `endbr64`.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub extern "C" fn gdrtrace_bench_stepped(_: u64, _: u64, _: u64, _: u64, _: u64, _: u64) -> u32 {
+    core::arch::naked_asm!("mov eax, 2", "ret")
+}
+
 /// A stand-in's signature.
 pub type StandIn = extern "C" fn(u64, u64, u64, u64, u64, u64) -> u32;
 
@@ -83,6 +98,13 @@ pub struct Probe {
 /// in the kernel).
 pub const COLLECTIVE: Probe = Probe {
     symbol: "gdrtrace_bench_collective",
+    row: "ncclAllReduce",
+    needs_return: false,
+};
+
+/// The single-stepped stand-in, probed as the collective one is.
+pub const STEPPED: Probe = Probe {
+    symbol: "gdrtrace_bench_stepped",
     row: "ncclAllReduce",
     needs_return: false,
 };
@@ -171,34 +193,58 @@ fn low_quarter(mut v: Vec<f64>) -> f64 {
 }
 
 /// What a trapped call costs the caller: entry-only, and entry plus
-/// return.
+/// return, on a function whose first instruction the kernel emulates; and
+/// an entry-only trap on one it single-steps.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TrapCost {
     pub entry_ns: f64,
     pub pair_ns: f64,
+    pub stepped_ns: f64,
 }
 
 /// Measures [`TrapCost`] with the sampled group's link kind of this kernel
 /// (a few tens of milliseconds of calls, after the session's load).
 pub fn measure() -> Result<TrapCost> {
-    let (mut session, _) = probed_standins(crate::probes::duty::Mode::Exact, Group::Steady, &[COLLECTIVE, COPY])?;
+    let (mut session, _) = probed_standins(
+        crate::probes::duty::Mode::Exact,
+        Group::Steady,
+        &[COLLECTIVE, COPY, STEPPED],
+    )?;
     // Short rounds, many of them: a few will run undisturbed.
     const N: u64 = 500;
     const ROUNDS: u32 = 24;
     let entry_ns = low_quarter(per_call_ns(gdrtrace_bench_collective, N, ROUNDS));
     let pair_ns = low_quarter(per_call_ns(gdrtrace_bench_copy, N, ROUNDS));
+    let stepped_ns = low_quarter(per_call_ns(gdrtrace_bench_stepped, N, ROUNDS));
     session.stop()?;
     session.close_uprobes();
-    Ok(TrapCost { entry_ns, pair_ns })
+    Ok(TrapCost {
+        entry_ns,
+        pair_ns,
+        stepped_ns,
+    })
 }
 
 /// The variable that gives the trap cost instead of measuring it.
 pub const COST_VAR: &str = "GDRTRACE_TRAP_COST";
 
-/// `ENTRY,PAIR` in nanoseconds.
+/// `ENTRY,PAIR[,STEPPED]` in nanoseconds (without STEPPED, a
+/// single-stepped entry is taken to cost an emulated one's).
 fn parse(v: &str) -> Result<TrapCost> {
-    let bad = || Error::Usage(format!("{COST_VAR}={v}: expected ENTRY_NS,PAIR_NS (e.g. 600,1400)"));
-    let (e, p) = v.split_once(',').ok_or_else(bad)?;
+    let bad = || {
+        Error::Usage(format!(
+            "{COST_VAR}={v}: expected ENTRY_NS,PAIR_NS[,STEPPED_NS] (e.g. 600,1400,9000)"
+        ))
+    };
+    let mut parts = v.split(',');
+    let (e, p, st) = (
+        parts.next().ok_or_else(bad)?,
+        parts.next().ok_or_else(bad)?,
+        parts.next(),
+    );
+    if parts.next().is_some() {
+        return Err(bad());
+    }
     let ns = |x: &str| {
         x.trim()
             .parse::<f64>()
@@ -206,9 +252,11 @@ fn parse(v: &str) -> Result<TrapCost> {
             .filter(|n| n.is_finite() && *n >= 0.0)
             .ok_or_else(bad)
     };
+    let entry_ns = ns(e)?;
     Ok(TrapCost {
-        entry_ns: ns(e)?,
+        entry_ns,
         pair_ns: ns(p)?,
+        stepped_ns: st.map(ns).transpose()?.unwrap_or(entry_ns),
     })
 }
 
@@ -218,10 +266,13 @@ fn parse(v: &str) -> Result<TrapCost> {
 pub struct Background {
     rx: Option<mpsc::Receiver<Result<TrapCost>>>,
     done: bool,
+    cost: Option<TrapCost>,
+    /// The single-stepped rows last given with it.
+    sent: Option<Vec<&'static str>>,
 }
 
 impl Background {
-    /// Starts the measurement, once; `GDRTRACE_TRAP_COST=ENTRY,PAIR` (in
+    /// Starts the measurement, once; `GDRTRACE_TRAP_COST=ENTRY,PAIR[,STEPPED]` (in
     /// nanoseconds, e.g. from `gdrtrace bench uprobe-hit`; `0,0` for no
     /// correction) gives the cost instead, for runs that must not load a
     /// second session or that must replay a known figure.
@@ -251,17 +302,33 @@ impl Background {
         }
     }
 
+    /// The cost and the rows probed on a single-stepped first instruction
+    /// (`Planner::stepped_rows`), for the aggregator: once the measurement
+    /// is in, and again whenever the rows change (a library attached).
+    pub fn update(&mut self, stepped: Vec<&'static str>) -> Option<(TrapCost, Vec<&'static str>)> {
+        if let Some(c) = self.poll() {
+            self.cost = Some(c);
+        }
+        let c = self.cost?;
+        if self.sent.as_ref() == Some(&stepped) {
+            return None;
+        }
+        self.sent = Some(stepped.clone());
+        Some((c, stepped))
+    }
+
     /// The result, once it is in (then never again).
-    pub fn poll(&mut self) -> Option<TrapCost> {
+    fn poll(&mut self) -> Option<TrapCost> {
         let r = self.rx.as_ref()?.try_recv().ok()?;
         self.rx = None;
         self.done = true;
         match r {
             Ok(c) => {
                 log::info!(
-                    "trap cost: {:.0} ns a probed entry, {:.0} ns an entry and return",
+                    "trap cost: {:.0} ns a probed entry, {:.0} ns an entry and return, {:.0} ns a single-stepped entry",
                     c.entry_ns,
-                    c.pair_ns
+                    c.pair_ns,
+                    c.stepped_ns
                 );
                 Some(c)
             }
@@ -283,10 +350,12 @@ mod tests {
             parse("600,1400.5").ok(),
             Some(TrapCost {
                 entry_ns: 600.0,
-                pair_ns: 1400.5
+                pair_ns: 1400.5,
+                stepped_ns: 600.0,
             })
         );
-        for bad in ["", "600", "a,b", "-1,2", "1,nan"] {
+        assert_eq!(parse("600,1400,9000").ok().map(|c| c.stepped_ns), Some(9000.0));
+        for bad in ["", "600", "a,b", "-1,2", "1,nan", "1,2,3,4", "1,2,x"] {
             assert!(parse(bad).is_err(), "{bad}");
         }
     }

@@ -177,6 +177,16 @@ impl Session {
         })
     }
 
+    /// Whether the trap cost may be needed (`calibrate.rs`): the duty cycle
+    /// sampled, or may, with sampled points attached. Measured from the
+    /// first attach, not the first off phase: a copy loop that goes over
+    /// budget at once and exits within the second had its gaps estimated
+    /// before a measurement begun at its first off phase was in (the
+    /// stand-in copy loop on the development host, 2026-12-04).
+    pub fn needs_trap_cost(&self) -> bool {
+        self.duty.off_phases > 0 || (self.duty.cycles() && self.planner.uprobes.has_sampled())
+    }
+
     /// Adds a process to the target set (its children follow in the kernel).
     pub fn add_target(&mut self, pid: u32) -> Result<()> {
         self.targets()?.insert(&pid, &0, 0).map_err(|source| Error::Map {

@@ -336,14 +336,14 @@ impl Trace {
         }
     }
 
-    /// Once the duty cycle samples, what a trap costs (on a thread; its
-    /// result corrects the estimates from then on).
+    /// What a trap costs, once it may be needed (on a thread; its result
+    /// corrects the estimates from then on).
     fn calibrate(&mut self) {
-        if self.session.duty.off_phases > 0 {
+        if self.session.needs_trap_cost() {
             self.calibration.start();
         }
-        if let Some(c) = self.calibration.poll() {
-            self.agg.trap_cost(c.entry_ns, c.pair_ns);
+        if let Some((c, stepped)) = self.calibration.update(self.session.planner.stepped_rows()) {
+            self.agg.trap_cost(c, &stepped);
         }
     }
 

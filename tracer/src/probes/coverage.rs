@@ -57,6 +57,10 @@ pub struct LibAttachment {
     /// Set-up rows (`Row::group` `Setup`) whose link was closed over budget.
     pub dropped: Vec<&'static str>,
     pub errors: Vec<String>,
+    /// Rows with a point whose first instruction the kernel single-steps
+    /// (`insn.rs`: about ten times an emulated trap on the development
+    /// host).
+    pub stepped: Vec<&'static str>,
 }
 
 /// One library of the table, as seen in one process.

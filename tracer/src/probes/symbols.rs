@@ -22,6 +22,9 @@ pub struct Symbol {
     pub address: u64,
     /// Offset in the file, for `UProbeAttachLocation::AbsoluteOffset`.
     pub file_offset: u64,
+    /// Its first instruction is single-stepped by a uprobe (a second trap
+    /// on every hit: `insn.rs`).
+    pub stepped: bool,
 }
 
 impl Symbol {
@@ -78,6 +81,7 @@ pub fn functions(path: &Path) -> Result<Vec<Symbol>> {
             version: ver,
             address: sym.address(),
             file_offset: sec_off + rel,
+            stepped: super::insn::stepped(&data, sec_off + rel),
         });
     };
     for sym in elf.dynamic_symbols() {

@@ -303,6 +303,11 @@ impl UprobeLinks {
         failed
     }
 
+    /// Whether any file has sampled points (attached or not).
+    pub fn has_sampled(&self) -> bool {
+        !self.sampled.is_empty()
+    }
+
     /// Ends an on phase: takes the sampled links out of their programs
     /// (dropping them closes them; the caller decides where that time is
     /// spent). The points are kept for the next on phase.

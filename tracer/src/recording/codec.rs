@@ -316,11 +316,19 @@ impl Line for Duty {
 }
 
 /// A `trap-cost` line: what one probed entry and one entry and return cost
-/// on this host, as the duty cycle's estimates correct for it.
+/// on this host, as the duty cycle's estimates correct for it, and an
+/// entry whose first instruction is single-stepped.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TrapCost {
     pub entry_ns: f64,
     pub pair_ns: f64,
+    /// An entry trap on a single-stepped first instruction (absent in
+    /// recordings made before it was measured: an entry's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stepped_ns: Option<f64>,
+    /// The rows probed on one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stepped: Vec<String>,
 }
 
 impl Line for TrapCost {

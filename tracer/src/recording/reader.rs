@@ -111,7 +111,7 @@ fn footer(line: &str) -> std::result::Result<Footer, String> {
 
 /// One input line (None: a line of a later minor revision, skipped as
 /// report fields are).
-fn input(line: &str, ty: &str) -> std::result::Result<Option<Input>, String> {
+pub(super) fn input(line: &str, ty: &str) -> std::result::Result<Option<Input>, String> {
     Ok(Some(match ty {
         "event" => Input::Event(typed::<EventLine>(line, "event")?.event()?),
         "target" => {
@@ -141,7 +141,12 @@ fn input(line: &str, ty: &str) -> std::result::Result<Option<Input>, String> {
         }
         "trap-cost" => {
             let c: TrapCost = typed(line, "trap-cost")?;
-            for (f, x) in [("entry_ns", c.entry_ns), ("pair_ns", c.pair_ns)] {
+            let stepped_ns = c.stepped_ns.unwrap_or(c.entry_ns);
+            for (f, x) in [
+                ("entry_ns", c.entry_ns),
+                ("pair_ns", c.pair_ns),
+                ("stepped_ns", stepped_ns),
+            ] {
                 if !(x.is_finite() && x >= 0.0) {
                     return Err(format!("trap-cost {f} is not a non-negative number"));
                 }
@@ -149,6 +154,8 @@ fn input(line: &str, ty: &str) -> std::result::Result<Option<Input>, String> {
             Input::TrapCost {
                 entry_ns: c.entry_ns,
                 pair_ns: c.pair_ns,
+                stepped_ns,
+                stepped: c.stepped,
             }
         }
         _ => return Ok(None),

@@ -149,3 +149,29 @@ fn fixture_lines_are_written_as_read() {
     }
     assert!(checked > 1000, "{checked} lines");
 }
+
+/// A `trap-cost` line of a recording made before the single-stepped cost
+/// was measured reads as an entry's cost and no stepped rows; a new one
+/// carries both.
+#[test]
+fn trap_cost_lines_old_and_new() {
+    let old = r#"{"type":"trap-cost","entry_ns":800.0,"pair_ns":1600.0}"#;
+    let Some(Input::TrapCost {
+        stepped_ns, stepped, ..
+    }) = reader::input(old, "trap-cost").unwrap()
+    else {
+        panic!("not a trap cost");
+    };
+    assert_eq!((stepped_ns, stepped.len()), (800.0, 0));
+    let new =
+        r#"{"type":"trap-cost","entry_ns":800.0,"pair_ns":1600.0,"stepped_ns":9400.0,"stepped":["cuMemcpyDtoHAsync"]}"#;
+    let Some(Input::TrapCost {
+        stepped_ns, stepped, ..
+    }) = reader::input(new, "trap-cost").unwrap()
+    else {
+        panic!("not a trap cost");
+    };
+    assert_eq!((stepped_ns, stepped), (9400.0, vec!["cuMemcpyDtoHAsync".to_string()]));
+    let bad = r#"{"type":"trap-cost","entry_ns":800.0,"pair_ns":1600.0,"stepped_ns":-1}"#;
+    assert!(reader::input(bad, "trap-cost").unwrap_err().contains("stepped_ns"));
+}

@@ -141,9 +141,16 @@ impl Observer for Recorder {
                 off_us: Count(*off_us),
                 rest: *rest,
             }),
-            Input::TrapCost { entry_ns, pair_ns } => self.input(&TrapCost {
+            Input::TrapCost {
+                entry_ns,
+                pair_ns,
+                stepped_ns,
+                stepped,
+            } => self.input(&TrapCost {
                 entry_ns: *entry_ns,
                 pair_ns: *pair_ns,
+                stepped_ns: Some(*stepped_ns),
+                stepped: stepped.clone(),
             }),
         }
     }

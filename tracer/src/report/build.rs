@@ -67,6 +67,7 @@ fn operations(agg: &Aggregator, incomplete: bool) -> Vec<Operation> {
             latency: Latency::from_hist(&s.hist),
             histogram: serialize_hist(&s.hist),
             counted: agg.copies().counted_calls(&k.op, k.transport),
+            lower_bound: agg.copies_lower_bound(&k.op, k.transport),
         })
         .collect()
 }
@@ -142,6 +143,7 @@ fn collectives(agg: &Aggregator) -> Vec<Collective> {
                 bytes: *bytes,
                 transport: "unknown",
                 counted,
+                lower_bound: agg.lower_bound(key),
                 comm_id: ident.and_then(|c| c.comm_id.clone()),
                 rank: ident.and_then(|c| c.rank),
                 nranks: ident.and_then(|c| c.nranks),

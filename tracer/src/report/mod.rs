@@ -109,6 +109,11 @@ pub struct Collective {
     /// of its time that was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counted: Option<Counted>,
+    /// The estimate rests on on phases whose calls were mostly traps (more
+    /// than half of the process's time): the calls run faster untraced
+    /// than can be told, and `calls` is a lower bound.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lower_bound: bool,
     /// The communicator's identity across ranks (`processes[].communicators`):
     /// the hash of its `ncclUniqueId` as NCCL prints it, this process's rank
     /// and the rank count; absent where the init call was not seen.
@@ -164,6 +169,9 @@ pub struct Operation {
     /// address pair, failures); `kernel_histograms` has every call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counted: Option<u64>,
+    /// `calls` is a lower bound (as [`Collective::lower_bound`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lower_bound: bool,
 }
 
 /// An op aggregated in the kernel (log2 slots), evented or not.

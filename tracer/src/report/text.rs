@@ -136,7 +136,12 @@ fn sampled_note(r: &Report, c: &crate::report::Collective) -> String {
         .map(|p| p.collectives_sampled.share())
         .unwrap_or(1.0);
     format!(
-        " (estimated: {} calls counted in {:.1}% of its traced time)",
+        " ({}: {} calls counted in {:.1}% of its traced time)",
+        if c.lower_bound {
+            "at least: estimated"
+        } else {
+            "estimated"
+        },
         counted.calls,
         share * 100.0
     )
@@ -158,7 +163,9 @@ fn operations(o: &mut String, r: &Report) {
             "  {:<40} {:<24} {:>8} {:>6} {:>10} {:>9} {:>9} {:>9} {:>9}",
             op.name,
             op.transport,
-            if op.counted.is_some() {
+            if op.lower_bound {
+                format!(">={}", op.calls)
+            } else if op.counted.is_some() {
                 format!("~{}", op.calls)
             } else {
                 op.calls.to_string()
@@ -173,7 +180,7 @@ fn operations(o: &mut String, r: &Report) {
     }
     // Per (op, transport): the kernel counted the calls of every communicator
     // (estimated, `~`, where the duty cycle sampled them).
-    let mut agg: Vec<(&str, &str, u64, u64, bool)> = Vec::new();
+    let mut agg: Vec<(&str, &str, u64, u64, bool, bool)> = Vec::new();
     for c in &r.collectives {
         let est = c.counted.is_some();
         match agg.iter_mut().find(|(op, t, ..)| *op == c.op && *t == c.transport) {
@@ -181,11 +188,12 @@ fn operations(o: &mut String, r: &Report) {
                 x.2 += c.calls;
                 x.3 += c.bytes;
                 x.4 |= est;
+                x.5 |= c.lower_bound;
             }
-            None => agg.push((&c.op, c.transport, c.calls, c.bytes, est)),
+            None => agg.push((&c.op, c.transport, c.calls, c.bytes, est, c.lower_bound)),
         }
     }
-    for (op, transport, calls, b, est) in &agg {
+    for (op, transport, calls, b, est, bound) in &agg {
         let buckets = r
             .kernel_histograms
             .iter()
@@ -197,7 +205,13 @@ fn operations(o: &mut String, r: &Report) {
             "  {:<40} {:<24} {:>8} {:>6} {:>10} {:>9} {:>9} {:>9} {:>9}",
             format!("{op} (kernel)"),
             transport,
-            if *est { format!("~{calls}") } else { calls.to_string() },
+            if *bound {
+                format!(">={calls}")
+            } else if *est {
+                format!("~{calls}")
+            } else {
+                calls.to_string()
+            },
             "-",
             bytes(*b),
             at_most(0.5),
@@ -218,6 +232,12 @@ fn operations(o: &mut String, r: &Report) {
         let _ = writeln!(
             o,
             "  ~: counted in on phases of the duty cycle, off phases estimated from the rates around them (--collectives)"
+        );
+    }
+    if agg.iter().any(|a| a.5) || r.operations.iter().any(|o| o.lower_bound) {
+        let _ = writeln!(
+            o,
+            "  >=: estimated as ~, but the calls were mostly traps while counted (over half of the process's time): untraced they run faster than can be told, so the figure is a lower bound (--collectives exact counts every call)"
         );
     }
     let _ = writeln!(o);

@@ -314,11 +314,11 @@ impl Agent {
                 _ = tick.tick() => self.on_tick(),
                 _ = beat.tick() => {
                     self.session.aggregate_tick(&mut self.agg);
-                    if self.session.duty.off_phases > 0 {
+                    if self.session.needs_trap_cost() {
                         self.calibration.start();
                     }
-                    if let Some(c) = self.calibration.poll() {
-                        self.agg.trap_cost(c.entry_ns, c.pair_ns);
+                    if let Some((c, stepped)) = self.calibration.update(self.session.planner.stepped_rows()) {
+                        self.agg.trap_cost(c, &stepped);
                     }
                     // Collective bytes to the counters by the verdicts of now (Flow).
                     self.account(None);

@@ -134,6 +134,14 @@ impl CopyRows {
         (total > kernel).then_some(kernel)
     }
 
+    /// The classes of (label, verdict).
+    pub fn keys_of(&self, label: &str, transport: Transport) -> impl Iterator<Item = &RowKey> {
+        self.classes
+            .iter()
+            .filter(move |(k, c)| k.1 == label && c.call.transport == transport)
+            .map(|(k, _)| k)
+    }
+
     pub fn forget(&mut self, pid: u32) {
         self.rows.retain(|(p, _, _), _| *p != pid);
         self.kernel.retain(|(p, _, _), _| *p != pid);

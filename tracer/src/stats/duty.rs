@@ -60,13 +60,45 @@ struct Pending {
     seq: u64,
 }
 
+/// A row's rate over some counting time: calls and bytes per
+/// microsecond, and whether its process's traps took more than
+/// [`MAX_TRAP_SHARE`] of that time (the untraced rate is then higher than
+/// can be told, and an estimate from it a lower bound).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Rate {
+    calls: f64,
+    bytes: f64,
+    bound: bool,
+}
+
+impl Rate {
+    fn mean(self, o: Rate) -> Rate {
+        Rate {
+            calls: (self.calls + o.calls) / 2.0,
+            bytes: (self.bytes + o.bytes) / 2.0,
+            bound: self.bound || o.bound,
+        }
+    }
+}
+
 /// Uncounted time of a row since the last on phase.
 #[derive(Clone, Copy, Debug, Default)]
 struct Gap {
-    /// The row's rate (calls, bytes per microsecond) at the end of the on
-    /// phase before it; None when the row began in none.
-    before: Option<(f64, f64)>,
+    /// The row's rate at the end of the on phase before it; None when the
+    /// row began in none.
+    before: Option<Rate>,
     us: u64,
+}
+
+/// What a trapped call costs its caller, in microseconds (`calibrate.rs`).
+#[derive(Clone, Debug, Default)]
+struct Cost {
+    entry: f64,
+    pair: f64,
+    /// What a single-stepped first instruction adds to an entry.
+    step: f64,
+    /// The rows probed on one (`probes/insn.rs`).
+    stepped: BTreeSet<String>,
 }
 
 /// The estimates of the uncounted time, fed one interval at a time.
@@ -80,6 +112,8 @@ pub struct Estimator {
     gaps: BTreeMap<RowKey, Gap>,
     /// Estimated calls and bytes of the gaps closed so far.
     extra: BTreeMap<RowKey, (f64, f64)>,
+    /// Rows with a closed gap estimated from a trap-bound rate.
+    bound: BTreeSet<RowKey>,
     /// (pid, communicator) whose end was seen (`ncclCommDestroy`,
     /// `ncclCommAbort`), with the number of intervals that had ended
     /// before it: their gaps stop growing there. Numbers rather than the
@@ -91,9 +125,8 @@ pub struct Estimator {
     exited: BTreeSet<u32>,
     /// Intervals ended so far.
     seq: u64,
-    /// What a trapped call costs its caller, in microseconds: entry-only,
-    /// entry and return (`calibrate.rs`); None until measured.
-    cost: Option<(f64, f64)>,
+    /// What a trapped call costs its caller; None until measured.
+    cost: Option<Cost>,
     /// Whether an interval began (`before` holds the counts it began with).
     started: bool,
 }
@@ -117,13 +150,16 @@ const MAX_TRAP_SHARE: f64 = 0.5;
 /// traps of all its sampled rows), which a loop whose calls are its
 /// critical path (where traps matter at all: launch-bound GPU loops, copy
 /// loops) gives back when its probes are off.
-fn rates(us: u64, counts: &Rows, cost: Option<(f64, f64)>) -> BTreeMap<RowKey, (f64, f64)> {
+/// A row probed on a single-stepped first instruction pays the step on its
+/// entry trap ([`Cost::step`]).
+fn rates(us: u64, counts: &Rows, cost: Option<&Cost>) -> BTreeMap<RowKey, Rate> {
     let us = us.max(1) as f64;
     let per_call = |k: &RowKey| {
-        cost.map_or(0.0, |(entry, pair)| {
+        cost.map_or(0.0, |c| {
+            let step = if c.stepped.contains(&k.1) { c.step } else { 0.0 };
             match crate::probes::uapi::row_named(&k.1).map(|r| r.traps_per_call()) {
-                Some(1) => entry,
-                Some(_) => pair,
+                Some(1) => c.entry + step,
+                Some(_) => c.pair + step,
                 None => 0.0,
             }
         })
@@ -136,8 +172,14 @@ fn rates(us: u64, counts: &Rows, cost: Option<(f64, f64)>) -> BTreeMap<RowKey, (
     counts
         .iter()
         .map(|(k, (c, b))| {
-            let scale = 1.0 / (1.0 - share.get(&k.0).copied().unwrap_or(0.0).min(MAX_TRAP_SHARE));
-            (k.clone(), (*c as f64 / us * scale, *b as f64 / us * scale))
+            let share = share.get(&k.0).copied().unwrap_or(0.0);
+            let scale = 1.0 / (1.0 - share.min(MAX_TRAP_SHARE));
+            let rate = Rate {
+                calls: *c as f64 / us * scale,
+                bytes: *b as f64 / us * scale,
+                bound: share > MAX_TRAP_SHARE,
+            };
+            (k.clone(), rate)
         })
         .collect()
 }
@@ -229,7 +271,7 @@ impl Estimator {
         }
         if !p.closed_gap && p.first_us >= MIN_WINDOW_US {
             p.closed_gap = true;
-            let after = rates(p.first_us, &p.first, self.cost);
+            let after = rates(p.first_us, &p.first, self.cost.as_ref());
             self.close_gaps(&after, &live);
         }
     }
@@ -251,7 +293,7 @@ impl Estimator {
                 e.1 += b;
             }
         }
-        let end = rates(us, &sums, self.cost);
+        let end = rates(us, &sums, self.cost.as_ref());
         if !p.closed_gap {
             // Too short to close the gap before it: its rates do both.
             self.close_gaps(&end, live);
@@ -269,7 +311,7 @@ impl Estimator {
     }
 
     /// Estimates the open gaps, now that the rates after them are known.
-    fn close_gaps(&mut self, after: &BTreeMap<RowKey, (f64, f64)>, live: &impl Fn(u32) -> bool) {
+    fn close_gaps(&mut self, after: &BTreeMap<RowKey, Rate>, live: &impl Fn(u32) -> bool) {
         for (k, g) in std::mem::take(&mut self.gaps) {
             let a = after.get(&k).copied();
             let alive = live(k.0);
@@ -292,29 +334,37 @@ impl Estimator {
     /// copy loop or a job killed mid-loop calls up to its exit, and a loop
     /// that ended seconds before its process, counted to the exit at its
     /// last rate, came out +11% to +38% (issue 24): the cap bounds both.
-    fn close(&mut self, k: RowKey, g: Gap, after: Option<(f64, f64)>, live: bool) {
+    fn close(&mut self, k: RowKey, g: Gap, after: Option<Rate>, live: bool) {
         let ended = self.ended.contains_key(&(k.0, k.2));
         let a = after.unwrap_or_default();
         let mut us = g.us;
-        let mean = |x: (f64, f64), y: (f64, f64)| ((x.0 + y.0) / 2.0, (x.1 + y.1) / 2.0);
-        let (c, b) = match g.before {
-            Some(b) if ended => mean(b, (0.0, 0.0)),
-            Some(b) if live => mean(b, a),
+        let r = match g.before {
+            Some(b) if ended => b.mean(Rate::default()),
+            Some(b) if live => b.mean(a),
             Some(b) => {
                 us = us.min(TAIL_US);
                 b
             }
             None => a,
         };
+        if r.bound && us > 0 {
+            self.bound.insert(k.clone());
+        }
         let e = self.extra.entry(k).or_default();
-        e.0 += c * us as f64;
-        e.1 += b * us as f64;
+        e.0 += r.calls * us as f64;
+        e.1 += r.bytes * us as f64;
     }
 
     /// What a trapped call costs its caller (`calibrate.rs`): rates
     /// measured from now on are corrected by it.
-    pub fn trap_cost(&mut self, entry_ns: f64, pair_ns: f64) {
-        self.cost = Some((entry_ns / 1e3, pair_ns / 1e3));
+    /// `stepped`: the rows probed on a single-stepped first instruction.
+    pub fn trap_cost(&mut self, c: crate::calibrate::TrapCost, stepped: Vec<String>) {
+        self.cost = Some(Cost {
+            entry: c.entry_ns / 1e3,
+            pair: c.pair_ns / 1e3,
+            step: (c.stepped_ns - c.entry_ns).max(0.0) / 1e3,
+            stepped: stepped.into_iter().collect(),
+        });
     }
 
     /// A communicator ended (`ncclCommDestroy`, `ncclCommAbort`): its rows'
@@ -359,21 +409,29 @@ impl Estimator {
     /// time (an open gap at the rate before it).
     pub fn estimate(&self, key: &RowKey, counted: (u64, u64)) -> (u64, u64) {
         let (mut c, mut b) = self.extra.get(key).copied().unwrap_or_default();
-        if let Some(Gap {
-            before: Some((rc, rb)),
-            us,
-        }) = self.gaps.get(key)
-        {
-            c += rc * *us as f64;
-            b += rb * *us as f64;
+        if let Some(Gap { before: Some(r), us }) = self.gaps.get(key) {
+            c += r.calls * *us as f64;
+            b += r.bytes * *us as f64;
         }
         (counted.0 + c.round() as u64, counted.1 + b.round() as u64)
+    }
+
+    /// Whether a row's estimate rests on a rate its traps bound (its
+    /// process's calls were mostly traps while counted): then the untraced
+    /// rate is unknown, and the estimate a lower bound.
+    pub fn lower_bound(&self, key: &RowKey) -> bool {
+        self.bound.contains(key)
+            || self
+                .gaps
+                .get(key)
+                .is_some_and(|g| g.us > 0 && g.before.is_some_and(|r| r.bound))
     }
 
     /// Drops what is kept of an exited process (`Aggregator::forget`).
     pub fn forget(&mut self, pid: u32) {
         let mine = |k: &RowKey| k.0 == pid;
         self.extra.retain(|k, _| !mine(k));
+        self.bound.retain(|k| !mine(k));
         self.gaps.retain(|k, _| !mine(k));
         self.before.retain(|k, _| !mine(k));
         self.ended.retain(|k, _| k.0 != pid);
@@ -423,6 +481,62 @@ mod tests {
     /// then calls 10,000 times a tick; the cycle closes the probes for 39
     /// of every 40 ticks. Its estimate follows the calls it made, which one
     /// scale factor over its traced time would not.
+    /// One on phase of 250 ms that counted `n` calls of `key(7)`, then a
+    /// 250 ms gap; returns the estimate after it and whether it is a lower
+    /// bound.
+    fn after_one_gap(e: &mut Estimator, n: u64) -> (u64, bool) {
+        let rows = |n: u64| Rows::from([(key(7), (n, 0))]);
+        e.interval(&rows(0), 250_000, 0, |_| true);
+        e.counts(&rows(n));
+        e.interval(&rows(n), 0, 250_000, |_| true);
+        e.counts(&rows(n));
+        (e.estimate(&key(7), (n, 0)).0, e.lower_bound(&key(7)))
+    }
+
+    fn cost(stepped: &[&str]) -> (crate::calibrate::TrapCost, Vec<String>) {
+        let c = crate::calibrate::TrapCost {
+            entry_ns: 1000.0,
+            pair_ns: 2000.0,
+            stepped_ns: 10_000.0,
+        };
+        (c, stepped.iter().map(|s| s.to_string()).collect())
+    }
+
+    /// A row whose first instruction is single-stepped pays the step on
+    /// every trap: 10,000 calls of 10 us traps are 40% of 250 ms, and the
+    /// untraced rate is the counted one over the other 60%.
+    #[test]
+    fn a_single_stepped_row_is_corrected_by_its_own_cost() {
+        let mut plain = Estimator::default();
+        let (c, s) = cost(&[]);
+        plain.trap_cost(c, s);
+        let mut stepped = Estimator::default();
+        let (c, s) = cost(&["ncclAllReduce"]);
+        stepped.trap_cost(c, s);
+        let (p, p_bound) = after_one_gap(&mut plain, 10_000);
+        let (st, st_bound) = after_one_gap(&mut stepped, 10_000);
+        // 10,000 / 0.96 and 10,000 / 0.6 in the gap.
+        assert!((20_400..=20_430).contains(&p), "{p}");
+        assert!((26_660..=26_670).contains(&st), "{st}");
+        assert!(!p_bound && !st_bound);
+    }
+
+    /// Calls that were mostly traps while counted give a rate that says
+    /// only how fast the traps ran: the estimate is marked a lower bound.
+    #[test]
+    fn a_trap_bound_rate_gives_a_lower_bound() {
+        let mut e = Estimator::default();
+        let (c, s) = cost(&["ncclAllReduce"]);
+        e.trap_cost(c, s);
+        // 20,000 traps of 10 us: 200 ms of the 250.
+        let (calls, bound) = after_one_gap(&mut e, 20_000);
+        assert!(bound, "{calls}");
+        assert_eq!(calls, 60_000, "the rate at the most trap share told, 1/(1-0.5)");
+        // No cost known: nothing says the calls were traps.
+        let mut e = Estimator::default();
+        assert!(!after_one_gap(&mut e, 20_000).1);
+    }
+
     #[test]
     fn off_phases_take_the_rates_of_the_on_phases_around_them() {
         let mut e = Estimator::default();

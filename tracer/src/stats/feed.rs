@@ -40,9 +40,13 @@ pub enum Input {
     /// What a trapped call costs the caller on this machine
     /// (`calibrate.rs`): the duty cycle's on-phase rates are corrected by
     /// it from here on.
+    /// `stepped_ns`: an entry trap on a single-stepped first instruction;
+    /// `stepped`: the rows probed on one.
     TrapCost {
         entry_ns: f64,
         pair_ns: f64,
+        stepped_ns: f64,
+        stepped: Vec<String>,
     },
 }
 

@@ -201,7 +201,19 @@ impl Aggregator {
                 rest: false,
             } => self.duty(*on_us, *off_us),
             Input::Duty { off_us, rest: true, .. } => self.duty_rest(*off_us),
-            Input::TrapCost { entry_ns, pair_ns } => self.trap_cost(*entry_ns, *pair_ns),
+            Input::TrapCost {
+                entry_ns,
+                pair_ns,
+                stepped_ns,
+                stepped,
+            } => self.trap_cost(
+                crate::calibrate::TrapCost {
+                    entry_ns: *entry_ns,
+                    pair_ns: *pair_ns,
+                    stepped_ns: *stepped_ns,
+                },
+                stepped,
+            ),
         }
     }
 
@@ -267,9 +279,16 @@ impl Aggregator {
 
     /// What a trapped call costs the caller (`calibrate.rs`): the duty
     /// cycle's on-phase rates are corrected by it from here on.
-    pub fn trap_cost(&mut self, entry_ns: f64, pair_ns: f64) {
-        self.observe(|| Input::TrapCost { entry_ns, pair_ns });
-        self.estimator.trap_cost(entry_ns, pair_ns);
+    /// `stepped`: the rows probed on a single-stepped first instruction.
+    pub fn trap_cost<S: AsRef<str>>(&mut self, c: crate::calibrate::TrapCost, stepped: &[S]) {
+        let stepped: Vec<String> = stepped.iter().map(|s| s.as_ref().to_string()).collect();
+        self.observe(|| Input::TrapCost {
+            entry_ns: c.entry_ns,
+            pair_ns: c.pair_ns,
+            stepped_ns: c.stepped_ns,
+            stepped: stepped.clone(),
+        });
+        self.estimator.trap_cost(c, stepped);
     }
 
     /// Registers a process the tracer started or attached to.
@@ -325,6 +344,20 @@ impl Aggregator {
     /// The kernel-aggregated rows with the duty cycle's estimates.
     pub fn collectives(&self) -> &BTreeMap<RowKey, CallsBytes> {
         &self.collectives
+    }
+
+    /// Whether a sampled row's estimate is a lower bound
+    /// ([`duty::Estimator::lower_bound`]).
+    pub fn lower_bound(&self, key: &RowKey) -> bool {
+        self.estimator.lower_bound(key)
+    }
+
+    /// Whether the copies of (label, verdict) hold an estimate that is a
+    /// lower bound.
+    pub fn copies_lower_bound(&self, label: &str, transport: Transport) -> bool {
+        self.copies
+            .keys_of(label, transport)
+            .any(|k| self.estimator.lower_bound(k))
     }
 
     /// The kernel-aggregated rows as counted.

@@ -128,6 +128,7 @@ fn log_per_communicator_and_gdr_lines() {
                vm:702:702 [0] NCCL INFO Channel 03 : 0[0] -> 1[1] via SHM/direct/direct\n";
     let mut r = crate::report::tests_support::empty_report();
     r.collectives.push(crate::report::Collective {
+        lower_bound: false,
         pid: 639,
         op: "ncclAllReduce".into(),
         communicator: "0x55d9dbb07aa0".into(),

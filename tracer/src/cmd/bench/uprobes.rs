@@ -31,18 +31,20 @@ fn probed_standin(mode: crate::probes::duty::Mode, group: Group) -> Result<(Sess
 struct TrapCostResult {
     entry_ns: f64,
     pair_ns: f64,
+    stepped_ns: f64,
 }
 
 pub(super) fn trap_cost() -> Result<i32> {
     let c = crate::calibrate::measure()?;
     let line = format!(
-        "bench trap-cost: {:.0} ns a probed entry, {:.0} ns an entry and return (GDRTRACE_TRAP_COST={:.0},{:.0})",
-        c.entry_ns, c.pair_ns, c.entry_ns, c.pair_ns
+        "bench trap-cost: {:.0} ns a probed entry, {:.0} ns an entry and return, {:.0} ns a probed entry whose first instruction is single-stepped (GDRTRACE_TRAP_COST={:.0},{:.0},{:.0})",
+        c.entry_ns, c.pair_ns, c.stepped_ns, c.entry_ns, c.pair_ns, c.stepped_ns
     );
     print(
         &TrapCostResult {
             entry_ns: c.entry_ns,
             pair_ns: c.pair_ns,
+            stepped_ns: c.stepped_ns,
         },
         line,
     )

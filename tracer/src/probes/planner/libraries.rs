@@ -81,6 +81,7 @@ impl Planner {
             missing: Vec::new(),
             dropped: Vec::new(),
             errors: Vec::new(),
+            stepped: Vec::new(),
         };
         let attached = self
             .configure_table(ebpf)
@@ -95,6 +96,14 @@ impl Planner {
                     att.dropped = dropped_rows(&points);
                     points.retain(|p| p.group != uprobes::Group::Setup);
                 }
+                let stepped: HashSet<u64> = syms.iter().filter(|s| s.stepped).map(|s| s.file_offset).collect();
+                att.stepped = points
+                    .iter()
+                    .filter(|p| stepped.contains(&p.offset))
+                    .filter_map(|p| uapi::row_of(p.op).map(|(_, r)| r.name))
+                    .collect();
+                att.stepped.sort_unstable();
+                att.stepped.dedup();
                 let (symbols, errors) = self.uprobes.attach(ebpf, &file.host_path, &points);
                 att.symbols = symbols;
                 att.errors = errors;
@@ -113,6 +122,14 @@ impl Planner {
         }
         self.setup_dropped = Some(why);
         links
+    }
+
+    /// The rows (op names) with a point whose first instruction is
+    /// single-stepped, in any file attached so far.
+    pub fn stepped_rows(&self) -> Vec<&'static str> {
+        let set: std::collections::BTreeSet<&'static str> =
+            self.libs.values().flat_map(|a| a.stepped.iter().copied()).collect();
+        set.into_iter().collect()
     }
 
     /// Coverage rows of the library points, from the files attached so far.
@@ -142,6 +159,13 @@ impl Planner {
                             a.path,
                             self.setup_dropped.as_deref().unwrap_or("hot path of a running job"),
                             a.dropped.join(", ")
+                        ));
+                    }
+                    if !a.stepped.is_empty() {
+                        detail.push(format!(
+                            "{}: first instruction single-stepped, not emulated (a second trap on every hit; `bench trap-cost` measures it): {}",
+                            a.path,
+                            a.stepped.join(", ")
                         ));
                     }
                     if let Some(note) = &self.sampling_note {

@@ -109,6 +109,7 @@ fn aggregated_collectives_in_the_operations_table() {
     let mut r = crate::report::tests_support::empty_report();
     for (pid, comm) in [(7, "0x1"), (8, "0x2")] {
         r.collectives.push(crate::report::Collective {
+            lower_bound: false,
             pid,
             op: "ncclAllReduce".into(),
             communicator: comm.into(),
