@@ -48,7 +48,9 @@ except (OSError, ValueError) as e:
     print(f"  {name}: no result ({e})"); sys.exit()
 if job == "copies":
     own, (got, _) = s["copies"], copies_of(r)
-    print(f"  {name}: copies made {own} (+400 warm-up), reported {got} ({100 * (got - own - 400) / (own + 400):+.1f}%)")
+    bound = any(o.get("lower_bound") for o in r.get("operations", []))
+    print(f"  {name}: copies made {own} (+400 warm-up), reported {got} ({100 * (got - own - 400) / (own + 400):+.1f}%)"
+          + (" marked a lower bound" if bound else ""))
 else:
     own, (_, est, _) = s["calls"], sampled(r)
     print(f"  {name}: all-reduces made {own} (+1 ProcessGroup warm-up), estimated {est} ({100 * (est - own) / own:+.1f}%)")

@@ -266,9 +266,6 @@ fn parse(v: &str) -> Result<TrapCost> {
 pub struct Background {
     rx: Option<mpsc::Receiver<Result<TrapCost>>>,
     done: bool,
-    cost: Option<TrapCost>,
-    /// The single-stepped rows last given with it.
-    sent: Option<Vec<&'static str>>,
 }
 
 impl Background {
@@ -302,23 +299,8 @@ impl Background {
         }
     }
 
-    /// The cost and the rows probed on a single-stepped first instruction
-    /// (`Planner::stepped_rows`), for the aggregator: once the measurement
-    /// is in, and again whenever the rows change (a library attached).
-    pub fn update(&mut self, stepped: Vec<&'static str>) -> Option<(TrapCost, Vec<&'static str>)> {
-        if let Some(c) = self.poll() {
-            self.cost = Some(c);
-        }
-        let c = self.cost?;
-        if self.sent.as_ref() == Some(&stepped) {
-            return None;
-        }
-        self.sent = Some(stepped.clone());
-        Some((c, stepped))
-    }
-
     /// The result, once it is in (then never again).
-    fn poll(&mut self) -> Option<TrapCost> {
+    pub fn poll(&mut self) -> Option<TrapCost> {
         let r = self.rx.as_ref()?.try_recv().ok()?;
         self.rx = None;
         self.done = true;

@@ -199,11 +199,12 @@ impl Session {
     /// attached. Returns how many files were newly attached.
     pub fn attach_libraries_of(&mut self, pid: u32) -> usize {
         let Ok(mapped) = libs::mapped(pid) else { return 0 };
-        self.planner
-            .proc_libs
-            .entry(pid)
-            .or_default()
-            .extend(mapped.libs.iter().map(|f| f.id));
+        let ids = self.planner.proc_libs.entry(pid).or_default();
+        let before = ids.len();
+        ids.extend(mapped.libs.iter().map(|f| f.id));
+        if ids.len() != before {
+            self.planner.stepped_dirty.insert(pid);
+        }
         self.planner
             .proc_modules
             .entry(pid)
@@ -322,6 +323,11 @@ impl Session {
     /// the interval after a short on phase ended in it; then the cycle
     /// switches if a phase is over (not once the window is closed).
     pub fn aggregate_tick(&mut self, agg: &mut Aggregator) {
+        // Which rows of each process are single-stepped, before any rate
+        // of theirs is taken.
+        for pid in std::mem::take(&mut self.planner.stepped_dirty) {
+            agg.stepped(pid, &self.planner.stepped_rows_of(pid));
+        }
         let now = Instant::now();
         let mut after = 0;
         if self.duty.cycles() {

@@ -342,8 +342,8 @@ impl Trace {
         if self.session.needs_trap_cost() {
             self.calibration.start();
         }
-        if let Some((c, stepped)) = self.calibration.update(self.session.planner.stepped_rows()) {
-            self.agg.trap_cost(c, &stepped);
+        if let Some(c) = self.calibration.poll() {
+            self.agg.trap_cost(c);
         }
     }
 

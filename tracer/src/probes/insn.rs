@@ -37,17 +37,35 @@ pub fn emulated(code: &[u8]) -> bool {
     }
 }
 
-/// Whether a function at `offset` of a file's bytes begins with an
-/// instruction the kernel single-steps (false where the bytes are not
-/// there: an offset beyond the file says nothing).
-pub fn stepped(data: &[u8], offset: u64) -> bool {
+/// `endbr64`: the first instruction of every function of a CET build
+/// (`-fcf-protection`, Ubuntu's and Fedora's default). It changes no
+/// register and not the stack: it only marks a target of indirect
+/// branches.
+const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+
+/// Where to probe a function at `offset` of a file's bytes, and whether the
+/// kernel single-steps the instruction there. A function that begins with
+/// an `endbr64` followed by an emulated instruction is probed on that one
+/// (4 bytes in): every path into the function passes it, with the
+/// arguments and the return address where they were at the first byte,
+/// and each hit costs one emulated trap instead of a single-stepped one
+/// (12.2 against 0.9 us on the development host). Where the bytes are not
+/// there (an offset beyond the file), the first byte, not stepped: that
+/// says nothing.
+pub fn probe_point(data: &[u8], offset: u64) -> (u64, bool) {
     if cfg!(not(target_arch = "x86_64")) {
-        return false;
+        return (offset, false);
     }
-    usize::try_from(offset)
-        .ok()
-        .and_then(|o| data.get(o..))
-        .is_some_and(|code| !code.is_empty() && !emulated(code))
+    let Some(code) = usize::try_from(offset).ok().and_then(|o| data.get(o..)) else {
+        return (offset, false);
+    };
+    if code.is_empty() {
+        return (offset, false);
+    }
+    if code.starts_with(&ENDBR64) && emulated(&code[ENDBR64.len()..]) {
+        return (offset + ENDBR64.len() as u64, false);
+    }
+    (offset, !emulated(code))
 }
 
 #[cfg(test)]
@@ -80,9 +98,21 @@ mod tests {
     #[test]
     fn offsets_outside_the_file_say_nothing() {
         let data = [0x55, 0x48, 0x83, 0xec, 0x08];
-        assert!(!stepped(&data, 0));
-        assert!(stepped(&data, 1));
-        assert!(!stepped(&data, 5));
-        assert!(!stepped(&data, u64::MAX));
+        assert_eq!(probe_point(&data, 0), (0, false));
+        assert_eq!(probe_point(&data, 1), (1, true));
+        assert_eq!(probe_point(&data, 5), (5, false));
+        assert_eq!(probe_point(&data, u64::MAX), (u64::MAX, false));
+    }
+
+    #[test]
+    fn an_endbr64_is_stepped_over_when_what_follows_is_emulated() {
+        // endbr64; push %rbp: probed on the push.
+        let data = [0x90, 0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5];
+        assert_eq!(probe_point(&data, 1), (5, false));
+        // endbr64; lea 0x1(%rdi),%eax: the endbr64 stays, single-stepped.
+        let data = [0xf3, 0x0f, 0x1e, 0xfa, 0x8d, 0x47, 0x01];
+        assert_eq!(probe_point(&data, 0), (0, true));
+        // A lone endbr64 at the end of the bytes.
+        assert_eq!(probe_point(&ENDBR64, 0), (0, true));
     }
 }

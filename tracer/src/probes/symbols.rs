@@ -20,9 +20,11 @@ pub struct Symbol {
     pub version: Option<String>,
     /// Virtual address (st_value).
     pub address: u64,
-    /// Offset in the file, for `UProbeAttachLocation::AbsoluteOffset`.
+    /// Offset in the file of its probe point, for
+    /// `UProbeAttachLocation::AbsoluteOffset`: its first instruction, or
+    /// the one after a leading `endbr64` (`insn::probe_point`).
     pub file_offset: u64,
-    /// Its first instruction is single-stepped by a uprobe (a second trap
+    /// The instruction there is single-stepped by a uprobe (a second trap
     /// on every hit: `insn.rs`).
     pub stepped: bool,
 }
@@ -76,12 +78,13 @@ pub fn functions(path: &Path) -> Result<Vec<Symbol>> {
             Some((b, v)) => (b, version.or_else(|| Some(v.trim_start_matches('@').to_string()))),
             None => (name, version),
         };
+        let (file_offset, stepped) = super::insn::probe_point(&data, sec_off + rel);
         out.push(Symbol {
             name: base.to_string(),
             version: ver,
             address: sym.address(),
-            file_offset: sec_off + rel,
-            stepped: super::insn::stepped(&data, sec_off + rel),
+            file_offset,
+            stepped,
         });
     };
     for sym in elf.dynamic_symbols() {

@@ -326,13 +326,22 @@ pub struct TrapCost {
     /// recordings made before it was measured: an entry's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stepped_ns: Option<f64>,
-    /// The rows probed on one.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stepped: Vec<String>,
 }
 
 impl Line for TrapCost {
     const TYPE: &'static str = "trap-cost";
+}
+
+/// A `stepped` line: a process's rows probed on a first instruction the
+/// kernel single-steps (`Input::Stepped`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Stepped {
+    pub pid: Pid,
+    pub rows: Vec<String>,
+}
+
+impl Line for Stepped {
+    const TYPE: &'static str = "stepped";
 }
 
 /// When a `tick`, `alive-check` or `setup-closed` line was written (read

@@ -179,7 +179,10 @@ mod writer;
 mod tests;
 
 pub use self::{
-    codec::{AggRow, Aggregates, Count, Duty, EventLine, Hex, Line, Pid, Ret, Target, TrapCost, Workloads, line_json},
+    codec::{
+        AggRow, Aggregates, Count, Duty, EventLine, Hex, Line, Pid, Ret, Stepped, Target, TrapCost, Workloads,
+        line_json,
+    },
     reader::*,
     writer::*,
 };

@@ -155,7 +155,13 @@ pub(super) fn input(line: &str, ty: &str) -> std::result::Result<Option<Input>, 
                 entry_ns: c.entry_ns,
                 pair_ns: c.pair_ns,
                 stepped_ns,
-                stepped: c.stepped,
+            }
+        }
+        "stepped" => {
+            let s: Stepped = typed(line, "stepped")?;
+            Input::Stepped {
+                pid: s.pid.0,
+                rows: s.rows,
             }
         }
         _ => return Ok(None),

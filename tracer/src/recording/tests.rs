@@ -151,27 +151,26 @@ fn fixture_lines_are_written_as_read() {
 }
 
 /// A `trap-cost` line of a recording made before the single-stepped cost
-/// was measured reads as an entry's cost and no stepped rows; a new one
-/// carries both.
+/// was measured reads as an entry's cost; a new one carries it; a
+/// `stepped` line names a process's single-stepped rows.
 #[test]
-fn trap_cost_lines_old_and_new() {
+fn trap_cost_and_stepped_lines() {
     let old = r#"{"type":"trap-cost","entry_ns":800.0,"pair_ns":1600.0}"#;
-    let Some(Input::TrapCost {
-        stepped_ns, stepped, ..
-    }) = reader::input(old, "trap-cost").unwrap()
-    else {
+    let Some(Input::TrapCost { stepped_ns, .. }) = reader::input(old, "trap-cost").unwrap() else {
         panic!("not a trap cost");
     };
-    assert_eq!((stepped_ns, stepped.len()), (800.0, 0));
-    let new =
-        r#"{"type":"trap-cost","entry_ns":800.0,"pair_ns":1600.0,"stepped_ns":9400.0,"stepped":["cuMemcpyDtoHAsync"]}"#;
-    let Some(Input::TrapCost {
-        stepped_ns, stepped, ..
-    }) = reader::input(new, "trap-cost").unwrap()
-    else {
+    assert_eq!(stepped_ns, 800.0);
+    let new = r#"{"type":"trap-cost","entry_ns":800.0,"pair_ns":1600.0,"stepped_ns":9400.0}"#;
+    let Some(Input::TrapCost { stepped_ns, .. }) = reader::input(new, "trap-cost").unwrap() else {
         panic!("not a trap cost");
     };
-    assert_eq!((stepped_ns, stepped), (9400.0, vec!["cuMemcpyDtoHAsync".to_string()]));
+    assert_eq!(stepped_ns, 9400.0);
     let bad = r#"{"type":"trap-cost","entry_ns":800.0,"pair_ns":1600.0,"stepped_ns":-1}"#;
     assert!(reader::input(bad, "trap-cost").unwrap_err().contains("stepped_ns"));
+    let s = r#"{"type":"stepped","pid":42,"rows":["cuMemcpyDtoHAsync"]}"#;
+    let Some(Input::Stepped { pid, rows }) = reader::input(s, "stepped").unwrap() else {
+        panic!("not a stepped line");
+    };
+    assert_eq!((pid, rows), (42, vec!["cuMemcpyDtoHAsync".to_string()]));
+    assert!(reader::input(r#"{"type":"stepped","pid":-1,"rows":[]}"#, "stepped").is_err());
 }

@@ -145,12 +145,14 @@ impl Observer for Recorder {
                 entry_ns,
                 pair_ns,
                 stepped_ns,
-                stepped,
             } => self.input(&TrapCost {
                 entry_ns: *entry_ns,
                 pair_ns: *pair_ns,
                 stepped_ns: Some(*stepped_ns),
-                stepped: stepped.clone(),
+            }),
+            Input::Stepped { pid, rows } => self.input(&Stepped {
+                pid: Pid(*pid),
+                rows: rows.clone(),
             }),
         }
     }

@@ -317,8 +317,8 @@ impl Agent {
                     if self.session.needs_trap_cost() {
                         self.calibration.start();
                     }
-                    if let Some((c, stepped)) = self.calibration.update(self.session.planner.stepped_rows()) {
-                        self.agg.trap_cost(c, &stepped);
+                    if let Some(c) = self.calibration.poll() {
+                        self.agg.trap_cost(c);
                     }
                     // Collective bytes to the counters by the verdicts of now (Flow).
                     self.account(None);

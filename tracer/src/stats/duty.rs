@@ -97,8 +97,6 @@ struct Cost {
     pair: f64,
     /// What a single-stepped first instruction adds to an entry.
     step: f64,
-    /// The rows probed on one (`probes/insn.rs`).
-    stepped: BTreeSet<String>,
 }
 
 /// The estimates of the uncounted time, fed one interval at a time.
@@ -127,6 +125,9 @@ pub struct Estimator {
     seq: u64,
     /// What a trapped call costs its caller; None until measured.
     cost: Option<Cost>,
+    /// Each process's rows probed on a single-stepped first instruction
+    /// (`probes/insn.rs`), in the files it maps.
+    stepped: BTreeMap<u32, Vec<String>>,
     /// Whether an interval began (`before` holds the counts it began with).
     started: bool,
 }
@@ -150,13 +151,16 @@ const MAX_TRAP_SHARE: f64 = 0.5;
 /// traps of all its sampled rows), which a loop whose calls are its
 /// critical path (where traps matter at all: launch-bound GPU loops, copy
 /// loops) gives back when its probes are off.
-/// A row probed on a single-stepped first instruction pays the step on its
-/// entry trap ([`Cost::step`]).
-fn rates(us: u64, counts: &Rows, cost: Option<&Cost>) -> BTreeMap<RowKey, Rate> {
+/// A row probed on a single-stepped first instruction (`stepped`: per
+/// process) pays the step on its entry trap ([`Cost::step`]).
+fn rates(us: u64, counts: &Rows, cost: Option<&Cost>, stepped: &BTreeMap<u32, Vec<String>>) -> BTreeMap<RowKey, Rate> {
     let us = us.max(1) as f64;
     let per_call = |k: &RowKey| {
         cost.map_or(0.0, |c| {
-            let step = if c.stepped.contains(&k.1) { c.step } else { 0.0 };
+            let step = match stepped.get(&k.0) {
+                Some(rows) if rows.contains(&k.1) => c.step,
+                _ => 0.0,
+            };
             match crate::probes::uapi::row_named(&k.1).map(|r| r.traps_per_call()) {
                 Some(1) => c.entry + step,
                 Some(_) => c.pair + step,
@@ -271,7 +275,7 @@ impl Estimator {
         }
         if !p.closed_gap && p.first_us >= MIN_WINDOW_US {
             p.closed_gap = true;
-            let after = rates(p.first_us, &p.first, self.cost.as_ref());
+            let after = rates(p.first_us, &p.first, self.cost.as_ref(), &self.stepped);
             self.close_gaps(&after, &live);
         }
     }
@@ -293,7 +297,7 @@ impl Estimator {
                 e.1 += b;
             }
         }
-        let end = rates(us, &sums, self.cost.as_ref());
+        let end = rates(us, &sums, self.cost.as_ref(), &self.stepped);
         if !p.closed_gap {
             // Too short to close the gap before it: its rates do both.
             self.close_gaps(&end, live);
@@ -357,14 +361,25 @@ impl Estimator {
 
     /// What a trapped call costs its caller (`calibrate.rs`): rates
     /// measured from now on are corrected by it.
-    /// `stepped`: the rows probed on a single-stepped first instruction.
-    pub fn trap_cost(&mut self, c: crate::calibrate::TrapCost, stepped: Vec<String>) {
+    pub fn trap_cost(&mut self, c: crate::calibrate::TrapCost) {
         self.cost = Some(Cost {
             entry: c.entry_ns / 1e3,
             pair: c.pair_ns / 1e3,
             step: (c.stepped_ns - c.entry_ns).max(0.0) / 1e3,
-            stepped: stepped.into_iter().collect(),
         });
+    }
+
+    /// A process's rows probed on a single-stepped first instruction.
+    pub fn stepped(&mut self, pid: u32, rows: Vec<String>) {
+        if rows.is_empty() {
+            self.stepped.remove(&pid);
+        } else {
+            self.stepped.insert(pid, rows);
+        }
+    }
+
+    pub fn stepped_of(&self, pid: u32) -> &[String] {
+        self.stepped.get(&pid).map_or(&[], Vec::as_slice)
     }
 
     /// A communicator ended (`ncclCommDestroy`, `ncclCommAbort`): its rows'
@@ -432,6 +447,7 @@ impl Estimator {
         let mine = |k: &RowKey| k.0 == pid;
         self.extra.retain(|k, _| !mine(k));
         self.bound.retain(|k| !mine(k));
+        self.stepped.remove(&pid);
         self.gaps.retain(|k, _| !mine(k));
         self.before.retain(|k, _| !mine(k));
         self.ended.retain(|k, _| k.0 != pid);
@@ -493,13 +509,19 @@ mod tests {
         (e.estimate(&key(7), (n, 0)).0, e.lower_bound(&key(7)))
     }
 
-    fn cost(stepped: &[&str]) -> (crate::calibrate::TrapCost, Vec<String>) {
-        let c = crate::calibrate::TrapCost {
+    /// Entry 1 us, pair 2 us, a single-stepped entry 10 us; `stepped`:
+    /// process 7's rows probed on one.
+    fn costed(stepped: &[&str]) -> Estimator {
+        let mut e = Estimator::default();
+        e.trap_cost(crate::calibrate::TrapCost {
             entry_ns: 1000.0,
             pair_ns: 2000.0,
             stepped_ns: 10_000.0,
-        };
-        (c, stepped.iter().map(|s| s.to_string()).collect())
+        });
+        e.stepped(7, stepped.iter().map(|s| s.to_string()).collect());
+        // Another process's stepped row is not process 7's.
+        e.stepped(8, vec!["ncclAllReduce".into()]);
+        e
     }
 
     /// A row whose first instruction is single-stepped pays the step on
@@ -507,12 +529,8 @@ mod tests {
     /// untraced rate is the counted one over the other 60%.
     #[test]
     fn a_single_stepped_row_is_corrected_by_its_own_cost() {
-        let mut plain = Estimator::default();
-        let (c, s) = cost(&[]);
-        plain.trap_cost(c, s);
-        let mut stepped = Estimator::default();
-        let (c, s) = cost(&["ncclAllReduce"]);
-        stepped.trap_cost(c, s);
+        let mut plain = costed(&[]);
+        let mut stepped = costed(&["ncclAllReduce"]);
         let (p, p_bound) = after_one_gap(&mut plain, 10_000);
         let (st, st_bound) = after_one_gap(&mut stepped, 10_000);
         // 10,000 / 0.96 and 10,000 / 0.6 in the gap.
@@ -525,9 +543,7 @@ mod tests {
     /// only how fast the traps ran: the estimate is marked a lower bound.
     #[test]
     fn a_trap_bound_rate_gives_a_lower_bound() {
-        let mut e = Estimator::default();
-        let (c, s) = cost(&["ncclAllReduce"]);
-        e.trap_cost(c, s);
+        let mut e = costed(&["ncclAllReduce"]);
         // 20,000 traps of 10 us: 200 ms of the 250.
         let (calls, bound) = after_one_gap(&mut e, 20_000);
         assert!(bound, "{calls}");

@@ -205,15 +205,12 @@ impl Aggregator {
                 entry_ns,
                 pair_ns,
                 stepped_ns,
-                stepped,
-            } => self.trap_cost(
-                crate::calibrate::TrapCost {
-                    entry_ns: *entry_ns,
-                    pair_ns: *pair_ns,
-                    stepped_ns: *stepped_ns,
-                },
-                stepped,
-            ),
+            } => self.trap_cost(crate::calibrate::TrapCost {
+                entry_ns: *entry_ns,
+                pair_ns: *pair_ns,
+                stepped_ns: *stepped_ns,
+            }),
+            Input::Stepped { pid, rows } => self.stepped(*pid, rows),
         }
     }
 
@@ -279,16 +276,27 @@ impl Aggregator {
 
     /// What a trapped call costs the caller (`calibrate.rs`): the duty
     /// cycle's on-phase rates are corrected by it from here on.
-    /// `stepped`: the rows probed on a single-stepped first instruction.
-    pub fn trap_cost<S: AsRef<str>>(&mut self, c: crate::calibrate::TrapCost, stepped: &[S]) {
-        let stepped: Vec<String> = stepped.iter().map(|s| s.as_ref().to_string()).collect();
+    pub fn trap_cost(&mut self, c: crate::calibrate::TrapCost) {
         self.observe(|| Input::TrapCost {
             entry_ns: c.entry_ns,
             pair_ns: c.pair_ns,
             stepped_ns: c.stepped_ns,
-            stepped: stepped.clone(),
         });
-        self.estimator.trap_cost(c, stepped);
+        self.estimator.trap_cost(c);
+    }
+
+    /// The rows of `pid` probed on a single-stepped first instruction
+    /// (recorded only when they change).
+    pub fn stepped<S: AsRef<str>>(&mut self, pid: u32, rows: &[S]) {
+        let rows: Vec<String> = rows.iter().map(|s| s.as_ref().to_string()).collect();
+        if self.estimator.stepped_of(pid) == rows.as_slice() {
+            return;
+        }
+        self.observe(|| Input::Stepped {
+            pid,
+            rows: rows.clone(),
+        });
+        self.estimator.stepped(pid, rows);
     }
 
     /// Registers a process the tracer started or attached to.

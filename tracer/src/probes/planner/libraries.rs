@@ -125,10 +125,19 @@ impl Planner {
     }
 
     /// The rows (op names) with a point whose first instruction is
-    /// single-stepped, in any file attached so far.
-    pub fn stepped_rows(&self) -> Vec<&'static str> {
-        let set: std::collections::BTreeSet<&'static str> =
-            self.libs.values().flat_map(|a| a.stepped.iter().copied()).collect();
+    /// single-stepped in a library file `pid` maps: per process, as an
+    /// installed copy of a library (attached whoever maps it) need not be
+    /// the one a job calls (on the GPU machine the system libnccl's
+    /// ncclAllReduce is single-stepped, torch's own is not).
+    pub fn stepped_rows_of(&self, pid: u32) -> Vec<&'static str> {
+        let set: std::collections::BTreeSet<&'static str> = self
+            .proc_libs
+            .get(&pid)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.libs.get(id))
+            .flat_map(|a| a.stepped.iter().copied())
+            .collect();
         set.into_iter().collect()
     }
 

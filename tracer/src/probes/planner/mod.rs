@@ -39,6 +39,9 @@ pub struct Planner {
     pub libs: BTreeMap<(u64, u64), LibAttachment>,
     /// Which library files (by identity) each traced process maps.
     pub proc_libs: BTreeMap<u32, std::collections::BTreeSet<(u64, u64)>>,
+    /// Processes whose mapped library files grew since the aggregator was
+    /// last told their single-stepped rows (`Session::aggregate_tick`).
+    pub stepped_dirty: std::collections::BTreeSet<u32>,
     /// UCX transport modules each traced process maps (file names).
     pub proc_modules: BTreeMap<u32, std::collections::BTreeSet<String>>,
     /// The table's configuration is in `OP_CONFIG` (written once).
@@ -75,6 +78,7 @@ impl Planner {
             coverage: Vec::new(),
             libs: BTreeMap::new(),
             proc_libs: BTreeMap::new(),
+            stepped_dirty: std::collections::BTreeSet::new(),
             proc_modules: BTreeMap::new(),
             configured: None,
             uprobes: UprobeLinks::new(),
