@@ -192,15 +192,8 @@ fn low_quarter(mut v: Vec<f64>) -> f64 {
     v[..k].iter().sum::<f64>() / k as f64
 }
 
-/// What a trapped call costs the caller: entry-only, and entry plus
-/// return, on a function whose first instruction the kernel emulates; and
-/// an entry-only trap on one it single-steps.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct TrapCost {
-    pub entry_ns: f64,
-    pub pair_ns: f64,
-    pub stepped_ns: f64,
-}
+/// What it measures (defined with the estimates that use it).
+pub use crate::stats::duty::TrapCost;
 
 /// Measures [`TrapCost`] with the sampled group's link kind of this kernel
 /// (a few tens of milliseconds of calls, after the session's load).

@@ -90,6 +90,17 @@ struct Gap {
     us: u64,
 }
 
+/// What a trapped call costs the caller, as `calibrate.rs` measures it:
+/// entry-only, and entry plus return, on a function whose first
+/// instruction the kernel emulates; and an entry-only trap on one it
+/// single-steps.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TrapCost {
+    pub entry_ns: f64,
+    pub pair_ns: f64,
+    pub stepped_ns: f64,
+}
+
 /// What a trapped call costs its caller, in microseconds (`calibrate.rs`).
 #[derive(Clone, Debug, Default)]
 struct Cost {
@@ -361,7 +372,7 @@ impl Estimator {
 
     /// What a trapped call costs its caller (`calibrate.rs`): rates
     /// measured from now on are corrected by it.
-    pub fn trap_cost(&mut self, c: crate::calibrate::TrapCost) {
+    pub fn trap_cost(&mut self, c: TrapCost) {
         self.cost = Some(Cost {
             entry: c.entry_ns / 1e3,
             pair: c.pair_ns / 1e3,
@@ -513,7 +524,7 @@ mod tests {
     /// process 7's rows probed on one.
     fn costed(stepped: &[&str]) -> Estimator {
         let mut e = Estimator::default();
-        e.trap_cost(crate::calibrate::TrapCost {
+        e.trap_cost(TrapCost {
             entry_ns: 1000.0,
             pair_ns: 2000.0,
             stepped_ns: 10_000.0,

@@ -205,7 +205,7 @@ impl Aggregator {
                 entry_ns,
                 pair_ns,
                 stepped_ns,
-            } => self.trap_cost(crate::calibrate::TrapCost {
+            } => self.trap_cost(duty::TrapCost {
                 entry_ns: *entry_ns,
                 pair_ns: *pair_ns,
                 stepped_ns: *stepped_ns,
@@ -276,7 +276,7 @@ impl Aggregator {
 
     /// What a trapped call costs the caller (`calibrate.rs`): the duty
     /// cycle's on-phase rates are corrected by it from here on.
-    pub fn trap_cost(&mut self, c: crate::calibrate::TrapCost) {
+    pub fn trap_cost(&mut self, c: duty::TrapCost) {
         self.observe(|| Input::TrapCost {
             entry_ns: c.entry_ns,
             pair_ns: c.pair_ns,
