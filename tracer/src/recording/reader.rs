@@ -151,11 +151,11 @@ pub(super) fn input(line: &str, ty: &str) -> std::result::Result<Option<Input>, 
                     return Err(format!("trap-cost {f} is not a non-negative number"));
                 }
             }
-            Input::TrapCost {
+            Input::TrapCost(crate::stats::duty::TrapCost {
                 entry_ns: c.entry_ns,
                 pair_ns: c.pair_ns,
                 stepped_ns,
-            }
+            })
         }
         "stepped" => {
             let s: Stepped = typed(line, "stepped")?;

@@ -141,14 +141,10 @@ impl Observer for Recorder {
                 off_us: Count(*off_us),
                 rest: *rest,
             }),
-            Input::TrapCost {
-                entry_ns,
-                pair_ns,
-                stepped_ns,
-            } => self.input(&TrapCost {
-                entry_ns: *entry_ns,
-                pair_ns: *pair_ns,
-                stepped_ns: Some(*stepped_ns),
+            Input::TrapCost(c) => self.input(&TrapCost {
+                entry_ns: c.entry_ns,
+                pair_ns: c.pair_ns,
+                stepped_ns: Some(c.stepped_ns),
             }),
             Input::Stepped { pid, rows } => self.input(&Stepped {
                 pid: Pid(*pid),

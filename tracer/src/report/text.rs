@@ -147,6 +147,17 @@ fn sampled_note(r: &Report, c: &crate::report::Collective) -> String {
     )
 }
 
+/// A CALLS cell: `>=N` for a lower bound, `~N` for an estimate.
+fn calls_cell(calls: u64, estimated: bool, lower_bound: bool) -> String {
+    if lower_bound {
+        format!(">={calls}")
+    } else if estimated {
+        format!("~{calls}")
+    } else {
+        calls.to_string()
+    }
+}
+
 /// Operations: the evented calls with their histograms' percentiles, and
 /// the calls aggregated in the kernel (collectives), with the log2 slots'
 /// upper bounds.
@@ -163,13 +174,7 @@ fn operations(o: &mut String, r: &Report) {
             "  {:<40} {:<24} {:>8} {:>6} {:>10} {:>9} {:>9} {:>9} {:>9}",
             op.name,
             op.transport,
-            if op.lower_bound {
-                format!(">={}", op.calls)
-            } else if op.counted.is_some() {
-                format!("~{}", op.calls)
-            } else {
-                op.calls.to_string()
-            },
+            calls_cell(op.calls, op.counted.is_some(), op.lower_bound),
             op.errors,
             bytes(op.bytes),
             ns(op.latency.p50),
@@ -205,13 +210,7 @@ fn operations(o: &mut String, r: &Report) {
             "  {:<40} {:<24} {:>8} {:>6} {:>10} {:>9} {:>9} {:>9} {:>9}",
             format!("{op} (kernel)"),
             transport,
-            if *bound {
-                format!(">={calls}")
-            } else if *est {
-                format!("~{calls}")
-            } else {
-                calls.to_string()
-            },
+            calls_cell(*calls, *est, *bound),
             "-",
             bytes(*b),
             at_most(0.5),

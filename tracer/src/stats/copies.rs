@@ -123,11 +123,7 @@ impl CopyRows {
     pub fn counted_calls(&self, label: &str, transport: Transport) -> Option<u64> {
         let counted = self.counted();
         let (mut total, mut kernel) = (0, 0);
-        for (k, c) in self
-            .classes
-            .iter()
-            .filter(|(k, c)| k.1 == label && c.call.transport == transport)
-        {
+        for (k, c) in self.classes_of(label, transport) {
             total += c.firsts + c.applied.0;
             kernel += counted.get(k).map_or(c.firsts, |v| v.0);
         }
@@ -135,11 +131,10 @@ impl CopyRows {
     }
 
     /// The classes of (label, verdict).
-    pub fn keys_of(&self, label: &str, transport: Transport) -> impl Iterator<Item = &RowKey> {
+    pub fn classes_of(&self, label: &str, transport: Transport) -> impl Iterator<Item = (&RowKey, &Class)> {
         self.classes
             .iter()
             .filter(move |(k, c)| k.1 == label && c.call.transport == transport)
-            .map(|(k, _)| k)
     }
 
     pub fn forget(&mut self, pid: u32) {

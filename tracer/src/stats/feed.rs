@@ -40,12 +40,7 @@ pub enum Input {
     /// What a trapped call costs the caller on this machine
     /// (`calibrate.rs`): the duty cycle's on-phase rates are corrected by
     /// it from here on.
-    /// `stepped_ns`: an entry trap on a single-stepped first instruction.
-    TrapCost {
-        entry_ns: f64,
-        pair_ns: f64,
-        stepped_ns: f64,
-    },
+    TrapCost(super::duty::TrapCost),
     /// The rows of a process probed on a first instruction the kernel
     /// single-steps (`probes/insn.rs`), in the library files it maps;
     /// given again when they change.

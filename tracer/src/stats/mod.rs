@@ -201,15 +201,7 @@ impl Aggregator {
                 rest: false,
             } => self.duty(*on_us, *off_us),
             Input::Duty { off_us, rest: true, .. } => self.duty_rest(*off_us),
-            Input::TrapCost {
-                entry_ns,
-                pair_ns,
-                stepped_ns,
-            } => self.trap_cost(duty::TrapCost {
-                entry_ns: *entry_ns,
-                pair_ns: *pair_ns,
-                stepped_ns: *stepped_ns,
-            }),
+            Input::TrapCost(c) => self.trap_cost(*c),
             Input::Stepped { pid, rows } => self.stepped(*pid, rows),
         }
     }
@@ -277,11 +269,7 @@ impl Aggregator {
     /// What a trapped call costs the caller (`calibrate.rs`): the duty
     /// cycle's on-phase rates are corrected by it from here on.
     pub fn trap_cost(&mut self, c: duty::TrapCost) {
-        self.observe(|| Input::TrapCost {
-            entry_ns: c.entry_ns,
-            pair_ns: c.pair_ns,
-            stepped_ns: c.stepped_ns,
-        });
+        self.observe(|| Input::TrapCost(c));
         self.estimator.trap_cost(c);
     }
 
@@ -364,8 +352,8 @@ impl Aggregator {
     /// lower bound.
     pub fn copies_lower_bound(&self, label: &str, transport: Transport) -> bool {
         self.copies
-            .keys_of(label, transport)
-            .any(|k| self.estimator.lower_bound(k))
+            .classes_of(label, transport)
+            .any(|(k, _)| self.estimator.lower_bound(k))
     }
 
     /// The kernel-aggregated rows as counted.
