@@ -281,6 +281,22 @@ fn gpu_cuda_copy_replayed() {
     assert_eq!(calls("cuMemcpyPeer", "host-staged"), 0);
 }
 
+/// A copy loop that began 3.5 ms before the beat that closed its probes
+/// and exited 11 ms later (a real `run` on the development host): the
+/// estimates carry on alone a rate mostly of the time before the loop
+/// began, so they are lower bounds, and say so; the verdict stands.
+#[test]
+fn copy_loop_begun_late_is_a_lower_bound() {
+    let (r, _) = replay_fixture("standin-copy-loop-late");
+    for name in ["cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync"] {
+        let o = op(&r, name, "host-staged").unwrap_or_else(|| panic!("{name}: {:?}", r.operations));
+        let counted = o.counted.expect("estimated, not counted");
+        assert!((130..=140).contains(&counted), "{name}: {counted} counted");
+        assert!(o.calls >= counted, "{name}: {} of {counted}", o.calls);
+        assert!(o.lower_bound, "{name}: {} calls, not marked a lower bound", o.calls);
+    }
+}
+
 #[test]
 fn every_rule_has_a_triggering_and_a_quiet_fixture() {
     for rule in gdrtrace::explain::RULES {

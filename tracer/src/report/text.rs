@@ -236,7 +236,7 @@ fn operations(o: &mut String, r: &Report) {
     if agg.iter().any(|a| a.5) || r.operations.iter().any(|o| o.lower_bound) {
         let _ = writeln!(
             o,
-            "  >=: estimated as ~, but the calls were mostly traps while counted (over half of the process's time): untraced they run faster than can be told, so the figure is a lower bound (--collectives exact counts every call)"
+            "  >=: estimated as ~, but a lower bound: the calls were mostly traps while counted (over half of the process's time), so untraced they run faster than can be told; or they began late in the on phase the estimate carries on (--collectives exact counts every call)"
         );
     }
     let _ = writeln!(o);

@@ -64,11 +64,11 @@ impl CopyRows {
         self.classes.get(key).map(|c| &c.call)
     }
 
-    /// A row's first call, classified as `call`.
-    pub fn first(&mut self, pid: u32, op: u32, handle: u64, first: Event, call: &Call) {
+    /// A row's first call, classified as `call`; returns its class.
+    pub fn first(&mut self, pid: u32, op: u32, handle: u64, first: Event, call: &Call) -> RowKey {
         let key = class_of(pid, call);
         self.rows.insert((pid, op, handle), key.clone());
-        let c = self.classes.entry(key).or_insert_with(|| Class {
+        let c = self.classes.entry(key.clone()).or_insert_with(|| Class {
             first,
             call: call.clone(),
             firsts: 0,
@@ -77,6 +77,7 @@ impl CopyRows {
         });
         c.firsts += 1;
         c.first_bytes += call.bytes;
+        key
     }
 
     /// The kernel's totals of every copy row (cumulative).

@@ -43,10 +43,20 @@ struct Phase {
     /// Counting time and counts of its first second.
     first_us: u64,
     first: Rows,
-    /// Its last intervals (counting time, counts), at least a tick of them.
-    last: VecDeque<(u64, Rows)>,
+    /// Its last intervals, at least a tick of them.
+    last: VecDeque<Counted>,
     /// Whether the gap before it is estimated.
     closed_gap: bool,
+}
+
+/// An interval of an on phase with its counts.
+#[derive(Clone, Debug, Default)]
+struct Counted {
+    /// Counting time.
+    us: u64,
+    /// When its counts were read (`CLOCK_MONOTONIC`; 0 where not known).
+    end_ns: u64,
+    rows: Rows,
 }
 
 /// An interval waiting for its counts.
@@ -69,6 +79,11 @@ struct Rate {
     calls: f64,
     bytes: f64,
     bound: bool,
+    /// The row's first call came in the second half of that time
+    /// ([`Estimator::row_began`]): the rate since it began is higher, and
+    /// an estimate that carries it on alone (its process exited in the gap
+    /// after it, or the trace ended there) a lower bound.
+    late: bool,
 }
 
 impl Rate {
@@ -77,7 +92,13 @@ impl Rate {
             calls: (self.calls + o.calls) / 2.0,
             bytes: (self.bytes + o.bytes) / 2.0,
             bound: self.bound || o.bound,
+            late: false,
         }
+    }
+
+    /// Whether an estimate that carries this rate on alone is a lower bound.
+    fn bounds_alone(self) -> bool {
+        self.bound || self.late
     }
 }
 
@@ -141,6 +162,11 @@ pub struct Estimator {
     stepped: BTreeMap<u32, Vec<String>>,
     /// Whether an interval began (`before` holds the counts it began with).
     started: bool,
+    /// When each row's first call was made (`CLOCK_MONOTONIC`), where an
+    /// event says so (a copy class's first row, `kind::ROW_FIRST`).
+    first_call: BTreeMap<RowKey, u64>,
+    /// When the kernel's totals were last read ([`Estimator::clock`]).
+    now_ns: u64,
 }
 
 fn delta(now: &Rows, before: &Rows) -> Rows {
@@ -193,6 +219,7 @@ fn rates(us: u64, counts: &Rows, cost: Option<&Cost>, stepped: &BTreeMap<u32, Ve
                 calls: *c as f64 / us * scale,
                 bytes: *b as f64 / us * scale,
                 bound: share > MAX_TRAP_SHARE,
+                late: false,
             };
             (k.clone(), rate)
         })
@@ -275,13 +302,17 @@ impl Estimator {
                 e.1 += b;
             }
         }
-        p.last.push_back((on_us, counts));
+        p.last.push_back(Counted {
+            us: on_us,
+            end_ns: self.now_ns,
+            rows: counts,
+        });
         // The last tick, or the last two where it counted for less than
         // half of one (ticks come 250 ms apart give or take a little: a
         // tick of 249.9 ms must not bring back the one before it).
-        let mut total: u64 = p.last.iter().map(|(us, _)| us).sum();
-        while p.last.len() > 1 && total - p.last[0].0 >= END_WINDOW_US / 2 {
-            total -= p.last[0].0;
+        let mut total: u64 = p.last.iter().map(|c| c.us).sum();
+        while p.last.len() > 1 && total - p.last[0].us >= END_WINDOW_US / 2 {
+            total -= p.last[0].us;
             p.last.pop_front();
         }
         if !p.closed_gap && p.first_us >= MIN_WINDOW_US {
@@ -299,16 +330,28 @@ impl Estimator {
 
     /// An on phase ended: its rows' rates over its last tick open the gaps.
     fn end_phase(&mut self, p: Phase, counted: &Rows, live: &impl Fn(u32) -> bool) {
-        let us: u64 = p.last.iter().map(|(us, _)| us).sum();
+        let us: u64 = p.last.iter().map(|c| c.us).sum();
         let mut sums = Rows::new();
-        for (_, counts) in &p.last {
-            for (k, (c, b)) in counts {
+        for c in &p.last {
+            for (k, (n, b)) in &c.rows {
                 let e = sums.entry(k.clone()).or_default();
-                e.0 += c;
+                e.0 += n;
                 e.1 += b;
             }
         }
-        let end = rates(us, &sums, self.cost.as_ref(), &self.stepped);
+        let mut end = rates(us, &sums, self.cost.as_ref(), &self.stepped);
+        // Rows that began in the second half of that time: a loop that
+        // started just before the beat that closed its probes, its rate
+        // mostly the time before it (a stand-in copy loop on the
+        // development host: 133 copies in its last 3.5 ms of a 252 ms
+        // tick, then 299,867 more in the 11 ms to its exit, 2026-12-04).
+        let end_ns = p.last.back().map_or(0, |c| c.end_ns);
+        if end_ns > 0 {
+            let half = end_ns.saturating_sub(us * 1000 / 2);
+            for (k, r) in end.iter_mut() {
+                r.late = self.first_call.get(k).is_some_and(|f| *f > half);
+            }
+        }
         if !p.closed_gap {
             // Too short to close the gap before it: its rates do both.
             self.close_gaps(&end, live);
@@ -358,7 +401,10 @@ impl Estimator {
             Some(b) if live => b.mean(a),
             Some(b) => {
                 us = us.min(TAIL_US);
-                b
+                Rate {
+                    bound: b.bounds_alone(),
+                    ..b
+                }
             }
             None => a,
         };
@@ -443,14 +489,27 @@ impl Estimator {
     }
 
     /// Whether a row's estimate rests on a rate its traps bound (its
-    /// process's calls were mostly traps while counted): then the untraced
-    /// rate is unknown, and the estimate a lower bound.
+    /// process's calls were mostly traps while counted), or carries on
+    /// alone a rate the row began late in: then the untraced rate is
+    /// unknown, and the estimate a lower bound.
     pub fn lower_bound(&self, key: &RowKey) -> bool {
         self.bound.contains(key)
             || self
                 .gaps
                 .get(key)
-                .is_some_and(|g| g.us > 0 && g.before.is_some_and(|r| r.bound))
+                .is_some_and(|g| g.us > 0 && g.before.is_some_and(Rate::bounds_alone))
+    }
+
+    /// When the kernel's totals were read: the counts that come next are
+    /// those of that moment (`CLOCK_MONOTONIC`, the clock of the events).
+    pub fn clock(&mut self, t_ns: u64) {
+        self.now_ns = t_ns;
+    }
+
+    /// A row's first call was made at `t_ns` (its event says so); an
+    /// earlier one of the same row stands.
+    pub fn row_began(&mut self, key: &RowKey, t_ns: u64) {
+        self.first_call.entry(key.clone()).or_insert(t_ns);
     }
 
     /// Drops what is kept of an exited process (`Aggregator::forget`).
@@ -459,14 +518,15 @@ impl Estimator {
         self.extra.retain(|k, _| !mine(k));
         self.bound.retain(|k| !mine(k));
         self.stepped.remove(&pid);
+        self.first_call.retain(|k, _| !mine(k));
         self.gaps.retain(|k, _| !mine(k));
         self.before.retain(|k, _| !mine(k));
         self.ended.retain(|k, _| k.0 != pid);
         self.exited.remove(&pid);
         if let Some(p) = &mut self.phase {
             p.first.retain(|k, _| !mine(k));
-            for (_, c) in &mut p.last {
-                c.retain(|k, _| !mine(k));
+            for c in &mut p.last {
+                c.rows.retain(|k, _| !mine(k));
             }
         }
     }
@@ -671,6 +731,42 @@ mod tests {
         }
         e.exited(4);
         assert_eq!(e.closed(&key(4), (1000, 1000)), (5000, 5000), "1 s at 4,000/s");
+    }
+
+    /// A row whose first call came late in the tick that closed its probes
+    /// (a loop that began 3.5 ms before the beat): its process exits in the
+    /// gap after it, whose estimate carries that tick's rate on alone, a
+    /// rate mostly of the time before the row began: a lower bound. The
+    /// same row begun early in the tick, or a gap closed by the rate after
+    /// it too, is not marked.
+    #[test]
+    fn a_row_begun_late_in_the_tick_before_its_exit_is_a_lower_bound() {
+        const T0: u64 = 1_000_000_000_000;
+        let run = |began_ns: u64, exits: bool| {
+            let mut e = Estimator::default();
+            let rows = |n: u64| Rows::from([(key(5), (n, n))]);
+            e.row_began(&key(5), began_ns);
+            e.interval(&rows(0), 252_000, 0, |_| true);
+            e.clock(T0 + 252_000_000);
+            e.counts(&rows(133));
+            e.interval(&rows(133), 0, 11_000, |_| true);
+            e.clock(T0 + 263_000_000);
+            e.counts(&rows(133));
+            if exits {
+                e.exited(5);
+            } else {
+                e.interval(&rows(133), 50_000, 0, |_| true);
+                e.clock(T0 + 313_000_000);
+                e.counts(&rows(1133));
+            }
+            (e.estimate(&key(5), (133, 0)).0, e.lower_bound(&key(5)))
+        };
+        let (late, late_bound) = run(T0 + 248_500_000, true);
+        assert!(late_bound, "{late}");
+        let (early, early_bound) = run(T0 + 1_000_000, true);
+        assert!(!early_bound, "{early}");
+        assert_eq!(late, early, "the same estimate, only marked");
+        assert!(!run(T0 + 248_500_000, false).1, "closed by the rate after the gap too");
     }
 
     /// The closed estimate never includes an open gap, so it never goes

@@ -54,6 +54,7 @@ impl Aggregator {
         }
         self.copies.set_kernel(copies);
         // The counts of the duty cycle's last interval.
+        self.estimator.clock(t_ns);
         self.estimator
             .counts(&sampled_rows(&self.collectives_counted, &self.copies.counted()));
         self.scale_collectives();

@@ -210,7 +210,8 @@ impl Aggregator {
             ..*e
         };
         if let Some(c) = self.call(&first) {
-            self.copies.first(e.pid, e.op, handle, first, &c);
+            let class = self.copies.first(e.pid, e.op, handle, first, &c);
+            self.estimator.row_began(&class, e.start_ns);
         }
     }
 }
