@@ -35,6 +35,33 @@ fn uprobe_hit_rejects_zero_calls() {
     assert!(stderr(&o).contains("--calls and --rounds"), "{}", stderr(&o));
 }
 
+/// `bench trap-cost`: the three figures a trace corrects by; with
+/// `--evict-kib`, the medians beside them (the values are not judged:
+/// timings are never asserted here).
+#[test]
+fn trap_cost_gives_every_figure() {
+    if !can_trace("trap_cost_gives_every_figure") {
+        return;
+    }
+    for args in [
+        &["bench", "trap-cost"][..],
+        &["bench", "trap-cost", "--evict-kib", "64"],
+    ] {
+        let o = run(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let v = json_line(&o);
+        for k in ["entry_ns", "pair_ns", "stepped_ns"] {
+            assert!(
+                v[k].as_f64().is_some_and(|x| x.is_finite() && x >= 0.0),
+                "{args:?}: {v}"
+            );
+        }
+        let evicting = args.len() > 2;
+        assert_eq!(v["evict_kib"].as_u64(), evicting.then_some(64), "{v}");
+        assert_eq!(v["median"]["pair_ns"].is_f64(), evicting, "{v}");
+    }
+}
+
 #[test]
 fn pipeline_delivers_every_event_at_a_modest_rate() {
     if !can_trace("pipeline_delivers_every_event_at_a_modest_rate") {

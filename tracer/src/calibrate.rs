@@ -76,9 +76,20 @@ pub type StandIn = extern "C" fn(u64, u64, u64, u64, u64, u64) -> u32;
 /// Seconds for `n` calls of `f` with an 8 KiB float all-reduce's arguments
 /// (for the copy stand-in: destination, source, bytes).
 pub fn call_loop(f: StandIn, n: u64) -> f64 {
+    evicting_loop(f, n, &[])
+}
+
+/// [`call_loop`], reading a line of every 64 bytes of `evict` before each
+/// call (`bench trap-cost --evict-kib`).
+fn evicting_loop(f: StandIn, n: u64, evict: &[u8]) -> f64 {
     const COMM: u64 = 0xc0ffee;
     let t = Instant::now();
     for _ in 0..n {
+        let mut sum = 0u8;
+        for b in evict.iter().step_by(64) {
+            sum = sum.wrapping_add(*b);
+        }
+        std::hint::black_box(sum);
         // 2048 float32 (NCCL data type 7): 8 KiB.
         std::hint::black_box(f(std::hint::black_box(0x1000), 0x2000, 2048, 7, 0, COMM));
     }
@@ -168,16 +179,21 @@ pub fn probed_standins(mode: crate::probes::duty::Mode, group: Group, probes: &[
 /// round of `n` calls each, `rounds` rounds interleaved (unprobed first in
 /// even rounds).
 pub fn per_call_ns(probed: StandIn, n: u64, rounds: u32) -> Vec<f64> {
-    call_loop(gdrtrace_bench_unprobed, n / 10 + 1);
-    call_loop(probed, n / 10 + 1);
+    evicting_per_call_ns(probed, n, rounds, &[])
+}
+
+fn evicting_per_call_ns(probed: StandIn, n: u64, rounds: u32, evict: &[u8]) -> Vec<f64> {
+    let run = |f: StandIn, n: u64| evicting_loop(f, n, evict);
+    run(gdrtrace_bench_unprobed, n / 10 + 1);
+    run(probed, n / 10 + 1);
     (0..rounds)
         .map(|round| {
             let (off, on) = if round % 2 == 0 {
-                let off = call_loop(gdrtrace_bench_unprobed, n);
-                (off, call_loop(probed, n))
+                let off = run(gdrtrace_bench_unprobed, n);
+                (off, run(probed, n))
             } else {
-                let on = call_loop(probed, n);
-                (call_loop(gdrtrace_bench_unprobed, n), on)
+                let on = run(probed, n);
+                (run(gdrtrace_bench_unprobed, n), on)
             };
             (on - off).max(0.0) * 1e9 / n as f64
         })
@@ -198,24 +214,40 @@ pub use crate::stats::duty::TrapCost;
 /// Measures [`TrapCost`] with the sampled group's link kind of this kernel
 /// (a few tens of milliseconds of calls, after the session's load).
 pub fn measure() -> Result<TrapCost> {
+    Ok(measure_evicting(0)?.0)
+}
+
+/// [`measure`] with `evict_kib` of reads before each call: the low
+/// quarter's means, and the medians.
+pub fn measure_evicting(evict_kib: u64) -> Result<(TrapCost, TrapCost)> {
     let (mut session, _) = probed_standins(
         crate::probes::duty::Mode::Exact,
         Group::Steady,
         &[COLLECTIVE, COPY, STEPPED],
     )?;
+    let evict = vec![1u8; (evict_kib * 1024) as usize];
     // Short rounds, many of them: a few will run undisturbed.
     const N: u64 = 500;
     const ROUNDS: u32 = 24;
-    let entry_ns = low_quarter(per_call_ns(gdrtrace_bench_collective, N, ROUNDS));
-    let pair_ns = low_quarter(per_call_ns(gdrtrace_bench_copy, N, ROUNDS));
-    let stepped_ns = low_quarter(per_call_ns(gdrtrace_bench_stepped, N, ROUNDS));
+    let rounds = |f: StandIn| evicting_per_call_ns(f, N, ROUNDS, &evict);
+    let (entry, pair, stepped) = (
+        rounds(gdrtrace_bench_collective),
+        rounds(gdrtrace_bench_copy),
+        rounds(gdrtrace_bench_stepped),
+    );
     session.stop()?;
     session.close_uprobes();
-    Ok(TrapCost {
-        entry_ns,
-        pair_ns,
-        stepped_ns,
-    })
+    let of = |pick: fn(Vec<f64>) -> f64| TrapCost {
+        entry_ns: pick(entry.clone()),
+        pair_ns: pick(pair.clone()),
+        stepped_ns: pick(stepped.clone()),
+    };
+    Ok((of(low_quarter), of(median)))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 /// The variable that gives the trap cost instead of measuring it.

@@ -465,7 +465,7 @@ pub enum Bench {
     /// trace measures it when it first samples (an entry-only probe and an
     /// entry and return pair on stand-ins in this process); prints the
     /// figures `GDRTRACE_TRAP_COST` takes.
-    TrapCost,
+    TrapCost(BenchTrapCostArgs),
     /// What probed collectives cost a job under a --collectives mode: a
     /// loop of calls with WORK of spin each (a collective's duration), to
     /// the probed stand-in and to an unprobed twin in alternating windows,
@@ -530,6 +530,16 @@ pub struct BenchUprobeHitArgs {
     /// Interleaved rounds.
     #[arg(long, default_value_t = 9)]
     pub rounds: u32,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BenchTrapCostArgs {
+    /// Between calls, read this many KiB of a buffer (in the probed and the
+    /// unprobed loop alike), as a job's own work evicts the trap path from
+    /// the caches between its calls; 0: back to back, as a trace measures
+    /// it. With it, the median of the rounds is printed too.
+    #[arg(long, default_value_t = 0)]
+    pub evict_kib: u64,
 }
 
 #[derive(Debug, clap::Args)]

@@ -115,7 +115,7 @@ struct Gap {
 /// entry-only, and entry plus return, on a function whose first
 /// instruction the kernel emulates; and an entry-only trap on one it
 /// single-steps.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct TrapCost {
     pub entry_ns: f64,
     pub pair_ns: f64,

@@ -6,7 +6,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::{
-    cli::{Bench, BenchDetachArgs, BenchDutyArgs, BenchPipelineArgs, BenchUprobeHitArgs},
+    cli::{Bench, BenchDetachArgs, BenchDutyArgs, BenchPipelineArgs, BenchTrapCostArgs, BenchUprobeHitArgs},
     error::{Error, Result},
     loader::{self, LoadOptions},
     probes::{
@@ -32,7 +32,7 @@ pub fn bench(b: &Bench) -> Result<i32> {
         Bench::Pipeline(a) => pipeline(a),
         Bench::Detach(a) => detach(a),
         Bench::UprobeHit(a) => uprobe_hit(a),
-        Bench::TrapCost => trap_cost(),
+        Bench::TrapCost(a) => trap_cost(a),
         Bench::Duty(a) => duty(a),
         Bench::Copies(a) => copies(a),
     }

@@ -32,19 +32,33 @@ struct TrapCostResult {
     entry_ns: f64,
     pair_ns: f64,
     stepped_ns: f64,
+    /// `--evict-kib`, and with it the medians of the rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    evict_kib: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    median: Option<crate::calibrate::TrapCost>,
 }
 
-pub(super) fn trap_cost() -> Result<i32> {
-    let c = crate::calibrate::measure()?;
-    let line = format!(
+pub(super) fn trap_cost(a: &BenchTrapCostArgs) -> Result<i32> {
+    let (c, m) = crate::calibrate::measure_evicting(a.evict_kib)?;
+    let mut line = format!(
         "bench trap-cost: {:.0} ns a probed entry, {:.0} ns an entry and return, {:.0} ns a probed entry whose first instruction is single-stepped (GDRTRACE_TRAP_COST={:.0},{:.0},{:.0})",
         c.entry_ns, c.pair_ns, c.stepped_ns, c.entry_ns, c.pair_ns, c.stepped_ns
     );
+    let evicting = a.evict_kib > 0;
+    if evicting {
+        line.push_str(&format!(
+            "; reading {} KiB before each call; medians {:.0}, {:.0}, {:.0} ns",
+            a.evict_kib, m.entry_ns, m.pair_ns, m.stepped_ns
+        ));
+    }
     print(
         &TrapCostResult {
             entry_ns: c.entry_ns,
             pair_ns: c.pair_ns,
             stepped_ns: c.stepped_ns,
+            evict_kib: evicting.then_some(a.evict_kib),
+            median: evicting.then_some(m),
         },
         line,
     )
