@@ -45,6 +45,9 @@ struct Phase {
     first: Rows,
     /// Its last intervals, at least a tick of them.
     last: VecDeque<Counted>,
+    /// When the counts of the last one were read (`CLOCK_MONOTONIC`; 0
+    /// where not known).
+    end_ns: u64,
     /// Whether the gap before it is estimated.
     closed_gap: bool,
 }
@@ -54,8 +57,6 @@ struct Phase {
 struct Counted {
     /// Counting time.
     us: u64,
-    /// When its counts were read (`CLOCK_MONOTONIC`; 0 where not known).
-    end_ns: u64,
     rows: Rows,
 }
 
@@ -304,9 +305,9 @@ impl Estimator {
         }
         p.last.push_back(Counted {
             us: on_us,
-            end_ns: self.now_ns,
             rows: counts,
         });
+        p.end_ns = self.now_ns;
         // The last tick, or the last two where it counted for less than
         // half of one (ticks come 250 ms apart give or take a little: a
         // tick of 249.9 ms must not bring back the one before it).
@@ -345,9 +346,8 @@ impl Estimator {
         // mostly the time before it (a stand-in copy loop on the
         // development host: 133 copies in its last 3.5 ms of a 252 ms
         // tick, then 299,867 more in the 11 ms to its exit, 2026-12-04).
-        let end_ns = p.last.back().map_or(0, |c| c.end_ns);
-        if end_ns > 0 {
-            let half = end_ns.saturating_sub(us * 1000 / 2);
+        if p.end_ns > 0 {
+            let half = p.end_ns.saturating_sub(us * 1000 / 2);
             for (k, r) in end.iter_mut() {
                 r.late = self.first_call.get(k).is_some_and(|f| *f > half);
             }
