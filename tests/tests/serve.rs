@@ -575,6 +575,11 @@ fn counters_stay_monotonic_through_a_verdict_change_and_estimates_follow_the_job
             estimated,
             "rank {pid}: moved = its collectives (no copies)"
         );
+        assert_eq!(
+            got("gdrtrace_estimates_lower_bound"),
+            0.0,
+            "rank {pid}: its calls were not mostly traps, so its estimates are not lower bounds"
+        );
     }
     // resets() drops the metric name, so one query per counter.
     let (_, _, body) = http_get(&prom.addr, "/api/v1/label/__name__/values", None).expect("querying Prometheus");

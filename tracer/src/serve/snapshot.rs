@@ -265,6 +265,7 @@ impl Agent {
             socket_sent_bytes: p.socket.bytes_sent,
             socket_received_bytes: p.socket.bytes_received,
             collective_sampled_ratio: p.collectives_sampled.share(),
+            estimates_lower_bound: self.agg.estimates_lower_bound(pid),
         })
     }
 

@@ -500,6 +500,15 @@ impl Estimator {
                 .is_some_and(|g| g.us > 0 && g.before.is_some_and(Rate::bounds_alone))
     }
 
+    /// Whether any estimate of process `pid` is a lower bound
+    /// ([`Estimator::lower_bound`]).
+    pub fn lower_bound_in(&self, pid: u32) -> bool {
+        self.bound
+            .iter()
+            .chain(self.gaps.keys())
+            .any(|k| k.0 == pid && self.lower_bound(k))
+    }
+
     /// When the kernel's totals were read: the counts that come next are
     /// those of that moment (`CLOCK_MONOTONIC`, the clock of the events).
     pub fn clock(&mut self, t_ns: u64) {

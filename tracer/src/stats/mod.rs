@@ -348,6 +348,11 @@ impl Aggregator {
         self.estimator.lower_bound(key)
     }
 
+    /// Whether any of process `pid`'s estimates is a lower bound.
+    pub fn estimates_lower_bound(&self, pid: u32) -> bool {
+        self.estimator.lower_bound_in(pid)
+    }
+
     /// Whether the copies of (label, verdict) hold an estimate that is a
     /// lower bound.
     pub fn copies_lower_bound(&self, label: &str, transport: Transport) -> bool {

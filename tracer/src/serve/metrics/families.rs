@@ -289,6 +289,15 @@ fn process_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
         ratio.add(proc_labels(p), ConstGauge::new(p.collective_sampled_ratio));
     }
     ratio.register(reg, n);
+    let mut bound = Family::new(
+        "estimates_lower_bound",
+        "1 where a process's _estimated_ figures are lower bounds: its sampled calls (copies, collectives) were mostly traps while counted, or began late in the on phase an estimate carries on, so untraced they ran faster than can be told (--collectives exact counts every call); 0 otherwise",
+        None,
+    );
+    for p in &s.processes {
+        bound.add(proc_labels(p), gauge(p.estimates_lower_bound as i64));
+    }
+    bound.register(reg, n);
     let mut bytes = Family::new(
         "collective",
         "Bytes of collective and point-to-point calls per communicator (count x data-type size), counted in the kernel",

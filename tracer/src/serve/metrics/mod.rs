@@ -195,6 +195,9 @@ pub struct ProcessFigures {
     /// The share of its traced time its collectives, group and UCX data
     /// calls were counted in (1 when every call was: `--collectives`).
     pub collective_sampled_ratio: f64,
+    /// Some of its estimates are lower bounds: calls that were mostly
+    /// traps while counted (`stats::Aggregator::estimates_lower_bound`).
+    pub estimates_lower_bound: bool,
 }
 
 impl ProcessFigures {
@@ -214,7 +217,8 @@ impl ProcessFigures {
     }
 
     /// Adds `o`'s counters to these (`--labels pod`). Gauges: pinned bytes
-    /// add, the sampled share is the smallest; verdict rows are joined.
+    /// add, the sampled share is the smallest, a lower bound in one makes
+    /// the sum one; verdict rows are joined.
     pub fn absorb(&mut self, o: &ProcessFigures) {
         self.processes += o.processes;
         self.moved_bytes += o.moved_bytes;
@@ -270,6 +274,7 @@ impl ProcessFigures {
                 self.collective_sampled_ratio.min(o.collective_sampled_ratio)
             };
         }
+        self.estimates_lower_bound |= o.estimates_lower_bound;
         for v in &o.comm_verdicts {
             if !self.comm_verdicts.contains(v) {
                 self.comm_verdicts.push(v.clone());
@@ -392,6 +397,7 @@ impl Snapshot {
                 socket_sent_bytes: 10,
                 collective_sampled_ratio: 1.0,
                 socket_received_bytes: 10,
+                estimates_lower_bound: false,
             }],
             op_latency: vec![("ibv_reg_mr".into(), slots)],
             registration_latency: vec![("host", Hist::from_hdr(&reg))],

@@ -186,6 +186,7 @@ fn a_pod_sums_its_processes_and_only_active_ones_have_series() {
     let mut b = a.clone();
     b.pid = 8;
     b.registrations = vec![("io_uring", 1, 0), ("host", 2, 2)];
+    b.estimates_lower_bound = true;
     let mut pod = ProcessFigures {
         collective_sampled_ratio: 1.0,
         ..Default::default()
@@ -211,6 +212,12 @@ fn a_pod_sums_its_processes_and_only_active_ones_have_series() {
         "{text}"
     );
     assert!(!text.contains("pid=\""), "no pid label at pod level:\n{text}");
+    assert!(
+        text.contains(
+            "gdrtrace_estimates_lower_bound{node=\"\",namespace=\"team-a\",pod=\"trainer-0\",container=\"worker\"} 1"
+        ),
+        "one process's lower bound makes the pod's sum one:\n{text}"
+    );
     let idle = ProcessFigures {
         pid: 9,
         comm: "ld-linux-x86-64".into(),
