@@ -17,6 +17,9 @@
 //! - through a verdict change (socket to unknown) of a duty-cycled stand-in
 //!   job, no gdrtrace counter goes down (`resets()` is 0 in Prometheus), and
 //!   the estimated collective bytes are within 15% of the job's own count;
+//! - the copy loop of issue 25, trap-bound while counted and done before
+//!   the next on phase, has its estimate marked a lower bound in
+//!   Prometheus, below the bytes it copied;
 //! - a process in a pod's cgroup gets the pod's namespace, pod and container;
 //! - the DaemonSet's capabilities are enough, and without CAP_BPF the agent
 //!   says so in one line;
@@ -596,6 +599,70 @@ fn counters_stay_monotonic_through_a_verdict_change_and_estimates_follow_the_job
         let went_down = prom.query(&format!("resets({name}[5m]) > 0"));
         assert!(went_down.is_empty(), "{name} went down: {went_down:?}");
     }
+    agent.stop();
+}
+
+/// The copy loop of issue 25 under the agent, scraped by the real
+/// Prometheus every second: `gdrtrace drive copy-loop` makes 300,000
+/// pageable copies each way through the libcuda stand-in (4 ns a copy
+/// untraced, 10-14 us trapped here, its `cuMemcpyDtoHAsync_v2` probed on a
+/// single-stepped instruction), and exits. The beat after it began closes
+/// its probes, and the rest of the loop runs in a few milliseconds before
+/// the next on phase: what it copied then is estimated from a rate that its
+/// traps set, so Prometheus must see its estimated bytes marked a lower
+/// bound (`gdrtrace_estimates_lower_bound` 1), and below the bytes it
+/// copied. Before, the off phase after the beat went unestimated (the
+/// interval of the next short on phase dropped the phase before it) and
+/// the loop unmarked, in 13 of 14 runs.
+#[test]
+fn a_trap_bound_copy_loop_is_marked_a_lower_bound_in_prometheus() {
+    let test = "a_trap_bound_copy_loop_is_marked_a_lower_bound_in_prometheus";
+    if !can_trace(test) || !have(test, "prometheus", HOW) || !have(test, "cc", "apt-get install gcc") {
+        return;
+    }
+    let _one = one_agent();
+    let s = integration_tests::standin::build_standins(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")), test);
+    let mut launcher = Launcher::start();
+    let agent = Agent::start(&["--exited-retention", "600s"]);
+    let prom = Prometheus::start(&agent.addr);
+    let summary = s.dir.join("copy-loop.json");
+    let status = launcher.run(&format!(
+        "exec {} drive copy-loop --wait-ms 1000 --copies 300000 --bytes 8 --lib {} --summary {} > /dev/null",
+        gdrtrace_path().display(),
+        s.cuda.display(),
+        summary.display()
+    ));
+    assert_eq!(status, 0, "the copy loop failed");
+    let sum: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).expect("the loop's summary")).expect("its JSON");
+    let pid = sum["pid"].as_u64().expect("a pid");
+    let copied = sum["bytes"].as_f64().expect("bytes");
+    let q = format!("gdrtrace_process_info{{pid=\"{pid}\",exited=\"true\"}}");
+    wait_for("Prometheus to scrape the exit", Duration::from_secs(30), || {
+        (!prom.query(&q).is_empty()).then_some(())
+    });
+    // The gaps of the exit close within a beat or two after it.
+    std::thread::sleep(Duration::from_secs(3));
+    let got = |name: &str| {
+        prom.scalar(&format!("sum({name}{{pid=\"{pid}\"}})"))
+            .unwrap_or(f64::NAN)
+    };
+    let moved = got("gdrtrace_moved_bytes_total");
+    let marked = got("gdrtrace_estimates_lower_bound");
+    println!(
+        "copy loop {pid}: copied {copied} B in {:.3} s, moved (counted and estimated) {moved} B ({:.1}%), lower bound {marked}",
+        sum["loop_s"].as_f64().unwrap_or(f64::NAN),
+        moved / copied * 100.0
+    );
+    assert!(moved > 0.0, "no copies seen: {moved}");
+    assert!(
+        moved < copied,
+        "a trap-bound loop's estimate is below what it copied: {moved} of {copied} B"
+    );
+    assert_eq!(
+        marked, 1.0,
+        "the loop's copies were mostly traps while counted: its estimate is a lower bound ({moved} of {copied} B)"
+    );
     agent.stop();
 }
 

@@ -288,8 +288,17 @@ impl Trace {
                     r.map_err(|e| Error::io("reading the ring buffer", e))?;
                     self.handle(&mut batch);
                 }
-                _ = tick.tick() => self.on_tick(),
-                () = Session::until(self.session.duty_deadline()) => self.session.duty_due(&mut self.agg),
+                _ = tick.tick() => {
+                    // The kernel's counts are read next: the records before them go first.
+                    stream.drain_now(&mut batch);
+                    self.handle(&mut batch);
+                    self.on_tick();
+                }
+                () = Session::until(self.session.duty_deadline()) => {
+                    stream.drain_now(&mut batch);
+                    self.handle(&mut batch);
+                    self.session.duty_due(&mut self.agg);
+                }
                 () = &mut stop => break,
             }
             if self.finished {

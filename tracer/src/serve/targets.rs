@@ -313,6 +313,11 @@ impl Agent {
                 }
                 _ = tick.tick() => self.on_tick(),
                 _ = beat.tick() => {
+                    // The kernel's counts are read next: the records before
+                    // them go first (an exit before an on phase is known
+                    // when its counts are: `Estimator::gone`).
+                    stream.drain_now(&mut batch);
+                    self.handle(&mut batch);
                     self.session.aggregate_tick(&mut self.agg);
                     if self.session.needs_trap_cost() {
                         self.calibration.start();
@@ -323,7 +328,11 @@ impl Agent {
                     // Collective bytes to the counters by the verdicts of now (Flow).
                     self.account(None);
                 }
-                () = Session::until(self.session.duty_deadline()) => self.session.duty_due(&mut self.agg),
+                () = Session::until(self.session.duty_deadline()) => {
+                    stream.drain_now(&mut batch);
+                    self.handle(&mut batch);
+                    self.session.duty_due(&mut self.agg);
+                }
                 Some(s) = scrapes.recv() => {
                     // A scrape sees everything up to now.
                     stream.drain_now(&mut batch);

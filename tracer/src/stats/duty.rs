@@ -154,6 +154,11 @@ pub struct Estimator {
     /// Processes that exited, their gaps to close once the interval
     /// waiting for its counts has them.
     exited: BTreeSet<u32>,
+    /// Processes seen to exit ([`Estimator::gone`]), with the number of
+    /// intervals that had ended before it: an on phase of a later one
+    /// counted none of their calls whatever they did, so its rate closes no
+    /// gap of theirs. Numbers, as for `ended`.
+    gone: BTreeMap<u32, u64>,
     /// Intervals ended so far.
     seq: u64,
     /// What a trapped call costs its caller; None until measured.
@@ -190,9 +195,17 @@ const MAX_TRAP_SHARE: f64 = 0.5;
 /// critical path (where traps matter at all: launch-bound GPU loops, copy
 /// loops) gives back when its probes are off.
 /// A row probed on a single-stepped first instruction (`stepped`: per
-/// process) pays the step on its entry trap ([`Cost::step`]).
-fn rates(us: u64, counts: &Rows, cost: Option<&Cost>, stepped: &BTreeMap<u32, Vec<String>>) -> BTreeMap<RowKey, Rate> {
-    let us = us.max(1) as f64;
+/// process) pays the step on its entry trap ([`Cost::step`]). A process
+/// in `since` made its calls over that much of the time only (its rows
+/// began in it: [`Estimator::since_began`]).
+fn rates(
+    us: u64,
+    since: &BTreeMap<u32, u64>,
+    counts: &Rows,
+    cost: Option<&Cost>,
+    stepped: &BTreeMap<u32, Vec<String>>,
+) -> BTreeMap<RowKey, Rate> {
+    let us_of = |pid: u32| since.get(&pid).copied().unwrap_or(us).max(1) as f64;
     let per_call = |k: &RowKey| {
         cost.map_or(0.0, |c| {
             let step = match stepped.get(&k.0) {
@@ -209,11 +222,12 @@ fn rates(us: u64, counts: &Rows, cost: Option<&Cost>, stepped: &BTreeMap<u32, Ve
     // The share of each process's time its traps took.
     let mut share: BTreeMap<u32, f64> = BTreeMap::new();
     for (k, (c, _)) in counts {
-        *share.entry(k.0).or_default() += *c as f64 / us * per_call(k);
+        *share.entry(k.0).or_default() += *c as f64 / us_of(k.0) * per_call(k);
     }
     counts
         .iter()
         .map(|(k, (c, b))| {
+            let us = us_of(k.0);
             let share = share.get(&k.0).copied().unwrap_or(0.0);
             let scale = 1.0 / (1.0 - share.min(MAX_TRAP_SHARE));
             let rate = Rate {
@@ -270,12 +284,21 @@ impl Estimator {
             return;
         };
         let live = |pid: u32| live.contains(&pid);
+        // Whether an on phase of this interval saw the process run.
+        let gone = self.gone.clone();
+        let ran = |pid: u32| live(pid) && gone.get(&pid).is_none_or(|at| seq <= *at);
         let counts = delta(counted, &self.before);
         self.before.clone_from(counted);
         // Uncounted time first: it lies before this interval's counting.
         if off_us > 0 {
-            if let Some(p) = self.phase.take().filter(|_| on_us == 0) {
-                self.end_phase(p, counted, &live);
+            // An off part before the counting of this interval ended the
+            // phase in progress (an interval of a short on phase that began
+            // between two beats, 40 ms uncounted then 1 ms counted, has it
+            // too). Such a phase was dropped, its rates opening no gaps: a
+            // copy loop closed by the beat and exited before the next one
+            // was reported as counted, 1-6% of its copies, under `serve`.
+            if let Some(p) = self.phase.take() {
+                self.end_phase(p, counted, &ran);
             }
             for (k, g) in self.gaps.iter_mut() {
                 // An interval that ended after the communicator's end adds nothing.
@@ -318,8 +341,14 @@ impl Estimator {
         }
         if !p.closed_gap && p.first_us >= MIN_WINDOW_US {
             p.closed_gap = true;
-            let after = rates(p.first_us, &p.first, self.cost.as_ref(), &self.stepped);
-            self.close_gaps(&after, &live);
+            let after = rates(
+                p.first_us,
+                &BTreeMap::new(),
+                &p.first,
+                self.cost.as_ref(),
+                &self.stepped,
+            );
+            self.close_gaps(&after, &ran);
         }
     }
 
@@ -329,8 +358,10 @@ impl Estimator {
         self.counts(counted);
     }
 
-    /// An on phase ended: its rows' rates over its last tick open the gaps.
-    fn end_phase(&mut self, p: Phase, counted: &Rows, live: &impl Fn(u32) -> bool) {
+    /// An on phase ended: its rows' rates over its last tick open the gaps
+    /// (`ran`: whether a process was seen to run in the interval after it,
+    /// for the gaps a short phase closes).
+    fn end_phase(&mut self, p: Phase, counted: &Rows, ran: &impl Fn(u32) -> bool) {
         let us: u64 = p.last.iter().map(|c| c.us).sum();
         let mut sums = Rows::new();
         for c in &p.last {
@@ -340,12 +371,15 @@ impl Estimator {
                 e.1 += b;
             }
         }
-        let mut end = rates(us, &sums, self.cost.as_ref(), &self.stepped);
+        let since = self.since_began(&sums, us, p.end_ns);
+        let mut end = rates(us, &since, &sums, self.cost.as_ref(), &self.stepped);
         // Rows that began in the second half of that time: a loop that
         // started just before the beat that closed its probes, its rate
         // mostly the time before it (a stand-in copy loop on the
         // development host: 133 copies in its last 3.5 ms of a 252 ms
         // tick, then 299,867 more in the 11 ms to its exit, 2026-12-04).
+        // Their rate stays the one over the whole time, marked: over the
+        // few milliseconds since they began it could as well be a burst's.
         if p.end_ns > 0 {
             let half = p.end_ns.saturating_sub(us * 1000 / 2);
             for (k, r) in end.iter_mut() {
@@ -354,7 +388,7 @@ impl Estimator {
         }
         if !p.closed_gap {
             // Too short to close the gap before it: its rates do both.
-            self.close_gaps(&end, live);
+            self.close_gaps(&end, ran);
         }
         for k in counted.keys() {
             let rate = end.get(k).copied().unwrap_or_default();
@@ -368,11 +402,48 @@ impl Estimator {
         }
     }
 
+    /// The processes whose calls of an on phase's last `us` (counts read
+    /// at `end_ns`) all came from rows that began in its first half: the
+    /// time since the first of them began, which their rates and trap
+    /// share are taken over. Over the whole time, a copy loop that began
+    /// 96 ms into a 251 ms tick and spent most of the rest in its traps
+    /// came out at half of it, and was not marked a lower bound in one run
+    /// of two (`serve` on the development host, 2026-12-05). Rows that
+    /// began in its second half are [`Rate::late`].
+    fn since_began(&self, sums: &Rows, us: u64, end_ns: u64) -> BTreeMap<u32, u64> {
+        if end_ns == 0 {
+            return BTreeMap::new();
+        }
+        let start = end_ns.saturating_sub(us * 1000);
+        let half = end_ns.saturating_sub(us * 1000 / 2);
+        let mut began: BTreeMap<u32, Option<u64>> = BTreeMap::new();
+        for k in sums.iter().filter(|(_, (c, _))| *c > 0).map(|(k, _)| k) {
+            let first = self.first_call.get(k).copied().filter(|f| *f > start && *f <= half);
+            let e = began.entry(k.0).or_insert(first);
+            *e = match (*e, first) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                _ => None,
+            };
+        }
+        began
+            .into_iter()
+            .filter_map(|(pid, f)| f.map(|f| (pid, (end_ns - f) / 1000)))
+            .collect()
+    }
+
     /// Estimates the open gaps, now that the rates after them are known.
-    fn close_gaps(&mut self, after: &BTreeMap<RowKey, Rate>, live: &impl Fn(u32) -> bool) {
+    /// A process that did not run in the on phase that gives them (`ran`:
+    /// it exited before) has its gaps closed as one that exited in them:
+    /// that phase's rate of its rows is none, whatever it did before its
+    /// exit. Taken as a rate after the gap, it halved the estimate of a
+    /// copy loop that ended in its exit, and the mean of it and a
+    /// trap-bound rate was not marked a lower bound (a short on phase of
+    /// `serve` came in the tick the loop exited in; `run` ends the trace
+    /// at the exit).
+    fn close_gaps(&mut self, after: &BTreeMap<RowKey, Rate>, ran: &impl Fn(u32) -> bool) {
         for (k, g) in std::mem::take(&mut self.gaps) {
             let a = after.get(&k).copied();
-            let alive = live(k.0);
+            let alive = ran(k.0);
             self.close(k, g, a, alive);
         }
     }
@@ -455,11 +526,21 @@ impl Estimator {
         }
     }
 
+    /// A process was seen to exit (its `EXIT` record, or procfs): the on
+    /// phases of the intervals that end from now on saw none of its calls
+    /// ([`Estimator::close_gaps`]). Its gaps still grow through the tick
+    /// it exited in, until [`Estimator::exited`].
+    pub fn gone(&mut self, pid: u32) {
+        self.gone.entry(pid).or_insert(self.seq);
+    }
+
     fn close_exited(&mut self) {
         if self.pending.is_some() {
             return;
         }
         for pid in std::mem::take(&mut self.exited) {
+            // Done with: a later process of the same number is another.
+            self.gone.remove(&pid);
             let mine: Vec<RowKey> = self.gaps.keys().filter(|k| k.0 == pid).cloned().collect();
             for k in mine {
                 if let Some(g) = self.gaps.remove(&k) {
@@ -532,6 +613,7 @@ impl Estimator {
         self.before.retain(|k, _| !mine(k));
         self.ended.retain(|k, _| k.0 != pid);
         self.exited.remove(&pid);
+        self.gone.remove(&pid);
         if let Some(p) = &mut self.phase {
             p.first.retain(|k, _| !mine(k));
             for c in &mut p.last {
@@ -776,6 +858,78 @@ mod tests {
         assert!(!early_bound, "{early}");
         assert_eq!(late, early, "the same estimate, only marked");
         assert!(!run(T0 + 248_500_000, false).1, "closed by the rate after the gap too");
+    }
+
+    /// A loop that began 96 ms into the 251 ms tick that closed its probes
+    /// (its first call's event says when) made its calls over the 155 ms
+    /// since: 100,000 traps of 1 us are 65% of that time, and its estimate
+    /// a lower bound; over the whole tick they would be 40%, and not.
+    #[test]
+    fn a_row_that_began_in_the_tick_is_judged_over_the_time_since() {
+        const T0: u64 = 1_000_000_000_000;
+        let run = |began_ns: u64| {
+            let mut e = costed(&[]);
+            let rows = |n: u64| Rows::from([(key(7), (n, n))]);
+            e.row_began(&key(7), began_ns);
+            e.interval(&rows(0), 251_000, 0, |_| true);
+            e.clock(T0 + 251_000_000);
+            e.counts(&rows(100_000));
+            e.interval(&rows(100_000), 0, 100_000, |_| true);
+            e.clock(T0 + 351_000_000);
+            e.counts(&rows(100_000));
+            e.exited(7);
+            (e.estimate(&key(7), (100_000, 0)).0, e.lower_bound(&key(7)))
+        };
+        let (since, since_bound) = run(T0 + 96_000_000);
+        assert!(since_bound, "{since}");
+        // 100 ms at 100,000 calls in 155 ms, at most twice that untraced.
+        assert_eq!(since, 100_000 + 129_032);
+        let (whole, whole_bound) = run(T0);
+        assert!(!whole_bound, "{whole}");
+        assert_eq!(whole, 100_000 + 66_225, "100,000 in 251 ms, over the 60% not in traps");
+    }
+
+    /// The same loop, its process alive to the estimator (the tick it
+    /// exited in still counts it) when a short on phase of `serve` comes
+    /// 40 ms after the beat that closed its probes and finds none of its
+    /// calls. The interval of that phase (40 ms uncounted, then 1 ms
+    /// counted) ends the on phase before it; the loop, seen to exit before
+    /// the phase, has its gap closed as one that exited in it (the rate
+    /// before alone, a lower bound), not at the mean of that rate and the
+    /// phase's none. Seen to exit only after the phase, the phase's rate is
+    /// its own.
+    #[test]
+    fn an_on_phase_after_the_exit_closes_no_gap_at_its_rate() {
+        const T0: u64 = 1_000_000_000_000;
+        let run = |seen_before_phase: bool| {
+            let mut e = Estimator::default();
+            let rows = |n: u64| Rows::from([(key(5), (n, n))]);
+            e.row_began(&key(5), T0 + 248_500_000);
+            e.interval(&rows(0), 252_000, 0, |_| true);
+            e.clock(T0 + 252_000_000);
+            e.counts(&rows(133));
+            if seen_before_phase {
+                e.gone(5);
+            }
+            e.interval(&rows(133), 1000, 40_000, |_| true);
+            e.clock(T0 + 293_000_000);
+            e.counts(&rows(133));
+            // The rest of the tick after the phase's counts were read.
+            e.interval(&rows(133), 0, 5, |_| true);
+            if !seen_before_phase {
+                e.gone(5);
+            }
+            e.counts(&rows(133));
+            e.exited(5);
+            (e.estimate(&key(5), (133, 0)).0, e.lower_bound(&key(5)))
+        };
+        let (gone, gone_bound) = run(true);
+        assert!(gone_bound, "{gone}");
+        // 133 calls over 252 ms, carried on over the 40 ms before the phase.
+        assert_eq!(gone, 133 + 21, "the rate before, alone");
+        let (seen_late, late_bound) = run(false);
+        assert!(!late_bound, "{seen_late}");
+        assert_eq!(seen_late, 133 + 11, "the mean of the rate before and the phase's none");
     }
 
     /// The closed estimate never includes an open gap, so it never goes

@@ -131,6 +131,7 @@ impl Aggregator {
     /// exited in counts it still ([`Aggregator::duty`]), and its gaps close
     /// after it.
     fn exited(&mut self, pid: u32) {
+        self.estimator.gone(pid);
         if self.duty.on_us + self.duty.off_us > 0 {
             self.exiting.insert(pid);
         } else {
