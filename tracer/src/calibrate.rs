@@ -327,6 +327,17 @@ impl Background {
     /// The result, once it is in (then never again).
     pub fn poll(&mut self) -> Option<TrapCost> {
         let r = self.rx.as_ref()?.try_recv().ok()?;
+        self.taken(r)
+    }
+
+    /// The result of a measurement under way, waited for up to `limit`
+    /// (the trace is over, and its estimates need it).
+    pub fn wait(&mut self, limit: std::time::Duration) -> Option<TrapCost> {
+        let r = self.rx.as_ref()?.recv_timeout(limit).ok()?;
+        self.taken(r)
+    }
+
+    fn taken(&mut self, r: Result<TrapCost>) -> Option<TrapCost> {
         self.rx = None;
         self.done = true;
         match r {

@@ -27,6 +27,9 @@ pub const TICK: Duration = crate::probes::duty::BEAT;
 /// submitted without waking the reader until the buffer fills to
 /// `LoadOptions::wakeup_bytes`, so a quiet buffer is read on this beat.
 pub const DRAIN: Duration = Duration::from_millis(50);
+/// How long the end of a trace waits for a trap cost still being measured
+/// (`calibrate.rs`: about a second on an idle host).
+const CALIBRATION_WAIT: Duration = Duration::from_secs(10);
 /// Hits per second of the set-up uprobes (`Row::group` `Setup`: context
 /// switches, registration-cache lookups) above which their link is closed:
 /// a job that makes a context current on every API call, or looks up the
@@ -309,6 +312,17 @@ impl Trace {
         stream.drain_now(&mut batch);
         self.handle(&mut batch);
         self.agg.add_undecoded(stream.malformed);
+        // A loop over budget from its start can end before the trap cost
+        // is measured (a second or two, longer on a loaded host): its
+        // estimates wait for it, as the estimator takes it from the start.
+        // Without it, the stand-in copy loop of issue 25 under `run` with
+        // both CPUs of the development host busy read `~10,000` each way,
+        // unmarked, in 4 of 4 runs (2026-12-05).
+        if self.session.needs_trap_cost()
+            && let Some(c) = self.calibration.wait(CALIBRATION_WAIT)
+        {
+            self.agg.trap_cost(c);
+        }
         self.on_tick();
         // Who else had the GPUs open: the counters are theirs too.
         self.links_window = self.links_base.and_then(|b| b.since()).map(|mut l| {
