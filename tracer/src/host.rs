@@ -53,6 +53,40 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The CPU time process `pid` has run, all its threads, in nanoseconds:
+/// its process CPU clock (`clock_getcpuclockid`), which the kernel reads
+/// for any process, with no permission over it; None once it has exited.
+pub fn process_cpu_ns(pid: u32) -> Option<u64> {
+    let mut clock: libc::clockid_t = 0;
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointers to a clockid_t and a timespec.
+    let ok = unsafe {
+        libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) == 0 && libc::clock_gettime(clock, &mut ts) == 0
+    };
+    ok.then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// When process `pid` started, on [`monotonic_ns`]'s clock, rounded down
+/// to the kernel's clock tick (`/proc/PID/stat`'s `starttime`, on
+/// `CLOCK_BOOTTIME`): it started at or after that.
+pub fn process_start_ns(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which may hold spaces and parentheses:
+    // `state` is field 3, `starttime` field 22.
+    let ticks: u64 = stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()?;
+    // SAFETY: sysconf reads a constant.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .ok()
+        .filter(|h| *h > 0)?;
+    let mut boot = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out-pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut boot) };
+    let mono = monotonic_ns();
+    let boot = boot.tv_sec as u64 * 1_000_000_000 + boot.tv_nsec as u64;
+    // Time spent suspended is on the boot clock only.
+    (ticks * (1_000_000_000 / hz)).checked_sub(boot.saturating_sub(mono))
+}
+
 /// Kernel modules whose presence explain rules look at.
 pub const MODULES_OF_INTEREST: &[&str] = &[
     "nvidia",

@@ -61,6 +61,59 @@ pub struct Session {
     /// Calls per op of the sampled rows as last read (which links to
     /// attach last).
     heat: BTreeMap<u32, u64>,
+    /// The CPU time each process of sampled rows had run (ns) where the
+    /// interval in progress began counting, and where the last short on
+    /// phase stopped counting: the duty cycle's `Input::Duty` says how
+    /// much of each on part a process ran ([`Session::cpu_between`]).
+    cpu: CpuMarks,
+}
+
+/// The processes of sampled rows and their CPU clocks at the ends of the
+/// counting time (`host::process_cpu_ns`).
+#[derive(Default)]
+struct CpuMarks {
+    pids: Vec<u32>,
+    from: BTreeMap<u32, u64>,
+    until: Option<BTreeMap<u32, u64>>,
+}
+
+/// The most processes whose CPU clocks are read at each switch.
+const CPU_WATCHED: usize = 256;
+
+impl CpuMarks {
+    /// The processes to read: those with sampled rows, then those that map
+    /// a library file the tracer attached (a loop's rows begin with its
+    /// first call, after its process started), at most [`CPU_WATCHED`].
+    fn watch(&mut self, rows: impl Iterator<Item = u32>, mapping: impl Iterator<Item = u32>) {
+        let mut pids: Vec<u32> = rows.collect();
+        let known: std::collections::BTreeSet<u32> = pids.iter().copied().collect();
+        pids.extend(mapping.filter(|p| !known.contains(p)));
+        pids.truncate(CPU_WATCHED);
+        self.pids = pids;
+    }
+
+    fn now(&self) -> BTreeMap<u32, u64> {
+        self.pids
+            .iter()
+            .filter_map(|p| crate::host::process_cpu_ns(*p).map(|ns| (*p, ns)))
+            .collect()
+    }
+
+    /// The CPU time (us) each process ran between `from` (`from_ns` on the
+    /// monotonic clock) and the marks `end`: from the mark at `from`, or
+    /// from nothing where the process started after it.
+    fn between(&self, from_ns: u64, end: &BTreeMap<u32, u64>) -> Vec<(u32, u64)> {
+        end.iter()
+            .filter_map(|(pid, e)| {
+                let start = match self.from.get(pid) {
+                    Some(s) => *s,
+                    None if crate::host::process_start_ns(*pid).is_some_and(|t| t >= from_ns) => 0,
+                    None => return None,
+                };
+                Some((*pid, e.saturating_sub(start) / 1000))
+            })
+            .collect()
+    }
 }
 
 /// Closes the links of ended on phases off the tracing loop, each
@@ -158,6 +211,7 @@ impl Session {
             closer: Closer::default(),
             attach_traps: 0,
             heat: BTreeMap::new(),
+            cpu: CpuMarks::default(),
         };
         if opts.installed_libraries {
             for file in libs::installed() {
@@ -329,14 +383,23 @@ impl Session {
             agg.stepped(pid, &self.planner.stepped_rows_of(pid));
         }
         let now = Instant::now();
+        let now_ns = crate::host::monotonic_ns();
+        // Read before the interval goes to the aggregator, so that the
+        // processes whose rows began in it have their CPU time read.
+        let rows = self.aggregates();
+        if let Ok(rows) = &rows {
+            self.cpu
+                .watch(sampled(rows).0.into_keys(), self.planner.proc_libs.keys().copied());
+        }
         let mut after = 0;
         if self.duty.cycles() {
             let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_micros() as u64;
             let from = self.counting_since.max(self.last_tick);
-            let until = match self.counting_until.take() {
-                Some(t) if t > self.last_tick => Some(t),
-                _ if self.duty.is_on() => Some(now),
-                _ => None,
+            let stopped_cpu = self.cpu.until.take();
+            let (until, end_cpu) = match self.counting_until.take() {
+                Some(t) if t > self.last_tick => (Some(t), stopped_cpu),
+                _ if self.duty.is_on() => (Some(now), Some(self.cpu.now())),
+                _ => (None, None),
             };
             let (on, off) = match until {
                 Some(t) => {
@@ -345,10 +408,16 @@ impl Session {
                 }
                 None => (0, us(self.last_tick, now)),
             };
-            agg.duty(on, off);
+            let from_ns = now_ns.saturating_sub(now.saturating_duration_since(from).as_nanos() as u64);
+            let cpu = end_cpu.as_ref().map_or_else(Vec::new, |e| self.cpu.between(from_ns, e));
+            agg.duty(on, off, &cpu);
+            // Counting goes on: the next interval counts from here.
+            if until == Some(now) {
+                self.cpu.from = end_cpu.unwrap_or_default();
+            }
         }
         self.last_tick = now;
-        let Ok(rows) = self.aggregates() else { return };
+        let Ok(rows) = rows else { return };
         agg.set_aggregates(crate::host::monotonic_ns(), &rows);
         if after > 0 {
             agg.duty_rest(after);
@@ -424,6 +493,7 @@ impl Session {
                 }
                 // Counting stopped here, not once the links are handed over.
                 self.counting_until = Some(Instant::now());
+                self.cpu.until = Some(self.cpu.now());
                 let (links, closed) = self.planner.uprobes.close_sampled(&mut self.ebpf);
                 if !why.is_empty() {
                     log::info!(
@@ -454,6 +524,7 @@ impl Session {
                     log::warn!("starting an on phase of the sampled rows: {e}");
                 }
                 self.counting_since = Instant::now();
+                self.cpu.from = self.cpu.now();
                 self.duty.opened(self.counting_since.duration_since(self.opened));
             }
         }

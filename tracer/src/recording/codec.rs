@@ -309,6 +309,11 @@ pub struct Duty {
     /// rests replay as ticks of their own.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rest: bool,
+    /// The CPU time each process of sampled rows ran in `on_us`, in
+    /// microseconds, where it was read: [pid, us] pairs (absent where
+    /// none was, and in recordings before 2026-12-06).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpu: Vec<(Pid, Count)>,
 }
 
 impl Line for Duty {

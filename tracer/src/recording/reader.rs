@@ -137,6 +137,7 @@ pub(super) fn input(line: &str, ty: &str) -> std::result::Result<Option<Input>, 
                 on_us: d.on_us.0,
                 off_us: d.off_us.0,
                 rest: d.rest,
+                cpu: d.cpu.iter().map(|(p, us)| (p.0, us.0)).collect(),
             }
         }
         "trap-cost" => {

@@ -136,10 +136,16 @@ impl Observer for Recorder {
                 self.line("setup-closed", &Beat { t_ns: monotonic_ns() });
             }
             Input::Aggregates { t_ns, rows } => self.aggregates(*t_ns, rows),
-            Input::Duty { on_us, off_us, rest } => self.input(&Duty {
+            Input::Duty {
+                on_us,
+                off_us,
+                rest,
+                cpu,
+            } => self.input(&Duty {
                 on_us: Count(*on_us),
                 off_us: Count(*off_us),
                 rest: *rest,
+                cpu: cpu.iter().map(|(p, us)| (Pid(*p), Count(*us))).collect(),
             }),
             Input::TrapCost(c) => self.input(&TrapCost {
                 entry_ns: c.entry_ns,

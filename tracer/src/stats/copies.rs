@@ -349,7 +349,7 @@ mod tests {
         // tick whose on phase ends after 150 ms, 100 ms before its end (its
         // rest, after its totals), and a tick later the trace ends.
         for calls in [25_000, 50_000] {
-            a.duty(250_000, 0);
+            a.duty(250_000, 0, &[]);
             a.set_aggregates(0, &totals(calls));
         }
         let exit = Event {
@@ -359,10 +359,10 @@ mod tests {
             ..Default::default()
         };
         a.push(&exit);
-        a.duty(150_000, 0);
+        a.duty(150_000, 0, &[]);
         a.set_aggregates(0, &totals(65_000));
         a.duty_rest(100_000);
-        a.duty(0, 250_000);
+        a.duty(0, 250_000, &[]);
         a.set_aggregates(0, &totals(65_000));
         a.settle();
         let p = &a.procs[&P];

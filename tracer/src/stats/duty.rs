@@ -24,6 +24,10 @@ pub type RowKey = (u32, String, u64);
 /// Calls and bytes of each row.
 type Rows = BTreeMap<RowKey, (u64, u64)>;
 
+/// The CPU time each process ran while the rows counted, in microseconds,
+/// where it was measured (`Input::Duty`'s `cpu`).
+pub type Cpu = BTreeMap<u32, u64>;
+
 /// How much of a gap in which its process exited is estimated, at the rate
 /// of the on phase before it.
 const TAIL_US: u64 = 1_000_000;
@@ -40,9 +44,11 @@ const END_WINDOW_US: u64 = 250_000;
 /// An on phase in progress.
 #[derive(Clone, Debug, Default)]
 struct Phase {
-    /// Counting time and counts of its first second.
+    /// Counting time and counts of its first second, and the CPU time of
+    /// each of its intervals.
     first_us: u64,
     first: Rows,
+    first_cpu: Vec<Cpu>,
     /// Its last intervals, at least a tick of them.
     last: VecDeque<Counted>,
     /// When the counts of the last one were read (`CLOCK_MONOTONIC`; 0
@@ -58,6 +64,7 @@ struct Counted {
     /// Counting time.
     us: u64,
     rows: Rows,
+    cpu: Cpu,
 }
 
 /// An interval waiting for its counts.
@@ -65,6 +72,7 @@ struct Counted {
 struct Pending {
     on_us: u64,
     off_us: u64,
+    cpu: Cpu,
     /// The processes alive when it ended.
     live: BTreeSet<u32>,
     /// Its number (intervals are numbered from 1 as they end).
@@ -73,8 +81,9 @@ struct Pending {
 
 /// A row's rate over some counting time: calls and bytes per
 /// microsecond, and whether its process's traps took more than
-/// [`MAX_TRAP_SHARE`] of that time (the untraced rate is then higher than
-/// can be told, and an estimate from it a lower bound).
+/// [`MAX_TRAP_SHARE`] of that time, or of the CPU time it ran in it (the
+/// untraced rate is then higher than can be told, and an estimate from it
+/// a lower bound).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Rate {
     calls: f64,
@@ -194,6 +203,7 @@ enum Step {
         counted: Rows,
         on_us: u64,
         off_us: u64,
+        cpu: Cpu,
         live: BTreeSet<u32>,
     },
     Counts(Rows),
@@ -221,6 +231,23 @@ fn delta(now: &Rows, before: &Rows) -> Rows {
         .collect()
 }
 
+/// The CPU time of each process over several intervals: of those measured
+/// in every one of them only (one left out would make the sum too short,
+/// and its traps' share too large).
+fn cpu_over<'a>(intervals: impl Iterator<Item = &'a Cpu> + Clone) -> Cpu {
+    let mut sum = Cpu::new();
+    let Some(first) = intervals.clone().next() else {
+        return sum;
+    };
+    for pid in first.keys() {
+        let all: Option<u64> = intervals.clone().map(|c| c.get(pid).copied()).sum();
+        if let Some(us) = all {
+            sum.insert(*pid, us);
+        }
+    }
+    sum
+}
+
 /// The most of a caller's time the traps are taken to have had: beyond it
 /// the calls are mostly traps, and the untraced rate cannot be told.
 const MAX_TRAP_SHARE: f64 = 0.5;
@@ -235,12 +262,21 @@ const MAX_TRAP_SHARE: f64 = 0.5;
 /// process) pays the step on its entry trap ([`Cost::step`]). A process
 /// in `since` made its calls over that much of the time only (its rows
 /// began in it: [`Estimator::since_began`]).
+/// A process in `cpu` ran that long on a CPU in the time: its traps are
+/// judged over that as well, as a process kept off the CPU by others
+/// spends less of its wall time in its traps however much of its own they
+/// take (the stand-in copy loop of issue 25 with both CPUs of the
+/// development host busy: `~31,479` each way of 300,000, unmarked, in one
+/// run of four, 2026-12-05). The correction stays the one over the wall
+/// time: a job that waits on its GPU makes its calls in that, not in its
+/// CPU time.
 fn rates(
     us: u64,
     since: &BTreeMap<u32, u64>,
     counts: &Rows,
     cost: Option<&Cost>,
     stepped: &BTreeMap<u32, Vec<String>>,
+    cpu: &Cpu,
 ) -> BTreeMap<RowKey, Rate> {
     let us_of = |pid: u32| since.get(&pid).copied().unwrap_or(us).max(1) as f64;
     let per_call = |k: &RowKey| {
@@ -256,21 +292,23 @@ fn rates(
             }
         })
     };
-    // The share of each process's time its traps took.
-    let mut share: BTreeMap<u32, f64> = BTreeMap::new();
+    // The time each process's traps took.
+    let mut trapped: BTreeMap<u32, f64> = BTreeMap::new();
     for (k, (c, _)) in counts {
-        *share.entry(k.0).or_default() += *c as f64 / us_of(k.0) * per_call(k);
+        *trapped.entry(k.0).or_default() += *c as f64 * per_call(k);
     }
     counts
         .iter()
         .map(|(k, (c, b))| {
             let us = us_of(k.0);
-            let share = share.get(&k.0).copied().unwrap_or(0.0);
+            let trapped = trapped.get(&k.0).copied().unwrap_or(0.0);
+            let share = trapped / us;
+            let of_cpu = cpu.get(&k.0).filter(|c| **c > 0).map_or(0.0, |c| trapped / *c as f64);
             let scale = 1.0 / (1.0 - share.min(MAX_TRAP_SHARE));
             let rate = Rate {
                 calls: *c as f64 / us * scale,
                 bytes: *b as f64 / us * scale,
-                bound: share > MAX_TRAP_SHARE,
+                bound: share.max(of_cpu) > MAX_TRAP_SHARE,
                 late: false,
             };
             (k.clone(), rate)
@@ -279,30 +317,33 @@ fn rates(
 }
 
 impl Estimator {
-    /// An interval ended: `on_us` counted, `off_us` not; `counted` holds
-    /// the rows as counted when it began, `live` says which processes still
-    /// run. Its own counts come with [`Estimator::counts`] (or, when none
-    /// came, with the next interval).
-    pub fn interval(&mut self, counted: &Rows, on_us: u64, off_us: u64, live: impl Fn(u32) -> bool) {
+    /// An interval ended: `on_us` counted, `off_us` not, and the processes
+    /// in `cpu` ran that many microseconds of CPU time in `on_us`;
+    /// `counted` holds the rows as counted when it began, `live` says
+    /// which processes still run. Its own counts come with
+    /// [`Estimator::counts`] (or, when none came, with the next interval).
+    pub fn interval(&mut self, counted: &Rows, on_us: u64, off_us: u64, cpu: &Cpu, live: impl Fn(u32) -> bool) {
         let pids: BTreeSet<u32> = counted.keys().chain(self.gaps.keys()).map(|k| k.0).collect();
         let live = pids.into_iter().filter(|p| live(*p)).collect();
         if self.log.off {
-            return self.interval_now(counted, on_us, off_us, live);
+            return self.interval_now(counted, on_us, off_us, cpu.clone(), live);
         }
         self.step(Step::Interval {
             counted: counted.clone(),
             on_us,
             off_us,
+            cpu: cpu.clone(),
             live,
         });
     }
 
-    fn interval_now(&mut self, counted: &Rows, on_us: u64, off_us: u64, live: BTreeSet<u32>) {
+    fn interval_now(&mut self, counted: &Rows, on_us: u64, off_us: u64, cpu: Cpu, live: BTreeSet<u32>) {
         self.counts_now(counted);
         self.seq += 1;
         self.pending = Some(Pending {
             on_us,
             off_us,
+            cpu,
             live,
             seq: self.seq,
         });
@@ -351,8 +392,9 @@ impl Estimator {
                 counted,
                 on_us,
                 off_us,
+                cpu,
                 live,
-            } => self.interval_now(&counted, on_us, off_us, live),
+            } => self.interval_now(&counted, on_us, off_us, cpu, live),
             Step::Counts(counted) => self.counts_now(&counted),
             Step::Stepped(pid, rows) => {
                 if rows.is_empty() {
@@ -385,6 +427,7 @@ impl Estimator {
         let Some(Pending {
             on_us,
             off_us,
+            cpu,
             live,
             seq,
         }) = self.pending.take()
@@ -433,10 +476,12 @@ impl Estimator {
                 e.0 += c;
                 e.1 += b;
             }
+            p.first_cpu.push(cpu.clone());
         }
         p.last.push_back(Counted {
             us: on_us,
             rows: counts,
+            cpu,
         });
         p.end_ns = self.now_ns;
         // The last tick, or the last two where it counted for less than
@@ -455,6 +500,7 @@ impl Estimator {
                 &p.first,
                 self.cost.as_ref(),
                 &self.stepped,
+                &cpu_over(p.first_cpu.iter()),
             );
             self.close_gaps(&after, &ran);
         }
@@ -480,7 +526,8 @@ impl Estimator {
             }
         }
         let since = self.since_began(&sums, us, p.end_ns);
-        let mut end = rates(us, &since, &sums, self.cost.as_ref(), &self.stepped);
+        let cpu = cpu_over(p.last.iter().map(|c| &c.cpu));
+        let mut end = rates(us, &since, &sums, self.cost.as_ref(), &self.stepped, &cpu);
         // Rows that began in the second half of that time: a loop that
         // started just before the beat that closed its probes, its rate
         // mostly the time before it (a stand-in copy loop on the
@@ -744,8 +791,12 @@ impl Estimator {
         self.gone.remove(&pid);
         if let Some(p) = &mut self.phase {
             p.first.retain(|k, _| !mine(k));
+            for c in &mut p.first_cpu {
+                c.remove(&pid);
+            }
             for c in &mut p.last {
                 c.rows.retain(|k, _| !mine(k));
+                c.cpu.remove(&pid);
             }
         }
     }
@@ -773,7 +824,7 @@ mod tests {
         let rows = |n: u64| Rows::from([(key(7), (n, n * 8192))]);
         for i in 0..ticks {
             let (on_us, off_us) = if on(i) { (250_000, 0) } else { (0, 250_000) };
-            e.interval(&rows(counted), on_us, off_us, |_| true);
+            e.interval(&rows(counted), on_us, off_us, &Cpu::new(), |_| true);
             made += rate(i);
             if on(i) {
                 counted += rate(i);
@@ -792,9 +843,9 @@ mod tests {
     /// bound.
     fn after_one_gap(e: &mut Estimator, n: u64) -> (u64, bool) {
         let rows = |n: u64| Rows::from([(key(7), (n, 0))]);
-        e.interval(&rows(0), 250_000, 0, |_| true);
+        e.interval(&rows(0), 250_000, 0, &Cpu::new(), |_| true);
         e.counts(&rows(n));
-        e.interval(&rows(n), 0, 250_000, |_| true);
+        e.interval(&rows(n), 0, 250_000, &Cpu::new(), |_| true);
         e.counts(&rows(n));
         (e.estimate(&key(7), (n, 0)).0, e.lower_bound(&key(7)))
     }
@@ -843,6 +894,44 @@ mod tests {
         assert!(!after_one_gap(&mut e, 20_000).1);
     }
 
+    /// A process kept off the CPU by others: 12,000 traps of 10 us are 120
+    /// ms of the 250 ms it counted, under half, but all of the 125 ms it
+    /// ran. Judged over its CPU time, its estimate is a lower bound; the
+    /// correction stays the one over the wall time. A process whose CPU
+    /// time was not read is judged over the wall time alone.
+    #[test]
+    fn traps_that_took_most_of_a_starved_process_s_cpu_time_give_a_lower_bound() {
+        let run = |cpu: &[(u32, u64)]| {
+            let mut e = costed(&["ncclAllReduce"]);
+            let cpu: Cpu = cpu.iter().copied().collect();
+            let rows = |n: u64| Rows::from([(key(7), (n, 0))]);
+            e.interval(&rows(0), 250_000, 0, &cpu, |_| true);
+            e.counts(&rows(12_000));
+            e.interval(&rows(12_000), 0, 250_000, &Cpu::new(), |_| true);
+            e.counts(&rows(12_000));
+            (e.estimate(&key(7), (12_000, 0)).0, e.lower_bound(&key(7)))
+        };
+        let (wall, wall_bound) = run(&[]);
+        let (starved, starved_bound) = run(&[(7, 125_000)]);
+        assert!(!wall_bound, "{wall}");
+        assert!(starved_bound, "{starved}");
+        assert_eq!(starved, wall, "the same correction");
+        // Another process's CPU time says nothing of process 7's.
+        assert!(!run(&[(8, 125_000)]).1);
+        // Nor does a process that ran most of the time.
+        assert!(!run(&[(7, 249_000)]).1);
+    }
+
+    /// The CPU time of an on phase of several intervals is summed only for
+    /// the processes read in each of them.
+    #[test]
+    fn cpu_time_is_summed_over_the_intervals_that_read_it() {
+        let a: Cpu = [(7, 100), (8, 50)].into();
+        let b: Cpu = [(7, 20)].into();
+        assert_eq!(cpu_over([&a, &b].into_iter()), Cpu::from([(7, 120)]));
+        assert_eq!(cpu_over(std::iter::empty::<&Cpu>()), Cpu::new());
+    }
+
     /// The trap cost measured only after a trap-bound on phase ended (the
     /// calibration takes a second or two, a loop over budget from its start
     /// does not wait): the estimates are those of a cost known from the
@@ -857,14 +946,14 @@ mod tests {
         let feed = |e: &mut Estimator, late: bool| {
             let rows = |n: u64| Rows::from([(key(7), (n, n))]);
             e.stepped(7, vec!["ncclAllReduce".into()]);
-            e.interval(&rows(0), 250_000, 0, |_| true);
+            e.interval(&rows(0), 250_000, 0, &Cpu::new(), |_| true);
             e.counts(&rows(20_000));
-            e.interval(&rows(20_000), 0, 250_000, |_| true);
+            e.interval(&rows(20_000), 0, 250_000, &Cpu::new(), |_| true);
             e.counts(&rows(20_000));
             if late {
                 e.trap_cost(cost);
             }
-            e.interval(&rows(20_000), 0, 250_000, |_| true);
+            e.interval(&rows(20_000), 0, 250_000, &Cpu::new(), |_| true);
             e.counts(&rows(20_000));
         };
         let mut early = Estimator::default();
@@ -904,10 +993,10 @@ mod tests {
         let mut e = Estimator::default();
         let rows = |n: u64| Rows::from([(key(7), (n, 0))]);
         for (start, on, end) in [(0, 250_000, 0), (0, 250_100, 3000), (3000, 249_900, 15_000)] {
-            e.interval(&rows(start), on, 0, |_| true);
+            e.interval(&rows(start), on, 0, &Cpu::new(), |_| true);
             e.counts(&rows(end));
         }
-        e.interval(&rows(15_000), 0, 1_000_000, |_| true);
+        e.interval(&rows(15_000), 0, 1_000_000, &Cpu::new(), |_| true);
         e.counts(&rows(15_000));
         let extra = e.estimate(&key(7), (15_000, 0)).0 - 15_000;
         assert!(
@@ -922,15 +1011,15 @@ mod tests {
     fn a_gap_takes_the_mean_of_the_rates_around_it() {
         let mut e = Estimator::default();
         let rows = |n: u64| Rows::from([(key(7), (n, 0))]);
-        e.interval(&rows(0), 250_000, 0, |_| true);
+        e.interval(&rows(0), 250_000, 0, &Cpu::new(), |_| true);
         e.counts(&rows(1000));
         for _ in 0..4 {
-            e.interval(&rows(1000), 0, 250_000, |_| true);
+            e.interval(&rows(1000), 0, 250_000, &Cpu::new(), |_| true);
             e.counts(&rows(1000));
         }
         // Open gap: at the rate before it, 1,000 a tick.
         assert_eq!(e.estimate(&key(7), (1000, 0)).0, 5000);
-        e.interval(&rows(1000), 250_000, 0, |_| true);
+        e.interval(&rows(1000), 250_000, 0, &Cpu::new(), |_| true);
         e.counts(&rows(3000));
         // Closed: 4 ticks at the mean of 1,000 and 2,000.
         assert_eq!(e.estimate(&key(7), (3000, 0)).0, 3000 + 6000);
@@ -945,13 +1034,13 @@ mod tests {
     fn rows_that_end_in_a_gap() {
         let mut e = Estimator::default();
         let rows = |n: u64| Rows::from([(key(1), (n, n)), (key(2), (n, n)), (key(3), (n, n))]);
-        e.interval(&rows(0), 250_000, 0, |_| true);
+        e.interval(&rows(0), 250_000, 0, &Cpu::new(), |_| true);
         e.counts(&rows(1000));
-        e.interval(&rows(1000), 0, 250_000, |_| true);
+        e.interval(&rows(1000), 0, 250_000, &Cpu::new(), |_| true);
         e.counts(&rows(1000));
         // Process 3's communicator ends; process 2 exits in this interval.
         e.row_ended(3, 0x1);
-        e.interval(&rows(1000), 0, 250_000, |pid| pid != 2);
+        e.interval(&rows(1000), 0, 250_000, &Cpu::new(), |pid| pid != 2);
         e.counts(&rows(1000));
         e.exited(2);
         assert_eq!(
@@ -959,11 +1048,11 @@ mod tests {
             (2000, 2000),
             "the interval it was seen alive in, at the rate before"
         );
-        e.interval(&rows(1000), 0, 250_000, |pid| pid == 1);
+        e.interval(&rows(1000), 0, 250_000, &Cpu::new(), |pid| pid == 1);
         e.counts(&rows(1000));
         e.exited(3);
         assert_eq!(e.closed(&key(3), (1000, 1000)), (1500, 1500), "one tick up to its end");
-        e.interval(&rows(1000), 250_000, 0, |pid| pid == 1);
+        e.interval(&rows(1000), 250_000, 0, &Cpu::new(), |pid| pid == 1);
         e.counts(&Rows::from([
             (key(1), (2000, 2000)),
             (key(2), (1000, 1000)),
@@ -983,10 +1072,10 @@ mod tests {
     fn a_long_last_gap_is_capped() {
         let mut e = Estimator::default();
         let rows = |n: u64| Rows::from([(key(4), (n, n))]);
-        e.interval(&rows(0), 250_000, 0, |_| true);
+        e.interval(&rows(0), 250_000, 0, &Cpu::new(), |_| true);
         e.counts(&rows(1000));
         for _ in 0..12 {
-            e.interval(&rows(1000), 0, 250_000, |_| true);
+            e.interval(&rows(1000), 0, 250_000, &Cpu::new(), |_| true);
             e.counts(&rows(1000));
         }
         e.exited(4);
@@ -1006,16 +1095,16 @@ mod tests {
             let mut e = Estimator::default();
             let rows = |n: u64| Rows::from([(key(5), (n, n))]);
             e.row_began(&key(5), began_ns);
-            e.interval(&rows(0), 252_000, 0, |_| true);
+            e.interval(&rows(0), 252_000, 0, &Cpu::new(), |_| true);
             e.clock(T0 + 252_000_000);
             e.counts(&rows(133));
-            e.interval(&rows(133), 0, 11_000, |_| true);
+            e.interval(&rows(133), 0, 11_000, &Cpu::new(), |_| true);
             e.clock(T0 + 263_000_000);
             e.counts(&rows(133));
             if exits {
                 e.exited(5);
             } else {
-                e.interval(&rows(133), 50_000, 0, |_| true);
+                e.interval(&rows(133), 50_000, 0, &Cpu::new(), |_| true);
                 e.clock(T0 + 313_000_000);
                 e.counts(&rows(1133));
             }
@@ -1040,10 +1129,10 @@ mod tests {
             let mut e = costed(&[]);
             let rows = |n: u64| Rows::from([(key(7), (n, n))]);
             e.row_began(&key(7), began_ns);
-            e.interval(&rows(0), 251_000, 0, |_| true);
+            e.interval(&rows(0), 251_000, 0, &Cpu::new(), |_| true);
             e.clock(T0 + 251_000_000);
             e.counts(&rows(100_000));
-            e.interval(&rows(100_000), 0, 100_000, |_| true);
+            e.interval(&rows(100_000), 0, 100_000, &Cpu::new(), |_| true);
             e.clock(T0 + 351_000_000);
             e.counts(&rows(100_000));
             e.exited(7);
@@ -1074,17 +1163,17 @@ mod tests {
             let mut e = Estimator::default();
             let rows = |n: u64| Rows::from([(key(5), (n, n))]);
             e.row_began(&key(5), T0 + 248_500_000);
-            e.interval(&rows(0), 252_000, 0, |_| true);
+            e.interval(&rows(0), 252_000, 0, &Cpu::new(), |_| true);
             e.clock(T0 + 252_000_000);
             e.counts(&rows(133));
             if seen_before_phase {
                 e.gone(5);
             }
-            e.interval(&rows(133), 1000, 40_000, |_| true);
+            e.interval(&rows(133), 1000, 40_000, &Cpu::new(), |_| true);
             e.clock(T0 + 293_000_000);
             e.counts(&rows(133));
             // The rest of the tick after the phase's counts were read.
-            e.interval(&rows(133), 0, 5, |_| true);
+            e.interval(&rows(133), 0, 5, &Cpu::new(), |_| true);
             if !seen_before_phase {
                 e.gone(5);
             }
@@ -1115,7 +1204,7 @@ mod tests {
         {
             let rate = if i < 5 { 1000 } else { 10 };
             let (on_us, off_us) = if *on { (250_000, 0) } else { (0, 250_000) };
-            e.interval(&rows(counted), on_us, off_us, |_| true);
+            e.interval(&rows(counted), on_us, off_us, &Cpu::new(), |_| true);
             if *on {
                 counted += rate;
             }
@@ -1134,14 +1223,14 @@ mod tests {
         let rows = |n: u64| Rows::from([(key(7), (n, 0))]);
         let mut e = Estimator::default();
         // Each tick ends an interval, then brings its totals.
-        e.interval(&rows(0), 250_000, 0, |_| true);
+        e.interval(&rows(0), 250_000, 0, &Cpu::new(), |_| true);
         e.counts(&rows(1000));
         // A scrape half-way through the next interval reads the totals.
         e.counts(&rows(1500));
-        e.interval(&rows(1500), 250_000, 0, |_| true);
+        e.interval(&rows(1500), 250_000, 0, &Cpu::new(), |_| true);
         e.counts(&rows(2000));
         for _ in 0..2 {
-            e.interval(&rows(2000), 0, 250_000, |_| true);
+            e.interval(&rows(2000), 0, 250_000, &Cpu::new(), |_| true);
             e.counts(&rows(2000));
         }
         assert_eq!(
@@ -1164,9 +1253,9 @@ mod tests {
             (500, 0, 250_000),
             (500, 200_000, 50_000),
         ] {
-            live.interval(&rows(n), on, off, |_| true);
+            live.interval(&rows(n), on, off, &Cpu::new(), |_| true);
             live.counts(&rows(n + if on > 0 { 500 } else { 0 }));
-            late.interval(&rows(n), on, off, |_| true);
+            late.interval(&rows(n), on, off, &Cpu::new(), |_| true);
             if on > 0 {
                 late.counts(&rows(n + 500));
             }

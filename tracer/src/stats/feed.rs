@@ -31,11 +31,14 @@ pub enum Input {
     /// began an on phase). Only where the cycle can switch (not
     /// `--collectives exact`).
     /// `rest`: the uncounted rest of the same tick, after its totals (an
-    /// on phase ended in it).
+    /// on phase ended in it). `cpu`: the CPU time, in microseconds, each
+    /// process of sampled rows ran in `on_us`, where it was read (none in
+    /// a `rest`, or in recordings before 2026-12-06).
     Duty {
         on_us: u64,
         off_us: u64,
         rest: bool,
+        cpu: Vec<(u32, u64)>,
     },
     /// What a trapped call costs the caller on this machine
     /// (`calibrate.rs`): the duty cycle's on-phase rates are corrected by

@@ -199,7 +199,8 @@ impl Aggregator {
                 on_us,
                 off_us,
                 rest: false,
-            } => self.duty(*on_us, *off_us),
+                cpu,
+            } => self.duty(*on_us, *off_us, cpu),
             Input::Duty { off_us, rest: true, .. } => self.duty_rest(*off_us),
             Input::TrapCost(c) => self.trap_cost(*c),
             Input::Stepped { pid, rows } => self.stepped(*pid, rows),
@@ -207,13 +208,15 @@ impl Aggregator {
     }
 
     /// One tick of the duty cycle: `on_us` in which the sampled rows
-    /// counted and `off_us` in which they did not, for every live process;
+    /// counted and `off_us` in which they did not, for every live process,
+    /// and the CPU time some of them ran in `on_us` (pid, microseconds);
     /// the uncounted time is estimated row by row (`stats/duty.rs`).
-    pub fn duty(&mut self, on_us: u64, off_us: u64) {
+    pub fn duty(&mut self, on_us: u64, off_us: u64, cpu: &[(u32, u64)]) {
         self.observe(|| Input::Duty {
             on_us,
             off_us,
             rest: false,
+            cpu: cpu.to_vec(),
         });
         // Those that exited in the last tick are done with: their gaps
         // close (after the rest of that tick, which the estimator is
@@ -228,7 +231,7 @@ impl Aggregator {
         // 4% of them (`bench copies`). Which part it lived is not known: the
         // whole tick is taken, as a gap it exited in is taken to its end.
         self.credited = std::mem::take(&mut self.exiting);
-        self.interval(on_us, off_us);
+        self.interval(on_us, off_us, cpu.iter().copied().collect());
     }
 
     /// The uncounted rest of the tick after its kernel totals: an on phase
@@ -238,11 +241,12 @@ impl Aggregator {
             on_us: 0,
             off_us,
             rest: true,
+            cpu: Vec::new(),
         });
-        self.interval(0, off_us);
+        self.interval(0, off_us, duty::Cpu::new());
     }
 
-    fn interval(&mut self, on_us: u64, off_us: u64) {
+    fn interval(&mut self, on_us: u64, off_us: u64, cpu: duty::Cpu) {
         let d = &mut self.duty;
         d.on_us += on_us;
         d.off_us += off_us;
@@ -258,7 +262,7 @@ impl Aggregator {
         }
         let procs = &self.procs;
         let counted = sampled_rows(&self.collectives_counted, &self.copies.counted());
-        self.estimator.interval(&counted, on_us, off_us, |pid| {
+        self.estimator.interval(&counted, on_us, off_us, &cpu, |pid| {
             procs.get(&pid).is_some_and(|p| alive(pid, p))
         });
         // The estimates follow with the kernel's totals of this tick
