@@ -299,6 +299,18 @@ impl Line for Target {
     const TYPE: &'static str = "target";
 }
 
+/// A `clock` line: the kernel's totals read at `t_ns`, the same as the
+/// `aggregates` line before it, after a `duty` line (the duty cycle's
+/// estimates take when each interval's counts were read from it).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Clock {
+    pub t_ns: Count,
+}
+
+impl Line for Clock {
+    const TYPE: &'static str = "clock";
+}
+
 /// A `duty` line: one tick of the sampled rows' duty cycle.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Duty {

@@ -180,7 +180,7 @@ mod tests;
 
 pub use self::{
     codec::{
-        AggRow, Aggregates, Count, Duty, EventLine, Hex, Line, Pid, Ret, Stepped, Target, TrapCost, Workloads,
+        AggRow, Aggregates, Clock, Count, Duty, EventLine, Hex, Line, Pid, Ret, Stepped, Target, TrapCost, Workloads,
         line_json,
     },
     reader::*,

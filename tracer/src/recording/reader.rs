@@ -131,6 +131,9 @@ pub(super) fn input(line: &str, ty: &str) -> std::result::Result<Option<Input>, 
                 rows: a.rows()?,
             }
         }
+        "clock" => Input::Clock {
+            t_ns: typed::<Clock>(line, "clock")?.t_ns.0,
+        },
         "duty" => {
             let d: Duty = typed(line, "duty")?;
             Input::Duty {

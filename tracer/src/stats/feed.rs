@@ -22,6 +22,12 @@ pub enum Input {
         t_ns: u64,
         rows: Vec<(AggKey, AggValue)>,
     },
+    /// The kernel's cumulative totals read at `t_ns`, the same as the last
+    /// `Aggregates` (a recording's `clock` line: the duty cycle's estimates
+    /// take when each interval's counts were read from it).
+    Clock {
+        t_ns: u64,
+    },
     /// The set-up uprobe links were closed over budget: threads' context
     /// switches are no longer seen.
     SetupClosed,

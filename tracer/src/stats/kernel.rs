@@ -26,6 +26,16 @@ struct OtherRows {
 impl Aggregator {
     /// Replaces the kernel-aggregated totals (they are cumulative) and
     /// reflects them in the per-process call counts.
+    /// The kernel's totals read at `t_ns`, the same as last read (replayed
+    /// from a recording's `clock` line): the duty cycle's pending interval
+    /// gets its counts, read then.
+    pub fn same_aggregates(&mut self, t_ns: u64) {
+        self.observe(|| Input::Clock { t_ns });
+        self.estimator.clock(t_ns);
+        self.estimator
+            .counts(&sampled_rows(&self.collectives_counted, &self.copies.counted()));
+    }
+
     pub fn set_aggregates(&mut self, t_ns: u64, rows: &[(AggKey, AggValue)]) {
         self.observe(|| Input::Aggregates {
             t_ns,

@@ -194,6 +194,7 @@ impl Aggregator {
                 self.check_exited();
             }
             Input::Aggregates { t_ns, rows } => self.set_aggregates(*t_ns, rows),
+            Input::Clock { t_ns } => self.same_aggregates(*t_ns),
             Input::SetupClosed => self.setup_closed(),
             Input::Duty {
                 on_us,
