@@ -178,3 +178,68 @@ fn trap_cost_and_stepped_lines() {
     assert_eq!((pid, rows), (42, vec!["cuMemcpyDtoHAsync".to_string()]));
     assert!(reader::input(r#"{"type":"stepped","pid":-1,"rows":[]}"#, "stepped").is_err());
 }
+
+/// Totals read after a `duty` line that did not change get a `clock` line
+/// (when they were read ends a short on phase for the estimates); other
+/// unchanged totals get none; the line reads back as `Input::Clock`.
+#[test]
+fn unchanged_totals_after_a_duty_line_are_a_clock_line() {
+    use crate::{output::StreamFile, stats::feed::Observer};
+    let dir = std::env::temp_dir().join(format!("gdrtrace-clock-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("clock.rec");
+    let out = StreamFile::create("--record", &path).unwrap();
+    let mut r = Recorder::create(out, &Header::now()).unwrap();
+    let rows = vec![(
+        AggKey {
+            tgid: 7,
+            op: 0,
+            handle: 1,
+        },
+        AggValue { calls: 3, bytes: 24 },
+    )];
+    let duty = Input::Duty {
+        on_us: 135,
+        off_us: 0,
+        rest: false,
+        cpu: vec![(7, 100)],
+    };
+    r.input(&Input::Aggregates {
+        t_ns: 1,
+        rows: rows.clone(),
+    });
+    r.input(&duty);
+    r.input(&Input::Aggregates {
+        t_ns: 2,
+        rows: rows.clone(),
+    });
+    r.input(&Input::Aggregates {
+        t_ns: 3,
+        rows: rows.clone(),
+    });
+    // Dropped, its buffer is written out.
+    drop(r);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let types: Vec<String> = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(types, ["aggregates", "duty", "clock"]);
+    let clock = text.lines().find(|l| l.contains(r#""type":"clock""#)).unwrap();
+    assert!(matches!(
+        reader::input(clock, "clock").unwrap(),
+        Some(Input::Clock { t_ns: 2 })
+    ));
+    let duty_line = text.lines().find(|l| l.contains(r#""type":"duty""#)).unwrap();
+    assert!(matches!(
+        reader::input(duty_line, "duty").unwrap(),
+        Some(Input::Duty { cpu, .. }) if cpu == [(7, 100)]
+    ));
+}
