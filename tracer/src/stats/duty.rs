@@ -248,6 +248,16 @@ fn cpu_over<'a>(intervals: impl Iterator<Item = &'a Cpu> + Clone) -> Cpu {
     sum
 }
 
+/// The shortest counting time over which a process's traps are judged
+/// against its CPU time as well ([`rates`]): a process's CPU clock takes in
+/// the time of a thread running on another CPU only at that CPU's
+/// scheduler tick (4 ms at HZ 250), so over a short on phase it can read
+/// anything from none to a few ticks. A one-rank all-reduce job spinning
+/// through its 2-3 ms on phases read 0 or 64 us in them, and its estimates
+/// were marked lower bounds in 2 of 5 jobs (one H200, 2026-12-06); over
+/// 200 ms a thread's error is at most a tenth at HZ 100.
+const CPU_WINDOW_US: u64 = 200_000;
+
 /// The most of a caller's time the traps are taken to have had: beyond it
 /// the calls are mostly traps, and the untraced rate cannot be told.
 const MAX_TRAP_SHARE: f64 = 0.5;
@@ -278,6 +288,7 @@ fn rates(
     stepped: &BTreeMap<u32, Vec<String>>,
     cpu: &Cpu,
 ) -> BTreeMap<RowKey, Rate> {
+    let us_all = us;
     let us_of = |pid: u32| since.get(&pid).copied().unwrap_or(us).max(1) as f64;
     let per_call = |k: &RowKey| {
         cost.map_or(0.0, |c| {
@@ -303,7 +314,10 @@ fn rates(
             let us = us_of(k.0);
             let trapped = trapped.get(&k.0).copied().unwrap_or(0.0);
             let share = trapped / us;
-            let of_cpu = cpu.get(&k.0).filter(|c| **c > 0).map_or(0.0, |c| trapped / *c as f64);
+            let of_cpu = match cpu.get(&k.0) {
+                Some(c) if *c > 0 && us_all >= CPU_WINDOW_US => trapped / *c as f64,
+                _ => 0.0,
+            };
             let scale = 1.0 / (1.0 - share.min(MAX_TRAP_SHARE));
             let rate = Rate {
                 calls: *c as f64 / us * scale,
@@ -920,6 +934,15 @@ mod tests {
         assert!(!run(&[(8, 125_000)]).1);
         // Nor does a process that ran most of the time.
         assert!(!run(&[(7, 249_000)]).1);
+        // Over a short on phase a CPU clock is told to a tick at best: 3 ms
+        // that read 64 us of CPU judge nothing.
+        let mut e = costed(&[]);
+        let rows = |n: u64| Rows::from([(key(7), (n, 0))]);
+        e.interval(&rows(0), 3_000, 0, &Cpu::from([(7, 64)]), |_| true);
+        e.counts(&rows(100));
+        e.interval(&rows(100), 0, 100_000, &Cpu::new(), |_| true);
+        e.counts(&rows(100));
+        assert!(!e.lower_bound(&key(7)));
     }
 
     /// The CPU time of an on phase of several intervals is summed only for
