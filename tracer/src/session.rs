@@ -64,7 +64,7 @@ pub struct Session {
     /// The CPU time each process of sampled rows had run (ns) where the
     /// interval in progress began counting, and where the last short on
     /// phase stopped counting: the duty cycle's `Input::Duty` says how
-    /// much of each on part a process ran ([`Session::cpu_between`]).
+    /// much of each on part a process ran ([`CpuMarks::between`]).
     cpu: CpuMarks,
 }
 
@@ -388,12 +388,16 @@ impl Session {
         // Read before the interval goes to the aggregator, so that the
         // processes whose rows began in it have their CPU time read.
         let rows = self.aggregates();
-        if let Ok(rows) = &rows {
-            self.cpu
-                .watch(sampled(rows).0.into_keys(), self.planner.proc_libs.keys().copied());
-        }
+        // Each process's traps and each op's calls in the sampled rows: only
+        // the duty cycle reads them.
+        let (traps, heat) = match &rows {
+            Ok(rows) if self.duty.cycles() => sampled(rows),
+            _ => Default::default(),
+        };
         let mut after = 0;
         if self.duty.cycles() {
+            self.cpu
+                .watch(traps.keys().copied(), self.planner.proc_libs.keys().copied());
             let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_micros() as u64;
             let from = self.counting_since.max(self.last_tick);
             let stopped_cpu = self.cpu.until.take();
@@ -427,10 +431,9 @@ impl Session {
             return;
         }
         self.duty.quick = matches!(self.planner.uprobes.mode(), Some(crate::probes::uprobes::Mode::Multi));
-        let (calls, heat) = sampled(&rows);
         self.heat = heat;
         self.duty.uncounted(self.off_phase_traps());
-        if let Some(switch) = self.duty.tick(now.duration_since(self.opened), &calls) {
+        if let Some(switch) = self.duty.tick(now.duration_since(self.opened), &traps) {
             self.switch(switch);
         }
     }

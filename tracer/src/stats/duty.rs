@@ -288,7 +288,6 @@ fn rates(
     stepped: &BTreeMap<u32, Vec<String>>,
     cpu: &Cpu,
 ) -> BTreeMap<RowKey, Rate> {
-    let us_all = us;
     let us_of = |pid: u32| since.get(&pid).copied().unwrap_or(us).max(1) as f64;
     let per_call = |k: &RowKey| {
         cost.map_or(0.0, |c| {
@@ -311,17 +310,17 @@ fn rates(
     counts
         .iter()
         .map(|(k, (c, b))| {
-            let us = us_of(k.0);
+            let wall = us_of(k.0);
             let trapped = trapped.get(&k.0).copied().unwrap_or(0.0);
-            let share = trapped / us;
+            let share = trapped / wall;
             let of_cpu = match cpu.get(&k.0) {
-                Some(c) if *c > 0 && us_all >= CPU_WINDOW_US => trapped / *c as f64,
+                Some(c) if *c > 0 && us >= CPU_WINDOW_US => trapped / *c as f64,
                 _ => 0.0,
             };
             let scale = 1.0 / (1.0 - share.min(MAX_TRAP_SHARE));
             let rate = Rate {
-                calls: *c as f64 / us * scale,
-                bytes: *b as f64 / us * scale,
+                calls: *c as f64 / wall * scale,
+                bytes: *b as f64 / wall * scale,
                 bound: share.max(of_cpu) > MAX_TRAP_SHARE,
                 late: false,
             };

@@ -24,18 +24,23 @@ struct OtherRows {
 }
 
 impl Aggregator {
-    /// Replaces the kernel-aggregated totals (they are cumulative) and
-    /// reflects them in the per-process call counts.
     /// The kernel's totals read at `t_ns`, the same as last read (replayed
     /// from a recording's `clock` line): the duty cycle's pending interval
     /// gets its counts, read then.
     pub fn same_aggregates(&mut self, t_ns: u64) {
         self.observe(|| Input::Clock { t_ns });
+        self.counts_read_at(t_ns);
+    }
+
+    /// The counts of the duty cycle's last interval, read at `t_ns`.
+    fn counts_read_at(&mut self, t_ns: u64) {
         self.estimator.clock(t_ns);
         self.estimator
             .counts(&sampled_rows(&self.collectives_counted, &self.copies.counted()));
     }
 
+    /// Replaces the kernel-aggregated totals (they are cumulative) and
+    /// reflects them in the per-process call counts.
     pub fn set_aggregates(&mut self, t_ns: u64, rows: &[(AggKey, AggValue)]) {
         self.observe(|| Input::Aggregates {
             t_ns,
@@ -63,10 +68,7 @@ impl Aggregator {
             }
         }
         self.copies.set_kernel(copies);
-        // The counts of the duty cycle's last interval.
-        self.estimator.clock(t_ns);
-        self.estimator
-            .counts(&sampled_rows(&self.collectives_counted, &self.copies.counted()));
+        self.counts_read_at(t_ns);
         self.scale_collectives();
         for (pid, p) in self.procs.iter_mut() {
             p.socket = sockets.remove(pid).unwrap_or_default();
