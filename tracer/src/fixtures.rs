@@ -1,7 +1,7 @@
 //! Test support for unit tests: replaying the recordings under
 //! `tests/fixtures/recordings/` through the same replay path as `gdrtrace
 //! replay`. The tests of the verdicts and explain rules on them are
-//! `tracer/tests/replays.rs` (public API only).
+//! `tracer/tests/it/replays.rs` (public API only).
 use crate::{explain::Explain, report::Report};
 
 /// The fixtures directory of the repository.

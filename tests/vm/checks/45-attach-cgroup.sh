@@ -1,6 +1,6 @@
 #!/bin/sh
 # attach --cgroup in a distro kernel with a cgroup v2 hierarchy (the
-# development host has none, so tests/tests/attach.rs skips it there): a
+# development host has none, so tests/it/attach.rs skips it there): a
 # process moved into a fresh cgroup is found through cgroup.procs (the
 # cgroup named relative to /sys/fs/cgroup) and its io_uring registrations
 # are counted exactly; the tracer stops by itself when the member exits.

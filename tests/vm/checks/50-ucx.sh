@@ -11,7 +11,7 @@
 # UCP over rxe does not move data under QEMU emulation here (its UD wire-up
 # times out; with a TCP connection manager the RC lanes connect but no
 # message completes in 150 s), so UCP's modes run on the host tier
-# (tests/tests/ucx.rs) and on the GPU machine (scripts/gpu/ucx.sh).
+# (tests/it/ucx.rs) and on the GPU machine (scripts/gpu/ucx.sh).
 set -eu
 for rc in on off; do
     "$GDRTRACE" run --json "$VM_OUT/ucx-$rc.json" -- "$GDRTRACE" drive ucx --mode host-rc-uct --rcache $rc \

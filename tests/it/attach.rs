@@ -10,12 +10,10 @@ use std::{
 
 use integration_tests::{can_trace, compile, gdrtrace_path, links_and_probe_events, our_programs, run, stderr};
 
-/// The tests here count this object's programs loaded in the kernel, so they
-/// must not overlap.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+/// The tests here count this object's programs loaded in the kernel, so no
+/// other tracer may run beside them.
+fn serial() -> std::sync::RwLockWriteGuard<'static, ()> {
+    integration_tests::exclusive_bpf()
 }
 
 fn wait_programs(n: usize) -> usize {

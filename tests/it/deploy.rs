@@ -15,7 +15,7 @@
 //! documented table is the exposition's set of families. Not proven here:
 //! the PodMonitor and PrometheusRule against the Prometheus Operator's CRD
 //! schemas (not available offline); the DaemonSet's security context and
-//! mounts under a container runtime are tests/tests/container.rs.
+//! mounts under a container runtime are tests/it/container.rs.
 use std::{collections::BTreeSet, path::Path, process::Command};
 
 use gdrtrace::serve::metrics::{Format, Snapshot, render};

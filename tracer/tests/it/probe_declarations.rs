@@ -158,8 +158,8 @@ fn disagreements(
     out
 }
 
-const KFUNCS: &str = include_str!("../../tracer-ebpf/src/kfuncs.rs");
-const CATALOG_SRC: &str = include_str!("../src/probes/catalog.rs");
+const KFUNCS: &str = include_str!("../../../tracer-ebpf/src/kfuncs.rs");
+const CATALOG_SRC: &str = include_str!("../../src/probes/catalog.rs");
 
 #[test]
 fn every_catalog_program_is_in_the_object_and_kernel_ops_agree() {

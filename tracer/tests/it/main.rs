@@ -1,0 +1,7 @@
+//! Tests of the tracer crate from outside it: the layering and probe
+//! declarations of the source tree, golden outputs and recorded replays.
+//! One binary, a module per area.
+mod golden;
+mod layers;
+mod probe_declarations;
+mod replays;
