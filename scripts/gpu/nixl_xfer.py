@@ -1,11 +1,14 @@
 """A NIXL transfer between two processes through its UCX backend, as
 disaggregated inference moves a KV cache: a target registers a buffer and
-publishes its metadata, an initiator registers its own, loads the target's
-metadata and WRITEs its buffer into the target's ITERATIONS times, then
-notifies it; the target checks the bytes that arrived.
+publishes its metadata, an initiator registers its own and loads the
+target's metadata. With --op WRITE (push) the initiator writes its buffer
+into the target's ITERATIONS times, then notifies it, and the target checks
+the bytes that arrived; with --op READ (pull, as a decode worker takes a
+prefill worker's KV cache) it reads the target's buffer into its own and
+checks it; with --op both it reads, pauses --pause seconds, then writes.
 
-    python3 nixl_xfer.py run --dir DIR [--memory vram|dram] [--size 64M]
-                             [--iterations 20] [--gpus 0,1]
+    python3 nixl_xfer.py run --dir DIR [--op WRITE|READ|both] [--memory vram|dram]
+                             [--size 64M] [--iterations 20] [--gpus 0,1]
 
 `run` starts the target and the initiator (each `python3 nixl_xfer.py
 target|initiator ...`, on its own GPU with VRAM) and writes DIR/summary.json:
@@ -71,9 +74,14 @@ def registered(ag, a, fill):
     return buf, ag.register_memory(descs, "DRAM"), ag.get_xfer_descs([d[:3] for d in descs], "DRAM")
 
 
+# The target's buffer holds TARGET_FILL (what a READ brings back); a WRITE
+# brings WRITE_FILL.
+TARGET_FILL, WRITE_FILL = 7, 9
+
+
 def target(a):
     ag = agent("target")
-    buf, reg, xfer = registered(ag, a, 0)
+    buf, reg, xfer = registered(ag, a, TARGET_FILL)
     tmp = os.path.join(a.dir, "target.tmp")
     with open(tmp, "wb") as f:
         f.write(ag.get_agent_metadata())
@@ -88,39 +96,71 @@ def target(a):
         time.sleep(0.001)
     first, last, total = checksum(buf, a.memory)
     ag.deregister_memory(reg)
+    want = WRITE_FILL if a.op in ("WRITE", "both") else TARGET_FILL
     result = {"side": "target", "pid": os.getpid(), "memory": a.memory, "size": a.size,
-              "first": first, "last": last, "byte_sum": total, "verified": first == last == 7 and total == 7 * a.size}
+              "first": first, "last": last, "byte_sum": total,
+              "verified": first == last == want and total == want * a.size}
     print(json.dumps(result), flush=True)
     return 0 if result["verified"] else 1
 
 
+def transfers(ag, op, local, remote, peer, iterations, last_notifies):
+    """ITERATIONS transfers of OP, each waited for: (count, seconds, backend)."""
+    started = time.time()
+    backend = None
+    for i in range(iterations):
+        notif = b"done" if last_notifies and i == iterations - 1 else b""
+        h = ag.initialize_xfer(op, local, remote, peer, notif)
+        state = ag.transfer(h)
+        while state == "PROC":
+            state = ag.check_xfer_state(h)
+        if state != "DONE":
+            raise SystemExit(f"nixl_xfer: {op} transfer {i} ended in state {state}")
+        backend = ag.query_xfer_backend(h)
+        ag.release_xfer_handle(h)
+    return iterations, time.time() - started, backend
+
+
 def initiator(a):
     ag = agent("initiator")
-    _, reg, local = registered(ag, a, 7)
+    buf, reg, local = registered(ag, a, 0)
     wait_for(os.path.join(a.dir, "target.descs"))
     with open(os.path.join(a.dir, "target.meta"), "rb") as f:
         peer = ag.add_remote_agent(f.read())
     with open(os.path.join(a.dir, "target.descs"), "rb") as f:
         remote = ag.deserialize_descs(f.read())
-    started = time.time()
-    done = 0
-    for i in range(a.iterations):
-        h = ag.initialize_xfer("WRITE", local, remote, peer, b"done" if i == a.iterations - 1 else b"")
-        state = ag.transfer(h)
-        while state == "PROC":
-            state = ag.check_xfer_state(h)
-        if state != "DONE":
-            raise SystemExit(f"nixl_xfer: transfer {i} ended in state {state}")
-        backend = ag.query_xfer_backend(h)
-        ag.release_xfer_handle(h)
-        done += 1
-    elapsed = time.time() - started
+    result = {"side": "initiator", "pid": os.getpid(), "memory": a.memory, "size": a.size, "phases": []}
+    ops = ["READ", "WRITE"] if a.op == "both" else [a.op]
+    verified = True
+    for k, op in enumerate(ops):
+        if k > 0:
+            time.sleep(a.pause)
+        if op == "WRITE":
+            fill(buf, a.memory, WRITE_FILL)
+        # The target waits for the notification of the last transfer.
+        n, elapsed, backend = transfers(ag, op, local, remote, peer, a.iterations, k == len(ops) - 1)
+        phase = {"op": op, "transfers": n, "bytes": n * a.size, "backend": backend, "elapsed_s": elapsed,
+                 "gb_s": n * a.size / elapsed / 1e9 if elapsed > 0 else 0.0, "start_s": time.time() - elapsed}
+        if op == "READ":
+            first, last, total = checksum(buf, a.memory)
+            phase["verified"] = first == last == TARGET_FILL and total == TARGET_FILL * a.size
+            verified &= phase["verified"]
+        result["phases"].append(phase)
     ag.deregister_memory(reg)
-    result = {"side": "initiator", "pid": os.getpid(), "memory": a.memory, "size": a.size, "transfers": done,
-              "bytes": done * a.size, "backend": backend, "elapsed_s": elapsed,
-              "gb_s": done * a.size / elapsed / 1e9 if elapsed > 0 else 0.0}
+    result["bytes"] = sum(p["bytes"] for p in result["phases"])
+    result["verified"] = verified
     print(json.dumps(result), flush=True)
-    return 0
+    return 0 if verified else 1
+
+
+def fill(obj, memory, value):
+    if memory == "vram":
+        import torch
+
+        obj.fill_(value)
+        torch.cuda.synchronize()
+    else:
+        obj.fill(value)
 
 
 def run(a):
@@ -129,14 +169,14 @@ def run(a):
         if os.path.exists(os.path.join(a.dir, f)):
             os.remove(os.path.join(a.dir, f))
     gpus = a.gpus.split(",")
-    common = ["--dir", a.dir, "--memory", a.memory, "--size", str(a.size), "--iterations", str(a.iterations),
-              "--timeout", str(a.timeout)]
+    common = ["--dir", a.dir, "--op", a.op, "--memory", a.memory, "--size", str(a.size),
+              "--iterations", str(a.iterations), "--timeout", str(a.timeout), "--pause", str(a.pause)]
     procs = []
     for side, gpu in (("target", gpus[-1]), ("initiator", gpus[0])):
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu) if a.memory == "vram" else dict(os.environ)
         procs.append((side, subprocess.Popen([sys.executable, __file__, side] + common, env=env,
                                              stdout=subprocess.PIPE, text=True)))
-    out = {"memory": a.memory, "size": a.size, "iterations": a.iterations, "gpus": a.gpus}
+    out = {"op": a.op, "memory": a.memory, "size": a.size, "iterations": a.iterations, "gpus": a.gpus}
     rc = 0
     # Each side's whole output (UCX's log lines among it, when UCX_LOG_LEVEL
     # or UCX_PROTO_INFO is set) goes to DIR/SIDE.log and DIR/ucx.log.
@@ -149,7 +189,7 @@ def run(a):
             log.write(text)
             lines = [l for l in text.splitlines() if l.startswith("{")]
             out[side] = json.loads(lines[-1]) if lines else {"exit": p.returncode}
-    out["ok"] = rc == 0 and out["target"].get("verified", False)
+    out["ok"] = rc == 0 and out["target"].get("verified", False) and out["initiator"].get("verified", False)
     with open(os.path.join(a.dir, "summary.json"), "w") as f:
         json.dump(out, f, indent=1)
     print(json.dumps(out), flush=True)
@@ -165,6 +205,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("role", choices=["run", "target", "initiator"])
     p.add_argument("--dir", required=True)
+    p.add_argument("--op", choices=["WRITE", "READ", "both"], default="WRITE")
+    p.add_argument("--pause", type=float, default=1.0)
     p.add_argument("--memory", choices=["vram", "dram"], default="vram")
     p.add_argument("--size", type=parse_size, default=64 << 20)
     p.add_argument("--iterations", type=int, default=20)
