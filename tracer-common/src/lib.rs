@@ -105,6 +105,11 @@ pub mod op_flags {
     /// the entry hashes it into the arguments (`nccl_id`). Only the rare
     /// `ncclCommInitRank*` rows set it.
     pub const NCCL_ID: u32 = 256;
+    /// Aggregate-only ops whose handle is a kernel `struct sock *` (TCP
+    /// sends): the calling process becomes the socket's owner
+    /// (`SOCK_OWNER`), to which its retransmissions are counted, as they
+    /// fire from timers and softirqs in whatever task runs.
+    pub const SOCK_OWNER: u32 = 512;
 }
 
 /// Indices of the `CONTROL` array, written by user space while tracing.
@@ -160,6 +165,13 @@ pub mod op {
     pub const SENDMSG: u32 = 3;
     pub const RECVFROM: u32 = 4;
     pub const RECVMSG: u32 = 5;
+    /// TCP sends per (process, socket), from `sock:sock_send_length` or
+    /// `tcp_sendmsg` (`net::`): the process that sends on a socket owns its
+    /// retransmissions. Bytes are the return values.
+    pub const TCP_SEND: u32 = 8;
+    /// TCP retransmissions (`tcp:tcp_retransmit_skb`) per (owner, socket):
+    /// calls are retransmitted packets (one `sk_buff` each), bytes 0.
+    pub const TCP_RETRANSMIT: u32 = 9;
     /// Kernel pinning family (fentry/fexit or kprobe/kretprobe).
     pub const PIN_USER_PAGES: u32 = 16;
     pub const PIN_USER_PAGES_FAST: u32 = 17;
@@ -228,8 +240,12 @@ pub mod counter {
     /// still waiting to be closed, and the call was counted once, by the
     /// current link.
     pub const SAMPLE_STALE: u32 = 9;
+    /// TCP retransmissions on sockets no traced process sent on while the
+    /// probes were live (`op::TCP_RETRANSMIT`): every other process of the
+    /// machine, or a traced one whose send hook is unavailable.
+    pub const TCP_RETRANSMIT_UNOWNED: u32 = 10;
     /// Number of counters.
-    pub const COUNT: u32 = 10;
+    pub const COUNT: u32 = 11;
 }
 
 /// Discovery (`gdrtrace serve`): which opened paths make a process a
@@ -389,6 +405,81 @@ pub fn copy_row_handle(op: u32, key_args: u8, args: &[u64; MAX_ARGS], epoch: u64
         i += 1;
     }
     h | 1
+}
+
+/// TCP sockets whose owner the kernel keeps (`SOCK_OWNER`, LRU).
+pub const MAX_SOCKETS: u32 = 65536;
+
+/// The connection of a TCP retransmission row, as its first record
+/// carries it (`kind::ENTRY` of `op::TCP_RETRANSMIT`, `pid` the owner):
+/// `args[0]` the socket, `args[1]` family, ports and state, `args[2..4]`
+/// the local and `args[4..6]` the remote IPv6 address (an IPv4 one
+/// v4-mapped, as `tcp_retransmit_skb` stores it).
+pub mod net {
+    use super::MAX_ARGS;
+
+    /// `AF_INET`, `AF_INET6`.
+    pub const AF_INET: u16 = 2;
+    pub const AF_INET6: u16 = 10;
+    /// `IPPROTO_TCP`.
+    pub const IPPROTO_TCP: u16 = 6;
+    /// `TCP_CLOSE` (include/net/tcp_states.h).
+    pub const TCP_CLOSE: i32 = 7;
+
+    /// One connection: ports in host order, addresses as the kernel keeps
+    /// them (network order).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Conn {
+        pub sock: u64,
+        pub family: u16,
+        pub sport: u16,
+        pub dport: u16,
+        /// `TCP_ESTABLISHED`... at the first retransmission.
+        pub state: u16,
+        pub saddr: [u8; 16],
+        pub daddr: [u8; 16],
+    }
+
+    impl Conn {
+        #[inline(always)]
+        pub fn to_args(&self) -> [u64; MAX_ARGS] {
+            let half = |a: &[u8; 16], i: usize| {
+                let mut w = [0u8; 8];
+                let mut k = 0;
+                while k < 8 {
+                    w[k] = a[i * 8 + k];
+                    k += 1;
+                }
+                u64::from_le_bytes(w)
+            };
+            [
+                self.sock,
+                self.family as u64 | (self.sport as u64) << 16 | (self.dport as u64) << 32 | (self.state as u64) << 48,
+                half(&self.saddr, 0),
+                half(&self.saddr, 1),
+                half(&self.daddr, 0),
+                half(&self.daddr, 1),
+            ]
+        }
+
+        pub fn from_args(a: &[u64; MAX_ARGS]) -> Self {
+            let addr = |lo: u64, hi: u64| {
+                let mut out = [0u8; 16];
+                out[..8].copy_from_slice(&lo.to_le_bytes());
+                out[8..].copy_from_slice(&hi.to_le_bytes());
+                out
+            };
+            Conn {
+                sock: a[0],
+                family: a[1] as u16,
+                sport: (a[1] >> 16) as u16,
+                dport: (a[1] >> 32) as u16,
+                state: (a[1] >> 48) as u16,
+                saddr: addr(a[2], a[3]),
+                daddr: addr(a[4], a[5]),
+            }
+        }
+    }
 }
 
 /// Processes whose region epoch the kernel keeps (`COPY_EPOCH`, LRU).

@@ -1,4 +1,5 @@
-//! Kernel-function probe families (pinning, verbs, peer memory, dma-buf).
+//! Kernel-function probe families (pinning, verbs, peer memory, dma-buf,
+//! and the TCP send that names a socket's owner where no tracepoint does).
 //!
 //! Every function gets the same four thin programs from one macro: fentry and
 //! fexit (preferred: cheap, need BTF and a kernel that allows them) and
@@ -28,6 +29,7 @@
 //! struct dma_buf_attachment *dma_buf_dynamic_attach(struct dma_buf *dmabuf,
 //!         struct device *dev, const struct dma_buf_attach_ops *importer_ops,
 //!         void *importer_priv);
+//! int tcp_sendmsg(struct sock *sk, struct msghdr *msg, size_t size);
 //! ```
 //! For fentry/fexit the arguments come from `bpf_get_func_arg` and the return
 //! value from `bpf_get_func_ret` (both 5.17+), which do not depend on the
@@ -131,4 +133,7 @@ kernel_functions! {
     dma_buf_unmap_attachment => op::DMA_BUF_UNMAP_ATTACHMENT;
     dma_buf_unmap_attachment_unlocked => op::DMA_BUF_UNMAP_ATTACHMENT_UNLOCKED;
     dma_buf_detach => op::DMA_BUF_DETACH;
+    // The owner of a TCP socket where `sock:sock_send_length` is missing,
+    // net.rs; its prototype is in the module comment.
+    tcp_sendmsg => op::TCP_SEND;
 }

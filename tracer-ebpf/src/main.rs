@@ -7,6 +7,7 @@ mod discover;
 mod doctor;
 mod kfuncs;
 mod maps;
+mod net;
 mod probes;
 mod sched;
 mod syscalls;

@@ -6,7 +6,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     AggKey, AggValue, Inflight, InflightKey, MAX_AGG_ROWS, MAX_EPOCH_PROCS, MAX_INFLIGHT, MAX_OPS, MAX_SLOTS,
-    MAX_SYSCALLS, MAX_TARGETS, MAX_THREADS, OpConfig, RINGBUF_BYTES, WAKEUP_BYTES, control, counter,
+    MAX_SOCKETS, MAX_SYSCALLS, MAX_TARGETS, MAX_THREADS, OpConfig, RINGBUF_BYTES, WAKEUP_BYTES, control, counter,
 };
 
 /// `filter::ALL` or `filter::TARGETS`; set by the loader.
@@ -85,6 +85,12 @@ pub static AGGREGATE: PerCpuHashMap<AggKey, AggValue> = PerCpuHashMap::with_max_
 /// processes age out.
 #[map]
 pub static COPY_EPOCH: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_EPOCH_PROCS, 0);
+
+/// Key: a TCP socket (`struct sock *`). Value: the tgid of the traced
+/// process that last sent on it (`op_flags::SOCK_OWNER`), dropped when the
+/// socket closes; LRU, so a socket whose close was missed ages out.
+#[map]
+pub static SOCK_OWNER: LruHashMap<u64, u32> = LruHashMap::with_max_entries(MAX_SOCKETS, 0);
 
 /// Whether user space closed the tracing window (`control::STOPPED`).
 #[inline(always)]

@@ -16,8 +16,8 @@ use tracer_common::{
 };
 
 use crate::maps::{
-    AGGREGATE, COPY_EPOCH, CUR_CTX, EVENTS, FILTER_MODE, HITS, INFLIGHT, LATENCY, OP_CONFIG, TARGETS, WAKEUP_AT, bump,
-    count, sample_skip, stopped,
+    AGGREGATE, COPY_EPOCH, CUR_CTX, EVENTS, FILTER_MODE, HITS, INFLIGHT, LATENCY, OP_CONFIG, SOCK_OWNER, TARGETS,
+    WAKEUP_AT, bump, count, sample_skip, stopped,
 };
 
 /// Why a probe did not record anything. Fits a register (returned as the
@@ -125,6 +125,27 @@ pub fn on_entry_at<const UAPI: bool>(
             }
         }
     }
+    Ok(0)
+}
+
+/// Records a whole call at once, for a tracepoint that fires after it with
+/// its result (`sock:sock_send_length`): a kernel op that is aggregate-only
+/// (its `OP_CONFIG`), so no in-flight slot and no latency.
+#[inline(always)]
+pub fn on_call(op: u32, args: [u64; MAX_ARGS], ret: i64) -> Result<u32, Skip> {
+    if stopped() {
+        return Err(Skip::Stopped);
+    }
+    if op >= MAX_OPS {
+        return Err(Skip::BadOp);
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !traced((pid_tgid >> 32) as u32) {
+        return Err(Skip::NotTraced);
+    }
+    bump(&HITS, op);
+    let config = OP_CONFIG.get(op).copied().unwrap_or_default();
+    aggregate(op, pid_tgid, &config, &args, ret);
     Ok(0)
 }
 
@@ -326,6 +347,9 @@ fn aggregate(op: u32, pid_tgid: u64, config: &OpConfig, args: &[u64; MAX_ARGS], 
         op,
         handle: arg(config.handle_arg),
     };
+    if config.flags & op_flags::SOCK_OWNER != 0 {
+        own_socket(key.handle, key.tgid);
+    }
     let bytes = if config.flags & op_flags::BYTES_FROM_RET != 0 {
         if ret > 0 { ret as u64 } else { 0 }
     } else {
@@ -348,6 +372,16 @@ fn aggregate(op: u32, pid_tgid: u64, config: &OpConfig, args: &[u64; MAX_ARGS], 
             }
         }
     }
+}
+
+/// Makes `tgid` the owner of socket `sock`; a lookup only, once it is.
+#[inline(always)]
+fn own_socket(sock: u64, tgid: u32) {
+    // SAFETY: read-only lookup of a plain value.
+    if sock == 0 || unsafe { SOCK_OWNER.get(sock) }.is_some_and(|t| *t == tgid) {
+        return;
+    }
+    let _ = SOCK_OWNER.insert(sock, tgid, 0);
 }
 
 const TASK_COMM_LEN: u32 = 16;

@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::{
     drive::{
         copy_loop::CopyLoopOpts, cuda_copy::CudaCopyOpts, nccl::NcclOpts, pin_churn::PinChurnOpts,
-        syscalls::SyscallsOpts, ucx::UcxOpts, verbs::VerbsOpts,
+        syscalls::SyscallsOpts, tcp::TcpOpts, ucx::UcxOpts, verbs::VerbsOpts,
     },
     units::parse_duration,
 };
@@ -445,6 +445,9 @@ pub enum Drive {
     /// Small asynchronous copies through a libcuda (the stand-in by
     /// default), host to device and back: `bench copies`' job.
     CopyLoop(CopyLoopOpts),
+    /// One TCP connection over loopback (sender and receiver in this
+    /// process), with the kernel's count of its retransmitted segments.
+    Tcp(TcpOpts),
 }
 
 #[derive(Debug, Subcommand)]

@@ -305,6 +305,11 @@ impl Session {
             .map_or(0, |c| c[counter::SAMPLE_OFF_TRAPS as usize])
     }
 
+    /// One of the kernel's `COUNTERS`, summed over CPUs.
+    pub fn counter(&self, index: u32) -> Result<u64> {
+        Ok(self.per_cpu_sums("COUNTERS", counter::COUNT)?[index as usize])
+    }
+
     /// The in-kernel loss counters, summed over CPUs.
     pub fn loss(&self, malformed: u64, undecoded: u64) -> Result<Loss> {
         let c = self.per_cpu_sums("COUNTERS", counter::COUNT)?;

@@ -16,7 +16,10 @@ use crate::{
     error::{Error, Result},
     output::StreamFile,
     recording,
-    report::{self, Inputs, PinCounters, Report},
+    report::{
+        self, Inputs, PinCounters, Report,
+        fabric::{FabricInputs, PortBase},
+    },
     session::Session,
     stats::Aggregator,
 };
@@ -195,6 +198,43 @@ pub struct Trace {
     pub timeline: Option<String>,
     /// The trap cost, measured once the duty cycle first samples.
     calibration: crate::calibrate::Background,
+    /// RDMA ports and counters when tracing began.
+    ports: PortBase,
+    /// RDMA devices each process held open, and when each process without
+    /// one was last looked at.
+    devices: Devices,
+}
+
+/// The RDMA devices traced processes hold open (`rdma::devices_opened`):
+/// looked up while they run, at most once a second for one that holds none
+/// yet, and not again once one is found.
+#[derive(Debug, Default)]
+struct Devices {
+    held: BTreeMap<u32, std::collections::BTreeSet<String>>,
+    looked: BTreeMap<u32, Instant>,
+}
+
+impl Devices {
+    const AGAIN: Duration = Duration::from_secs(1);
+
+    fn look(&mut self, pids: impl Iterator<Item = u32>) {
+        let now = Instant::now();
+        for pid in pids {
+            if self.held.contains_key(&pid)
+                || self
+                    .looked
+                    .get(&pid)
+                    .is_some_and(|t| now.duration_since(*t) < Self::AGAIN)
+            {
+                continue;
+            }
+            self.looked.insert(pid, now);
+            let found = crate::topo::rdma::devices_opened(std::path::Path::new("/"), pid);
+            if !found.is_empty() {
+                self.held.insert(pid, found.into_iter().collect());
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -264,6 +304,8 @@ impl Trace {
             started_ns: crate::host::monotonic_ns(),
             timeline: None,
             calibration: Default::default(),
+            ports: PortBase::sample(),
+            devices: Devices::default(),
         }
     }
 
@@ -356,6 +398,9 @@ impl Trace {
         self.interval_tick();
         for pid in self.agg.live_pids() {
             self.session.attach_libraries_of(pid);
+        }
+        if self.ports.any() {
+            self.devices.look(self.agg.live_pids().into_iter());
         }
     }
 
@@ -532,6 +577,12 @@ impl Trace {
             _ => None,
         };
         let loss = self.session.loss(0, self.agg.undecoded())?;
+        let mut fabric = FabricInputs {
+            devices: self.devices.held.clone(),
+            unattributed_retransmits: self.session.counter(tracer_common::counter::TCP_RETRANSMIT_UNOWNED)?,
+            ..Default::default()
+        };
+        self.ports.deltas(&mut fabric);
         Ok(Inputs {
             command,
             gpu_links: self
@@ -556,6 +607,7 @@ impl Trace {
                 .keys()
                 .map(|pid| (*pid, self.session.planner.process_libraries(*pid)))
                 .collect(),
+            fabric,
         })
     }
 

@@ -258,15 +258,28 @@ fn points(btf: Option<&Btf>) -> Vec<Point> {
                     None => (f.to_string(), false, "not in kallsyms or vmlinux BTF".into()),
                 }
             }
-            Target::Tracepoint { category, name } => {
+            Target::Tracepoint { category, name } | Target::TracepointOr { category, name, .. } => {
                 let ok = loader::tracefs()
                     .map(|t| t.join("events").join(category).join(name).is_dir())
                     .unwrap_or(false);
-                (
-                    format!("{category}:{name}"),
-                    ok,
-                    if ok { "tracefs".into() } else { "not in tracefs".into() },
-                )
+                match p.target.kernel_fn() {
+                    Some(f) if !ok => {
+                        let m = in_kallsyms(f);
+                        (
+                            format!("{category}:{name} or {f}"),
+                            m.is_some(),
+                            m.map_or_else(
+                                || "neither in tracefs nor in kallsyms".into(),
+                                |m| format!("not in tracefs; {f} in kallsyms {m}"),
+                            ),
+                        )
+                    }
+                    _ => (
+                        format!("{category}:{name}"),
+                        ok,
+                        if ok { "tracefs".into() } else { "not in tracefs".into() },
+                    ),
+                }
             }
             Target::Procfs(path) => {
                 let ok = Path::new(&path.replace("PID", "self")).exists();

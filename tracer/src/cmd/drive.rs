@@ -1,7 +1,7 @@
 //! `gdrtrace drive ...`: run a workload without tracing.
 use crate::{
     cli::Drive,
-    drive::{copy_loop, cuda_copy, nccl, pin_churn, syscalls, ucx, verbs},
+    drive::{copy_loop, cuda_copy, nccl, pin_churn, syscalls, tcp, ucx, verbs},
     error::{Error, Result},
 };
 
@@ -68,6 +68,12 @@ pub fn drive(d: &Drive) -> Result<i32> {
         Drive::Nccl(o) => {
             let r = nccl::run(o).map_err(|e| Error::Workload(e.to_string()))?;
             report(&r.summary_lines(), &r, o.summary.as_deref())?;
+            Ok(0)
+        }
+        Drive::Tcp(o) => {
+            crate::output::check_writable("--summary", o.summary.as_deref())?;
+            let s = tcp::run(o).map_err(Error::Workload)?;
+            report(&[s.line()], &s, o.summary.as_deref())?;
             Ok(0)
         }
         Drive::CopyLoop(o) => {

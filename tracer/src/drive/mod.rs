@@ -5,5 +5,6 @@ pub mod cuda_copy;
 pub mod nccl;
 pub mod pin_churn;
 pub mod syscalls;
+pub mod tcp;
 pub mod ucx;
 pub mod verbs;

@@ -12,6 +12,7 @@ use crate::{
     report::{Process, Report, accounting::RegistrationProcess},
 };
 
+mod fabric;
 mod rules;
 mod ucx;
 

@@ -566,4 +566,7 @@ pub static RULES: &[Rule] = &[
         cause: "Copies between the GPU and pageable host memory: the driver stages them through its own pinned bounce buffer (an extra copy on the CPU). Allocate the host buffers with cuMemAllocHost/cuMemHostAlloc or pin them with cuMemHostRegister.",
         check: pageable_copies,
     },
+    super::fabric::NETWORK_LOST_PACKETS,
+    super::fabric::STAGED_NOT_NETWORK,
+    super::fabric::LINK_DOWN,
 ];

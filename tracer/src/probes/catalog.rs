@@ -14,6 +14,9 @@ pub enum Family {
     Syscall,
     /// Socket data syscalls (send/recv), aggregated in the kernel.
     Socket,
+    /// TCP retransmissions per (process, socket) and the sends that name
+    /// each socket's process, aggregated in the kernel.
+    Network,
     /// Kernel page pinning (`pin_user_pages*`, `unpin_*`).
     Pinning,
     /// Kernel side of verbs memory registration.
@@ -40,6 +43,7 @@ impl Family {
             Family::Sched => "sched",
             Family::Syscall => "syscall",
             Family::Socket => "socket",
+            Family::Network => "network",
             Family::Pinning => "pinning",
             Family::Verbs => "verbs",
             Family::PeerMem => "peer-mem",
@@ -60,6 +64,14 @@ pub enum Target {
     KernelFn(&'static str),
     /// A static tracepoint.
     Tracepoint { category: &'static str, name: &'static str },
+    /// A static tracepoint where the kernel has it, else a kernel function
+    /// that sees the same calls (fentry/kprobe strategies): for points whose
+    /// tracepoint is newer than some kernels traced.
+    TracepointOr {
+        category: &'static str,
+        name: &'static str,
+        func: &'static str,
+    },
     /// A procfs file read by user space.
     Procfs(&'static str),
     /// Library functions from the uprobe table, by library.
@@ -133,6 +145,19 @@ pub struct ProbePoint {
     pub strategies: &'static [Strategy],
     /// eBPF programs for the tracepoint strategy (entry, optional return).
     pub programs: &'static [&'static str],
+    /// Tracepoint fields the programs read at fixed offsets: the planner
+    /// attaches them only where this kernel's format agrees.
+    pub fields: &'static [(&'static str, u32)],
+}
+
+impl Target {
+    /// The kernel function the fentry/kprobe strategies attach to.
+    pub fn kernel_fn(&self) -> Option<&'static str> {
+        match *self {
+            Target::KernelFn(f) | Target::TracepointOr { func: f, .. } => Some(f),
+            _ => None,
+        }
+    }
 }
 
 const KFN: &[Strategy] = &[Strategy::Fentry, Strategy::Kprobe];
@@ -147,6 +172,7 @@ macro_rules! kernel_rows {
             required: false,
             strategies: KFN,
             programs: &[],
+            fields: &[],
         }),*]
     };
 }
@@ -174,6 +200,7 @@ const fn tp(
             &[Strategy::Tracepoint]
         },
         programs,
+        fields: &[],
     }
 }
 
@@ -222,6 +249,7 @@ const fn procfs(name: &'static str, path: &'static str) -> ProbePoint {
         required: false,
         strategies: &[Strategy::Procfs],
         programs: &[],
+        fields: &[],
     }
 }
 
@@ -234,6 +262,7 @@ const fn library(name: &'static str, family: Family, lib: super::uapi::Lib) -> P
         required: false,
         strategies: &[Strategy::Uprobe],
         programs: &[],
+        fields: &[],
     }
 }
 
@@ -308,16 +337,85 @@ const SOCKETS: [ProbePoint; 4] = {
     ]
 };
 
+/// TCP retransmissions and the sends that name each socket's process
+/// (tracer-ebpf/src/net.rs): optional, aggregate-only per (process,
+/// socket). The send point is `sock_send_length` (6.2+), else
+/// `tcp_sendmsg` by fentry or kprobe; the close point forgets a socket's
+/// process when it closes.
+const NETWORK: [ProbePoint; 3] = [
+    ProbePoint {
+        name: "tcp_retransmit_skb",
+        family: Family::Network,
+        target: Target::Tracepoint {
+            category: "tcp",
+            name: "tcp_retransmit_skb",
+        },
+        op: op::TCP_RETRANSMIT,
+        required: false,
+        strategies: &[Strategy::Tracepoint],
+        programs: &["tcp_retransmit_skb"],
+        fields: &[
+            ("skaddr", 16),
+            ("state", 24),
+            ("sport", 28),
+            ("dport", 30),
+            ("family", 32),
+            ("saddr_v6", 42),
+            ("daddr_v6", 58),
+        ],
+    },
+    ProbePoint {
+        name: "tcp_send",
+        target: Target::TracepointOr {
+            category: "sock",
+            name: "sock_send_length",
+            func: "tcp_sendmsg",
+        },
+        strategies: &[Strategy::Tracepoint, Strategy::Fentry, Strategy::Kprobe],
+        programs: &["sock_send_length"],
+        fields: &[("sk", 8), ("family", 16), ("protocol", 18), ("ret", 20)],
+        ..kernel_rows!(Family::Network, tcp_sendmsg => op::TCP_SEND)[0]
+    },
+    ProbePoint {
+        name: "tcp_close",
+        family: Family::Network,
+        target: Target::Tracepoint {
+            category: "sock",
+            name: "inet_sock_set_state",
+        },
+        op: op::NONE,
+        required: false,
+        strategies: &[Strategy::Tracepoint],
+        programs: &["inet_sock_set_state"],
+        fields: &[("skaddr", 8), ("newstate", 20), ("protocol", 30)],
+    },
+];
+
+/// Whether an op is one of the network rows (`NETWORK`), whose kernel rows
+/// are per (process, socket), neither socket syscalls nor collectives.
+pub fn is_network(op_code: u32) -> bool {
+    matches!(op_code, op::TCP_SEND | op::TCP_RETRANSMIT)
+}
+
 /// The eBPF-side configuration of kernel-side ops that need one (the
 /// uprobe table configures library ops itself).
 pub fn kernel_config(op_code: u32) -> Option<tracer_common::OpConfig> {
-    matches!(op_code, op::SENDTO | op::SENDMSG | op::RECVFROM | op::RECVMSG).then_some(tracer_common::OpConfig {
-        flags: tracer_common::op_flags::AGGREGATE_ONLY | tracer_common::op_flags::BYTES_FROM_RET,
+    let owner = if op_code == op::TCP_SEND {
+        tracer_common::op_flags::SOCK_OWNER
+    } else {
+        0
+    };
+    matches!(
+        op_code,
+        op::SENDTO | op::SENDMSG | op::RECVFROM | op::RECVMSG | op::TCP_SEND
+    )
+    .then_some(tracer_common::OpConfig {
+        flags: tracer_common::op_flags::AGGREGATE_ONLY | tracer_common::op_flags::BYTES_FROM_RET | owner,
         deref_args: 0,
         ret_read_offset: u32::MAX,
         count_arg: tracer_common::NO_ARG,
         dtype_arg: tracer_common::NO_ARG,
-        // Rows per socket: the fd is argument 0.
+        // Rows per socket: the fd (syscalls) or the `struct sock *` is argument 0.
         handle_arg: 0,
         key_args: 0,
         id_src: tracer_common::NO_ARG,
@@ -391,8 +489,8 @@ const LIBRARIES: [ProbePoint; 6] = [
     library("libucs", Family::Ucx, super::uapi::Lib::Ucs),
 ];
 
-const fn concat_catalog() -> [ProbePoint; 47] {
-    let mut out = [LIFECYCLE[0]; 47];
+const fn concat_catalog() -> [ProbePoint; 50] {
+    let mut out = [LIFECYCLE[0]; 50];
     let mut i = 0;
     macro_rules! push {
         ($arr:expr) => {{
@@ -406,18 +504,19 @@ const fn concat_catalog() -> [ProbePoint; 47] {
     }
     push!(LIFECYCLE);
     push!(SOCKETS);
+    push!(NETWORK);
     push!(PINNING);
     push!(VERBS);
     push!(PEERMEM);
     push!(DMABUF);
     push!(COUNTERS);
     push!(LIBRARIES);
-    assert!(i == 47);
+    assert!(i == 50);
     out
 }
 
 /// Every probe point gdrtrace knows, in report order.
-pub static CATALOG: [ProbePoint; 47] = concat_catalog();
+pub static CATALOG: [ProbePoint; 50] = concat_catalog();
 
 /// The pipeline benchmark's event source (`gdrtrace bench pipeline`): not
 /// in the catalog, so no trace attaches it, but its events decode like any

@@ -102,6 +102,7 @@ pub fn footer(inputs: &Inputs, agg: &Aggregator, events: u64) -> Footer {
                 hits: *hits,
             })
             .collect(),
+        fabric: inputs.fabric.clone(),
     }
 }
 
@@ -127,6 +128,7 @@ pub fn inputs_of(header: &Header, footer: &Footer) -> Inputs {
             .iter()
             .filter_map(|h| Some((op_code(&h.op)?, h.hits)))
             .collect(),
+        fabric: footer.fabric.clone(),
     }
 }
 
@@ -160,6 +162,10 @@ pub struct Footer {
     /// Probe entries per op.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probe_hits: Vec<crate::report::ProbeHits>,
+    /// Port counters over the window, the RDMA devices processes held,
+    /// unattributed TCP retransmissions.
+    #[serde(default)]
+    pub fabric: crate::report::fabric::FabricInputs,
 }
 
 /// A strategy's name in this build (`unknown` for one it does not have).

@@ -94,6 +94,11 @@ pub struct StagingProcess {
     pub cpu_s_per_gb: Option<f64>,
 }
 
+/// CPU seconds per GB (10^9 bytes) moved: what moving data cost a process.
+pub fn cpu_s_per_gb(cpu_seconds: Option<f64>, bytes: u64) -> Option<f64> {
+    cpu_seconds.filter(|_| bytes > 0).map(|c| c / (bytes as f64 / 1e9))
+}
+
 /// Host staging of one communicator.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct StagingCommunicator {
@@ -159,7 +164,7 @@ pub fn staging(r: &super::Report) -> Staging {
                 staging_copies_per_s: per_s(p.staging_copies, r.duration_s),
                 staged_pairs: p.staged_pairs,
                 cpu_seconds: p.cpu_seconds,
-                cpu_s_per_gb: p.cpu_seconds.filter(|_| moved > 0).map(|c| c / (moved as f64 / 1e9)),
+                cpu_s_per_gb: cpu_s_per_gb(p.cpu_seconds, moved),
             }
         })
         .collect();

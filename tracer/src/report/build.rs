@@ -12,6 +12,7 @@ use crate::{probes::ops::op_name, stats::Aggregator};
 pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
     let incomplete = !inputs.loss.complete;
     let signals = signals(&inputs.coverage, inputs.pins.delta.is_some());
+    let fabric = super::fabric::build(agg, &inputs.fabric, &inputs.coverage, inputs.duration_s);
     Report {
         schema: SCHEMA,
         tool_version: env!("CARGO_PKG_VERSION"),
@@ -46,6 +47,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         workloads: Vec::new(),
         gpu_links: inputs.gpu_links,
         ucx: crate::stats::ucx::report(agg, &inputs.process_libraries),
+        fabric,
         judged: false,
     }
 }

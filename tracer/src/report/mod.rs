@@ -2,6 +2,7 @@
 //! docs/report-schema.md) and its text rendering.
 pub mod accounting;
 mod build;
+pub mod fabric;
 pub mod findings;
 pub mod judged;
 mod shape;
@@ -311,6 +312,11 @@ pub struct Report {
     /// registrations and the registration cache (`classify/ucx/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ucx: Option<crate::classify::ucx::UcxReport>,
+    /// What the network did: TCP retransmissions per process and socket,
+    /// RDMA port counters by class (`report/fabric.rs`); absent from
+    /// reports older than it.
+    #[serde(default, skip_serializing_if = "fabric::Fabric::is_empty")]
+    pub fabric: fabric::Fabric,
     /// Whether `judge` ran (verdicts, staging and collective transfers are final).
     #[serde(skip)]
     pub judged: bool,
@@ -346,6 +352,8 @@ pub struct Inputs {
     pub process_libraries: BTreeMap<u32, Vec<crate::probes::planner::ProcessLibrary>>,
     /// Probe entries per op code (the kernel's `HITS`).
     pub probe_hits: BTreeMap<u32, u64>,
+    /// Port counters, the devices processes held, unattributed retransmissions.
+    pub fabric: fabric::FabricInputs,
 }
 
 /// The typed reader of a saved report (`compare`, `explain`): every section
@@ -454,6 +462,7 @@ pub(crate) mod tests_support {
                 pins: PinCounters::default(),
                 process_libraries: BTreeMap::new(),
                 probe_hits: BTreeMap::new(),
+                fabric: Default::default(),
             },
         )
     }

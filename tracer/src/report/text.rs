@@ -9,6 +9,7 @@ use crate::{
 
 mod coverage;
 mod explain;
+mod fabric;
 mod ucx;
 
 use self::coverage::{coverage_detail, signals};
@@ -433,6 +434,7 @@ pub fn render_with(r: &Report, detail: bool) -> String {
     staging(&mut o, r);
     registrations(&mut o, r);
     processes(&mut o, r);
+    o.push_str(&fabric::fabric(&r.fabric));
     pins_and_loss(&mut o, r);
     o.push_str(&explain(r));
     let _ = writeln!(o);

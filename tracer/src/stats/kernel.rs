@@ -61,6 +61,7 @@ impl Aggregator {
             socket_calls,
             fds,
         } = self.count_rows(rows);
+        self.tcp_rows(rows.iter().filter(|(k, _)| crate::probes::catalog::is_network(k.op)));
         self.processes_of_collectives();
         for ((pid, name), calls) in socket_calls {
             if let Some(p) = self.procs.get_mut(&pid) {
@@ -82,6 +83,9 @@ impl Aggregator {
         self.collectives_counted.clear();
         let mut other = OtherRows::default();
         for (k, v) in rows {
+            if crate::probes::catalog::is_network(k.op) {
+                continue;
+            }
             let name = crate::probes::ops::op_name(k.op);
             if crate::probes::uapi::row_of(k.op).is_some_and(|(_, r)| r.copy_rows()) {
                 let e = other.copies.entry((k.tgid, k.op, k.handle)).or_default();

@@ -122,6 +122,7 @@ impl Aggregator {
         self.collectives.retain(|(p, _, _), _| *p != pid);
         self.collectives_counted.retain(|(p, _, _), _| *p != pid);
         self.copies.forget(pid);
+        self.tcp.retain(|(p, _), _| *p != pid);
         self.estimator.forget(pid);
         self.exiting.remove(&pid);
         self.credited.remove(&pid);
@@ -193,6 +194,7 @@ impl Aggregator {
                 }
                 self.exited(e.pid);
             }
+            kind::ENTRY if e.op == tracer_common::op::TCP_RETRANSMIT => self.tcp_conn(e),
             kind::CALL | kind::ENTRY => {
                 self.call(e);
             }

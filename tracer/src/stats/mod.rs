@@ -14,6 +14,7 @@ pub mod duty;
 pub mod feed;
 mod kernel;
 mod lifecycle;
+mod net;
 mod process;
 pub mod source;
 pub mod timeline;
@@ -27,6 +28,7 @@ use tracer_common::Event;
 
 pub use self::{
     duty::RowKey,
+    net::{TcpSocket, TcpSockets},
     process::{Communicator, DutyTotals, ProcInfo, SampledTime, SocketTotals, crosses_devices},
     transfers::{TransferGroup, Transfers},
 };
@@ -137,6 +139,8 @@ pub struct Aggregator {
     /// UCX evidence per process (registrations, cache lookups, buffer
     /// samples of the aggregated data calls, copies by side).
     ucx: classify::ucx::Tracker,
+    /// TCP sends and retransmissions per (process, socket) (`stats/net.rs`).
+    tcp: TcpSockets,
 }
 
 impl Default for Aggregator {
@@ -168,6 +172,7 @@ impl Aggregator {
             pairs: PairDetector::default(),
             reg_latency: BTreeMap::new(),
             ucx: Default::default(),
+            tcp: TcpSockets::new(),
         }
     }
 

@@ -189,3 +189,23 @@ pub fn is_error_counter(name: &str) -> bool {
     .iter()
     .any(|w| n.contains(w))
 }
+
+/// The RDMA devices whose verbs device node (`/dev/infiniband/uverbsN`)
+/// process `pid` holds open, by name (`/sys/class/infiniband_verbs/
+/// uverbsN/ibdev`): the devices its verbs traffic can take. A process
+/// that opens every device to query it (NCCL does at init) names them all.
+pub fn devices_opened(root: &Path, pid: u32) -> Vec<String> {
+    let fds = root.join(format!("proc/{pid}/fd"));
+    let mut out: Vec<String> = dir_names(&fds)
+        .into_iter()
+        .filter_map(|fd| {
+            let target = fs::read_link(fds.join(fd)).ok()?;
+            let node = target.to_str()?.strip_prefix("/dev/infiniband/")?;
+            node.starts_with("uverbs").then(|| node.to_string())
+        })
+        .filter_map(|node| read_trim(&root.join("sys/class/infiniband_verbs").join(node).join("ibdev")))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}

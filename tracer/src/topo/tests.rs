@@ -620,3 +620,19 @@ fn nvlink_pairs() {
         "{text}"
     );
 }
+
+#[test]
+fn devices_a_process_holds_open() {
+    let f = Fake::new("uverbs");
+    f.write("sys/class/infiniband_verbs/uverbs0/ibdev", "mlx5_0\n");
+    f.write("sys/class/infiniband_verbs/uverbs1/ibdev", "mlx5_1\n");
+    f.link("proc/42/fd/3", "/dev/infiniband/uverbs1");
+    f.link("proc/42/fd/4", "/dev/infiniband/rdma_cm");
+    f.link("proc/42/fd/5", "socket:[1234]");
+    f.link("proc/42/fd/6", "/dev/infiniband/uverbs1");
+    assert_eq!(rdma::devices_opened(f.root(), 42), ["mlx5_1"]);
+    assert!(
+        rdma::devices_opened(f.root(), 43).is_empty(),
+        "a process gone holds nothing"
+    );
+}

@@ -62,12 +62,12 @@ fn object_programs() -> HashMap<String, Type> {
 fn programs_of(p: &ProbePoint) -> Vec<(String, Type)> {
     let mut out = Vec::new();
     for s in p.strategies {
-        match (s, p.target) {
-            (Strategy::Fentry, Target::KernelFn(f)) => {
+        match (s, p.target.kernel_fn()) {
+            (Strategy::Fentry, Some(f)) => {
                 out.push((format!("fentry_{f}"), Type::FEntry));
                 out.push((format!("fexit_{f}"), Type::FExit));
             }
-            (Strategy::Kprobe, Target::KernelFn(f)) => {
+            (Strategy::Kprobe, Some(f)) => {
                 out.push((format!("kprobe_{f}"), Type::KProbe));
                 out.push((format!("kretprobe_{f}"), Type::KRetProbe));
             }
@@ -128,13 +128,7 @@ fn disagreements(
             }
         }
     }
-    let kernel: BTreeSet<&str> = rows
-        .iter()
-        .filter_map(|p| match p.target {
-            Target::KernelFn(f) => Some(f),
-            _ => None,
-        })
-        .collect();
+    let kernel: BTreeSet<&str> = rows.iter().filter_map(|p| p.target.kernel_fn()).collect();
     for name in programs.keys() {
         if let Some(f) = name.strip_prefix("fentry_")
             && !kernel.contains(f)

@@ -91,6 +91,23 @@ const RULE_CASES: &[(&str, &str, &str)] = &[
     ),
     ("ucx-rcache-disabled", "ucx-host-tcp-rcache-off", "ucx-host-tcp"),
     ("ucx-rcache-thrashing", "standin-ucx-rcache-thrash", "ucx-host-tcp"),
+    (
+        "network-lost-packets",
+        "standin-nccl-nodes-tcp-drops",
+        "standin-nccl-nodes-tcp",
+    ),
+    ("network-lost-packets", "standin-nccl-ib-retries", "standin-nccl-ib"),
+    (
+        "staged-not-network",
+        "standin-nccl-nodes-tcp",
+        "standin-nccl-nodes-tcp-drops",
+    ),
+    ("staged-not-network", "standin-nccl-nodes-tcp", "standin-nccl-ib"),
+    (
+        "fabric-link-down",
+        "standin-nccl-ib-link-down",
+        "standin-nccl-ib-retries",
+    ),
 ];
 
 fn ucx_paths(r: &Report) -> Vec<(u32, String, &'static str, String)> {

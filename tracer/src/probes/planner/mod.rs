@@ -102,7 +102,9 @@ impl Planner {
     /// `serve`'s discovery). Returns the row.
     pub fn attach_point(&mut self, ebpf: &mut Ebpf, point: &ProbePoint) -> Option<&Coverage> {
         let row = match point.target {
-            Target::Tracepoint { category, name } => self.tracepoint(ebpf, point, category, name),
+            Target::Tracepoint { category, name } | Target::TracepointOr { category, name, .. } => {
+                self.tracepoint(ebpf, point, category, name)
+            }
             Target::KernelFn(func) => self.kernel_fn(ebpf, point, func),
             Target::Procfs(path) => procfs_row(point, path),
             // Library rows are filled in by `library_rows` once files are known.
@@ -122,9 +124,10 @@ impl Planner {
         {
             return row(point, Err(e), Vec::new());
         }
-        first_strategy(point, |strategy| match strategy {
-            Strategy::BtfSyscall | Strategy::RawSyscall => self.syscall_pair(ebpf, strategy, point, name),
-            Strategy::Tracepoint => tracepoint_programs(ebpf, point, category, name),
+        first_strategy(point, |strategy| match (strategy, point.target.kernel_fn()) {
+            (Strategy::BtfSyscall | Strategy::RawSyscall, _) => self.syscall_pair(ebpf, strategy, point, name),
+            (Strategy::Tracepoint, _) => tracepoint_programs(ebpf, point, category, name),
+            (Strategy::Fentry | Strategy::Kprobe, Some(func)) => self.function(ebpf, strategy, func),
             _ => Err("strategy not applicable to tracepoints".into()),
         })
     }
@@ -192,17 +195,21 @@ impl Planner {
         if let Some(syms) = &self.kallsyms
             && !syms.contains(func)
         {
-            return row(
-                point,
-                Err("not in /proc/kallsyms (absent, renamed or inlined in this kernel)".into()),
-                Vec::new(),
-            );
+            return row(point, Err(NOT_IN_KALLSYMS.into()), Vec::new());
         }
-        first_strategy(point, |strategy| match strategy {
+        first_strategy(point, |strategy| self.function(ebpf, strategy, func))
+    }
+
+    /// A kernel function by one strategy (fentry/fexit or kprobe/kretprobe).
+    fn function(&mut self, ebpf: &mut Ebpf, strategy: Strategy, func: &str) -> Result<(), String> {
+        if self.kallsyms.as_ref().is_some_and(|syms| !syms.contains(func)) {
+            return Err(format!("{func}: {NOT_IN_KALLSYMS}"));
+        }
+        match strategy {
             Strategy::Fentry => self.fentry(ebpf, func),
             Strategy::Kprobe => self.kprobe(ebpf, func),
             _ => Err("strategy not applicable to kernel functions".into()),
-        })
+        }
     }
 
     fn fentry(&mut self, ebpf: &mut Ebpf, func: &str) -> Result<(), String> {
@@ -269,6 +276,8 @@ impl Planner {
         rows
     }
 }
+
+const NOT_IN_KALLSYMS: &str = "not in /proc/kallsyms (absent, renamed or inlined in this kernel)";
 
 /// Tries a point's strategies in order: the first that attaches wins, and
 /// every refusal before it is kept.
@@ -365,10 +374,43 @@ fn set_op_config(ebpf: &mut Ebpf, op: u32, cfg: OpConfig) -> Result<(), String> 
 /// A point's own tracepoint programs: each program of a pair attaches to
 /// its own tracepoint (sys_enter_X / sys_exit_X) and is named after it.
 fn tracepoint_programs(ebpf: &mut Ebpf, point: &ProbePoint, category: &str, name: &str) -> Result<(), String> {
+    check_fields(point, category, name)?;
     point.programs.iter().try_for_each(|prog| {
         let tp_name = if point.programs.len() > 1 { *prog } else { name };
         attach_tracepoint(ebpf, prog, category, tp_name)
     })
+}
+
+/// Whether this kernel's record of the tracepoint has the fields the
+/// point's programs read where they read them (`ProbePoint::fields`).
+fn check_fields(point: &ProbePoint, category: &str, name: &str) -> Result<(), String> {
+    if point.fields.is_empty() {
+        return Ok(());
+    }
+    let path = crate::loader::tracefs()
+        .map_err(|e| e.to_string())?
+        .join("events")
+        .join(category)
+        .join(name)
+        .join("format");
+    let format = fs::read_to_string(&path).map_err(|e| format!("no tracepoint {category}/{name} ({e})"))?;
+    fields_agree(&format, point.fields).map_err(|e| format!("{category}/{name}: {e}"))
+}
+
+/// `fields` against a tracepoint's format text.
+pub(crate) fn fields_agree(format: &str, fields: &[(&str, u32)]) -> Result<(), String> {
+    for (field, at) in fields {
+        match crate::loader::parse_field_offset(format, field) {
+            Some(o) if o == *at => {}
+            Some(o) => {
+                return Err(format!(
+                    "field {field} is at byte {o} on this kernel, the program reads byte {at}"
+                ));
+            }
+            None => return Err(format!("no field {field} on this kernel")),
+        }
+    }
+    Ok(())
 }
 
 fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, category: &str, name: &str) -> Result<(), String> {
