@@ -8,6 +8,7 @@ mod container;
 mod copies;
 mod deploy;
 mod duty;
+mod fabric;
 mod formats;
 mod fuzz_readers;
 mod host;
