@@ -258,3 +258,76 @@ fn tcp_retransmissions_of_a_lossy_loopback_attach() {
     assert!(tracer.wait().expect("waiting for the tracer").success());
     check(&read_json(&json), &read_json(&summary), true);
 }
+
+/// `gdrtrace serve` exports the retransmissions of a process it discovered
+/// (the workload is gdrtrace, which loads libibverbs) per process, beside
+/// its TCP bytes.
+#[test]
+fn serve_exports_the_retransmissions_of_a_lossy_sender() {
+    let test = "fabric-serve";
+    if !can_trace(test) {
+        return;
+    }
+    let Some(ns) = Netns::new(test, true) else { return };
+    let dir = scratch(test);
+    let summary = dir.join("summary.json");
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        l.local_addr().expect("its address").to_string()
+    };
+    let mut agent = gdrtrace()
+        .args(["serve", "--listen", &addr, "--exited-retention", "600s"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawning gdrtrace serve");
+    let mut err = std::io::BufReader::new(agent.stderr.take().expect("piped stderr"));
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut err, &mut line).expect("reading the agent's stderr");
+        assert!(n > 0, "gdrtrace serve exited before serving");
+        if line.contains("serving metrics on") {
+            break;
+        }
+    }
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    let cmd = ns.workload(&summary);
+    let o = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .output()
+        .expect("spawning the workload");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = read_json(&summary);
+    let pid = s["pid"].as_u64().expect("the workload's pid").to_string();
+    let metric = |exposition: &str, name: &str| -> Option<f64> {
+        exposition
+            .lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(&format!("pid=\"{pid}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .reduce(|a, b| a + b)
+    };
+    // The kernel's totals reach the agent on its next tick.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let exposition = loop {
+        let (status, _, body) = integration_tests::http_get(&addr, "/metrics", None).expect("scraping the agent");
+        assert_eq!(status, 200, "{body}");
+        if metric(&body, "gdrtrace_tcp_retransmits_total").is_some_and(|v| v > 0.0) || std::time::Instant::now() > until
+        {
+            break body;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    assert!(agent.wait().expect("waiting for the agent").success());
+    let retransmits = metric(&exposition, "gdrtrace_tcp_retransmits_total");
+    let sent = metric(&exposition, "gdrtrace_tcp_sent_bytes_total");
+    let kernel = s["segments_retransmitted"].as_f64().expect("segments_retransmitted");
+    println!("serve: {retransmits:?} retransmissions, {sent:?} bytes sent; the kernel's {kernel} segments");
+    assert!(
+        retransmits.is_some_and(|r| r > 0.0 && r <= kernel),
+        "{retransmits:?} of {kernel}"
+    );
+    assert!(sent.is_some_and(|b| b >= s["bytes"].as_f64().unwrap()), "{sent:?}");
+}

@@ -200,41 +200,8 @@ pub struct Trace {
     calibration: crate::calibrate::Background,
     /// RDMA ports and counters when tracing began.
     ports: PortBase,
-    /// RDMA devices each process held open, and when each process without
-    /// one was last looked at.
-    devices: Devices,
-}
-
-/// The RDMA devices traced processes hold open (`rdma::devices_opened`):
-/// looked up while they run, at most once a second for one that holds none
-/// yet, and not again once one is found.
-#[derive(Debug, Default)]
-struct Devices {
-    held: BTreeMap<u32, std::collections::BTreeSet<String>>,
-    looked: BTreeMap<u32, Instant>,
-}
-
-impl Devices {
-    const AGAIN: Duration = Duration::from_secs(1);
-
-    fn look(&mut self, pids: impl Iterator<Item = u32>) {
-        let now = Instant::now();
-        for pid in pids {
-            if self.held.contains_key(&pid)
-                || self
-                    .looked
-                    .get(&pid)
-                    .is_some_and(|t| now.duration_since(*t) < Self::AGAIN)
-            {
-                continue;
-            }
-            self.looked.insert(pid, now);
-            let found = crate::topo::rdma::devices_opened(std::path::Path::new("/"), pid);
-            if !found.is_empty() {
-                self.held.insert(pid, found.into_iter().collect());
-            }
-        }
-    }
+    /// RDMA devices each process held open.
+    devices: crate::topo::rdma::Holders,
 }
 
 #[derive(Clone, Debug)]
@@ -305,7 +272,7 @@ impl Trace {
             timeline: None,
             calibration: Default::default(),
             ports: PortBase::sample(),
-            devices: Devices::default(),
+            devices: Default::default(),
         }
     }
 
@@ -578,7 +545,7 @@ impl Trace {
         };
         let loss = self.session.loss(0, self.agg.undecoded())?;
         let mut fabric = FabricInputs {
-            devices: self.devices.held.clone(),
+            devices: self.devices.held().clone(),
             unattributed_retransmits: self.session.counter(tracer_common::counter::TCP_RETRANSMIT_UNOWNED)?,
             ..Default::default()
         };

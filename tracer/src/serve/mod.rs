@@ -277,6 +277,8 @@ struct Agent {
     /// when the last one was forgotten.
     retired: BTreeMap<Group, (ProcessFigures, Instant)>,
     nvml_available: bool,
+    /// The RDMA devices processes hold open, where the node has one.
+    rdma: Option<crate::topo::rdma::Holders>,
 }
 
 fn agent_cpu_seconds() -> f64 {
@@ -369,6 +371,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         }
     }
     let facts = HostFacts::read();
+    let rdma = (!facts.rdma_devices.is_empty()).then(Default::default);
     let links = crate::trace::LinksBase::sample();
     let node = node_name(args.node.as_deref());
     let mut agent = Agent {
@@ -398,6 +401,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         ignored: BTreeMap::new(),
         retired: BTreeMap::new(),
         nvml_available: crate::topo::nvlink_traffic().is_some(),
+        rdma,
     };
     let rt = crate::signals::runtime()?;
     let (tx, rx) = mpsc::channel(8);

@@ -199,6 +199,11 @@ impl Agent {
         meta.flow.cpu_seconds = cpu_seconds;
         let meta = &self.meta[&pid];
         let flow = &meta.flow;
+        let tcp = self
+            .agg
+            .tcp()
+            .range((pid, 0)..=(pid, u64::MAX))
+            .fold((0, 0), |(b, r), (_, s)| (b + s.bytes_sent, r + s.retransmits));
         let registrations = self
             .agg
             .registry()
@@ -266,6 +271,13 @@ impl Agent {
             socket_received_bytes: p.socket.bytes_received,
             collective_sampled_ratio: p.collectives_sampled.share(),
             estimates_lower_bound: self.agg.estimates_lower_bound(pid),
+            tcp_sent_bytes: tcp.0,
+            tcp_retransmits: tcp.1,
+            rdma_devices: self
+                .rdma
+                .as_ref()
+                .and_then(|h| h.held().get(&pid))
+                .map_or_else(Vec::new, |d| d.iter().cloned().collect()),
         })
     }
 
@@ -274,6 +286,9 @@ impl Agent {
         self.account(Some(&verdicts));
         let sample = self.budget.level == 0;
         let pids: Vec<u32> = self.agg.procs().keys().copied().collect();
+        if let Some(h) = &mut self.rdma {
+            h.look(self.agg.live_pids().into_iter());
+        }
         if !sample {
             let live = pids.iter().filter(|p| !self.agg.procs()[*p].exited).count() as u64;
             *self.shed.entry(("process-sample", "cpu-budget")).or_default() += live;
@@ -371,6 +386,7 @@ impl Agent {
                 .map(|r| (r, self.ignored.get(r).copied().unwrap_or(0)))
                 .collect(),
             nvml_available: self.nvml_available,
+            tcp_retransmits_unattributed: c[counter::TCP_RETRANSMIT_UNOWNED as usize],
         }
     }
 

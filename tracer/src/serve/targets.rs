@@ -225,10 +225,14 @@ impl Agent {
                 f.pinned_bytes = None;
                 f.verdict = None;
                 f.comm_verdicts.clear();
+                f.rdma_devices.clear();
                 e.0.absorb(&f);
                 e.1 = now;
             }
             self.agg.forget(*pid);
+            if let Some(h) = &mut self.rdma {
+                h.forget(*pid);
+            }
             self.meta.remove(pid);
             self.session.planner.proc_libs.remove(pid);
             let _ = kernel::remove_target(&mut self.session.ebpf, *pid);

@@ -1,7 +1,12 @@
 //! RDMA devices from `/sys/class/infiniband` (ABI:
 //! `Documentation/ABI/stable/sysfs-class-infiniband`): model, firmware,
 //! ports, netdevs, the PCI function behind each, and port counters.
-use std::{collections::BTreeMap, fs, path::Path};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fs,
+    path::Path,
+    time::{Duration, Instant},
+};
 
 use serde::Serialize;
 
@@ -208,4 +213,47 @@ pub fn devices_opened(root: &Path, pid: u32) -> Vec<String> {
     out.sort();
     out.dedup();
     out
+}
+
+/// The RDMA devices traced processes hold open ([`devices_opened`]),
+/// looked up while they run: at most once a second for a process that holds
+/// none yet, and not again once it holds one.
+#[derive(Debug, Default)]
+pub struct Holders {
+    held: BTreeMap<u32, BTreeSet<String>>,
+    looked: BTreeMap<u32, Instant>,
+}
+
+impl Holders {
+    const AGAIN: Duration = Duration::from_secs(1);
+
+    /// Looks at the processes that are due.
+    pub fn look(&mut self, pids: impl Iterator<Item = u32>) {
+        let now = Instant::now();
+        for pid in pids {
+            let recent = self
+                .looked
+                .get(&pid)
+                .is_some_and(|t| now.duration_since(*t) < Self::AGAIN);
+            if self.held.contains_key(&pid) || recent {
+                continue;
+            }
+            self.looked.insert(pid, now);
+            let found = devices_opened(Path::new("/"), pid);
+            if !found.is_empty() {
+                self.held.insert(pid, found.into_iter().collect());
+            }
+        }
+    }
+
+    /// The devices each process was seen holding.
+    pub fn held(&self) -> &BTreeMap<u32, BTreeSet<String>> {
+        &self.held
+    }
+
+    /// Drops a process no longer tracked.
+    pub fn forget(&mut self, pid: u32) {
+        self.held.remove(&pid);
+        self.looked.remove(&pid);
+    }
 }

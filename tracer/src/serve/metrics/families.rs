@@ -374,6 +374,21 @@ fn process_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
         "Bytes through a process's socket send/recv syscalls (in-kernel totals), by direction",
         Some(Unit::Bytes),
     );
+    let mut tcp_sent = Family::new(
+        "tcp_sent",
+        "Bytes a process sent over TCP, every send path (the network probes' in-kernel totals)",
+        Some(Unit::Bytes),
+    );
+    let mut retransmits = Family::new(
+        "tcp_retransmits",
+        "TCP retransmissions on a process's sockets, one per retransmitted buffer (the network probes' in-kernel totals): the network lost packets",
+        None,
+    );
+    let mut rdma = Family::new(
+        "rdma_device_holder_info",
+        "An RDMA device the process holds open (value 1): join with the node exporter's node_infiniband_* series on device to give a port's counters their jobs",
+        None,
+    );
     for p in &s.processes {
         if p.pages_pinned + p.pages_unpinned > 0 {
             pin_pages.add(proc_labels(p), counter(p.pages_pinned));
@@ -381,6 +396,13 @@ fn process_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
         }
         for (t, n) in &p.calls_by_transport {
             by_transport.add(with(proc_labels(p), &[("transport", t)]), counter(*n));
+        }
+        if p.tcp_sent_bytes + p.tcp_retransmits > 0 {
+            tcp_sent.add(proc_labels(p), counter(p.tcp_sent_bytes));
+            retransmits.add(proc_labels(p), counter(p.tcp_retransmits));
+        }
+        for d in &p.rdma_devices {
+            rdma.add(with(proc_labels(p), &[("device", d)]), gauge(1));
         }
         if p.socket_sent_bytes + p.socket_received_bytes > 0 {
             socket.add(
@@ -397,6 +419,9 @@ fn process_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
     unpin_pages.register(reg, n);
     by_transport.register(reg, n);
     socket.register(reg, n);
+    tcp_sent.register(reg, n);
+    retransmits.register(reg, n);
+    rdma.register(reg, n);
 }
 
 fn node_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
@@ -497,6 +522,14 @@ fn node_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
         "Returns whose entry was not seen (a call in flight when its process was discovered); not a loss of completed calls",
         None,
         counter(s.returns_without_entry),
+    );
+    single(
+        reg,
+        n,
+        "tcp_retransmits_unattributed",
+        "TCP retransmissions on sockets no traced process sent on (the rest of the node, or a process whose send hook is unavailable)",
+        None,
+        counter(s.tcp_retransmits_unattributed),
     );
     single(
         reg,

@@ -198,6 +198,12 @@ pub struct ProcessFigures {
     /// Some of its estimates are lower bounds: calls that were mostly
     /// traps while counted (`stats::Aggregator::estimates_lower_bound`).
     pub estimates_lower_bound: bool,
+    /// TCP sends' bytes and the retransmissions on its sockets (the
+    /// network probes, in-kernel totals).
+    pub tcp_sent_bytes: u64,
+    pub tcp_retransmits: u64,
+    /// RDMA devices it holds open (what ties a port's counters to it).
+    pub rdma_devices: Vec<String>,
 }
 
 impl ProcessFigures {
@@ -214,6 +220,7 @@ impl ProcessFigures {
             || self.pinned_bytes.is_some_and(|b| b > 0)
             || !self.communicators.is_empty()
             || self.socket_sent_bytes + self.socket_received_bytes > 0
+            || self.tcp_sent_bytes + self.tcp_retransmits > 0
     }
 
     /// Adds `o`'s counters to these (`--labels pod`). Gauges: pinned bytes
@@ -252,6 +259,13 @@ impl ProcessFigures {
         }
         self.socket_sent_bytes += o.socket_sent_bytes;
         self.socket_received_bytes += o.socket_received_bytes;
+        self.tcp_sent_bytes += o.tcp_sent_bytes;
+        self.tcp_retransmits += o.tcp_retransmits;
+        for d in &o.rdma_devices {
+            if !self.rdma_devices.contains(d) {
+                self.rdma_devices.push(d.clone());
+            }
+        }
         for c in &o.communicators {
             match self
                 .communicators
@@ -331,6 +345,8 @@ pub struct Snapshot {
     pub ignored: Vec<(&'static str, u64)>,
     /// Whether NVML answered in the agent (NVLink counters for steady-state verdicts).
     pub nvml_available: bool,
+    /// TCP retransmissions on sockets no traced process sent on.
+    pub tcp_retransmits_unattributed: u64,
 }
 
 impl Snapshot {
@@ -398,6 +414,9 @@ impl Snapshot {
                 collective_sampled_ratio: 1.0,
                 socket_received_bytes: 10,
                 estimates_lower_bound: false,
+                tcp_sent_bytes: 10,
+                tcp_retransmits: 1,
+                rdma_devices: vec!["mlx5_0".into()],
             }],
             op_latency: vec![("ibv_reg_mr".into(), slots)],
             registration_latency: vec![("host", Hist::from_hdr(&reg))],
@@ -430,6 +449,7 @@ impl Snapshot {
             idle: 1,
             ignored: vec![("comm", 0), ("namespace", 0)],
             nvml_available: false,
+            tcp_retransmits_unattributed: 0,
         }
     }
 }
