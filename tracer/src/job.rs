@@ -82,6 +82,16 @@ pub struct JobRank {
     /// Collective calls and bytes on this communicator (kernel counts).
     pub calls: u64,
     pub bytes: u64,
+    /// TCP retransmissions on the process's sockets (its report's
+    /// `fabric.tcp`; absent where the report has no TCP row for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_retransmits: Option<u64>,
+    /// Retries of the RDMA ports the process held open (`fabric.ports`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port_retries: Option<u64>,
+    /// Whether those are more than the network's noise (`network-lost-packets`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub network_lost_packets: bool,
 }
 
 /// A process with NCCL communicators but no identity to join them by.
@@ -144,6 +154,10 @@ pub fn join(reports: &[(String, Report)]) -> Job {
                     cause: verdict.and_then(|v| v.cause.clone()),
                     calls,
                     bytes,
+                    tcp_retransmits: r.fabric.tcp_of(p.pid).map(|t| t.retransmits),
+                    port_retries: r.fabric.ports_of(p.pid).map(|port| port.retries).reduce(|a, b| a + b),
+                    network_lost_packets: r.fabric.tcp_of(p.pid).is_some_and(|t| t.lossy())
+                        || r.fabric.ports_of(p.pid).any(|port| port.lossy()),
                 });
             }
             // Communicators only the collectives name (init not traced).
@@ -237,9 +251,12 @@ pub fn render(job: &Job) -> String {
             }
         );
         for r in &c.ranks {
+            let retransmits = r
+                .tcp_retransmits
+                .map_or(String::new(), |n| format!("  retransmits {n}"));
             let _ = writeln!(
                 out,
-                "#  Rank {:>2} Pid {:>7} on {:>12} device {:>3}  comm {:<16} {}{}  [{}]",
+                "#  Rank {:>2} Pid {:>7} on {:>12} device {:>3}  comm {:<16} {}{}{retransmits}  [{}]",
                 r.rank,
                 r.pid,
                 r.host,
@@ -261,6 +278,21 @@ pub fn render(job: &Job) -> String {
                     .unwrap_or("no cause recorded (see `gdrtrace explain` of its report)")
             );
         }
+        for r in c.ranks.iter().filter(|r| r.network_lost_packets) {
+            let mut what = Vec::new();
+            if let Some(n) = r.tcp_retransmits {
+                what.push(format!("{n} TCP retransmissions"));
+            }
+            if let Some(n) = r.port_retries {
+                what.push(format!("{n} RDMA port retries"));
+            }
+            let _ = writeln!(
+                out,
+                "#  rank {}: the network lost packets ({}): see `gdrtrace explain` of its report",
+                r.rank,
+                what.join(", ")
+            );
+        }
         for m in &c.missing {
             let _ = writeln!(out, "#  rank {m} of {}: no report given", c.nranks);
         }
@@ -277,4 +309,76 @@ pub fn render(job: &Job) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        report::{
+            Process,
+            fabric::{Fabric, Tcp, TcpProcess},
+            tests_support::empty_report,
+        },
+        stats::{Communicator, ProcInfo},
+    };
+
+    /// One rank's report: a process in communicator `0x..1` with TCP figures.
+    fn rank(rank: u32, pid: u32, retransmits: u64) -> (String, Report) {
+        let mut r = empty_report();
+        let mut info = ProcInfo {
+            comm: "rank".into(),
+            ..Default::default()
+        };
+        info.env.insert("NCCL_HOSTID".into(), format!("node{rank}"));
+        info.communicators.push(Communicator {
+            communicator: format!("{:#x}", 0x5500 + rank),
+            init: "ncclCommInitRank".into(),
+            comm_id: Some("0x0000000000000001".into()),
+            rank: Some(rank),
+            nranks: Some(2),
+            ..Default::default()
+        });
+        r.processes.push(Process {
+            pid,
+            info,
+            churn: None,
+            libraries: Vec::new(),
+        });
+        r.fabric = Fabric {
+            tcp: Tcp {
+                available: true,
+                processes: vec![TcpProcess {
+                    pid,
+                    sockets: 1,
+                    bytes_sent: 1 << 30,
+                    retransmits,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        (format!("node{rank}.json"), r)
+    }
+
+    #[test]
+    fn ranks_carry_their_retransmissions() {
+        let job = join(&[rank(0, 10, 0), rank(1, 20, 300)]);
+        let ranks = &job.communicators[0].ranks;
+        assert_eq!(
+            ranks
+                .iter()
+                .map(|r| (r.rank, r.tcp_retransmits, r.network_lost_packets))
+                .collect::<Vec<_>>(),
+            [(0, Some(0), false), (1, Some(300), true)]
+        );
+        let text = render(&job);
+        assert!(text.contains("retransmits 300"), "{text}");
+        assert!(
+            text.contains("#  rank 1: the network lost packets (300 TCP retransmissions)"),
+            "{text}"
+        );
+        assert!(!text.contains("rank 0: the network"), "{text}");
+    }
 }

@@ -70,6 +70,7 @@ fn compare_runs(name: &str, base: &Report, cur: &Report, l: &Limits) -> Result<C
     rows.extend(staged_row(&a, &b, l));
     registration_rows(&a, &b, l, &mut rows);
     rows.extend(cpu_row(&a, &b, l));
+    fabric_rows(&a, &b, l, &mut rows);
     bandwidth_rows(&a, &b, l, &mut rows);
     latency_rows(&a, &b, l, &mut rows);
     Ok((rows, changes, a, b))
@@ -219,6 +220,69 @@ fn cpu_row(a: &Metrics, b: &Metrics, l: &Limits) -> Option<Row> {
         })),
         (Some(x), None) => Some(missing(METRIC.into(), format!("{x:.3} s/GB"))),
         _ => None,
+    }
+}
+
+/// A loss rate of the network where up is bad: a regression once the
+/// current run's is above the network's noise (`lossy`) and grew more than
+/// the limit, or was at the noise floor before.
+fn loss_row(metric: &str, a: f64, b: f64, lossy: (bool, bool), pct: f64, fmt: impl Fn(f64) -> String) -> Row {
+    let c = pct_change(a, b);
+    let status = match c {
+        _ if lossy.1 && !lossy.0 => Status::Regression,
+        Some(c) if lossy.1 && c > pct => Status::Regression,
+        _ if lossy.0 && !lossy.1 => Status::Better,
+        _ => Status::Ok,
+    };
+    Row {
+        metric: metric.into(),
+        baseline: fmt(a),
+        current: fmt(b),
+        change: fmt_pct(c),
+        limit: format!("above the noise and +{pct}%"),
+        status,
+    }
+}
+
+/// The network's losses (TCP retransmissions, RDMA port retries) and the
+/// CPU per GB sent over TCP: the network against a fallback.
+fn fabric_rows(a: &Metrics, b: &Metrics, l: &Limits, rows: &mut Vec<Row>) {
+    use crate::report::fabric::{port_lossy, tcp_lossy};
+    if let (Some(x), Some(y)) = (a.retransmits_per_gb(), b.retransmits_per_gb()) {
+        let lossy = (
+            tcp_lossy(a.tcp_retransmits, a.tcp_sent_bytes),
+            tcp_lossy(b.tcp_retransmits, b.tcp_sent_bytes),
+        );
+        rows.push(loss_row(
+            "TCP retransmissions per GB sent",
+            x,
+            y,
+            lossy,
+            l.retransmits_increase_pct,
+            |v| format!("{v:.1}/GB"),
+        ));
+    }
+    if let (Some(x), Some(y)) = (a.retry_share(), b.retry_share()) {
+        let lossy = (
+            port_lossy(a.port_retries, a.port_packets),
+            port_lossy(b.port_retries, b.port_packets),
+        );
+        rows.push(loss_row(
+            "RDMA port retries per packet",
+            x,
+            y,
+            lossy,
+            l.retransmits_increase_pct,
+            |v| format!("{:.4}%", v * 100.0),
+        ));
+    }
+    const CPU: &str = "CPU per GB sent over TCP";
+    match (a.tcp_cpu_per_gb(), b.tcp_cpu_per_gb()) {
+        (Some(x), Some(y)) => rows.push(up_is_bad(CPU.into(), x, y, l.cpu_per_gb_increase_pct, |v| {
+            format!("{v:.3} s/GB")
+        })),
+        (Some(x), None) => rows.push(missing(CPU.into(), format!("{x:.3} s/GB"))),
+        _ => {}
     }
 }
 

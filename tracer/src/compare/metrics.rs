@@ -47,6 +47,14 @@ pub struct Metrics {
     pub duration_s: f64,
     /// Series (copy case, collective) -> points by size.
     pub bandwidth: BTreeMap<String, Vec<BwPoint>>,
+    /// TCP of the traced processes (`fabric.tcp`): bytes sent, the
+    /// retransmissions on their sockets, and the CPU time of those that sent.
+    pub tcp_sent_bytes: u64,
+    pub tcp_retransmits: u64,
+    pub tcp_cpu_seconds: f64,
+    /// RDMA ports (`fabric.ports`): retries, and packets sent where counted.
+    pub port_retries: u64,
+    pub port_packets: Option<u64>,
 }
 
 /// Whether a report's transport name is one whose bytes go through host
@@ -172,6 +180,24 @@ impl Metrics {
             m.cpu_seconds += p.cpu_seconds.unwrap_or(0.0);
             add(&mut m.registrations, p.registrations, "processes[].registrations")?;
         }
+        for t in &r.fabric.tcp.processes {
+            add(&mut m.tcp_sent_bytes, t.bytes_sent, "fabric.tcp.processes[].bytes_sent")?;
+            add(
+                &mut m.tcp_retransmits,
+                t.retransmits,
+                "fabric.tcp.processes[].retransmits",
+            )?;
+            if t.bytes_sent > 0 {
+                let cpu = r.processes.iter().find(|p| p.pid == t.pid).and_then(|p| p.cpu_seconds);
+                m.tcp_cpu_seconds += cpu.unwrap_or(0.0);
+            }
+        }
+        for p in &r.fabric.ports {
+            add(&mut m.port_retries, p.retries, "fabric.ports[].retries")?;
+            if let Some(n) = p.packets_sent {
+                add(m.port_packets.get_or_insert(0), n, "fabric.ports[].packets_sent")?;
+            }
+        }
         for w in workloads(r) {
             bandwidth(&w, &mut m.bandwidth);
         }
@@ -193,6 +219,24 @@ impl Metrics {
     pub fn cpu_per_gb(&self) -> Option<f64> {
         (self.moved_bytes >= 1 << 20 && self.cpu_seconds > 0.0)
             .then(|| self.cpu_seconds / (self.moved_bytes as f64 / 1e9))
+    }
+
+    /// TCP retransmissions per GB sent, once anything was sent.
+    pub fn retransmits_per_gb(&self) -> Option<f64> {
+        crate::report::fabric::per_gb(self.tcp_retransmits, self.tcp_sent_bytes)
+    }
+
+    /// CPU seconds of the processes that sent over TCP per GB they sent (1 MiB or more).
+    pub fn tcp_cpu_per_gb(&self) -> Option<f64> {
+        (self.tcp_sent_bytes >= 1 << 20 && self.tcp_cpu_seconds > 0.0)
+            .then(|| self.tcp_cpu_seconds / (self.tcp_sent_bytes as f64 / 1e9))
+    }
+
+    /// RDMA port retries per packet sent, where the ports count packets.
+    pub fn retry_share(&self) -> Option<f64> {
+        self.port_packets
+            .filter(|n| *n > 0)
+            .map(|n| self.port_retries as f64 / n as f64)
     }
 
     /// `p2p/nvlink x2, shm x1`.

@@ -211,3 +211,41 @@ fn renderers_show_the_sections_of_one_model() {
         }
     }
 }
+
+/// A report of one process that sent 1 GB over TCP with `retransmits` and
+/// `cpu_seconds` of CPU.
+fn tcp_report(retransmits: u64, cpu_seconds: f64) -> Value {
+    let mut r = report("gpu-host-dma", 10_000);
+    r["processes"][0]["cpu_seconds"] = cpu_seconds.into();
+    r["fabric"] = serde_json::json!({"tcp": {"available": true, "how": "tcp_retransmit_skb attached via tracepoint",
+        "processes": [{"pid": 1, "comm": "sender", "sockets": 1, "sends": 1000, "bytes_sent": 1_000_000_000u64,
+                       "retransmits": retransmits}]}});
+    r
+}
+
+#[test]
+fn retransmissions_and_cpu_per_gb_sent_are_judged() {
+    let row = |c: &Comparison, metric: &str| {
+        c.workloads[0]
+            .rows
+            .iter()
+            .find(|r| r.metric == metric)
+            .unwrap_or_else(|| panic!("no {metric} row: {:?}", c.workloads[0].rows))
+            .status
+    };
+    let judge = |a: Value, b: Value| compare(&doc(a), &doc(b), &Thresholds::default(), false).expect("same profile");
+    let lossy = judge(tcp_report(0, 0.5), tcp_report(400, 0.5));
+    assert_eq!(row(&lossy, "TCP retransmissions per GB sent"), Status::Regression);
+    assert_eq!(row(&lossy, "CPU per GB sent over TCP"), Status::Ok);
+    let noise = judge(tcp_report(0, 0.5), tcp_report(3, 0.5));
+    assert_eq!(
+        row(&noise, "TCP retransmissions per GB sent"),
+        Status::Ok,
+        "3 retransmissions in a GB are any network's noise"
+    );
+    let fallback = judge(tcp_report(0, 0.5), tcp_report(0, 1.5));
+    assert_eq!(row(&fallback, "TCP retransmissions per GB sent"), Status::Ok);
+    assert_eq!(row(&fallback, "CPU per GB sent over TCP"), Status::Regression);
+    let healed = judge(tcp_report(400, 0.5), tcp_report(0, 0.5));
+    assert_eq!(row(&healed, "TCP retransmissions per GB sent"), Status::Better);
+}

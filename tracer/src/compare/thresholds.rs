@@ -25,6 +25,9 @@ pub struct Limits {
     pub staged_ratio_increase_points: f64,
     /// Registrations per run may grow by this many percent.
     pub registrations_increase_pct: f64,
+    /// TCP retransmissions per GB sent, and RDMA port retries per packet,
+    /// may grow by this many percent (once above the network's noise).
+    pub retransmits_increase_pct: f64,
     /// A probe point that was attached and is now unavailable fails the comparison.
     pub probe_lost_fails: bool,
 }
@@ -41,6 +44,7 @@ impl Default for Limits {
             cpu_per_gb_increase_pct: 25.0,
             staged_ratio_increase_points: 1.0,
             registrations_increase_pct: 10.0,
+            retransmits_increase_pct: 100.0,
             probe_lost_fails: true,
         }
     }
@@ -59,6 +63,7 @@ struct Partial {
     cpu_per_gb_increase_pct: Option<f64>,
     staged_ratio_increase_points: Option<f64>,
     registrations_increase_pct: Option<f64>,
+    retransmits_increase_pct: Option<f64>,
     probe_lost_fails: Option<bool>,
 }
 
@@ -77,6 +82,7 @@ impl Partial {
             cpu_per_gb_increase_pct,
             staged_ratio_increase_points,
             registrations_increase_pct,
+            retransmits_increase_pct,
             probe_lost_fails
         );
     }
@@ -131,6 +137,7 @@ impl Thresholds {
                 p.cpu_per_gb_increase_pct,
                 p.staged_ratio_increase_points,
                 p.registrations_increase_pct,
+                p.retransmits_increase_pct,
             ]
             .into_iter()
             .flatten()
@@ -217,7 +224,7 @@ mod tests {
                 keys += 1;
             }
         }
-        assert_eq!(keys, 10, "documented keys:\n{toml}");
+        assert_eq!(keys, 11, "documented keys:\n{toml}");
         let t = Thresholds::parse(&toml).unwrap_or_else(|e| panic!("{e}\n{toml}"));
         assert_eq!(t.for_workload("any"), Limits::default(), "{toml}");
     }

@@ -4,35 +4,9 @@
 //! whose network lost nothing, and a link that went down or retrained.
 use super::*;
 use crate::{
-    report::fabric::{Port, PortClass, TcpProcess},
+    report::fabric::{Port, PortClass, TcpProcess, per_gb},
     units::bytes,
 };
-
-/// Retransmitted packets below which a process's TCP is not blamed: tail
-/// loss probes and the odd drop come with every network.
-const MIN_RETRANSMITS: u64 = 10;
-/// Retransmitted packets per GB sent below which it is not blamed either.
-const MIN_RETRANSMITS_PER_GB: f64 = 10.0;
-/// A port's retries per packet sent from which it is blamed (1 in 10,000);
-/// where the driver counts no packets, `MIN_RETRANSMITS` retries.
-const MIN_RETRY_SHARE: f64 = 1e-4;
-
-fn per_gb(n: u64, bytes: u64) -> Option<f64> {
-    (bytes > 0).then(|| n as f64 / (bytes as f64 / 1e9))
-}
-
-/// Whether a process's TCP lost enough to name the network.
-fn tcp_lossy(t: &TcpProcess) -> bool {
-    t.retransmits >= MIN_RETRANSMITS && per_gb(t.retransmits, t.bytes_sent).is_none_or(|r| r >= MIN_RETRANSMITS_PER_GB)
-}
-
-/// Whether a port retried enough to name the network.
-fn port_lossy(p: &Port) -> bool {
-    match p.retry_share {
-        Some(s) => p.retries > 0 && s >= MIN_RETRY_SHARE,
-        None => p.retries >= MIN_RETRANSMITS,
-    }
-}
 
 fn tcp_evidence(r: &Report, t: &TcpProcess) -> Vec<String> {
     let n = t.sockets;
@@ -97,13 +71,13 @@ pub(super) fn network_lost_packets(r: &Report) -> Hits {
     let mut out = Vec::new();
     for pid in pids {
         let mut ev = Vec::new();
-        if let Some(t) = r.fabric.tcp_of(pid).filter(|t| tcp_lossy(t)) {
+        if let Some(t) = r.fabric.tcp_of(pid).filter(|t| t.lossy()) {
             ev.extend(tcp_evidence(r, t));
         }
         ev.extend(
             r.fabric
                 .ports_of(pid)
-                .filter(|p| port_lossy(p))
+                .filter(|p| p.lossy())
                 .map(|p| port_evidence(p, PortClass::Retransmissions, &format!("{} retries", p.retries))),
         );
         if ev.is_empty() {

@@ -207,6 +207,34 @@ impl PortClass {
     }
 }
 
+/// Retransmissions below which TCP is not blamed: tail loss probes and the
+/// odd drop come with every network (and a loaded host's spurious timeouts).
+pub const MIN_RETRANSMITS: u64 = 10;
+/// Retransmissions per GB sent below which TCP is not blamed either.
+pub const MIN_RETRANSMITS_PER_GB: f64 = 10.0;
+/// A port's retries per packet sent from which it is blamed (1 in 10,000);
+/// where the driver counts no packets, `MIN_RETRANSMITS` retries.
+pub const MIN_RETRY_SHARE: f64 = 1e-4;
+
+/// `n` per GB (10^9 bytes) of `bytes`, when any was moved.
+pub fn per_gb(n: u64, bytes: u64) -> Option<f64> {
+    (bytes > 0).then(|| n as f64 / (bytes as f64 / 1e9))
+}
+
+/// Whether `retransmits` while sending `bytes` are more than the noise of
+/// any network: the network lost packets.
+pub fn tcp_lossy(retransmits: u64, bytes: u64) -> bool {
+    retransmits >= MIN_RETRANSMITS && per_gb(retransmits, bytes).is_none_or(|r| r >= MIN_RETRANSMITS_PER_GB)
+}
+
+/// Whether `retries` of a port that sent `packets` (where counted) name the network.
+pub fn port_lossy(retries: u64, packets: Option<u64>) -> bool {
+    match packets.filter(|n| *n > 0) {
+        Some(n) => retries > 0 && retries as f64 / n as f64 >= MIN_RETRY_SHARE,
+        None => retries >= MIN_RETRANSMITS,
+    }
+}
+
 /// Packets the port sent: the IBA counter, else the driver's.
 const SENT_PACKETS: &[&str] = &["port_xmit_packets", "hw_counters/sent_pkts"];
 
@@ -275,6 +303,11 @@ impl Port {
         }
     }
 
+    /// Whether it retried enough to name the network ([`port_lossy`]).
+    pub fn lossy(&self) -> bool {
+        port_lossy(self.retries, self.packets_sent)
+    }
+
     /// `mlx5_0 port 1`.
     pub fn name(&self) -> String {
         format!("{} port {}", self.device, self.port)
@@ -330,6 +363,13 @@ pub struct TcpProcess {
     /// CPU seconds per GB (10^9 bytes) it sent over TCP, as staging's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_s_per_gb: Option<f64>,
+}
+
+impl TcpProcess {
+    /// Whether its TCP lost enough to name the network ([`tcp_lossy`]).
+    pub fn lossy(&self) -> bool {
+        tcp_lossy(self.retransmits, self.bytes_sent)
+    }
 }
 
 /// One TCP socket of one process.
