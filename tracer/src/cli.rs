@@ -478,6 +478,10 @@ pub enum Bench {
     /// stand-in libcuda, untraced and traced in alternating rounds, with
     /// the report's copy counts (or estimates) and verdicts.
     Copies(BenchCopiesArgs),
+    /// What the network probes cost a clean TCP job: `drive tcp` over
+    /// loopback traced with the lifecycle and network probes against the
+    /// same with the lifecycle probes only (the control), rounds interleaved.
+    Network(BenchNetworkArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -506,6 +510,19 @@ pub struct BenchCopiesArgs {
     /// Milliseconds of each pause (--burst).
     #[arg(long, default_value_t = 0.0)]
     pub pause_ms: f64,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BenchNetworkArgs {
+    /// Bytes each round's transfer sends (e.g. 512M).
+    #[arg(long, default_value = "512M", value_parser = crate::units::parse_size)]
+    pub bytes: u64,
+    /// Bytes per send call.
+    #[arg(long, default_value = "64K", value_parser = crate::units::parse_size)]
+    pub chunk: u64,
+    /// Interleaved round pairs (network probes, control; order alternating).
+    #[arg(long, default_value_t = 7)]
+    pub rounds: u32,
 }
 
 #[derive(Debug, clap::Args)]

@@ -245,6 +245,13 @@ impl LinksBase {
     }
 }
 
+/// Whether an op is a verbs call (libibverbs, or the kernel's verbs family).
+fn verbs_op(op: u32) -> bool {
+    use crate::probes::{Family, catalog::point_of_op, uapi::Lib};
+    crate::probes::uapi::row_of(op).is_some_and(|(_, r)| r.lib == Lib::Ibverbs)
+        || point_of_op(op).is_some_and(|p| p.family == Family::Verbs)
+}
+
 /// NVLink data bytes sent by all GPUs so far (NVML counters).
 fn nvlink_bytes_now() -> Option<u64> {
     let gpus = crate::topo::nvlink_traffic()?;
@@ -346,6 +353,11 @@ impl Trace {
             self.agg.push(&e);
             if e.kind == kind::EXEC {
                 self.session.attach_libraries_of(e.pid);
+            }
+            // A verbs call: the process has a device open now, and may be
+            // gone by the next tick (a short ib_write_bw).
+            if e.kind == kind::CALL && self.ports.any() && verbs_op(e.op) {
+                self.devices.look_now(e.pid);
             }
         }
     }

@@ -17,6 +17,9 @@
 //! - duty: `bench duty` (calls of 20 us with a probed stand-in collective
 //!   against an unprobed twin, alternating windows) with `--collectives
 //!   exact` and `auto`: per-call cost and the share of calls that trapped.
+//! - network: `bench network` (`drive tcp` over loopback traced with the
+//!   network probes against the lifecycle probes alone, rounds
+//!   interleaved), with 64 KiB and with 1 KiB sends: elapsed and CPU ratios.
 //! - soak (only with `--only soak`): `serve` under short-lived traced
 //!   processes for a fixed time, its RSS and CPU (soak.rs).
 use std::{
@@ -48,8 +51,8 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     repeats: usize,
     /// Run only these scenarios (comma-separated: pin-churn, pipeline,
-    /// detach, uprobe-hit, attach-sigint, run-exit, duty; soak runs only when
-    /// named alone).
+    /// detach, uprobe-hit, attach-sigint, run-exit, duty, network; soak runs
+    /// only when named alone).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Window pairs (5 s each side) of the duty scenario, per mode.
@@ -96,6 +99,7 @@ pub fn main(a: &Args) -> Result<std::process::ExitCode> {
     };
     let run_exit = if want("run-exit") { run_exit(a)? } else { Value::Null };
     let duty = if want("duty") { duty(a)? } else { Value::Null };
+    let network = if want("network") { network(a)? } else { Value::Null };
     let out = json!({
         "machine": machine(),
         "date": date.trim(),
@@ -106,6 +110,7 @@ pub fn main(a: &Args) -> Result<std::process::ExitCode> {
         "attach_sigint": sigint,
         "run_exit": run_exit,
         "duty": duty,
+        "network": network,
         "seconds": started.elapsed().as_secs_f64(),
     });
     let dir = util::target_dir()?.join("bench");
@@ -304,6 +309,31 @@ fn duty(a: &Args) -> Result<Value> {
             "xtask bench: duty {mode}: probed/unprobed {:.4}, {:.2}% of calls trapped",
             v["ratio_of_sums"].as_f64().unwrap_or(0.0),
             v["trapped_share"].as_f64().unwrap_or(0.0) * 100.0
+        );
+        rows.push(v);
+    }
+    Ok(Value::Array(rows))
+}
+
+/// What the network probes cost a clean TCP job (`gdrtrace bench network`),
+/// with large sends and with small ones (a send hook hit each).
+fn network(a: &Args) -> Result<Value> {
+    let mut rows = Vec::new();
+    for (bytes, chunk) in [("512M", "64K"), ("64M", "1K")] {
+        let v = bench_json(Command::new(&a.bin).args([
+            "bench",
+            "network",
+            "--bytes",
+            bytes,
+            "--chunk",
+            chunk,
+            "--rounds",
+            &a.rounds.to_string(),
+        ]))?;
+        eprintln!(
+            "xtask bench: network {bytes} in {chunk} sends: elapsed ratio {:.3}, CPU ratio {:.3}",
+            v["elapsed_s"]["ratio_of_medians"].as_f64().unwrap_or(0.0),
+            v["cpu_s"]["ratio_of_medians"].as_f64().unwrap_or(0.0)
         );
         rows.push(v);
     }
@@ -539,6 +569,26 @@ fn markdown(v: &Value) -> String {
                 r["probed_calls"],
                 r["traps_per_s"].as_f64().unwrap_or(0.0),
                 r["off_phases"]
+            );
+        }
+    }
+    if !v["network"].is_null() {
+        s += "- network (`drive tcp` over loopback with the network probes / with the lifecycle probes alone, rounds interleaved):
+
+  | bytes | send size | sends | elapsed ratio of medians (median of ratios) | CPU ratio of medians (median of ratios) | retransmissions |
+  |---|---|---|---|---|---|
+";
+        for r in v["network"].as_array().into_iter().flatten() {
+            s += &format!(
+                "  | {} | {} | {} | {} ({}) | {} ({}) | {} |\n",
+                r["bytes"],
+                r["chunk"],
+                r["sends_counted"],
+                f(&r["elapsed_s"]["ratio_of_medians"]),
+                f(&r["elapsed_s"]["median_of_ratios"]),
+                f(&r["cpu_s"]["ratio_of_medians"]),
+                f(&r["cpu_s"]["median_of_ratios"]),
+                r["retransmits"]
             );
         }
     }

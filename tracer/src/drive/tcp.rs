@@ -36,6 +36,9 @@ pub struct TcpSummary {
     pub bytes: u64,
     pub sends: u64,
     pub elapsed_s: f64,
+    /// CPU time of the process (both ends: loopback delivery runs in the
+    /// sender's context) over the transfer.
+    pub cpu_s: f64,
     /// The sending socket's `tcpi_data_segs_out` and `tcpi_total_retrans`
     /// once the receiver had every byte (segments, not packets: one
     /// retransmitted packet may hold several under segmentation offload).
@@ -57,6 +60,16 @@ impl TcpSummary {
             self.segments_retransmitted
         )
     }
+}
+
+/// CPU time of this process so far (user + system), in seconds.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct we own.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut r) };
+    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+    t(r.ru_utime) + t(r.ru_stime)
 }
 
 /// The kernel's `struct tcp_info` of a connected socket.
@@ -98,6 +111,7 @@ pub fn run(o: &TcpOpts) -> Result<TcpSummary, String> {
     let mut s = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).map_err(io("connecting"))?;
     let chunk = vec![0x5au8; o.chunk.clamp(1, 64 << 20) as usize];
     let started = Instant::now();
+    let cpu_before = cpu_seconds();
     let (mut sent, mut sends) = (0u64, 0u64);
     while sent < o.bytes {
         let n = chunk.len().min((o.bytes - sent) as usize);
@@ -112,6 +126,7 @@ pub fn run(o: &TcpOpts) -> Result<TcpSummary, String> {
         .map_err(|_| "tcp: the receiver thread panicked".to_string())?
         .map_err(io("receiving"))?;
     let elapsed_s = started.elapsed().as_secs_f64();
+    let cpu_s = cpu_seconds() - cpu_before;
     if got != sent {
         return Err(format!("tcp: sent {sent} bytes, the receiver got {got}"));
     }
@@ -122,6 +137,7 @@ pub fn run(o: &TcpOpts) -> Result<TcpSummary, String> {
         bytes: sent,
         sends,
         elapsed_s,
+        cpu_s,
         segments_sent: info.tcpi_data_segs_out as u64,
         segments_retransmitted: info.tcpi_total_retrans as u64,
     })

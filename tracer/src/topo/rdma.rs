@@ -231,18 +231,26 @@ impl Holders {
     pub fn look(&mut self, pids: impl Iterator<Item = u32>) {
         let now = Instant::now();
         for pid in pids {
-            let recent = self
+            if !self
                 .looked
                 .get(&pid)
-                .is_some_and(|t| now.duration_since(*t) < Self::AGAIN);
-            if self.held.contains_key(&pid) || recent {
-                continue;
+                .is_some_and(|t| now.duration_since(*t) < Self::AGAIN)
+            {
+                self.look_now(pid);
             }
-            self.looked.insert(pid, now);
-            let found = devices_opened(Path::new("/"), pid);
-            if !found.is_empty() {
-                self.held.insert(pid, found.into_iter().collect());
-            }
+        }
+    }
+
+    /// Looks at a process now (it just made a verbs call: a device is open),
+    /// unless it was seen holding one.
+    pub fn look_now(&mut self, pid: u32) {
+        if self.held.contains_key(&pid) {
+            return;
+        }
+        self.looked.insert(pid, Instant::now());
+        let found = devices_opened(Path::new("/"), pid);
+        if !found.is_empty() {
+            self.held.insert(pid, found.into_iter().collect());
         }
     }
 

@@ -19,6 +19,7 @@ use crate::{
 };
 
 mod copies;
+mod network;
 mod uprobes;
 
 pub use self::copies::copies_in_report;
@@ -35,6 +36,7 @@ pub fn bench(b: &Bench) -> Result<i32> {
         Bench::TrapCost(a) => trap_cost(a),
         Bench::Duty(a) => duty(a),
         Bench::Copies(a) => copies(a),
+        Bench::Network(a) => network::network(a),
     }
 }
 
