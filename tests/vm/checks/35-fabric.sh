@@ -4,7 +4,8 @@
 # RoCE packets (UDP 4791) dropped as they arrive: the rxe0 port's
 # retransmissions class moves only with drops, the client holds the port,
 # explain names the network (network-lost-packets) only with drops, and the
-# replay of the lossy run's recording shows the same fabric section.
+# replay of the lossy run's recording shows the same fabric section; and
+# TCP in a network namespace with drops: the sender's retransmissions.
 # Drops by an iptables rule on INPUT where the guest has it (a drop on
 # OUTPUT is a local send error, not a loss), else netem on lo. rxe hands a
 # packet whose source and destination GIDs are equal straight to its own
@@ -79,6 +80,21 @@ undo=""
 
 "$GDRTRACE" replay "$VM_OUT/fabric-drops.rec" --json "$VM_OUT/fabric-drops-replay.json" > /dev/null
 
+# TCP over the loopback of a namespace made here, 2% of its packets dropped
+# as they arrive: the send hook this kernel has (sock_send_length, else
+# tcp_sendmsg by fentry or kprobe) names the sender of its retransmissions.
+ns=gdrtrace-fabric-$$
+ip netns add "$ns"
+undo="ip netns del $ns"
+ip netns exec "$ns" ip link set lo mtu 1500 up
+ip netns exec "$ns" iptables -A INPUT -i lo -p tcp --dport 5555 -m statistic --mode random --probability 0.02 -j DROP \
+    || ip netns exec "$ns" tc qdisc add dev lo root netem loss 2%
+"$GDRTRACE" run --json "$VM_OUT/fabric-tcp.json" -- ip netns exec "$ns" "$GDRTRACE" drive tcp --bytes 32M \
+    --port 5555 --summary "$VM_OUT/fabric-tcp-summary.json" > "$VM_OUT/fabric-tcp.txt" 2>&1 || {
+    cat "$VM_OUT/fabric-tcp.txt"; exit 1; }
+cleanup
+undo=""
+
 python3 - "$VM_OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
@@ -110,4 +126,15 @@ assert fired(drops, client(drops)), drops["explain"]["findings"]
 assert replay["fabric"] == drops["fabric"], "the replay's fabric section differs from the live one"
 assert any(f["rule"] == "network-lost-packets" for f in replay["explain"]["findings"])
 print("fabric: retries only with drops; network-lost-packets names the network; replay agrees")
+
+tcp, summary = load("fabric-tcp"), load("fabric-tcp-summary")
+points = {c["point"]: c for c in tcp["coverage"] if c["family"] == "network"}
+print("network points:", {p: c.get("via") or c.get("reason") for p, c in points.items()})
+assert tcp["fabric"]["tcp"]["available"], tcp["fabric"]["tcp"]["how"]
+row = [p for p in tcp["fabric"]["tcp"]["processes"] if p["pid"] == summary["pid"]]
+assert row, f"no TCP row for the sender {summary['pid']}: {tcp['fabric']['tcp']}"
+kernel = summary["segments_retransmitted"]
+print(f"tcp: {row[0]['retransmits']} retransmissions counted, the kernel's {kernel} segments, {row[0]['bytes_sent']} bytes")
+assert 0 < row[0]["retransmits"] <= kernel, row[0]
+assert row[0]["bytes_sent"] >= summary["bytes"], row[0]
 PY

@@ -51,7 +51,11 @@ impl Aggregator {
             t.aggregates(
                 t_ns,
                 rows,
-                |k| crate::probes::catalog::socket_direction(k.op).is_none(),
+                // Socket and TCP rows move the bytes collectives and copies count.
+                |k| {
+                    crate::probes::catalog::socket_direction(k.op).is_none()
+                        && !crate::probes::catalog::is_network(k.op)
+                },
                 |k| copies.call_of(k.tgid, k.op, k.handle),
             );
         }

@@ -215,27 +215,32 @@ pub fn devices_opened(root: &Path, pid: u32) -> Vec<String> {
     out
 }
 
-/// The RDMA devices traced processes hold open ([`devices_opened`]),
-/// looked up while they run: at most once a second for a process that holds
-/// none yet, and not again once it holds one.
+/// The RDMA devices traced processes hold open ([`devices_opened`]): a
+/// process is looked at when it makes a verbs call (`look_now`), and where
+/// none is seen (set up before the trace, or in a library not traced) a
+/// second apart for its first `TRIES` seconds (`look`); not again once it
+/// holds one. A process with thousands of descriptors costs a few
+/// milliseconds a look, so it is not looked at for ever.
 #[derive(Debug, Default)]
 pub struct Holders {
     held: BTreeMap<u32, BTreeSet<String>>,
-    looked: BTreeMap<u32, Instant>,
+    /// When each process was last looked at, and how often.
+    looked: BTreeMap<u32, (Instant, u32)>,
 }
 
 impl Holders {
     const AGAIN: Duration = Duration::from_secs(1);
+    const TRIES: u32 = 3;
 
     /// Looks at the processes that are due.
     pub fn look(&mut self, pids: impl Iterator<Item = u32>) {
         let now = Instant::now();
         for pid in pids {
-            if !self
+            let due = self
                 .looked
                 .get(&pid)
-                .is_some_and(|t| now.duration_since(*t) < Self::AGAIN)
-            {
+                .is_none_or(|(t, n)| *n < Self::TRIES && now.duration_since(*t) >= Self::AGAIN);
+            if due {
                 self.look_now(pid);
             }
         }
@@ -247,7 +252,8 @@ impl Holders {
         if self.held.contains_key(&pid) {
             return;
         }
-        self.looked.insert(pid, Instant::now());
+        let tries = self.looked.get(&pid).map_or(0, |(_, n)| *n);
+        self.looked.insert(pid, (Instant::now(), tries + 1));
         let found = devices_opened(Path::new("/"), pid);
         if !found.is_empty() {
             self.held.insert(pid, found.into_iter().collect());
