@@ -449,10 +449,11 @@ impl Trace {
     fn live_verdicts(&self) -> BTreeMap<u32, LiveVerdict> {
         let links = self.links_base.and_then(|b| b.since());
         let inputs = crate::judge::Inputs::of_aggregator(&self.agg, links, self.facts.clone());
-        crate::judge::verdicts(&inputs)
+        let (verdicts, paths) = crate::judge::judge(&inputs);
+        verdicts
             .into_iter()
             .map(|v| {
-                let extra = inputs.collectives_of(v.pid).1 + crate::judge::ucx::extra_staged(&inputs, v.pid);
+                let extra = inputs.collectives_of(v.pid).1 + crate::judge::paths::extra_staged(&paths, &inputs, v.pid);
                 let live = LiveVerdict {
                     transport: v.transport.name(),
                     host_staged: v.host_staged,

@@ -166,7 +166,7 @@ pub enum Basis {
     SteadyState,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Verdict {
     pub pid: u32,
     pub comm: String,
@@ -192,6 +192,9 @@ pub struct Verdict {
     /// Why NCCL places this process's peers on other hosts, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub other_hosts: Option<String>,
+    /// A `mixed` verdict's paths: each one's transport and share of the bytes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<super::path::Share>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -411,6 +414,7 @@ pub fn verdict(e: &Evidence) -> Option<Verdict> {
             nccl_log: None,
             net: None,
             other_hosts: None,
+            paths: Vec::new(),
         });
     }
     let reg = |k: &str| e.registrations.get(k).copied().unwrap_or(0);
@@ -489,6 +493,7 @@ pub fn verdict(e: &Evidence) -> Option<Verdict> {
         nccl_log: None,
         net,
         other_hosts: e.network.other_hosts.clone().filter(|_| nccl),
+        paths: Vec::new(),
     })
 }
 

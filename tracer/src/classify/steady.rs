@@ -282,6 +282,7 @@ pub fn verdict(s: &Steady, cx: &Context) -> Option<Verdict> {
         nccl_log: None,
         net: comm::Net::of(transport),
         other_hosts: s.network.other_hosts.clone(),
+        paths: Vec::new(),
     })
 }
 

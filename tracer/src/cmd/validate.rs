@@ -372,7 +372,7 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
             .ucx
             .as_ref()
             .and_then(|u| u.processes.iter().find(|p| p.pid == client));
-        let path = p.and_then(|p| p.paths.iter().find(|x| x.memory == mode.memory()));
+        let path = r.path_of(client, mode.memory());
         let log_says = path
             .and_then(|x| x.log.as_ref())
             .map_or("-", |l| if l.agrees { "agrees" } else { "DISAGREES" });
@@ -380,7 +380,7 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
             "  {:<12} {:<12} {:<14} {:>8} {:>12} {:>10.1} {:>14}  {log_says}",
             mode.name(),
             path.map_or("unknown", |x| x.transport.name()),
-            path.map_or("-", |x| x.path.as_str()),
+            path.map_or("-", |x| x.via.as_str()),
             p.map_or(0, |p| p.data_calls),
             p.map_or(0, |p| p.data_bytes),
             v.as_ref().map_or(0.0, |v| v.bandwidth_mb_s),

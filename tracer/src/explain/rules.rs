@@ -432,7 +432,7 @@ pub(super) fn peer_access(r: &Report) -> Hits {
 }
 
 pub(super) fn pageable_copies(r: &Report) -> Hits {
-    copy_lines(
+    let mut hits = copy_lines(
         r,
         |g| {
             g.op.starts_with("cuMemcpy")
@@ -440,7 +440,15 @@ pub(super) fn pageable_copies(r: &Report) -> Hits {
                 && g.transport == Transport::HostStaged.name()
         },
         "pageable",
-    )
+    );
+    // A library's own staging (a staged path of its transport layer) is
+    // explained by that path's cause, not by the application's buffers.
+    hits.retain(|(pid, _)| {
+        !r.paths
+            .iter()
+            .any(|p| p.pid == *pid && p.host_staged && p.peer_kind != crate::classify::path::PeerKind::NcclCommunicator)
+    });
+    hits
 }
 
 pub(super) fn app_staged(r: &Report) -> Hits {
@@ -513,20 +521,26 @@ pub static RULES: &[Rule] = &[
         check: host_memory_registered,
     },
     Rule {
+        id: "ucx-emulated-rma",
+        looks_at: "paths[] (a UCX GET or PUT on GPU memory staged through host memory while CUDA IPC was set up), the path's UCX log agreement, ucx.log version",
+        cause: "UCX has no cuda_ipc protocol for this one-sided operation on GPU memory here and emulates it in software over its host transport (tcp or shared memory), through bounce buffers: a NIXL READ (pull) then runs at a fraction of a WRITE's speed although the same peers write over cuda_ipc. Push instead (NIXL WRITE, ucp_put), or use a UCX/NIXL release with a cuda_ipc protocol for the operation (nixl PR #2208); UCX_PROTO_INFO=y shows `software emulation` in the operation's table.",
+        check: super::ucx::emulated_rma,
+    },
+    Rule {
         id: "ucx-tls-excludes-direct",
-        looks_at: "ucx.processes[].paths (host-staged GPU data), processes[].env UCX_TLS, facts.rdma_devices",
+        looks_at: "paths[] (host-staged GPU data of UCX processes), processes[].env UCX_TLS, facts.rdma_devices",
         cause: "UCX_TLS leaves out a direct transport (cuda_ipc between GPUs of one node, rc/dc for GPUDirect RDMA), so UCX staged GPU data through host memory with cuda_copy. Allow it (add cuda_ipc, or drop the ^ exclusion) unless it works around a known problem.",
         check: super::ucx::tls_excludes_direct,
     },
     Rule {
         id: "ucx-cuda-ipc-unavailable",
-        looks_at: "ucx.processes[].paths (host-staged GPU data), processes[].env UCX_TLS, CUDA IPC calls (cuIpc*, cuMem export/import), ucx.processes[].modules, facts.nvlink, ucx.log warnings",
+        looks_at: "paths[] (host-staged GPU data of UCX processes), processes[].env UCX_TLS, CUDA IPC calls (cuIpc*, cuMem export/import), ucx.processes[].modules, facts.nvlink, ucx.log warnings",
         cause: "cuda_ipc was not used although UCX_TLS allows it: the processes could not map each other's GPU memory (different containers or IPC namespaces, no peer access between the GPUs, or a UCX without its CUDA transport module), so UCX staged GPU data through host memory. Run the peers in one IPC namespace on GPUs with peer access, with a UCX that loads libuct_cuda.",
         check: super::ucx::cuda_ipc_unavailable,
     },
     Rule {
         id: "ucx-gpu-rdma-without-peer-memory",
-        looks_at: "ucx.processes[].paths (GPU data staged for rc/ud), registration failures on GPU memory, MRs by backing, facts.modules, facts.memory_peers",
+        looks_at: "paths[] (UCX GPU data staged for rc/ud), registration failures on GPU memory, MRs by backing, facts.modules, facts.memory_peers",
         cause: "UCX could not register GPU memory with the NIC: no peer-memory client (nvidia_peermem) and no dma-buf MRs, so rc/dc moved GPU data through host bounce buffers (cuda_copy) instead of GPUDirect RDMA. Load nvidia-peermem or use a kernel, driver and UCX with dma-buf registration.",
         check: super::ucx::gpu_rdma_without_peer_memory,
     },

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-pub mod ucx;
+pub mod paths;
 
 use crate::classify::{
     Transport,
@@ -39,6 +39,9 @@ pub struct Inputs {
     /// UCX processes' evidence (the report's `ucx` section).
     #[serde(default)]
     pub ucx: Option<crate::classify::ucx::UcxReport>,
+    /// Where each process's bytes went while which of its paths ran.
+    #[serde(default)]
+    pub windows: Vec<crate::stats::windows::Window>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -101,6 +104,8 @@ pub struct CollectiveIn {
     pub pid: u32,
     pub op: String,
     #[serde(default)]
+    pub communicator: String,
+    #[serde(default)]
     pub calls: u64,
     #[serde(default)]
     pub bytes: u64,
@@ -135,9 +140,10 @@ impl Inputs {
             collectives: agg
                 .collectives()
                 .iter()
-                .map(|((pid, op, _), (calls, bytes))| CollectiveIn {
+                .map(|((pid, op, handle), (calls, bytes))| CollectiveIn {
                     pid: *pid,
                     op: op.clone(),
+                    communicator: format!("{handle:#x}"),
                     calls: *calls,
                     bytes: *bytes,
                 })
@@ -145,6 +151,7 @@ impl Inputs {
             gpu_links: links,
             facts,
             ucx: crate::stats::ucx::report(agg, &BTreeMap::new()),
+            windows: agg.windows(),
         }
     }
 
@@ -214,8 +221,20 @@ impl Inputs {
 }
 
 /// Every process's verdict, in process order (processes that show no GPU
-/// communication have none).
+/// communication have none): the summary of its paths ([`judge`]).
 pub fn verdicts(i: &Inputs) -> Vec<Verdict> {
+    judge(i).0
+}
+
+/// Every process's verdict and paths.
+pub fn judge(i: &Inputs) -> (Vec<Verdict>, Vec<crate::classify::path::Path>) {
+    let mut out = setup_or_steady(i);
+    let paths = paths::judge(i, &mut out);
+    (out, paths)
+}
+
+/// The verdicts of NCCL processes: set-up calls first, else the steady state.
+fn setup_or_steady(i: &Inputs) -> Vec<Verdict> {
     let nvlink = i.facts.as_ref().and_then(|f| f.nvlink);
     let networks = i.networks();
     let network = |pid: u32| networks.get(&pid).cloned().unwrap_or_default();
@@ -265,7 +284,6 @@ pub fn verdicts(i: &Inputs) -> Vec<Verdict> {
             out.push(v.clone());
         }
     }
-    ucx::verdicts(i, &mut out);
     out
 }
 

@@ -34,6 +34,8 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         loss: inputs.loss,
         coverage: inputs.coverage,
         verdicts: Vec::new(),
+        paths: Vec::new(),
+        windows: agg.windows(),
         collectives: collectives(agg),
         sampling: (agg.duty_totals().off_us > 0).then_some(agg.duty_totals()),
         transfers: accounting::transfers(agg),

@@ -9,11 +9,12 @@ use crate::{
 
 mod coverage;
 mod explain;
+mod paths;
 mod ucx;
 
 use self::coverage::{coverage_detail, signals};
-pub use self::explain::explain;
 pub use self::ucx::ucx;
+pub use self::{explain::explain, paths::verdict_lines};
 
 /// Renders buckets as bpftrace prints `hist()`: `[lo, hi)  count |@@@@|`.
 pub fn histogram(out: &mut String, title: &str, buckets: &[Bucket]) {
@@ -413,6 +414,7 @@ pub fn render_with(r: &Report, detail: bool) -> String {
         "gdrtrace report ({}) kernel {} lockdown {}",
         r.schema, r.host.kernel, r.host.lockdown
     );
+    o.push_str(&verdict_lines(r));
     if !r.command.is_empty() {
         let _ = writeln!(o, "command: {}", r.command.join(" "));
     }
@@ -426,6 +428,7 @@ pub fn render_with(r: &Report, detail: bool) -> String {
         o.push_str(&verdicts(&r.verdicts, "  "));
         let _ = writeln!(o);
     }
+    paths::paths(&mut o, r);
     collectives(&mut o, r);
     if let Some(u) = &r.ucx {
         o.push_str(&ucx(u));

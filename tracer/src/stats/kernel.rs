@@ -74,6 +74,22 @@ impl Aggregator {
             p.socket = sockets.remove(pid).unwrap_or_default();
             p.socket.sockets = fds.iter().filter(|(t, _)| t == pid).count() as u64;
         }
+        self.window_tick();
+    }
+
+    /// The tick's evidence into the windows of the paths that ran in it.
+    fn window_tick(&mut self) {
+        let totals = self
+            .procs
+            .iter()
+            .map(|(pid, p)| {
+                let c = self.ucx.procs.get(pid).map(|s| &s.copies);
+                let copies = c.map_or([0; 3], |c| [c.gpu_host_bytes, c.gpu_gpu_bytes, c.unknown_bytes]);
+                let socket = p.socket.bytes_sent + p.socket.bytes_received;
+                (*pid, super::windows::Totals { copies, socket })
+            })
+            .collect();
+        self.windows.tick(&self.collectives, &totals);
     }
 
     /// The collective rows as counted (replaced); the other rows sorted
@@ -159,6 +175,7 @@ impl Aggregator {
             t.calls = Some(r.applied.0);
             self.transfers.add(t);
         }
+        self.window_tick();
     }
 
     /// The collective rows as every report reads them: counted, plus the

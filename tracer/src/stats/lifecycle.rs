@@ -125,6 +125,7 @@ impl Aggregator {
         self.estimator.forget(pid);
         self.exiting.remove(&pid);
         self.credited.remove(&pid);
+        self.windows.forget(pid);
     }
 
     /// A process is gone: once the duty cycle has run, the interval it

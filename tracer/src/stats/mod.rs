@@ -19,6 +19,7 @@ pub mod source;
 pub mod timeline;
 mod transfers;
 pub mod ucx;
+pub mod windows;
 
 use std::collections::BTreeMap;
 
@@ -137,6 +138,8 @@ pub struct Aggregator {
     /// UCX evidence per process (registrations, cache lookups, buffer
     /// samples of the aggregated data calls, copies by side).
     ucx: classify::ucx::Tracker,
+    /// Where each process's bytes went while which paths ran (`windows.rs`).
+    windows: windows::Windows,
 }
 
 impl Default for Aggregator {
@@ -168,6 +171,7 @@ impl Aggregator {
             pairs: PairDetector::default(),
             reg_latency: BTreeMap::new(),
             ucx: Default::default(),
+            windows: Default::default(),
         }
     }
 
@@ -340,6 +344,11 @@ impl Aggregator {
     /// Adds records that could not be read at all (malformed).
     pub fn add_undecoded(&mut self, n: u64) {
         self.undecoded += n;
+    }
+
+    /// Where each process's bytes went while which of its paths ran.
+    pub fn windows(&self) -> Vec<windows::Window> {
+        self.windows.report()
     }
 
     /// The kernel-aggregated rows with the duty cycle's estimates.

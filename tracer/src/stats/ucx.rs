@@ -62,7 +62,6 @@ pub fn process(t: &Tracker, agg: &Aggregator, pid: u32) -> Option<UcxProcess> {
         copies: s.copies.clone(),
         modules: Vec::new(),
         traced_from_start: p.vm_pin_kib_at_attach.is_none(),
-        paths: Vec::new(),
     })
 }
 
@@ -95,7 +94,7 @@ fn endpoints_of(t: &Tracker, agg: &Aggregator, u: &UcxProcess) -> Vec<UcxEndpoin
                 bytes: *bytes,
                 memory: memory.to_string(),
                 transport: Transport::Unknown,
-                path: "unknown".into(),
+                via: "unknown".into(),
             }
         })
         .collect()

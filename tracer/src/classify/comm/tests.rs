@@ -104,6 +104,7 @@ fn log_lines_and_agreement() {
         nccl_log: None,
         net: None,
         other_hosts: None,
+        paths: Vec::new(),
     }];
     corroborate(&mut v, &m);
     assert!(!v[0].nccl_log.as_ref().unwrap().agrees);
@@ -152,6 +153,7 @@ fn log_per_communicator_and_gdr_lines() {
         nccl_log: None,
         net: None,
         other_hosts: None,
+        paths: Vec::new(),
     });
     let l = crate::report::judged::nccl_log_agreement(log, &r);
     let c0 = &l.communicators[0];

@@ -487,15 +487,16 @@ pub fn ucx_checks(r: &Report, v: Option<&UcxSummary>, mode: &str, expected: &[&s
         ));
     }
     for (who, p) in [("client", c), ("server", srv)] {
-        let path = p.and_then(|p| p.paths.iter().find(|x| x.memory == memory));
+        let path = p.and_then(|p| r.path_of(p.pid, memory));
         let got = path.map_or("none", |x| x.transport.name());
         out.push(check(
             &format!("{mode}: {who}'s {memory} memory path is {}", expected.join(" or ")),
             expected.contains(&got),
             format!(
                 "{got} via {}{}",
-                path.map_or("-", |x| x.path.as_str()),
-                path.filter(|x| x.inferred).map_or("", |_| " (inferred)")
+                path.map_or("-", |x| x.via.as_str()),
+                path.filter(|x| x.basis == crate::classify::comm::Basis::SteadyState)
+                    .map_or("", |_| " (inferred)")
             ),
         ));
         if expected.contains(&"host-staged") {

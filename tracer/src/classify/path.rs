@@ -1,0 +1,192 @@
+//! Paths: the unit of judgment. A path is one process's traffic with one
+//! peer, of one operation class, on one kind of memory: a UCX endpoint's
+//! GETs of GPU memory, an NCCL communicator's collectives, the requests a
+//! process serves for its peers, a file's reads. Each path carries its
+//! transport, judged from where its bytes went (docs/paths.md): a path is
+//! never called direct while host-memory traffic of its process ran in its
+//! time and nothing else explains it. A process's verdict is the summary
+//! of its paths: its one path's transport, or `mixed`.
+use serde::{Deserialize, Serialize};
+
+use super::{Transport, comm::Basis};
+
+/// What a path's calls do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OpClass {
+    /// One-sided write into a peer's memory (`ucp_put*`, NIXL WRITE).
+    Put,
+    /// One-sided read of a peer's memory (`ucp_get*`, NIXL READ).
+    Get,
+    /// Two-sided sends (tagged, stream).
+    Send,
+    /// Receives posted (their bytes are the buffers' capacity).
+    Recv,
+    /// Active messages.
+    Am,
+    /// Collectives of an NCCL communicator.
+    Collective,
+    /// NCCL point-to-point calls.
+    PointToPoint,
+    /// Requests of peers served by this process's progress, with no call of
+    /// its own (the target of a NIXL READ).
+    Served,
+    /// File reads and writes (cuFile).
+    FileRead,
+    FileWrite,
+    /// Anything else.
+    Other,
+}
+
+impl OpClass {
+    /// The class of a data call by its report name (the op table's names).
+    pub fn of_op(op: &str) -> OpClass {
+        let op = op
+            .trim_end_matches("_nbx")
+            .trim_end_matches("_nbi")
+            .trim_end_matches("_nb");
+        match op {
+            "ucp_put" | "ucp_put_nbi" => OpClass::Put,
+            "ucp_get" | "ucp_get_nbi" => OpClass::Get,
+            "ucp_tag_send" | "ucp_tag_send_sync" | "ucp_stream_send" => OpClass::Send,
+            "ucp_tag_recv" | "ucp_stream_recv" | "ucp_am_recv_data" => OpClass::Recv,
+            "ucp_am_send" => OpClass::Am,
+            "ncclSend" | "ncclRecv" => OpClass::PointToPoint,
+            "cuFileRead" | "cuFileReadAsync" => OpClass::FileRead,
+            "cuFileWrite" | "cuFileWriteAsync" => OpClass::FileWrite,
+            o if o.starts_with("nccl") => OpClass::Collective,
+            _ => OpClass::Other,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            OpClass::Put => "put",
+            OpClass::Get => "get",
+            OpClass::Send => "send",
+            OpClass::Recv => "recv",
+            OpClass::Am => "am",
+            OpClass::Collective => "collective",
+            OpClass::PointToPoint => "p2p",
+            OpClass::Served => "served",
+            OpClass::FileRead => "file-read",
+            OpClass::FileWrite => "file-write",
+            OpClass::Other => "other",
+        }
+    }
+}
+
+/// Who is at the other end of a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PeerKind {
+    /// A UCX endpoint (`ucp_ep_h`): one remote worker (a NIXL remote agent).
+    UcxEndpoint,
+    /// An NCCL communicator (every peer rank of it).
+    NcclCommunicator,
+    /// The peers whose requests the process served.
+    Remote,
+    /// A file.
+    File,
+}
+
+/// One path of one process, judged.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Path {
+    pub pid: u32,
+    #[serde(default)]
+    pub comm: String,
+    pub peer_kind: PeerKind,
+    /// The peer: the endpoint or communicator handle, the file.
+    pub peer: String,
+    pub op: OpClass,
+    /// `cuda`, `host` or `unknown`: the memory of the path's buffers.
+    pub memory: String,
+    pub transport: Transport,
+    /// The library's name for it: `cuda_ipc`, `cuda_copy+tcp`, `NET/Socket`...
+    pub via: String,
+    pub calls: u64,
+    /// Bytes of the path's calls (the buffers' capacity for receives).
+    pub bytes: u64,
+    /// Bytes that went through host memory in the path's time: copies
+    /// between GPU and host memory, socket bytes (`docs/paths.md`).
+    #[serde(default)]
+    pub host_bytes: u64,
+    /// Bytes copied device to device in the path's time.
+    #[serde(default)]
+    pub device_bytes: u64,
+    /// Host-memory bytes that moved while this path and others ran at once,
+    /// which the tracer cannot split between them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shared_host_bytes: u64,
+    /// GPU data that went through host memory.
+    pub host_staged: bool,
+    /// Of those, the bytes staged.
+    pub staged_bytes: u64,
+    #[serde(default)]
+    pub basis: Basis,
+    pub evidence: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
+    /// What the library's own log says of the path (`--ucx-log`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<super::ucx_log::Agreement>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+impl Path {
+    /// An unjudged path of `pid` with `peer`, class and memory.
+    pub fn new(pid: u32, peer_kind: PeerKind, peer: String, op: OpClass, memory: &str) -> Path {
+        Path {
+            pid,
+            comm: String::new(),
+            peer_kind,
+            peer,
+            op,
+            memory: memory.to_string(),
+            transport: Transport::Unknown,
+            via: "unknown".into(),
+            calls: 0,
+            bytes: 0,
+            host_bytes: 0,
+            device_bytes: 0,
+            shared_host_bytes: 0,
+            host_staged: false,
+            staged_bytes: 0,
+            basis: Basis::SetUp,
+            evidence: Vec::new(),
+            cause: None,
+            log: None,
+        }
+    }
+
+    /// Whether the path's data may be called direct: a transport whose
+    /// bytes stay out of host memory (P2P, same-device IPC, GPUDirect RDMA).
+    pub fn direct(&self) -> bool {
+        self.transport.direct()
+    }
+
+    /// One line naming the path: `pid 650 get ucx endpoint 0x7f.. (cuda)`.
+    pub fn label(&self) -> String {
+        let peer = match self.peer_kind {
+            PeerKind::UcxEndpoint => format!("ucx endpoint {}", self.peer),
+            PeerKind::NcclCommunicator => format!("communicator {}", self.peer),
+            PeerKind::Remote => "its peers' requests".to_string(),
+            PeerKind::File => format!("file {}", self.peer),
+        };
+        format!("pid {} {} {} ({})", self.pid, self.op.name(), peer, self.memory)
+    }
+}
+
+/// A path's share of its process's bytes, in a `mixed` verdict.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Share {
+    pub op: OpClass,
+    pub peer: String,
+    pub transport: Transport,
+    /// Fraction of the process's path bytes, 0 to 1.
+    pub share: f64,
+}
