@@ -112,7 +112,7 @@ pub fn soak(bin: &std::path::Path, minutes: f64, per_minute: u32) -> Result<Valu
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("starting {} serve", bin.display()))?;
-    let lines = crate::bench::timed_lines(agent.stderr.take().context("agent stderr")?);
+    let lines = util::timed_lines(agent.stderr.take().context("agent stderr")?);
     let started = Instant::now();
     loop {
         match lines.recv_timeout(Duration::from_secs(120)) {

@@ -1,8 +1,11 @@
 //! Small helpers shared by the subcommands.
 
 use std::cmp::Ordering;
+use std::io::{BufRead as _, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
@@ -141,4 +144,17 @@ mod tests {
         assert_eq!(sh_quote("it's"), r"'it'\''s'");
         assert_eq!(sh_quote(""), "''");
     }
+}
+
+/// Lines of a child's pipe, each with the moment it arrived.
+pub fn timed_lines(r: impl Read + Send + 'static) -> mpsc::Receiver<(Instant, String)> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines().map_while(std::result::Result::ok) {
+            if tx.send((Instant::now(), line)).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
