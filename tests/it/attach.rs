@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{can_trace, compile, gdrtrace_path, links_and_probe_events, our_programs, run, stderr};
+use integration_tests::{can_trace, compile, gdrtrace_path, links_and_probe_events, our_programs};
 
 /// The tests here count this object's programs loaded in the kernel, so no
 /// other tracer may run beside them.
@@ -245,16 +245,4 @@ fn signals_leave_target_running_and_kernel_clean() {
     }
     let _ = target.kill();
     let _ = target.wait();
-}
-
-#[test]
-fn attach_errors_are_one_line() {
-    let o = run(&["attach", "--pid", "999999999"]);
-    let err = stderr(&o);
-    assert!(!o.status.success());
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(err.contains("no such process"), "{err}");
-    let o = run(&["attach"]);
-    assert!(!o.status.success());
-    assert!(stderr(&o).contains("attach needs --pid"), "{}", stderr(&o));
 }

@@ -425,6 +425,17 @@ pub fn read_report(p: &Path) -> Report {
     parse_report(&p.display().to_string(), &read_text(p))
 }
 
+/// As [`parse_report`], from a report held as JSON (a baseline's run).
+pub fn report_of(what: &str, v: &serde_json::Value) -> Report {
+    gdrtrace::report::read_typed(v).unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// A document of the project's own written as the project writes it.
+pub fn write_as<T: serde::Serialize>(p: &Path, v: &T) {
+    std::fs::write(p, serde_json::to_string_pretty(v).expect("serializable"))
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+}
+
 /// A value as the JSON the project writes (to compare two typed sections
 /// that do not implement `PartialEq`, or to print one).
 pub fn to_json<T: serde::Serialize>(v: &T) -> serde_json::Value {
