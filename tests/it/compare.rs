@@ -9,7 +9,9 @@ use std::{
 };
 
 use gdrtrace::{classify::Transport, compare::Baseline, probes::Status};
-use integration_tests::{assert_one_line, path_str as s, read_as, read_report, report_of, run, stderr, stdout, write_as};
+use integration_tests::{
+    assert_one_line, path_str as s, read_as, read_report, report_of, run, stderr, stdout, write_as,
+};
 
 fn fixture(name: &str) -> String {
     integration_tests::fixture(&format!("reports/{name}"))
@@ -320,7 +322,12 @@ fn serialized_histograms_reproduce_the_reports_percentiles() {
                 assert_eq!(h.len(), l.count, "{f} {}", o.name);
                 assert_eq!(h.min(), l.min);
                 assert_eq!(h.max(), l.max);
-                for (q, k, want) in [(0.5, "p50", l.p50), (0.9, "p90", l.p90), (0.99, "p99", l.p99), (0.999, "p999", l.p999)] {
+                for (q, k, want) in [
+                    (0.5, "p50", l.p50),
+                    (0.9, "p90", l.p90),
+                    (0.99, "p99", l.p99),
+                    (0.999, "p999", l.p999),
+                ] {
                     assert_eq!(h.value_at_quantile(q), want, "{f} {} {k}", o.name);
                 }
                 checked += 1;

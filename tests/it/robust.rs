@@ -63,7 +63,12 @@ fn output_paths_are_checked_before_the_command_runs() {
         assert!(!marker.exists(), "run {flag} {path}: the command ran");
     }
     let o = bounded(&["attach", "--pid", "1", "--json", "/nonexistent-dir/x.json"]);
-    assert_one_line(&o, 2, &["--json /nonexistent-dir/x.json: cannot write"], "attach --json");
+    assert_one_line(
+        &o,
+        2,
+        &["--json /nonexistent-dir/x.json: cannot write"],
+        "attach --json",
+    );
     let o = bounded(&["attach", "--pid", "1", "--jsonl", s(&dir), "--interval", "1s"]);
     assert_one_line(&o, 2, &["--jsonl"], "attach --jsonl DIR");
     let o = bounded(&["validate", "--json", "/nonexistent-dir/x.json"]);
@@ -416,7 +421,10 @@ fn compare_cannot_be_fooled() {
     // A value no typed report can hold, written on purpose.
     negated["operations"][0]["calls"] = serde_json::json!(-200);
     let o = bounded(&["compare", s(&base), s(&write("negated.json", negated))]);
-    assert_one_line(&o, 2, &["`operations[0].calls`: invalid value: integer `-200`"],
+    assert_one_line(
+        &o,
+        2,
+        &["`operations[0].calls`: invalid value: integer `-200`"],
         "negated calls",
     );
     let mut zero = report("pin-churn.json");

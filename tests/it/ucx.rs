@@ -96,7 +96,10 @@ fn check_mode(mode: &str, want: Transport) {
     let (client, server, n) = (s.client_pid, s.server_pid, s.iterations);
     assert!(n > 0);
     let c = ucx_process(&r, client);
-    assert_eq!(c.data_calls, n, "sends counted in the kernel = the perftest's iterations");
+    assert_eq!(
+        c.data_calls, n,
+        "sends counted in the kernel = the perftest's iterations"
+    );
     assert_eq!(c.data_bytes, s.bytes, "bytes = iterations x size");
     let srv = ucx_process(&r, server);
     assert_eq!(srv.receives, n, "receives posted by the server");
@@ -105,13 +108,19 @@ fn check_mode(mode: &str, want: Transport) {
         assert_eq!(path.memory, "host", "{p:?}");
         assert_eq!(path.transport, want, "{p:?}");
         assert!(!path.host_staged);
-        assert_eq!(path.log.as_ref().map(|l| l.agrees), Some(true), "UCX's log: {:?}", path.log);
+        assert_eq!(
+            path.log.as_ref().map(|l| l.agrees),
+            Some(true),
+            "UCX's log: {:?}",
+            path.log
+        );
         assert_eq!(p.workers, 1);
         assert_eq!(p.endpoints, 1);
     }
     let eps = &ucx(&r).endpoints;
     assert!(
-        eps.iter().any(|e| e.pid == client && e.op == "ucp_tag_send_nbx" && e.memory == "host" && e.transport == want),
+        eps.iter()
+            .any(|e| e.pid == client && e.op == "ucp_tag_send_nbx" && e.memory == "host" && e.transport == want),
         "{eps:?}"
     );
     let v = &r.verdicts;
@@ -143,7 +152,10 @@ fn rcache_off_registers_every_transfer_and_a_rule_says_why() {
     let (off, s) = traced("host-tcp", &["--rcache", "off"], None);
     let c = ucx_process(&off, s.client_pid);
     let per = c.registrations_per_data_call.expect("registrations per data call");
-    assert!(per >= 1.0, "a registration per rendezvous send with the cache off: {c:?}");
+    assert!(
+        per >= 1.0,
+        "a registration per rendezvous send with the cache off: {c:?}"
+    );
     let f = rule(&off).expect("ucx-rcache-disabled fires with UCX_RCACHE_ENABLE=n");
     assert!(
         f.evidence.first().is_some_and(|e| e.contains("UCX_RCACHE_ENABLE=n")),
@@ -151,8 +163,9 @@ fn rcache_off_registers_every_transfer_and_a_rule_says_why() {
     );
     let paths = &off.explain.paths;
     assert!(
-        paths.iter().any(|p| p.what.starts_with("UCX registers memory")
-            && p.explained_by.contains(&"ucx-rcache-disabled")),
+        paths
+            .iter()
+            .any(|p| p.what.starts_with("UCX registers memory") && p.explained_by.contains(&"ucx-rcache-disabled")),
         "{paths:?}"
     );
     let (on, _) = traced("host-tcp", &[], None);
@@ -250,7 +263,10 @@ fn attach_after_set_up_gives_the_transport_in_the_first_interval() {
     let _ = job.wait();
     assert!(status.success(), "attach failed: {}", out.join("\n"));
     let text = std::fs::read_to_string(&jsonl).unwrap();
-    let first: IntervalRecord = parse_as("the first interval record", text.lines().next().expect("an interval record"));
+    let first: IntervalRecord = parse_as(
+        "the first interval record",
+        text.lines().next().expect("an interval record"),
+    );
     let procs = &first.processes;
     let perftests: Vec<_> = procs.iter().filter(|p| p.comm == "ucx_perftest").collect();
     assert_eq!(perftests.len(), 2, "{procs:?}");
