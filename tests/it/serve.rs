@@ -633,10 +633,9 @@ fn a_trap_bound_copy_loop_is_marked_a_lower_bound_in_prometheus() {
         summary.display()
     ));
     assert_eq!(status, 0, "the copy loop failed");
-    let sum: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&summary).expect("the loop's summary")).expect("its JSON");
-    let pid = sum["pid"].as_u64().expect("a pid");
-    let copied = sum["bytes"].as_f64().expect("bytes");
+    let sum: gdrtrace::drive::copy_loop::CopyLoopSummary = integration_tests::read_as(&summary);
+    let pid = sum.pid;
+    let copied = sum.bytes as f64;
     let q = format!("gdrtrace_process_info{{pid=\"{pid}\",exited=\"true\"}}");
     wait_for("Prometheus to scrape the exit", Duration::from_secs(30), || {
         (!prom.query(&q).is_empty()).then_some(())
@@ -651,7 +650,7 @@ fn a_trap_bound_copy_loop_is_marked_a_lower_bound_in_prometheus() {
     let marked = got("gdrtrace_estimates_lower_bound");
     println!(
         "copy loop {pid}: copied {copied} B in {:.3} s, moved (counted and estimated) {moved} B ({:.1}%), lower bound {marked}",
-        sum["loop_s"].as_f64().unwrap_or(f64::NAN),
+        sum.loop_s,
         moved / copied * 100.0
     );
     assert!(moved > 0.0, "no copies seen: {moved}");
