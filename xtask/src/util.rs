@@ -112,6 +112,19 @@ fn trim_zeros(d: &[u8]) -> &[u8] {
     &d[n..]
 }
 
+/// Lines of a child's pipe, each with the moment it arrived.
+pub fn timed_lines(r: impl Read + Send + 'static) -> mpsc::Receiver<(Instant, String)> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines().map_while(std::result::Result::ok) {
+            if tx.send((Instant::now(), line)).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,17 +157,4 @@ mod tests {
         assert_eq!(sh_quote("it's"), r"'it'\''s'");
         assert_eq!(sh_quote(""), "''");
     }
-}
-
-/// Lines of a child's pipe, each with the moment it arrived.
-pub fn timed_lines(r: impl Read + Send + 'static) -> mpsc::Receiver<(Instant, String)> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(r).lines().map_while(std::result::Result::ok) {
-            if tx.send((Instant::now(), line)).is_err() {
-                break;
-            }
-        }
-    });
-    rx
 }
