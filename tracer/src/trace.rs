@@ -63,8 +63,8 @@ impl Interval {
     }
 }
 
-/// One interval's per-process figures.
-#[derive(Clone, Debug, Serialize)]
+/// One interval's per-process figures (a line of `--jsonl`).
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct IntervalRecord {
     pub elapsed_s: f64,
     pub interval_s: f64,
@@ -75,7 +75,7 @@ pub struct IntervalRecord {
     pub hot_ops: Vec<HotOp>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct HotOp {
     pub op: String,
     pub calls_per_s: f64,
@@ -146,19 +146,21 @@ mod tests {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct IntervalProcess {
     pub pid: u32,
     pub comm: String,
     pub exited: bool,
     pub calls_per_s: f64,
+    #[serde(deserialize_with = "crate::intern::keys")]
     pub transports: BTreeMap<&'static str, u64>,
     pub staged_bytes_per_s: f64,
     pub registrations_per_s: f64,
     /// The process's transport verdict so far (None: no GPU communication seen).
-    pub verdict: Option<&'static str>,
+    #[serde(deserialize_with = "crate::intern::opt")]
+    pub verdict: Option<crate::intern::Name>,
     /// Why the verdict is `unknown`, when it is.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
     pub vm_pin_kib: u64,
 }

@@ -20,10 +20,9 @@
 //! - soak (only with `--only soak`): `serve` under short-lived traced
 //!   processes for a fixed time, its RSS and CPU (soak.rs).
 use std::{
-    io::{BufRead as _, BufReader, Read as _},
+    io::Read as _,
     path::PathBuf,
     process::{Child, Command, Stdio},
-    sync::mpsc,
     thread,
     time::{Duration, Instant},
 };
@@ -116,7 +115,7 @@ pub fn main(a: &Args) -> Result<std::process::ExitCode> {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-pub(crate) fn machine() -> String {
+fn machine() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let cpus = thread::available_parallelism().map_or(0, |n| n.get());
     format!("{} CPUs, kernel {}", cpus, kernel.trim())
@@ -329,19 +328,6 @@ fn detach(a: &Args) -> Result<Value> {
     Ok(Value::Array(rows))
 }
 
-/// Lines of a child's pipe, each with the moment it arrived.
-pub(crate) fn timed_lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<(Instant, String)> {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(r).lines().map_while(std::result::Result::ok) {
-            if tx.send((Instant::now(), line)).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
 struct Reaped(Child);
 impl Drop for Reaped {
     fn drop(&mut self) {
@@ -366,7 +352,7 @@ fn attach_sigint(a: &Args) -> Result<Value> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()?;
-        let stderr = timed_lines(tracer.stderr.take().context("stderr")?);
+        let stderr = util::timed_lines(tracer.stderr.take().context("stderr")?);
         let mut stdout = tracer.stdout.take().context("stdout")?;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -418,8 +404,8 @@ fn run_exit(a: &Args) -> Result<Value> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()?;
-        let stderr = timed_lines(tracer.stderr.take().context("stderr")?);
-        let stdout = timed_lines(tracer.stdout.take().context("stdout")?);
+        let stderr = util::timed_lines(tracer.stderr.take().context("stderr")?);
+        let stdout = util::timed_lines(tracer.stdout.take().context("stdout")?);
         let exited = loop {
             match stderr.recv_timeout(Duration::from_secs(60)) {
                 Ok((t, l)) if l.contains("bench-exit") => break t,
