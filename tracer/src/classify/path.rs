@@ -90,6 +90,17 @@ pub enum PeerKind {
     File,
 }
 
+impl PeerKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerKind::UcxEndpoint => "ucx-endpoint",
+            PeerKind::NcclCommunicator => "nccl-communicator",
+            PeerKind::Remote => "remote",
+            PeerKind::File => "file",
+        }
+    }
+}
+
 /// One path of one process, judged.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Path {

@@ -209,7 +209,7 @@ impl Agent {
         }
         for pid in &gone {
             if self.labels == LabelMode::Pod
-                && let Some(f) = self.process(*pid, None, false)
+                && let Some(f) = self.process(*pid, None, Vec::new(), false)
             {
                 let group = Self::group_of(&f);
                 let e = self.retired.entry(group).or_insert_with(|| {

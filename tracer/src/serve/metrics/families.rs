@@ -223,6 +223,45 @@ fn process_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
     }
     verdict.register(reg, n);
 
+    let path_labels = |p: &ProcessFigures, x: &PathFigures| {
+        with(
+            proc_labels(p),
+            &[
+                ("peer_kind", x.peer_kind),
+                ("peer", &x.peer),
+                ("op", x.op),
+                ("memory", &x.memory),
+                ("transport", x.transport),
+                ("host_staged", if x.host_staged { "true" } else { "false" }),
+            ],
+        )
+    };
+    let mut path_info = Family::new(
+        "path_info",
+        "Each path of a process (a peer, an operation class, a memory type) with the transport judged from where its bytes went (value 1); at most 8 per process by bytes, the rest summed as op=\"other\"",
+        None,
+    );
+    let mut path_bytes = Family::new(
+        "path",
+        "Bytes of a path's calls so far (estimated where the duty cycle sampled them, so a later estimate may revise them)",
+        Some(Unit::Bytes),
+    );
+    let mut path_host = Family::new(
+        "path_host",
+        "Bytes that went through host memory in a path's time (copies between GPU and host memory, socket bytes)",
+        Some(Unit::Bytes),
+    );
+    for p in &s.processes {
+        for x in &p.paths {
+            path_info.add(path_labels(p, x), gauge(1));
+            path_bytes.add(path_labels(p, x), gauge(x.bytes as i64));
+            path_host.add(path_labels(p, x), gauge(x.host_bytes as i64));
+        }
+    }
+    path_info.register(reg, n);
+    path_bytes.register(reg, n);
+    path_host.register(reg, n);
+
     let mut moved = Family::new(
         "moved",
         "Bytes a process moved: copies (in-kernel totals, with the estimates of the off phases where the duty cycle sampled them) and collectives as counted in the kernel",

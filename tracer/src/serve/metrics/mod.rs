@@ -113,6 +113,26 @@ impl Hist {
     }
 }
 
+/// Paths per process with series of their own; the rest are summed into
+/// one with `op` and `peer` `other`, so a process has at most this many
+/// plus one (an endpoint per remote agent would otherwise grow with the job).
+pub const MAX_PATHS: usize = 8;
+
+/// One path of a process, as series (`gdrtrace_path_*`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PathFigures {
+    /// `ucx-endpoint`, `nccl-communicator`, `remote`, `file`.
+    pub peer_kind: &'static str,
+    /// The endpoint or communicator (its `commId` where known), the file.
+    pub peer: String,
+    pub op: &'static str,
+    pub memory: String,
+    pub transport: &'static str,
+    pub host_staged: bool,
+    pub bytes: u64,
+    pub host_bytes: u64,
+}
+
 /// The verdict of one process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VerdictFigures {
@@ -177,6 +197,8 @@ pub struct ProcessFigures {
     pub verdict: Option<VerdictFigures>,
     /// Per communicator (by its label).
     pub comm_verdicts: Vec<CommVerdict>,
+    /// Its paths, the busiest [`MAX_PATHS`] by bytes, the rest as `other`.
+    pub paths: Vec<PathFigures>,
     pub communicators: Vec<Communicator>,
     pub moved_bytes: u64,
     pub staged_bytes: u64,
@@ -221,6 +243,22 @@ impl ProcessFigures {
     /// the sum one; verdict rows are joined.
     pub fn absorb(&mut self, o: &ProcessFigures) {
         self.processes += o.processes;
+        // Per pod, paths are summed by what they are, their peers aside.
+        for p in &o.paths {
+            match self.paths.iter_mut().find(|x| {
+                (x.peer_kind, x.op, &x.memory, x.transport, x.host_staged)
+                    == (p.peer_kind, p.op, &p.memory, p.transport, p.host_staged)
+            }) {
+                Some(x) => {
+                    x.bytes += p.bytes;
+                    x.host_bytes += p.host_bytes;
+                }
+                None => self.paths.push(PathFigures {
+                    peer: String::new(),
+                    ..p.clone()
+                }),
+            }
+        }
         self.moved_bytes += o.moved_bytes;
         self.staged_bytes += o.staged_bytes;
         self.moved_bytes_estimated += o.moved_bytes_estimated;
@@ -373,6 +411,16 @@ impl Snapshot {
                         net: "",
                         cause: "env-nccl-p2p-disable",
                     },
+                }],
+                paths: vec![PathFigures {
+                    peer_kind: "nccl-communicator",
+                    peer: "0x5e3c1d2a9b8f7a61".into(),
+                    op: "collective",
+                    memory: "cuda".into(),
+                    transport: "shm",
+                    host_staged: true,
+                    bytes: 1 << 30,
+                    host_bytes: 1 << 30,
                 }],
                 communicators: vec![Communicator {
                     handle: "0x5e3c1d2a9b8f7a61".into(),
