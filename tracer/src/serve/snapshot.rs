@@ -48,7 +48,7 @@ impl Agent {
             });
         }
         for v in by_pid.values_mut() {
-            v.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+            v.sort_by_key(|a| std::cmp::Reverse(a.bytes));
             if v.len() > metrics::MAX_PATHS {
                 let rest = v.split_off(metrics::MAX_PATHS);
                 v.push(metrics::PathFigures {
