@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::{
     drive::{
-        copy_loop::CopyLoopOpts, cuda_copy::CudaCopyOpts, nccl::NcclOpts, pin_churn::PinChurnOpts,
+        copy_loop::CopyLoopOpts, cuda_copy::CudaCopyOpts, nccl::NcclOpts, nixl::NixlOpts, pin_churn::PinChurnOpts,
         syscalls::SyscallsOpts, ucx::UcxOpts, verbs::VerbsOpts,
     },
     units::parse_duration,
@@ -442,6 +442,9 @@ pub enum Drive {
     /// ucx_perftest as a server and a client on this host, with host or
     /// CUDA memory, in a forced transport mode (UCX_TLS).
     Ucx(UcxOpts),
+    /// A NIXL transfer (its UCX backend) between two processes: WRITE
+    /// (push), READ (pull), or both; needs a Python that imports NIXL.
+    Nixl(NixlOpts),
     /// Small asynchronous copies through a libcuda (the stand-in by
     /// default), host to device and back: `bench copies`' job.
     CopyLoop(CopyLoopOpts),

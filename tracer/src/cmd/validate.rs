@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use serde::Deserialize as _;
 
 pub use self::checks::{
-    Check, cuda_copy_checks, nccl_checks, nodes_checks, pin_churn_checks, ucx_checks, ucx_registration_checks,
-    verbs_checks,
+    Check, cuda_copy_checks, direct_paths_checks, nccl_checks, nixl_checks, nodes_checks, pin_churn_checks, ucx_checks,
+    ucx_registration_checks, verbs_checks,
 };
 use self::checks::{check, collective_staged_bytes};
 use super::run::Outputs;
@@ -394,6 +394,35 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
     Ok(checks)
 }
 
+/// NIXL: a READ then a WRITE between two processes on one GPU (the
+/// project's `drive nixl`), traced, with UCX's protocol table.
+fn nixl(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Report)>) -> Result<Vec<Check>> {
+    let python = std::path::Path::new("python3");
+    if !crate::drive::nixl::available(python) {
+        outln!("validate: nixl: skipping: python3 cannot import NIXL (nixl_cu13, nixl_cu12 or nixl)");
+        return Ok(Vec::new());
+    }
+    let log = temp_path("nixl.log");
+    let mut argv = vec![exe.display().to_string(), "drive".into(), "nixl".into()];
+    argv.extend(["--op", "both", "--size", "32M", "--iterations", "10", "--log"].map(String::from));
+    argv.push(log.display().to_string());
+    let (mut r, s, code) = traced_workload::<crate::drive::nixl::NixlSummary>(trace, argv, "nixl")?;
+    if let Ok(text) = std::fs::read_to_string(&log) {
+        r.corroborate_ucx(&text);
+        crate::explain::fill(&mut r);
+    }
+    let _ = std::fs::remove_file(&log);
+    let mut checks = vec![check("nixl exited cleanly", code == 0, format!("exit status {code}"))];
+    checks.extend(nixl_checks(&r, s.as_ref()));
+    outln!(
+        "\nvalidate: nixl ({})",
+        s.as_ref().map_or("no summary".to_string(), |s| s.line())
+    );
+    print_checks(&checks);
+    reports.push(("nixl".to_string(), r));
+    Ok(checks)
+}
+
 pub fn validate(args: &ValidateArgs) -> Result<i32> {
     let v = run_validate(args)?;
     if args.trace.format == Format::Json {
@@ -532,7 +561,21 @@ pub fn run_validate(args: &ValidateArgs) -> Result<Validated> {
     } else {
         let ucx_checks = ucx(trace, &exe, &mut reports)?;
         checks.extend(ucx_checks);
+        if !crate::topo::discover().gpus.is_empty() {
+            let nixl_checks = nixl(trace, &exe, &mut reports)?;
+            checks.extend(nixl_checks);
+        }
     }
+    // Every report's verdicts against its own byte accounting.
+    let path_checks: Vec<Check> = reports
+        .iter()
+        .flat_map(|(name, r)| direct_paths_checks(name, r))
+        .collect();
+    if !path_checks.is_empty() {
+        outln!("\nvalidate: paths");
+        print_checks(&path_checks);
+    }
+    checks.extend(path_checks);
     // A family is missing when its functions exist in this kernel but none
     // could be attached; functions absent from the kernel (peer memory
     // without the nvidia module) are reported, not required.

@@ -104,7 +104,7 @@ fn endpoints_of(t: &Tracker, agg: &Aggregator, u: &UcxProcess) -> Vec<UcxEndpoin
 fn not_measured() -> Vec<String> {
     vec![
         "completion latency of UCX data calls: the calls are entry-only and aggregated in the kernel (a return probe and a request map per call would cost more than the calls); ucx_perftest and UCX_PROTO_INFO report their own".into(),
-        "per-endpoint transport evidence: copies, IPC handles, MRs and socket bytes are seen per process, so every endpoint of a process and memory type gets the process's path".into(),
+        "per-endpoint transport evidence within one tick: copies and socket bytes are seen per process and tick, so two endpoints busy in the same ticks share their evidence (their paths are then ambiguous, not direct: docs/paths.md)".into(),
     ]
 }
 

@@ -7,16 +7,19 @@ the bytes that arrived; with --op READ (pull, as a decode worker takes a
 prefill worker's KV cache) it reads the target's buffer into its own and
 checks it; with --op both it reads, pauses --pause seconds, then writes.
 
-    python3 nixl_xfer.py run --dir DIR [--op WRITE|READ|both] [--memory vram|dram]
-                             [--size 64M] [--iterations 20] [--gpus 0,1]
+    python3 nixl.py run --dir DIR [--op WRITE|READ|both] [--memory vram|dram]
+                        [--size 64M] [--iterations 20] [--gpus 0,1]
+
+`gdrtrace drive nixl` writes this script out and runs it (the binary
+carries it); it is the project's NIXL workload.
 
 `run` starts the target and the initiator (each `python3 nixl_xfer.py
 target|initiator ...`, on its own GPU with VRAM) and writes DIR/summary.json:
 what each side did, and whether the data arrived intact. Metadata goes
 through files in DIR (no sockets of its own); each side's output (with
 UCX's log lines when UCX_LOG_LEVEL/UCX_PROTO_INFO are set) goes to
-DIR/SIDE.log and DIR/ucx.log. The module is nixl_cu13 (the
-carried wheel, scripts/gpu/ucx-carry.sh); with --memory dram it runs on a
+DIR/SIDE.log and DIR/ucx.log. The module is nixl_cu13, nixl_cu12 or nixl
+(on the GPU machine the carried wheel, scripts/gpu/ucx-carry.sh); with --memory dram it runs on a
 machine without GPUs (numpy buffers), as it was tried on the development host.
 """
 import argparse
@@ -27,9 +30,22 @@ import sys
 import time
 
 
-def agent(name):
-    import nixl_cu13 as nixl
+def nixl_module():
+    """NIXL's Python module: the CUDA 13 or 12 wheel, or a build of the project."""
+    import importlib
 
+    for name in ("nixl_cu13", "nixl_cu12", "nixl._api", "nixl"):
+        try:
+            m = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(m, "nixl_agent"):
+            return m
+    raise SystemExit("nixl_xfer: no NIXL Python module (nixl_cu13, nixl_cu12 or nixl) can be imported")
+
+
+def agent(name):
+    nixl = nixl_module()
     return nixl.nixl_agent(name, nixl.nixl_agent_config(backends=["UCX"]))
 
 
