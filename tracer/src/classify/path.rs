@@ -185,7 +185,8 @@ impl Path {
         let peer = match self.peer_kind {
             PeerKind::UcxEndpoint => format!("ucx endpoint {}", self.peer),
             PeerKind::NcclCommunicator => format!("communicator {}", self.peer),
-            PeerKind::Remote => "its peers' requests".to_string(),
+            PeerKind::Remote if self.op == OpClass::Served => "its peers' requests".to_string(),
+            PeerKind::Remote => "its peers".to_string(),
             PeerKind::File => format!("file {}", self.peer),
         };
         format!("pid {} {} {} ({})", self.pid, self.op.name(), peer, self.memory)

@@ -189,13 +189,27 @@ fn ucx_paths(i: &Inputs, p: &ProcessIn, u: &UcxProcess, ux: &UcxReport, windows:
     if let Some(e) = served.filter(|e| e.host_copy + e.device_copy + e.unknown_copy + e.socket >= SERVED_MIN) {
         let gpu = e.host_copy + e.device_copy + e.unknown_copy > 0;
         let memory = if gpu { "cuda" } else { "host" };
-        let mut path = Path::new(p.pid, PeerKind::Remote, "peers".into(), OpClass::Served, memory);
+        // Traced from its start, a process with no data call of its own
+        // served its peers; attached later, its calls may just not have
+        // been seen: the class is then not known.
+        let (op, why) = if u.traced_from_start || u.data_calls + u.receives > 0 {
+            (
+                OpClass::Served,
+                "no UCX data call of its own moved these bytes: its worker served its peers' requests (the target of their GETs or PUTs)",
+            )
+        } else {
+            (
+                OpClass::Other,
+                "no UCX data call was seen (attached after set-up, or its calls not counted yet): the bytes the process moved while mapping UCX are judged as one path, its class unknown",
+            )
+        };
+        let mut path = Path::new(p.pid, PeerKind::Remote, "peers".into(), op, memory);
         path.bytes = (e.host_copy + e.device_copy + e.unknown_copy).max(e.socket);
         let mut p2 = judge_ucx(u, &base, &path, &e);
-        p2.evidence.insert(
-            0,
-            "no UCX data call of its own moved these bytes: its worker served its peers' requests (the target of their GETs or PUTs)".into(),
-        );
+        p2.evidence.insert(0, why.into());
+        if !u.traced_from_start {
+            p2.basis = comm::Basis::SteadyState;
+        }
         out.push(p2);
     }
     out
