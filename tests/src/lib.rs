@@ -284,10 +284,14 @@ pub fn metric_names(exposition: &str) -> std::collections::BTreeSet<String> {
 /// The metric names in docs/serve.md's table.
 pub fn documented_metrics() -> std::collections::BTreeSet<String> {
     let doc = std::fs::read_to_string(repo_root().join("docs/serve.md")).expect("docs/serve.md");
+    // The agent's own families and the `process_*` ones of client libraries.
     doc.lines()
-        .filter_map(|l| l.strip_prefix("| `gdrtrace_"))
-        .filter_map(|l| l.split('`').next())
-        .map(|n| format!("gdrtrace_{n}"))
+        .filter_map(|l| {
+            ["gdrtrace_", "process_"]
+                .into_iter()
+                .find_map(|p| l.strip_prefix(&format!("| `{p}")).map(|rest| (p, rest)))
+        })
+        .filter_map(|(p, rest)| rest.split('`').next().map(|n| format!("{p}{n}")))
         .collect()
 }
 
