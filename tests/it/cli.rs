@@ -110,7 +110,7 @@ fn missing_privilege_fails_under_ci() {
             .arg(&copy)
             .args([
                 "--exact",
-                "not_root_no_bpf_permission",
+                "cli::not_root_no_bpf_permission",
                 "--nocapture",
                 "--test-threads=1",
             ])

@@ -10,6 +10,7 @@ mod deploy;
 mod duty;
 mod formats;
 mod fuzz_readers;
+mod habits;
 mod host;
 mod job;
 mod nccl_log;
