@@ -11,6 +11,7 @@ mod duty;
 mod formats;
 mod fuzz_readers;
 mod habits;
+mod helm;
 mod host;
 mod job;
 mod nccl_log;
