@@ -379,8 +379,8 @@ fn service_and_podmonitor_select_the_daemonset() {
     for doc in [ds, svc, pm, np] {
         assert_eq!(doc["metadata"]["namespace"], "gdrtrace");
     }
-    let dockerfile = std::fs::read_to_string(repo_root().join("deploy/Dockerfile")).unwrap();
-    assert!(dockerfile.contains(&format!("EXPOSE {}", port["containerPort"])));
+    let containerfile = std::fs::read_to_string(repo_root().join("deploy/Containerfile")).unwrap();
+    assert!(containerfile.contains(&format!("EXPOSE {}", port["containerPort"])));
 }
 
 #[test]

@@ -18,6 +18,7 @@ mod nccl_log;
 mod pin_churn;
 mod progress;
 mod record_replay;
+mod release;
 mod robust;
 mod serve;
 mod timeline;

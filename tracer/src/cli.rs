@@ -17,7 +17,7 @@ Examples:
   gdrtrace validate                    # run the workloads this machine supports, traced
   gdrtrace run -- ib_write_bw -d rxe0  # trace a command and its children
   gdrtrace run --json out.json -- ./train.sh
-  gdrtrace attach --pid 4242,4243 --interval 1s --duration 60s
+  gdrtrace attach -p 4242,4243 --interval 1s --duration 60s
   gdrtrace top --pid 4242              # the same targets, as a live full-screen view
   gdrtrace run --record job.rec -- ./train.sh && gdrtrace replay job.rec
   gdrtrace explain out.json --nccl-log nccl.log  # root causes of staged paths
@@ -26,7 +26,7 @@ Examples:
   gdrtrace drive pin-churn --iterations 500
   gdrtrace baseline record --out base.json     # validate, stored with this machine's profile
   gdrtrace compare base.json current.json --format markdown --html compare.html
-  gdrtrace serve --listen 0.0.0.0:9464        # node agent: Prometheus metrics of every GPU/RDMA process
+  gdrtrace serve --listen :9464               # node agent: Prometheus metrics of every GPU/RDMA process
 ";
 
 const RUN_HELP: &str = "\

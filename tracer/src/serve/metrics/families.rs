@@ -183,46 +183,40 @@ fn agent_process(reg: &mut Registry, a: &AgentProcess, n: &mut usize) {
         Some(Unit::Seconds),
         counter_f(a.cpu_seconds),
     );
-    single(
-        reg,
-        n,
-        "process_resident_memory",
-        "Resident memory size in bytes",
-        Some(Unit::Bytes),
-        gauge(a.resident_bytes as i64),
-    );
-    single(
-        reg,
-        n,
-        "process_virtual_memory",
-        "Virtual memory size in bytes",
-        Some(Unit::Bytes),
-        gauge(a.virtual_bytes as i64),
-    );
-    single(
-        reg,
-        n,
-        "process_open_fds",
-        "Number of open file descriptors",
-        None,
-        gauge(a.open_fds as i64),
-    );
-    single(
-        reg,
-        n,
-        "process_max_fds",
-        "Maximum number of open file descriptors",
-        None,
-        gauge(a.max_fds.min(i64::MAX as u64) as i64),
-    );
-    single(
-        reg,
-        n,
-        "process_start_time",
-        "Start time of the process since unix epoch in seconds",
-        Some(Unit::Seconds),
-        ConstGauge::new(a.start_time_seconds),
-    );
+    for (name, help, unit, v) in [
+        (
+            "process_resident_memory",
+            "Resident memory size in bytes",
+            Some(Unit::Bytes),
+            a.resident_bytes as f64,
+        ),
+        (
+            "process_virtual_memory",
+            "Virtual memory size in bytes",
+            Some(Unit::Bytes),
+            a.virtual_bytes as f64,
+        ),
+        (
+            "process_open_fds",
+            "Number of open file descriptors",
+            None,
+            a.open_fds as f64,
+        ),
+        (
+            "process_max_fds",
+            "Maximum number of open file descriptors",
+            None,
+            a.max_fds as f64,
+        ),
+        (
+            "process_start_time",
+            "Start time of the process since unix epoch in seconds",
+            Some(Unit::Seconds),
+            a.start_time_seconds,
+        ),
+    ] {
+        single(reg, n, name, help, unit, ConstGauge::new(v));
+    }
 }
 
 fn process_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
