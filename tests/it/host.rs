@@ -16,10 +16,6 @@ use integration_tests::{can_trace, run, stdout};
 /// `CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)`.
 #[unsafe(no_mangle)]
 #[inline(never)]
-#[expect(
-    clippy::not_unsafe_ptr_arg_deref,
-    reason = "the C signature being stood in for; only this file calls it"
-)]
 pub extern "C" fn cuMemAlloc_v2(dptr: *mut u64, bytesize: usize) -> u32 {
     // SAFETY: callers pass a valid out-pointer.
     unsafe { *dptr = 0x7f00_dead_0000 + bytesize as u64 };

@@ -659,8 +659,6 @@ pub fn usage_error(rendered: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser as _;
-
     use super::*;
 
     fn error_of(args: &[&str]) -> String {
