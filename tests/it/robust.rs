@@ -348,7 +348,16 @@ fn item5_signals_are_forwarded_and_a_second_one_ends_at_once() {
 #[test]
 fn item6_unknown_flag_before_the_command_is_an_error() {
     let o = bounded(&["run", "--bogus", "--", "true"]);
-    fails_with(&o, 2, "unexpected argument '--bogus'", "run --bogus");
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    // The error, and clap's tip beneath it (issue 48 keeps clap's tips).
+    let lines: Vec<&str> = err.trim_end().lines().collect();
+    assert!(lines[0].contains("unexpected argument '--bogus'"), "{err}");
+    assert_eq!(
+        lines[1..],
+        ["  tip: to pass '--bogus' as a value, use '-- --bogus'"],
+        "{err}"
+    );
 }
 
 /// Item 7: the command is checked first, as execvp would look it up: not
