@@ -32,8 +32,12 @@ fn main() -> anyhow::Result<()> {
 /// this script when edited (relative to the workspace root).
 const SOURCES: &[&str] = &[
     "tracer/src",
+    "tracer/build.rs",
+    "tracer/Cargo.toml",
     "tracer-common/src",
+    "tracer-common/Cargo.toml",
     "tracer-ebpf/src",
+    "tracer-ebpf/Cargo.toml",
     "Cargo.toml",
     "Cargo.lock",
 ];
@@ -93,8 +97,10 @@ fn git_revision() -> Option<String> {
     for s in SOURCES {
         println!("cargo:rerun-if-changed={root}/{s}");
     }
+    // `:/` roots the paths at the top (git runs in tracer/).
+    let paths: Vec<String> = SOURCES.iter().map(|s| format!(":/{s}")).collect();
     let mut status = vec!["status", "--porcelain", "--untracked-files=no", "--"];
-    status.extend(SOURCES);
+    status.extend(paths.iter().map(String::as_str));
     let dirty = git(&status).is_some_and(|s| !s.is_empty());
     Some(if dirty { format!("{commit}.dirty") } else { commit })
 }
