@@ -42,6 +42,7 @@ pub mod top;
 pub mod topo;
 pub mod trace;
 pub mod units;
+pub mod version;
 
 /// A function for uprobe self-tests (`doctor`): a stable, non-inlined target
 /// in the tracer's own binary.

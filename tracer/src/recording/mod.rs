@@ -60,7 +60,7 @@ impl Header {
     pub fn now() -> Self {
         Header {
             schema: SCHEMA.into(),
-            tool_version: env!("CARGO_PKG_VERSION").into(),
+            tool_version: crate::version::VERSION.into(),
             host: crate::host::host(),
             facts: HostFacts::read(),
             clock: "CLOCK_MONOTONIC".into(),

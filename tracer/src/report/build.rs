@@ -14,7 +14,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
     let signals = signals(&inputs.coverage, inputs.pins.delta.is_some());
     Report {
         schema: SCHEMA,
-        tool_version: env!("CARGO_PKG_VERSION"),
+        tool_version: crate::version::VERSION,
         host: inputs.host,
         command: inputs.command,
         duration_s: inputs.duration_s,

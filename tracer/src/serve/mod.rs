@@ -21,7 +21,6 @@ pub mod webconfig;
 use std::{
     collections::{BTreeMap, BTreeSet},
     future::Future,
-    net::SocketAddr,
     path::PathBuf,
     time::{Duration, Instant},
 };
@@ -50,9 +49,10 @@ use crate::{
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// Address of the metrics endpoint (`/metrics`).
-    #[arg(long, default_value = "127.0.0.1:9464")]
-    pub listen: SocketAddr,
+    /// Address of the metrics endpoint (`/metrics`): HOST:PORT, or :PORT
+    /// for every interface.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
+    pub listen: http::Listen,
     /// The `node` label (default: $NODE_NAME, else the host name).
     #[arg(long)]
     pub node: Option<String>,
@@ -277,23 +277,6 @@ struct Agent {
     /// when the last one was forgotten.
     retired: BTreeMap<Group, (ProcessFigures, Instant)>,
     nvml_available: bool,
-}
-
-fn agent_cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the struct we own.
-    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut r) };
-    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
-    t(r.ru_utime) + t(r.ru_stime)
-}
-
-fn agent_rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| crate::counters::parse_status_kib(&s, "VmRSS:"))
-        .unwrap_or(0)
-        * 1024
 }
 
 /// The node label: `--node`, else `$NODE_NAME` (the DaemonSet sets it from

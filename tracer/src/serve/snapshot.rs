@@ -416,8 +416,7 @@ impl Agent {
                 .filter_map(|m| kernel::fill(ebpf, m).map(|(n, max)| (m, n, max)))
                 .collect(),
             node_pins: crate::counters::FollPin::read(),
-            agent_cpu_seconds: agent_cpu_seconds(),
-            agent_rss_bytes: agent_rss_bytes(),
+            agent: metrics::AgentProcess::read(),
             cpu_budget: self.budget.limit,
             shed_level: self.budget.level,
             tracked: self.agg.procs().len() as u64,

@@ -131,7 +131,7 @@ impl Agent {
 
     pub(super) fn on_tick(&mut self) {
         let now = Instant::now();
-        if let Some(level) = self.budget.update(now, agent_cpu_seconds()) {
+        if let Some(level) = self.budget.update(now, metrics::AgentProcess::cpu_seconds_now()) {
             log::info!(
                 "CPU budget {:.1}% of a CPU: shed level {level}",
                 self.budget.limit * 100.0

@@ -14,6 +14,7 @@ use std::{
 const STAGES: &[&str] = &[
     // Ground floor: printing, errors, units, progress lines, names, input
     // files, host facts.
+    "version",
     "error",
     "output",
     "intern",
