@@ -52,6 +52,7 @@ fn trace_args(args: &TopArgs) -> TraceArgs {
         trace_event: args.trace_event.clone(),
         no_installed_libraries: false,
         collectives: args.collectives,
+        nccl_ras: None,
     }
 }
 
