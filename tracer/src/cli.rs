@@ -292,6 +292,13 @@ pub struct TraceArgs {
     pub collectives: Option<crate::probes::duty::Mode>,
     #[command(flatten)]
     pub input: InputArgs,
+    /// Ask NCCL's RAS service (NCCL 2.24+) once, when the first NCCL
+    /// communicator whose set-up was not traced is seen, for its identity
+    /// (commId, rank): at HOST:PORT, default localhost:28028. Off unless
+    /// given: RAS queries run through every process of the job (docs/job.md).
+    #[arg(long, value_name = "HOST:PORT", num_args = 0..=1, require_equals = true,
+          default_missing_value = crate::identity::ras::DEFAULT_ADDR)]
+    pub nccl_ras: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -327,15 +334,29 @@ pub struct ExplainArgs {
 
 const JOB_HELP: &str = "Examples:
   gdrtrace run --json node0.json -- python train.py     # on each node
+  gdrtrace attach --nccl-ras --pid 4242 --json n0.json  # after set-up: ask NCCL's RAS
   gdrtrace job node0.json node1.json                    # one view per communicator
-  gdrtrace job --format json node*.json rank*.jsonl";
+  gdrtrace job --format json node*.json rank*.rec.gz
+  gdrtrace job --prometheus http://prometheus:9090 --match 'namespace=\"team-a\"'";
 
 #[derive(Debug, clap::Args)]
 pub struct JobArgs {
     /// Reports (`--json FILE` of run, attach, validate or replay) and/or
     /// recordings (`--record FILE`), one per node or rank.
-    #[arg(required = true, value_name = "FILE")]
+    #[arg(
+        required_unless_present = "prometheus",
+        conflicts_with = "prometheus",
+        value_name = "FILE"
+    )]
     pub files: Vec<PathBuf>,
+    /// Read `gdrtrace serve`'s series from this Prometheus (http://HOST:PORT)
+    /// instead of files: every node the fleet watches.
+    #[arg(long, value_name = "URL")]
+    pub prometheus: Option<String>,
+    /// Label matchers the series must have (PromQL, e.g.
+    /// `namespace="team-a",node=~"gpu-.*"`), with `--prometheus`.
+    #[arg(long = "match", value_name = "SELECTOR", default_value = "", requires = "prometheus")]
+    pub selector: String,
     /// Output format (json: schema gdrtrace.job/v1, docs/job.md).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,

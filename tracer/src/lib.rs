@@ -23,6 +23,7 @@ pub mod explain;
 #[cfg(test)]
 pub mod fixtures;
 pub mod host;
+pub mod identity;
 pub mod input;
 pub mod intern;
 pub mod job;

@@ -433,6 +433,7 @@ pub fn open(cmd: &str, targets_args: &TargetArgs, t: &TraceArgs, extra: &[Option
     let session = Session::open(&session_options(all, t)?)?;
     let mut trace = Trace::new(session);
     trace.outputs(t.record.as_deref(), t.transfers.as_deref(), t.trace_event.is_some())?;
+    trace.nccl_ras = t.nccl_ras.as_deref().map(|a| crate::identity::ras::Asker::new(a, None));
     let (attached, pre_existing) = add_targets(&mut trace, &targets, &parents, &mut notes);
     if all {
         // Copies of the libraries that running processes map outside the

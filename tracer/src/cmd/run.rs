@@ -255,6 +255,7 @@ pub fn trace_command<S: AsRef<std::ffi::OsStr>>(t: &TraceArgs, argv: &[S], annou
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
     trace.outputs(t.record.as_deref(), t.transfers.as_deref(), t.trace_event.is_some())?;
+    trace.nccl_ras = t.nccl_ras.as_deref().map(|a| crate::identity::ras::Asker::new(a, None));
     let rt = super::runtime()?;
     let stopped = Cell::new(None::<Stop>);
     let (pid, child) = rt.block_on(async {

@@ -53,6 +53,7 @@ fn trace_args(args: &TopArgs) -> TraceArgs {
         no_installed_libraries: false,
         collectives: args.collectives,
         input: args.input.clone(),
+        nccl_ras: None,
     }
 }
 

@@ -44,6 +44,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         facts: inputs.facts,
         overrides: overrides(agg),
         nccl_log: None,
+        nccl_ras: agg.nccl_ras_answer().cloned(),
         explain: Default::default(),
         workloads: Vec::new(),
         gpu_links: inputs.gpu_links,

@@ -293,6 +293,7 @@ impl Agent {
             pod,
             discovered_by: discover::reason_name(meta.reason),
             exited: p.exited,
+            nccl_hostid: crate::classify::comm::host_id(&p.env).unwrap_or_default().to_string(),
             processes: 1,
             verdict,
             comm_verdicts,

@@ -151,6 +151,12 @@ impl Agent {
         }
         self.forget_expired(now);
         self.trim();
+        if let Some(ras) = &mut self.nccl_ras {
+            ras.due(|| !self.agg.unidentified().is_empty());
+            if let Some(q) = ras.poll(self.agg.live_pids()) {
+                self.agg.nccl_ras(q);
+            }
+        }
     }
 
     pub(super) fn rescan_due(&mut self, now: Instant) {

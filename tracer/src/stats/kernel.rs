@@ -62,6 +62,7 @@ impl Aggregator {
             fds,
         } = self.count_rows(rows);
         self.processes_of_collectives();
+        self.read_connections();
         for ((pid, name), calls) in socket_calls {
             if let Some(p) = self.procs.get_mut(&pid) {
                 p.calls.insert(name, calls);

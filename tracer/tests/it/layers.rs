@@ -25,6 +25,9 @@ const STAGES: &[&str] = &[
     "spawn",
     "topo",
     "host",
+    // Where a communicator's identity comes from besides its init call:
+    // NCCL's RAS service, TCP connections (/proc).
+    "identity",
     // The loader, the probe table and the ring buffer.
     "loader",
     "probes",

@@ -243,6 +243,7 @@ fn process_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
                 &[
                     ("discovered_by", p.discovered_by),
                     ("exited", if p.exited { "true" } else { "false" }),
+                    ("nccl_hostid", &p.nccl_hostid),
                 ],
             )
         };

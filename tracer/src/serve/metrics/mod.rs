@@ -191,6 +191,9 @@ pub struct ProcessFigures {
     pub pod: Option<PodLabels>,
     pub discovered_by: &'static str,
     pub exited: bool,
+    /// The process's `NCCL_HOSTID` (NCCL's host identity; empty when unset):
+    /// `gdrtrace job --prometheus` counts hosts as NCCL does.
+    pub nccl_hostid: String,
     /// Tracked processes summed here (1 for a process).
     pub processes: u64,
     /// The process's verdict: its series when it has no communicator.
@@ -393,6 +396,7 @@ impl Snapshot {
                 }),
                 discovered_by: "libnccl",
                 exited: false,
+                nccl_hostid: String::new(),
                 processes: 1,
                 verdict: Some(VerdictFigures {
                     transport: "shm",
