@@ -1,6 +1,7 @@
 //! The integration tests: one binary (cargo links it once), a module per
 //! area. Tests that need root and BPF say `skipping: <reason>` elsewhere.
 mod attach;
+mod attach_busy;
 mod bad_input;
 mod bench;
 mod cli;

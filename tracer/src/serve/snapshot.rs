@@ -412,7 +412,7 @@ impl Agent {
                 .collect(),
             forgotten: self.forgotten,
             events: self.agg.events() + self.discover_events,
-            maps: ["TARGETS", "AGGREGATE", "INFLIGHT"]
+            maps: ["TARGETS", "AGGREGATE", "COPY_ROWS", "INFLIGHT"]
                 .into_iter()
                 .filter_map(|m| kernel::fill(ebpf, m).map(|(n, max)| (m, n, max)))
                 .collect(),
