@@ -235,6 +235,8 @@ fn prepare(dir: &Path) -> Files {
     let report = std::fs::read_to_string(fixture("reports/pin-churn.json")).expect("fixture");
     let rec = std::fs::read_to_string(fixture("recordings/pin-churn.rec")).expect("fixture");
     let v: serde_json::Value = serde_json::from_str(&report).expect("fixture");
+    let typed = integration_tests::report_of("the fixture report", &v);
+    let wt = |name: &str, r: &integration_tests::Report| w(name, integration_tests::to_json(r).to_string().as_bytes());
     assert!(
         Command::new("mkfifo")
             .arg(dir.join("fifo"))
@@ -258,38 +260,40 @@ fn prepare(dir: &Path) -> Files {
     w("bomb.gz", &gzip(&vec![b'{'; 8 << 20]));
     w("long-line.rec", &vec![b'x'; 17 << 20]);
     w("binary.rec", &[0xffu8, 0xfe, 0x00, 0x01].repeat(64));
-    let mut x = v.clone();
-    x["schema"] = "gdrtrace.report/v9".into();
-    w("newer.json", x.to_string().as_bytes());
-    let mut x = v.clone();
-    x["schema"] = "something/v1".into();
-    w("wrong-schema.json", x.to_string().as_bytes());
+    let mut x = typed.clone();
+    x.schema = "gdrtrace.report/v9";
+    wt("newer.json", &x);
+    let mut x = typed.clone();
+    x.schema = "something/v1";
+    wt("wrong-schema.json", &x);
+    // Values no typed report can hold, written into the raw JSON on purpose.
     let mut x = v.clone();
     x["operations"][0]["calls"] = serde_json::json!(-200);
     w("negated.json", x.to_string().as_bytes());
     let mut x = v.clone();
     x["operations"][0]["calls"] = "many".into();
     w("string-calls.json", x.to_string().as_bytes());
-    let mut x = v.clone();
-    x["operations"][0]["errors"] = serde_json::json!(1_000_000);
-    w("errors-over-calls.json", x.to_string().as_bytes());
-    let mut x = v.clone();
-    x["operations"][0]["latency"]["p50"] = serde_json::json!(u64::MAX);
-    w("unordered.json", x.to_string().as_bytes());
-    let mut x = v.clone();
-    x["processes"][0]["cpu_seconds"] = serde_json::json!(-1.0);
-    w("negative-cpu.json", x.to_string().as_bytes());
-    let mut x = v.clone();
-    for k in ["operations", "processes", "verdicts"] {
-        x[k] = serde_json::json!([]);
+    let mut x = typed.clone();
+    x.operations[0].errors = 1_000_000;
+    wt("errors-over-calls.json", &x);
+    let mut x = typed.clone();
+    x.operations[0].latency.p50 = u64::MAX;
+    wt("unordered.json", &x);
+    let mut x = typed.clone();
+    x.processes[0].cpu_seconds = Some(-1.0);
+    wt("negative-cpu.json", &x);
+    let mut x = typed.clone();
+    x.operations.clear();
+    x.processes.clear();
+    x.verdicts.clear();
+    wt("hollow.json", &x);
+    let mut x = typed.clone();
+    for p in &mut x.processes {
+        p.registrations = 0;
     }
-    w("hollow.json", x.to_string().as_bytes());
+    wt("zero.json", &x);
     let mut x = v.clone();
-    for p in x["processes"].as_array_mut().expect("processes") {
-        p["registrations"] = serde_json::json!(0);
-    }
-    w("zero.json", x.to_string().as_bytes());
-    let mut x = v.clone();
+    // A section missing on purpose: a typed report cannot be without it.
     x.as_object_mut().expect("object").remove("operations");
     w("no-operations.json", x.to_string().as_bytes());
     w("bad.toml", b"[defaults\n");
@@ -307,6 +311,7 @@ fn prepare(dir: &Path) -> Files {
         rec.replace("\"gdrtrace\"", "\"e\\u001b]0;PWN\\u0007\\u001b[2J\"")
             .as_bytes(),
     );
+    // Values no typed recording can hold, written into its raw lines on purpose.
     let edit_rec = |ty: &str, field: &str, value: serde_json::Value| -> String {
         let mut done = false;
         rec.lines()
@@ -341,12 +346,13 @@ fn prepare(dir: &Path) -> Files {
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .expect("chmod");
-    let mut x = v.clone();
-    let mut p = x["processes"][0].clone();
-    p["pid"] = serde_json::json!(999_999);
-    p["registrations"] = serde_json::json!(u64::MAX);
-    x["processes"].as_array_mut().expect("processes").push(p);
-    w("overflow.json", x.to_string().as_bytes());
+    let mut x = typed.clone();
+    let mut p = x.processes[0].clone();
+    p.pid = 999_999;
+    p.registrations = u64::MAX;
+    x.processes.push(p);
+    wt("overflow.json", &x);
+    // Wrong types, written into the raw JSON on purpose.
     let mut x = v.clone();
     x["loss"] = serde_json::json!([1]);
     w("loss-array.json", x.to_string().as_bytes());

@@ -1,60 +1,6 @@
-//! Bad input gets one clear line on stderr and a non-zero exit, never a
-//! panic or a backtrace.
+//! The command line as a newcomer meets it: help with examples, and a clear
+//! line without the privilege to trace (bad input: bad_input.rs).
 use integration_tests::{can_trace, gdrtrace_path, run, stderr};
-
-fn one_line_error(args: &[&str], expect: &str) {
-    let o = run(args);
-    let err = stderr(&o);
-    assert!(!o.status.success(), "{args:?} succeeded: {err}");
-    assert_eq!(
-        err.trim_end().lines().count(),
-        1,
-        "{args:?}: expected one line, got:\n{err}"
-    );
-    assert!(err.starts_with("gdrtrace: "), "{args:?}: {err}");
-    assert!(err.contains(expect), "{args:?}: expected '{expect}' in: {err}");
-    assert!(
-        !err.contains("panicked") && !err.contains("backtrace"),
-        "{args:?}: {err}"
-    );
-}
-
-#[test]
-fn unknown_subcommand() {
-    one_line_error(&["frobnicate"], "unrecognized subcommand 'frobnicate'");
-}
-
-#[test]
-fn unknown_flag() {
-    one_line_error(&["doctor", "--bogus"], "unexpected argument '--bogus'");
-}
-
-#[test]
-fn run_without_command() {
-    one_line_error(&["run"], "run needs a command after '--'");
-}
-
-#[test]
-fn command_that_does_not_exist() {
-    one_line_error(
-        &["run", "--", "/nonexistent/gdrtrace-no-such-command"],
-        "command not found",
-    );
-    one_line_error(&["run", "--", "gdrtrace-no-such-command-on-path"], "command not found");
-}
-
-#[test]
-fn ring_buffer_size_not_power_of_two() {
-    one_line_error(
-        &["run", "--ringbuf-bytes", "12345", "--", "true"],
-        "must be a power of two",
-    );
-}
-
-#[test]
-fn bad_duration() {
-    one_line_error(&["run", "--duration", "soon", "--", "true"], "invalid duration");
-}
 
 #[test]
 fn not_root_no_bpf_permission() {
@@ -110,7 +56,7 @@ fn missing_privilege_fails_under_ci() {
             .arg(&copy)
             .args([
                 "--exact",
-                "not_root_no_bpf_permission",
+                "cli::not_root_no_bpf_permission",
                 "--nocapture",
                 "--test-threads=1",
             ])

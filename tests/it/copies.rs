@@ -22,8 +22,8 @@
 //! 25 us here): the auto test copies 2 MiB at a time (a few hundred us).
 use std::{path::Path, process::Command};
 
-use integration_tests::{can_trace, gdrtrace_path, read_json, run, stderr, stdout};
-use serde_json::Value;
+use gdrtrace::drive::copy_loop::CopyLoopSummary;
+use integration_tests::{Report, can_trace, gdrtrace_path, read_as, read_report, run, stderr, stdout};
 
 /// The tests compete for 2 CPUs with their traps: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -32,7 +32,7 @@ const OPS: [&str; 2] = ["cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync"];
 
 /// `run --collectives MODE -- drive copy-loop ARGS`: the report, the loop's
 /// summary and the recording's path.
-fn traced(test: &str, mode: &str, loop_args: &[&str]) -> (Value, Value, std::path::PathBuf) {
+fn traced(test: &str, mode: &str, loop_args: &[&str]) -> (Report, CopyLoopSummary, std::path::PathBuf) {
     let s = integration_tests::standin::build_standins(Path::new(env!("CARGO_TARGET_TMPDIR")), test);
     let json = s.dir.join("report.json");
     let rec = s.dir.join("trace.rec");
@@ -64,28 +64,26 @@ fn traced(test: &str, mode: &str, loop_args: &[&str]) -> (Value, Value, std::pat
         .output()
         .expect("gdrtrace run");
     assert!(o.status.success(), "run: {}{}", stdout(&o), stderr(&o));
-    let sum = read_json(&summary);
+    let sum = read_as(&summary);
     let _ = std::fs::remove_file(&summary);
     let keep = std::env::temp_dir().join(format!("gdrtrace-copies-{}-{test}.rec", std::process::id()));
     std::fs::copy(&rec, &keep).expect("keeping the recording");
-    (read_json(&json), sum, keep)
+    (read_report(&json), sum, keep)
 }
 
 /// The copies of the loop's process in the report, per op: (calls,
 /// counted where estimated, transport, evidence).
-fn copies(r: &Value) -> Vec<(String, u64, Option<u64>, String, String)> {
-    r["operations"]
-        .as_array()
-        .expect("operations")
+fn copies(r: &Report) -> Vec<(String, u64, Option<u64>, String, String)> {
+    r.operations
         .iter()
-        .filter(|o| OPS.contains(&o["name"].as_str().unwrap_or("")))
+        .filter(|o| OPS.contains(&o.name.as_str()))
         .map(|o| {
             (
-                o["name"].as_str().expect("name").to_string(),
-                o["calls"].as_u64().expect("calls"),
-                o["counted"].as_u64(),
-                o["transport"].as_str().expect("transport").to_string(),
-                o["evidence"].as_str().expect("evidence").to_string(),
+                o.name.clone(),
+                o.calls,
+                o.counted,
+                o.transport.to_string(),
+                o.evidence.clone(),
             )
         })
         .collect()
@@ -107,30 +105,28 @@ fn exact_counts_every_copy_from_one_event_per_pair() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const N: u64 = 3000;
     let (r, sum, rec) = traced("exact", "exact", &["--copies", &N.to_string(), "--bytes", "4096"]);
-    assert_eq!(sum["copies"].as_u64(), Some(2 * N));
+    assert_eq!(sum.copies, 2 * N);
     let ops = copies(&r);
     assert_pageable_staged(&ops);
     for (name, calls, counted, ..) in &ops {
         assert_eq!(*calls, N, "{name}: every copy counted");
         assert_eq!(*counted, None, "{name}: nothing estimated");
     }
-    let bytes: u64 = r["operations"]
-        .as_array()
-        .expect("an array")
+    let bytes: u64 = r
+        .operations
         .iter()
-        .filter(|o| OPS.contains(&o["name"].as_str().unwrap_or("")))
-        .map(|o| o["bytes"].as_u64().expect("bytes"))
+        .filter(|o| OPS.contains(&o.name.as_str()))
+        .map(|o| o.bytes)
         .sum();
     assert_eq!(bytes, 2 * N * 4096);
     // Every call trapped and timed in the kernel; one event per address
     // pair: the recording holds two copy events, not 2N.
     for op in OPS {
-        let hist: u64 = r["kernel_histograms"]
-            .as_array()
-            .expect("an array")
+        let hist: u64 = r
+            .kernel_histograms
             .iter()
-            .filter(|h| h["name"] == op)
-            .map(|h| h["calls"].as_u64().expect("calls"))
+            .filter(|h| h.name == op)
+            .map(|h| h.calls)
             .sum();
         assert_eq!(hist, N, "{op}: the kernel's latency slots");
     }
@@ -140,7 +136,7 @@ fn exact_counts_every_copy_from_one_event_per_pair() {
         .filter(|l| l.contains("\"type\":\"event\"") && l.contains("cuMemcpy"))
         .count();
     assert_eq!(copy_events, 2, "one row-first event per (op, address pair)");
-    assert_eq!(r["loss"]["complete"], true, "{}", r["loss"]);
+    assert!(r.loss.complete, "{:?}", r.loss);
     // The recording replays to the same copies.
     let out = rec.with_extension("replayed.json");
     let o = run(&[
@@ -150,7 +146,7 @@ fn exact_counts_every_copy_from_one_event_per_pair() {
         out.to_str().expect("UTF-8 path"),
     ]);
     assert!(o.status.success(), "replay: {}", stderr(&o));
-    assert_eq!(copies(&read_json(&out)), ops);
+    assert_eq!(copies(&read_report(&out)), ops);
     let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_file(&rec);
 }
@@ -162,7 +158,7 @@ fn auto_estimates_the_copies_of_a_busy_loop() {
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (r, sum, rec) = traced("auto", "auto", &["--seconds", "5", "--bytes", &(2 << 20).to_string()]);
-    let made = sum["copies"].as_u64().expect("the loop's copies");
+    let made = sum.copies;
     let ops = copies(&r);
     assert_pageable_staged(&ops);
     let reported: u64 = ops.iter().map(|o| o.1).sum();
@@ -183,9 +179,9 @@ fn auto_estimates_the_copies_of_a_busy_loop() {
         err * 100.0
     );
     assert!(
-        r["sampling"]["off_phases"].as_u64().unwrap_or(0) >= 1,
-        "{}",
-        r["sampling"]
+        r.sampling.as_ref().is_some_and(|s| s.off_phases >= 1),
+        "{:?}",
+        r.sampling
     );
     // The trap cost the estimates were corrected by is in the recording:
     // replay reaches the same estimates.
@@ -206,7 +202,7 @@ fn auto_estimates_the_copies_of_a_busy_loop() {
         out.to_str().expect("UTF-8 path"),
     ]);
     assert!(o.status.success(), "replay: {}", stderr(&o));
-    assert_eq!(copies(&read_json(&out)), ops);
+    assert_eq!(copies(&read_report(&out)), ops);
     let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_file(&rec);
 }

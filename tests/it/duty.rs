@@ -34,8 +34,8 @@ use std::{
     time::Duration,
 };
 
-use integration_tests::{can_trace, gdrtrace_path, read_json, run, stderr, stdout};
-use serde_json::Value;
+use gdrtrace::report::Collective;
+use integration_tests::{Report, can_trace, gdrtrace_path, read_report, run, stderr, stdout, to_json};
 
 /// The tests count BPF links in the kernel: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -66,25 +66,14 @@ fn rank_calls(out: &str) -> Vec<u64> {
 
 /// The all-reduce rows of the report, per rank process (by pid order, which
 /// is fork order: rank 0 first).
-fn allreduce_rows(r: &Value) -> Vec<&Value> {
-    let mut rows: Vec<&Value> = r["collectives"]
-        .as_array()
-        .expect("collectives")
-        .iter()
-        .filter(|c| c["op"] == "ncclAllReduce")
-        .collect();
-    rows.sort_by_key(|c| c["pid"].as_u64());
+fn allreduce_rows(r: &Report) -> Vec<&Collective> {
+    let mut rows: Vec<&Collective> = r.collectives.iter().filter(|c| c.op == "ncclAllReduce").collect();
+    rows.sort_by_key(|c| c.pid);
     rows
 }
 
-fn hits(r: &Value, op: &str) -> u64 {
-    r["probe_hits"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|h| h["op"] == op)
-        .and_then(|h| h["hits"].as_u64())
-        .unwrap_or(0)
+fn hits(r: &Report, op: &str) -> u64 {
+    r.probe_hits.iter().find(|h| h.op == op).map_or(0, |h| h.hits)
 }
 
 /// `gdrtrace run --collectives MODE` of the job for `secs` on `kib` KiB
@@ -97,7 +86,7 @@ fn traced(
     secs: &str,
     kib: &str,
     name: &str,
-) -> (Value, Vec<u64>, String, PathBuf) {
+) -> (Report, Vec<u64>, String, PathBuf) {
     let json = j.dir.join(format!("{name}.json"));
     let rec = j.dir.join(format!("{name}.rec"));
     let s = |p: &Path| p.to_str().expect("UTF-8 path").to_string();
@@ -127,7 +116,7 @@ fn traced(
     assert!(o.status.success(), "run: {out}{}", stderr(&o));
     let own = rank_calls(&out);
     assert_eq!(own.len(), 2, "two ranks reported their counts:\n{out}");
-    (read_json(&json), own, out, rec)
+    (read_report(&json), own, out, rec)
 }
 
 #[test]
@@ -139,15 +128,15 @@ fn exact_counts_every_call() {
     let j = build("exact");
     let (r, own, out, _) = traced(&j, "exact", "1000", "3", "64", "exact");
     let rows = allreduce_rows(&r);
-    assert_eq!(rows.len(), 2, "{}", r["collectives"]);
+    assert_eq!(rows.len(), 2, "{:?}", r.collectives);
     for (row, n) in rows.iter().zip(&own) {
-        assert_eq!(row["calls"].as_u64(), Some(*n), "{row}");
-        assert!(row.get("counted").is_none(), "{row}");
+        assert_eq!(row.calls, *n, "{row:?}");
+        assert!(row.counted.is_none(), "{row:?}");
     }
     assert_eq!(hits(&r, "ncclAllReduce"), own.iter().sum::<u64>());
-    assert!(r.get("sampling").is_none(), "{}", r["sampling"]);
+    assert!(r.sampling.is_none(), "{:?}", r.sampling);
     assert!(!out.contains("(estimated:"), "{out}");
-    assert_eq!(r["loss"]["complete"], true, "{}", r["loss"]);
+    assert!(r.loss.complete, "{:?}", r.loss);
 }
 
 #[test]
@@ -178,14 +167,15 @@ fn fixed_cycle_samples_and_scales() {
     let links = watcher.join().expect("link watcher");
 
     let rows = allreduce_rows(&r);
-    assert_eq!(rows.len(), 2, "{}", r["collectives"]);
+    assert_eq!(rows.len(), 2, "{:?}", r.collectives);
     let mut counted_sum = 0;
     for (row, n) in rows.iter().zip(&own) {
-        let counted = row["counted"]["calls"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("an estimate says what was counted: {row}"));
+        let counted = row
+            .counted
+            .unwrap_or_else(|| panic!("an estimate says what was counted: {row:?}"))
+            .calls;
         counted_sum += counted;
-        let est = row["calls"].as_u64().expect("calls");
+        let est = row.calls;
         assert!(
             counted * 2 < *n,
             "a quarter of the time was sampled: counted {counted} of {n}"
@@ -196,21 +186,20 @@ fn fixed_cycle_samples_and_scales() {
             "estimate {est} against the rank's own {n} ({:.0}% off)",
             err * 100.0
         );
-        let p = r["processes"]
-            .as_array()
-            .unwrap()
+        let p = r
+            .processes
             .iter()
-            .find(|p| p["pid"] == row["pid"])
+            .find(|p| p.pid == row.pid)
             .expect("the rank's process row");
-        let t = &p["collectives_sampled"];
-        let share = t["sampled_us"].as_f64().unwrap() / t["traced_us"].as_f64().unwrap();
-        assert!((0.15..0.40).contains(&share), "sampled share {share}: {t}");
+        let t = p.collectives_sampled;
+        let share = t.sampled_us as f64 / t.traced_us as f64;
+        assert!((0.15..0.40).contains(&share), "sampled share {share}: {t:?}");
     }
     // Off phases count nothing: every probe hit is a counted call.
     assert_eq!(hits(&r, "ncclAllReduce"), counted_sum);
-    let sampling = &r["sampling"];
-    assert!(sampling["off_phases"].as_u64().unwrap_or(0) >= 3, "{sampling}");
-    assert_eq!(r["loss"]["complete"], true, "{}", r["loss"]);
+    let sampling = &r.sampling;
+    assert!(sampling.as_ref().is_some_and(|s| s.off_phases >= 3), "{sampling:?}");
+    assert!(r.loss.complete, "{:?}", r.loss);
     assert!(out.contains("(estimated:"), "{out}");
     assert!(out.contains("duty-cycled (--collectives)"), "{out}");
     assert!(
@@ -219,14 +208,12 @@ fn fixed_cycle_samples_and_scales() {
         "{out}"
     );
     // The coverage detail says how the rows were traced.
-    let detail = r["coverage"]
-        .as_array()
-        .unwrap()
+    let detail = r
+        .coverage
         .iter()
-        .flat_map(|c| c["detail"].as_array().cloned().unwrap_or_default())
-        .filter_map(|d| d.as_str().map(String::from))
+        .flat_map(|c| &c.detail)
         .find(|d| d.contains("duty-cycled"))
-        .unwrap_or_else(|| panic!("no duty-cycled detail: {}", r["coverage"]));
+        .unwrap_or_else(|| panic!("no duty-cycled detail: {:?}", r.coverage));
     assert!(
         detail.contains("on 500ms of every 2s") && detail.contains("ncclAllReduce"),
         "{detail}"
@@ -249,9 +236,9 @@ fn fixed_cycle_samples_and_scales() {
         "json",
     ]);
     assert!(o.status.success(), "replay: {}", stderr(&o));
-    let rr = read_json(&replayed);
-    assert_eq!(rr["collectives"], r["collectives"]);
-    assert_eq!(rr["sampling"], r["sampling"]);
+    let rr = read_report(&replayed);
+    assert_eq!(to_json(&rr.collectives), to_json(&r.collectives));
+    assert_eq!(rr.sampling, r.sampling);
 }
 
 /// A job that idles with the probes open (as a training job does through
@@ -270,15 +257,15 @@ fn auto_closes_over_budget_and_estimates_the_job() {
         "the job must be over budget to test it: {own:?} calls in 8 s"
     );
     assert!(
-        r["sampling"]["off_phases"].as_u64().unwrap_or(0) >= 1,
-        "{}",
-        r["sampling"]
+        r.sampling.as_ref().is_some_and(|s| s.off_phases >= 1),
+        "{:?}",
+        r.sampling
     );
     let rows = allreduce_rows(&r);
-    assert_eq!(rows.len(), 2, "{}", r["collectives"]);
+    assert_eq!(rows.len(), 2, "{:?}", r.collectives);
     for (row, n) in rows.iter().zip(&own) {
-        let counted = row["counted"]["calls"].as_u64().expect("counted");
-        let est = row["calls"].as_u64().expect("calls");
+        let counted = row.counted.expect("counted").calls;
+        let est = row.calls;
         assert!(counted * 2 < *n, "counted {counted} of {n}");
         let err = (est as f64 - *n as f64).abs() / *n as f64;
         assert!(

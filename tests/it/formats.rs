@@ -3,19 +3,28 @@
 //! (Deserialize, then Serialize gives the same JSON). `compare --format
 //! json` on the kernel-upgrade example lists the regressed metrics, with
 //! the exit status of the text form.
-use integration_tests::{can_trace, fixture, path_str as s, run, stderr, stdout};
+use gdrtrace::{
+    cmd::{baseline::RecordDoc, doctor::Doctor, explain::ExplainDoc, validate::ValidateDoc},
+    compare::{Status, json::CompareDoc},
+    topo::TopoDoc,
+};
+use integration_tests::{can_trace, fixture, parse_as, path_str as s, run, stderr, stdout, to_json};
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
 /// Parses `out` as one JSON document with `schema`, reads it into `T` and
 /// writes it back: the same JSON.
-fn round_trip<T: Serialize + DeserializeOwned>(what: &str, out: &str, schema: &str) -> Value {
+fn round_trip<T: Serialize + DeserializeOwned>(what: &str, out: &str, schema: &str) -> T {
     let v: Value = serde_json::from_str(out).unwrap_or_else(|e| panic!("{what}: not one JSON document ({e}): {out}"));
+    // The raw document's own field, before any type reads it.
     assert_eq!(v["schema"], schema, "{what}");
-    let typed: T = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{what}: not a {schema}: {e}"));
-    let back = serde_json::to_value(&typed).expect("serializes");
-    assert_eq!(back, v, "{what}: the typed document does not write back the same JSON");
-    v
+    let typed: T = parse_as(what, out);
+    assert_eq!(
+        to_json(&typed),
+        v,
+        "{what}: the typed document does not write back the same JSON"
+    );
+    typed
 }
 
 fn code(o: &std::process::Output) -> i32 {
@@ -30,14 +39,9 @@ fn explain_json_round_trips() {
     ] {
         let o = run(&["explain", &fixture(src), "--format", "json"]);
         assert_eq!(code(&o), 0, "{}", stderr(&o));
-        let v = round_trip::<gdrtrace::cmd::explain::ExplainDoc>(src, &stdout(&o), "gdrtrace.explain/v1");
-        assert!(
-            v["findings"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|f| f["rule"] == "nccl-env-forced")),
-            "{src}: {v}"
-        );
-        assert!(v["verdicts"].as_array().is_some_and(|a| !a.is_empty()));
+        let v = round_trip::<ExplainDoc>(src, &stdout(&o), "gdrtrace.explain/v1");
+        assert!(v.findings.iter().any(|f| f.rule == "nccl-env-forced"), "{src}: {v:?}");
+        assert!(!v.verdicts.is_empty());
     }
 }
 
@@ -52,20 +56,14 @@ fn compare_json_lists_the_regressed_metrics_of_the_kernel_upgrade() {
     let o = run(&["compare", &old, &new, "--allow-profile-change", "--format", "json"]);
     assert_eq!(code(&o), code(&text), "the exit status is the text form's");
     assert_eq!(code(&o), 1, "{}", stderr(&o));
-    let v = round_trip::<gdrtrace::compare::json::CompareDoc>("compare", &stdout(&o), "gdrtrace.compare/v1");
-    assert_eq!(v["result"], "regression");
-    assert_eq!(v["exit_code"], 1);
-    let regressed: Vec<(String, String)> = v["metrics"]
-        .as_array()
-        .expect("metrics")
+    let v = round_trip::<CompareDoc>("compare", &stdout(&o), "gdrtrace.compare/v1");
+    assert_eq!(v.result, "regression");
+    assert_eq!(v.exit_code, 1);
+    let regressed: Vec<(String, String)> = v
+        .metrics
         .iter()
-        .filter(|m| m["verdict"] == "regression")
-        .map(|m| {
-            (
-                m["workload"].as_str().unwrap().to_string(),
-                m["metric"].as_str().unwrap().to_string(),
-            )
-        })
+        .filter(|m| m.verdict == Status::Regression)
+        .map(|m| (m.workload.clone(), m.metric.clone()))
         .collect();
     assert!(!regressed.is_empty());
     // 6.12 pins io_uring buffers with pin_user_pages_fast: the 6.1 op is gone.
@@ -79,17 +77,9 @@ fn compare_json_lists_the_regressed_metrics_of_the_kernel_upgrade() {
     let text = stdout(&text);
     let text_rows = text.lines().filter(|l| l.trim_end().ends_with("REGRESSION")).count();
     assert_eq!(regressed.len(), text_rows, "{regressed:?}\n{text}");
-    let every: Vec<&Value> = v["metrics"].as_array().unwrap().iter().collect();
-    assert!(
-        every
-            .iter()
-            .all(|m| m["threshold"].is_string() && m["baseline"].is_string())
-    );
-    assert!(
-        v["profile_differences"]
-            .as_array()
-            .is_some_and(|d| d.iter().any(|d| d["field"] == "kernel"))
-    );
+    // Every metric's threshold and baseline are strings: CompareDoc read them.
+    assert!(!v.metrics.is_empty());
+    assert!(v.profile_differences.iter().any(|d| d.field == "kernel"));
     // Could not compare: exit 2 and one line, as the text form.
     let o = run(&["compare", &old, &new, "--format", "json"]);
     assert_eq!(code(&o), 2);
@@ -100,11 +90,11 @@ fn compare_json_lists_the_regressed_metrics_of_the_kernel_upgrade() {
 fn topo_json_round_trips_and_json_is_an_alias() {
     let o = run(&["topo", "--format", "json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let v = round_trip::<gdrtrace::topo::TopoDoc>("topo", &stdout(&o), "gdrtrace.topo/v1");
+    let v = round_trip::<TopoDoc>("topo", &stdout(&o), "gdrtrace.topo/v1");
     let old = run(&["topo", "--json"]);
-    let w: Value = serde_json::from_str(&stdout(&old)).expect("--json still prints JSON");
-    assert_eq!(v["schema"], w["schema"]);
-    assert_eq!(v["gpus"], w["gpus"]);
+    let w: TopoDoc = parse_as("--json still prints the document", &stdout(&old));
+    assert_eq!(v.schema, w.schema);
+    assert_eq!(to_json(&v.topo.gpus), to_json(&w.topo.gpus));
     let both = run(&["topo", "--json", "--format", "text"]);
     assert_eq!(code(&both), 2, "--json and --format conflict");
 }
@@ -114,13 +104,10 @@ fn doctor_json_round_trips_and_json_is_an_alias() {
     let o = run(&["doctor", "--format", "json"]);
     // 0 usable, 1 not usable, 4 not permitted: all print the findings.
     assert!([0, 1, 4].contains(&code(&o)), "{}", stderr(&o));
-    let v = round_trip::<gdrtrace::cmd::doctor::Doctor>("doctor", &stdout(&o), "gdrtrace.doctor/v1");
+    let v = round_trip::<Doctor>("doctor", &stdout(&o), "gdrtrace.doctor/v1");
     let old = run(&["doctor", "--json"]);
-    let w: Value = serde_json::from_str(&stdout(&old)).expect("--json still prints JSON");
-    assert_eq!(
-        (v["schema"].clone(), v["kernel"].clone()),
-        (w["schema"].clone(), w["kernel"].clone())
-    );
+    let w: Doctor = parse_as("--json still prints the document", &stdout(&old));
+    assert_eq!((v.schema, &v.kernel), (w.schema, &w.kernel));
 }
 
 #[test]
@@ -138,11 +125,10 @@ fn baseline_record_json_round_trips() {
         "json",
     ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let v =
-        round_trip::<gdrtrace::cmd::baseline::RecordDoc>("baseline record", &stdout(&o), "gdrtrace.baseline-record/v1");
-    assert_eq!(v["workloads"][0], "nccl-auto");
-    assert_eq!(v["out"], s(&out));
-    assert_eq!(v["profile"]["nccl"], "2.28.3");
+    let v = round_trip::<RecordDoc>("baseline record", &stdout(&o), "gdrtrace.baseline-record/v1");
+    assert_eq!(v.workloads[0], "nccl-auto");
+    assert_eq!(v.out, s(&out));
+    assert_eq!(v.profile.nccl.as_deref(), Some("2.28.3"));
     assert!(out.is_file());
 }
 
@@ -153,11 +139,11 @@ fn validate_json_is_one_document_with_checks_and_reports() {
     }
     let o = run(&["validate", "--iterations", "20", "--no-ucx", "--format", "json"]);
     let out = stdout(&o);
-    let v = round_trip::<gdrtrace::cmd::validate::ValidateDoc>("validate", &out, "gdrtrace.validate/v1");
-    assert_eq!(v["exit_code"].as_i64(), Some(i64::from(code(&o))), "{}", stderr(&o));
-    assert!(v["checks"].as_array().is_some_and(|c| !c.is_empty()));
-    assert_eq!(v["workloads"][0]["workload"], "pin-churn");
-    assert_eq!(v["workloads"][0]["report"]["schema"], "gdrtrace.report/v1");
+    let v = round_trip::<ValidateDoc>("validate", &out, "gdrtrace.validate/v1");
+    assert_eq!(v.exit_code, code(&o), "{}", stderr(&o));
+    assert!(!v.checks.is_empty());
+    assert_eq!(v.workloads[0].workload, "pin-churn");
+    assert_eq!(v.workloads[0].report.schema, "gdrtrace.report/v1");
     // The text went to standard error.
     assert!(stderr(&o).contains("validate: pin-churn"), "{}", stderr(&o));
 }

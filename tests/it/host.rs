@@ -16,10 +16,6 @@ use integration_tests::{can_trace, run, stdout};
 /// `CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)`.
 #[unsafe(no_mangle)]
 #[inline(never)]
-#[expect(
-    clippy::not_unsafe_ptr_arg_deref,
-    reason = "the C signature being stood in for; only this file calls it"
-)]
 pub extern "C" fn cuMemAlloc_v2(dptr: *mut u64, bytesize: usize) -> u32 {
     // SAFETY: callers pass a valid out-pointer.
     unsafe { *dptr = 0x7f00_dead_0000 + bytesize as u64 };
@@ -183,8 +179,8 @@ fn sched_tracepoints_follow_children() {
     let o = run(&["run", "--json", json.to_str().unwrap(), "--", "sh", "-c", &script]);
     assert!(o.status.success(), "{}", integration_tests::stderr(&o));
     let out = stdout(&o);
-    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let child_pid: u64 = out
+    let r = integration_tests::read_report(&json);
+    let child_pid: u32 = out
         .split("pid=")
         .nth(1)
         .unwrap()
@@ -193,12 +189,12 @@ fn sched_tracepoints_follow_children() {
         .unwrap()
         .parse()
         .unwrap();
-    let procs = r["processes"].as_array().unwrap();
-    let child = procs
+    let child = r
+        .processes
         .iter()
-        .find(|p| p["pid"] == child_pid)
+        .find(|p| p.pid == child_pid)
         .expect("the forked child is traced");
-    assert_eq!(child["calls"]["io_uring_register:register-buffers"], 7);
-    assert!(child["parent"].as_u64().is_some(), "fork recorded the parent");
+    assert_eq!(child.calls.get("io_uring_register:register-buffers"), Some(&7));
+    assert!(child.parent.is_some(), "fork recorded the parent");
     let _ = std::fs::remove_dir_all(&dir);
 }

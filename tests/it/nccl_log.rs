@@ -2,7 +2,9 @@
 //! NCCL_DEBUG=INFO logs of the same runs (tests/fixtures/): the probe-based
 //! verdicts agree with NCCL's own channel lines, per rank and per
 //! communicator, and a log of another mode is reported as disagreeing.
-use integration_tests::{fixture, run, stderr, stdout};
+use std::path::Path;
+
+use integration_tests::{fixture, read_report, run, stderr, stdout};
 
 fn explain(report: &str, log: &str) -> String {
     let o = run(&["explain", &fixture(report), "--nccl-log", log]);
@@ -39,19 +41,11 @@ fn verdicts_agree_with_nccl_log_in_every_mode() {
 fn a_log_of_another_mode_disagrees() {
     // The no-p2p run's log, its pids rewritten to the auto run's ranks.
     let log = std::fs::read_to_string(fixture("logs/nccl-no-p2p.log")).unwrap();
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("reports/nccl-auto.json")).unwrap()).unwrap();
-    let auto_ranks: Vec<String> = report["verdicts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["pid"].to_string())
-        .collect();
-    let other: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("reports/nccl-no-p2p.json")).unwrap()).unwrap();
+    let report = read_report(Path::new(&fixture("reports/nccl-auto.json")));
+    let other = read_report(Path::new(&fixture("reports/nccl-no-p2p.json")));
     let mut rewritten = log.clone();
-    for (from, to) in other["verdicts"].as_array().unwrap().iter().zip(&auto_ranks) {
-        rewritten = rewritten.replace(&format!(":{}:", from["pid"]), &format!(":{to}:"));
+    for (from, to) in other.verdicts.iter().zip(&report.verdicts) {
+        rewritten = rewritten.replace(&format!(":{}:", from.pid), &format!(":{}:", to.pid));
     }
     assert_ne!(rewritten, log);
     let path = std::env::temp_dir().join(format!("gdrtrace-nccl-log-{}.log", std::process::id()));

@@ -1,7 +1,11 @@
 //! The first vertical slice: `gdrtrace run -- gdrtrace drive pin-churn`
 //! reports exactly the registrations the workload made, a latency
 //! histogram, and an nr_foll_pin delta consistent with the pages registered.
-use integration_tests::{can_trace, field, run, stderr, stdout};
+use gdrtrace::{
+    cmd::doctor::Doctor,
+    probes::{Family, Status, uapi::Lib},
+};
+use integration_tests::{can_trace, field, parse_as, read_report, run, stderr, stdout};
 
 #[test]
 fn run_pin_churn_counts_match_the_workload() {
@@ -41,51 +45,43 @@ fn run_pin_churn_counts_match_the_workload() {
         field(line, "pages_registered"),
     );
     assert_eq!((regs, pages), (150, 150 * 3 * 8));
-    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(r["schema"], "gdrtrace.report/v1");
-    let p = r["processes"]
-        .as_array()
-        .unwrap()
+    let r = read_report(&json);
+    assert_eq!(r.schema, "gdrtrace.report/v1");
+    let p = r
+        .processes
         .iter()
-        .find(|p| p["pid"] == pid)
+        .find(|p| u64::from(p.pid) == pid)
         .expect("workload process in report");
-    assert_eq!(p["calls"]["io_uring_register:register-buffers"], regs);
-    assert_eq!(p["calls"]["io_uring_register:unregister-buffers"], unregs);
+    assert_eq!(p.calls.get("io_uring_register:register-buffers"), Some(&regs));
+    assert_eq!(p.calls.get("io_uring_register:unregister-buffers"), Some(&unregs));
     // Library coverage per process: each table library attached or unavailable with a reason.
-    let libs = p["libraries"].as_array().expect("per-process library coverage");
-    assert_eq!(libs.len(), gdrtrace::probes::uapi::Lib::ALL.len(), "{libs:?}");
+    let libs = &p.libraries;
+    assert_eq!(libs.len(), Lib::ALL.len(), "{libs:?}");
     for l in libs {
-        assert!(
-            l["status"] == "attached" || l["detail"].as_str().is_some_and(|d| !d.is_empty()),
-            "{l}"
-        );
+        assert!(l.status == Status::Attached || !l.detail.is_empty(), "{l:?}");
     }
-    let cuda = libs.iter().find(|l| l["lib"] == "cuda").unwrap();
-    if cuda["status"] == "unavailable" {
-        assert!(cuda["detail"].as_str().unwrap().contains("not mapped"), "{cuda}");
+    let cuda = libs.iter().find(|l| l.lib == Lib::Cuda).unwrap();
+    if cuda.status == Status::Unavailable {
+        assert!(cuda.detail.contains("not mapped"), "{cuda:?}");
     }
-    let op = r["operations"]
-        .as_array()
-        .unwrap()
+    let op = r
+        .operations
         .iter()
-        .find(|o| o["name"] == "io_uring_register:register-buffers")
+        .find(|o| o.name == "io_uring_register:register-buffers")
         .unwrap();
-    assert_eq!(op["transport"], "host-only");
-    assert_eq!(op["latency"]["count"], regs);
-    let buckets = op["latency"]["buckets"].as_array().unwrap();
+    assert_eq!(op.transport, "host-only");
+    assert_eq!(op.latency.count, regs);
+    let buckets = &op.latency.buckets;
     assert!(!buckets.is_empty());
-    assert_eq!(buckets.iter().map(|b| b["count"].as_u64().unwrap()).sum::<u64>(), regs);
+    assert_eq!(buckets.iter().map(|b| b.count).sum::<u64>(), regs);
     // Text report: bpftrace-style histogram with the unit in the header.
     assert!(
         out.contains("@io_uring_register:register-buffers[host-only] latency (ns):"),
         "{out}"
     );
     // Counter-based signal: every registered page was pinned and released.
-    let d = &r["pin_counters"]["delta"];
-    if d.is_null() {
-        println!("skipping nr_foll_pin check: /proc/vmstat lacks nr_foll_pin_*");
-    } else {
-        let (acq, rel) = (d["acquired"].as_u64().unwrap(), d["released"].as_u64().unwrap());
+    if let Some(d) = r.pin_counters.delta {
+        let (acq, rel) = (d.acquired, d.released);
         assert!(
             acq >= pages && rel >= pages,
             "nr_foll_pin delta {acq}/{rel} < {pages} pages registered"
@@ -95,12 +91,14 @@ fn run_pin_churn_counts_match_the_workload() {
             acq < pages * 4 + 65536,
             "nr_foll_pin delta {acq} implausibly large for {pages} pages"
         );
+    } else {
+        println!("skipping nr_foll_pin check: /proc/vmstat lacks nr_foll_pin_*");
     }
     // Signals say where each came from.
-    let sig = r["signals"].as_array().unwrap();
-    assert!(sig.iter().any(|s| s["source"] == "counter" && s["available"] == true));
-    assert!(sig.iter().any(|s| s["source"] == "probe" && s["available"] == true));
-    assert_eq!(r["loss"]["ringbuf_drops"], 0);
+    let sig = &r.signals;
+    assert!(sig.iter().any(|s| s.source == "counter" && s.available));
+    assert!(sig.iter().any(|s| s.source == "probe" && s.available));
+    assert_eq!(r.loss.ringbuf_drops, 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -111,31 +109,28 @@ fn doctor_reports_what_this_kernel_allows() {
     }
     let o = run(&["doctor", "--json"]);
     assert!(o.status.success(), "doctor failed: {}", stderr(&o));
-    let d: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let d: Doctor = parse_as("doctor --json", &stdout(&o));
     let kind = |k: &str| {
-        d["program_kinds"]
-            .as_array()
-            .unwrap()
+        d.program_kinds
             .iter()
-            .find(|x| x["kind"] == k)
-            .cloned()
-            .unwrap()
+            .find(|x| x.kind == k)
+            .unwrap_or_else(|| panic!("no program kind {k}"))
     };
     for k in ["tracepoint", "raw_tracepoint", "uprobe", "uretprobe"] {
-        assert_eq!(kind(k)["available"], true, "{k}: {}", kind(k));
+        assert!(kind(k).available, "{k}: {:?}", kind(k));
     }
     // Whatever the kernel, an unavailable kind carries its reason.
     for k in ["fentry", "fexit", "kprobe", "kretprobe"] {
         let v = kind(k);
-        if v["available"] == false {
+        if !v.available {
             assert!(
-                v["error"].as_str().is_some_and(|e| !e.is_empty()),
+                v.error.as_deref().is_some_and(|e| !e.is_empty()),
                 "{k} unavailable without a reason"
             );
         }
     }
-    assert!(d["ring_buffer"]["available"] == true);
-    assert!(d["coverage"].as_array().unwrap().len() >= 40);
+    assert!(d.ring_buffer.available);
+    assert!(d.coverage.len() >= 40);
 }
 
 #[test]
@@ -155,15 +150,14 @@ fn validate_degrades_cleanly_without_kernel_probes() {
         json.to_str().unwrap(),
     ]);
     let out = stdout(&o);
-    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let r = read_report(&json);
     let _ = std::fs::remove_file(&json);
     // The user-space and counter-based signals work either way.
     assert!(out.contains("validate: 6 checks passed, 0 failed"), "{out}");
-    let pinning_attached = r["coverage"]
-        .as_array()
-        .unwrap()
+    let pinning_attached = r
+        .coverage
         .iter()
-        .any(|c| c["family"] == "pinning" && c["status"] == "attached");
+        .any(|c| c.family == Family::Pinning && c.status == Status::Attached);
     if pinning_attached {
         assert!(
             o.status.success(),
@@ -183,14 +177,9 @@ fn validate_degrades_cleanly_without_kernel_probes() {
         };
         assert_eq!(err.trim_end().lines().filter(|l| !progress(l)).count(), 1, "{err}");
         assert!(err.contains("kernel probe families unavailable: pinning"), "{err}");
-        for c in r["coverage"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|c| c["family"] == "pinning")
-        {
-            assert_eq!(c["status"], "unavailable");
-            assert!(c["reason"].as_str().is_some_and(|s| !s.is_empty()), "{c}");
+        for c in r.coverage.iter().filter(|c| c.family == Family::Pinning) {
+            assert_eq!(c.status, Status::Unavailable);
+            assert!(c.reason.as_deref().is_some_and(|s| !s.is_empty()), "{c:?}");
         }
     }
 }

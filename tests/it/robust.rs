@@ -1,6 +1,6 @@
 //! Issue 13: a long job's trace is never lost, exit codes tell the truth,
-//! hostile input is bounded. One test per numbered item of the issue (the
-//! name says which); each failed on the main branch before the fix. Tests
+//! hostile input is bounded (its one-line refusals are in bad_input.rs).
+//! Each test failed on the main branch before the fix. Tests
 //! that load BPF say `skipping: <reason>` without the privilege (and fail
 //! under CI). Time limits here only catch hangs; no test asserts a duration.
 use std::{
@@ -10,7 +10,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{can_trace, fixture, gdrtrace, gdrtrace_path, path_str as s, run_bounded, stderr, stdout};
+use gdrtrace::compare::Baseline;
+use integration_tests::{
+    Report, assert_one_line, can_trace, fixture, gdrtrace, gdrtrace_path, path_str as s, read_as, read_report,
+    run_bounded, stderr, stdout, to_json, write_as,
+};
 
 fn scratch(name: &str) -> PathBuf {
     integration_tests::scratch(&format!("robust-{name}"))
@@ -23,23 +27,11 @@ fn bounded(args: &[&str]) -> Output {
     o
 }
 
-/// Exit `code`, one line on stderr containing `expect`, no panic.
-fn fails_with(o: &Output, code: i32, expect: &str, what: &str) {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(code), "{what}: {err}{}", stdout(o));
-    assert_eq!(err.trim_end().lines().count(), 1, "{what}: one line expected:\n{err}");
-    assert!(err.contains(expect), "{what}: want '{expect}' in: {err}");
-    assert!(
-        !err.contains("panicked") && !err.contains("internal error"),
-        "{what}: {err}"
-    );
-}
-
-/// Item 1: every output and input path is checked before anything runs;
+/// Every output and input path is checked before anything runs;
 /// a write that still fails at the end keeps the text report and puts the
 /// JSON in a fallback file.
 #[test]
-fn item1_output_paths_are_checked_before_the_command_runs() {
+fn output_paths_are_checked_before_the_command_runs() {
     let dir = scratch("paths");
     let marker = dir.join("ran");
     let fifo = dir.join("fifo");
@@ -67,30 +59,35 @@ fn item1_output_paths_are_checked_before_the_command_runs() {
     }
     for (flag, path, expect) in &bad {
         let o = bounded(&["run", flag, path, "--", "touch", s(&marker)]);
-        fails_with(&o, 2, expect, &format!("run {flag} {path}"));
+        assert_one_line(&o, 2, &[expect], &format!("run {flag} {path}"));
         assert!(!marker.exists(), "run {flag} {path}: the command ran");
     }
     let o = bounded(&["attach", "--pid", "1", "--json", "/nonexistent-dir/x.json"]);
-    fails_with(&o, 2, "--json /nonexistent-dir/x.json: cannot write", "attach --json");
+    assert_one_line(
+        &o,
+        2,
+        &["--json /nonexistent-dir/x.json: cannot write"],
+        "attach --json",
+    );
     let o = bounded(&["attach", "--pid", "1", "--jsonl", s(&dir), "--interval", "1s"]);
-    fails_with(&o, 2, "--jsonl", "attach --jsonl DIR");
+    assert_one_line(&o, 2, &["--jsonl"], "attach --jsonl DIR");
     let o = bounded(&["validate", "--json", "/nonexistent-dir/x.json"]);
-    fails_with(&o, 2, "cannot write", "validate --json");
+    assert_one_line(&o, 2, &["cannot write"], "validate --json");
     assert!(stdout(&o).is_empty(), "validate ran a workload: {}", stdout(&o));
     let o = bounded(&["validate", "--nccl-log", "/nonexistent-dir/nccl.log"]);
-    fails_with(&o, 2, "cannot read /nonexistent-dir/nccl.log", "validate --nccl-log");
+    assert_one_line(&o, 2, &["cannot read /nonexistent-dir/nccl.log"], "validate --nccl-log");
     if chattr {
         let _ = Command::new("chattr").arg("-i").arg(&immutable).status();
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Item 1, the end of the job: /dev/full accepts the open and refuses the
+/// The end of the job: /dev/full accepts the open and refuses the
 /// write. The text report is printed, the JSON is in the named fallback
 /// file, the exit is non-zero (here the command's own 3).
 #[test]
-fn item1_a_failed_write_at_the_end_keeps_report_and_json() {
-    if !can_trace("item1_a_failed_write_at_the_end_keeps_report_and_json") {
+fn a_failed_write_at_the_end_keeps_report_and_json() {
+    if !can_trace("a_failed_write_at_the_end_keeps_report_and_json") {
         return;
     }
     let o = bounded(&["run", "--json", "/dev/full", "--", "sh", "-c", "exit 3"]);
@@ -106,9 +103,7 @@ fn item1_a_failed_write_at_the_end_keeps_report_and_json() {
         .nth(1)
         .and_then(|r| r.split(" instead").next())
         .unwrap_or_else(|| panic!("no fallback named: {err}"));
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(spare).expect("fallback file")).expect("fallback is JSON");
-    assert_eq!(json["schema"], "gdrtrace.report/v1");
+    assert_eq!(read_report(Path::new(spare)).schema, "gdrtrace.report/v1");
     let _ = std::fs::remove_file(spare);
     // A replay has no command to keep the status of: 1.
     let o = bounded(&["replay", &fixture("recordings/pin-churn.rec"), "--json", "/dev/full"]);
@@ -149,10 +144,10 @@ fn closed_stdout(args: &[&str]) -> Output {
     }
 }
 
-/// Item 2: a closed stdout stops printing quietly, the files named by
+/// A closed stdout stops printing quietly, the files named by
 /// flags are still written, and the exit is 141 (128 + SIGPIPE).
 #[test]
-fn item2_closed_stdout_is_quiet_and_files_are_written() {
+fn closed_stdout_is_quiet_and_files_are_written() {
     let dir = scratch("epipe");
     let json = dir.join("r.json");
     let o = closed_stdout(&[
@@ -164,11 +159,10 @@ fn item2_closed_stdout_is_quiet_and_files_are_written() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(141), "{err}");
     assert!(err.is_empty(), "closing stdout is not an error to report: {err}");
-    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("--json")).expect("JSON");
-    assert_eq!(r["schema"], "gdrtrace.report/v1");
+    assert_eq!(read_report(&json).schema, "gdrtrace.report/v1");
     let o = closed_stdout(&["--help"]);
     assert_eq!(o.status.code(), Some(141), "{}", stderr(&o));
-    if !can_trace("item2_closed_stdout_is_quiet_and_files_are_written (run and attach)") {
+    if !can_trace("closed_stdout_is_quiet_and_files_are_written (run and attach)") {
         return;
     }
     let json = dir.join("run.json");
@@ -203,10 +197,10 @@ fn item2_closed_stdout_is_quiet_and_files_are_written() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Item 3: `--jsonl` write errors are reported and the exit is non-zero.
+/// `--jsonl` write errors are reported and the exit is non-zero.
 #[test]
-fn item3_jsonl_write_errors_are_reported() {
-    if !can_trace("item3_jsonl_write_errors_are_reported") {
+fn jsonl_write_errors_are_reported() {
+    if !can_trace("jsonl_write_errors_are_reported") {
         return;
     }
     let mut target = Command::new("sleep").arg("120").spawn().expect("sleep");
@@ -256,12 +250,12 @@ fn kill(pid: u32, sig: i32) {
     unsafe { libc::kill(pid as i32, sig) };
 }
 
-/// Item 4: `--duration` reports at the deadline and the exit status is the
+/// `--duration` reports at the deadline and the exit status is the
 /// command's: SIGTERM reaches it there (143 when that ends it, its own
 /// status when it handles it), where it used to run on and exit 0.
 #[test]
-fn item4_duration_reports_at_the_deadline_with_the_commands_status() {
-    if !can_trace("item4_duration_reports_at_the_deadline_with_the_commands_status") {
+fn duration_reports_at_the_deadline_with_the_commands_status() {
+    if !can_trace("duration_reports_at_the_deadline_with_the_commands_status") {
         return;
     }
     let o = bounded(&["run", "--duration", "2s", "--", "sh", "-c", "sleep 50; exit 5"]);
@@ -288,11 +282,11 @@ fn item4_duration_reports_at_the_deadline_with_the_commands_status() {
     assert_eq!(o.status.code(), Some(5), "the command's own status: {}", stderr(&o));
 }
 
-/// Item 5: SIGTERM is passed on to the command and its status is the exit
+/// SIGTERM is passed on to the command and its status is the exit
 /// status; a second signal reports at once, leaving the command running.
 #[test]
-fn item5_signals_are_forwarded_and_a_second_one_ends_at_once() {
-    if !can_trace("item5_signals_are_forwarded_and_a_second_one_ends_at_once") {
+fn signals_are_forwarded_and_a_second_one_ends_at_once() {
+    if !can_trace("signals_are_forwarded_and_a_second_one_ends_at_once") {
         return;
     }
     let dir = scratch("signals");
@@ -344,26 +338,35 @@ fn item5_signals_are_forwarded_and_a_second_one_ends_at_once() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Item 6: an unknown flag before `--` is an error, not the command.
+/// An unknown flag before `--` is an error, not the command.
 #[test]
-fn item6_unknown_flag_before_the_command_is_an_error() {
+fn unknown_flag_keeps_clap_tip_beneath_its_line() {
     let o = bounded(&["run", "--bogus", "--", "true"]);
-    fails_with(&o, 2, "unexpected argument '--bogus'", "run --bogus");
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    // The error, and clap's tip beneath it (issue 48 keeps clap's tips).
+    let lines: Vec<&str> = err.trim_end().lines().collect();
+    assert!(lines[0].contains("unexpected argument '--bogus'"), "{err}");
+    assert_eq!(
+        lines[1..],
+        ["  tip: to pass '--bogus' as a value, use '-- --bogus'"],
+        "{err}"
+    );
 }
 
-/// Item 7: the command is checked first, as execvp would look it up: not
+/// The command is checked first, as execvp would look it up: not
 /// executable and directories are 126, missing 127, before any BPF.
 #[test]
-fn item7_command_is_checked_first_as_execvp_would() {
+fn command_is_checked_first_as_execvp_would() {
     let dir = scratch("exec");
     let script = dir.join("script.sh");
     std::fs::write(&script, "#!/bin/sh\nexit 0\n").expect("script");
     let o = bounded(&["run", "--", s(&script)]);
-    fails_with(&o, 126, "not executable", "a file without x bits");
+    assert_one_line(&o, 126, &["not executable"], "a file without x bits");
     let o = bounded(&["run", "--", s(&dir)]);
-    fails_with(&o, 126, "is a directory", "a directory");
+    assert_one_line(&o, 126, &["is a directory"], "a directory");
     let o = bounded(&["run", "--", "/nonexistent/cmd"]);
-    fails_with(&o, 127, "command not found", "a missing file");
+    assert_one_line(&o, 127, &["command not found"], "a missing file");
     // A directory named like the command earlier in PATH is skipped, as
     // execvp skips it.
     std::fs::create_dir_all(dir.join("sh")).expect("dir");
@@ -374,8 +377,8 @@ fn item7_command_is_checked_first_as_execvp_would() {
         Duration::from_secs(60),
     );
     assert!(!killed);
-    fails_with(&o, 127, "command not found in PATH", "not in PATH");
-    if can_trace("item7_command_is_checked_first_as_execvp_would (default PATH)") {
+    assert_one_line(&o, 127, &["command not found in PATH"], "not in PATH");
+    if can_trace("command_is_checked_first_as_execvp_would (default PATH)") {
         // Without PATH, execvp searches the C library's default path.
         let (o, killed) = run_bounded(
             gdrtrace().args(["run", "--", "sh", "-c", "exit 6"]).env_remove("PATH"),
@@ -399,15 +402,14 @@ fn item7_command_is_checked_first_as_execvp_would() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn report_json(name: &str) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(fixture(&format!("reports/{name}"))).expect("fixture"))
-        .expect("fixture JSON")
+fn report(name: &str) -> Report {
+    read_report(Path::new(&fixture(&format!("reports/{name}"))))
 }
 
-/// Item 8: `compare` refuses impossible input (exit 2, naming the field),
+/// `compare` refuses impossible input (exit 2, naming the field),
 /// and hollow input, vanished work and counts at 0 are regressions.
 #[test]
-fn item8_compare_cannot_be_fooled() {
+fn compare_cannot_be_fooled() {
     let dir = scratch("compare");
     let base = dir.join("base.json");
     let o = bounded(&[
@@ -419,32 +421,33 @@ fn item8_compare_cannot_be_fooled() {
         s(&base),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let write = |name: &str, v: &serde_json::Value| {
+    let write = |name: &str, v: serde_json::Value| {
         let p = dir.join(name);
         std::fs::write(&p, v.to_string()).expect("writing");
         p
     };
-    let mut hollow = report_json("pin-churn.json");
-    for f in ["operations", "processes", "verdicts"] {
-        hollow[f] = serde_json::json!([]);
-    }
-    let o = bounded(&["compare", s(&base), s(&write("hollow.json", &hollow))]);
+    let mut hollow = report("pin-churn.json");
+    hollow.operations.clear();
+    hollow.processes.clear();
+    hollow.verdicts.clear();
+    let o = bounded(&["compare", s(&base), s(&write("hollow.json", to_json(&hollow)))]);
     assert_eq!(o.status.code(), Some(1), "hollow report: {}", stdout(&o));
     assert!(stdout(&o).contains("calls missing"), "{}", stdout(&o));
-    let mut negated = report_json("pin-churn.json");
+    let mut negated = to_json(&report("pin-churn.json"));
+    // A value no typed report can hold, written on purpose.
     negated["operations"][0]["calls"] = serde_json::json!(-200);
-    let o = bounded(&["compare", s(&base), s(&write("negated.json", &negated))]);
-    fails_with(
+    let o = bounded(&["compare", s(&base), s(&write("negated.json", negated))]);
+    assert_one_line(
         &o,
         2,
-        "`operations[0].calls`: invalid value: integer `-200`",
+        &["`operations[0].calls`: invalid value: integer `-200`"],
         "negated calls",
     );
-    let mut zero = report_json("pin-churn.json");
-    for p in zero["processes"].as_array_mut().expect("processes") {
-        p["registrations"] = serde_json::json!(0);
+    let mut zero = report("pin-churn.json");
+    for p in &mut zero.processes {
+        p.registrations = 0;
     }
-    let o = bounded(&["compare", s(&base), s(&write("zero.json", &zero))]);
+    let o = bounded(&["compare", s(&base), s(&write("zero.json", to_json(&zero)))]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     let row = out
@@ -452,68 +455,26 @@ fn item8_compare_cannot_be_fooled() {
         .find(|l| l.trim_start().starts_with("registrations "))
         .unwrap_or_else(|| panic!("no registrations row: {out}"));
     assert!(row.contains("falling to 0") && row.ends_with("REGRESSION"), "{row}");
-    let t = dir.join("t.toml");
-    std::fs::write(&t, "[workloads.nosuch]\nbandwidth_decrease_pct = 5\n").expect("toml");
-    let o = bounded(&[
-        "compare",
-        s(&base),
-        &fixture("reports/pin-churn.json"),
-        "--thresholds",
-        s(&t),
-    ]);
-    fails_with(&o, 2, "[workloads.nosuch] names no workload", "thresholds typo");
     // A baseline run the current baseline lacks is a regression.
     let two = dir.join("two.json");
-    let mut b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&base).expect("base")).expect("json");
-    let mut run2 = b["runs"][0].clone();
-    run2["workload"] = "verbs-churn".into();
-    b["runs"].as_array_mut().expect("runs").push(run2);
-    std::fs::write(&two, b.to_string()).expect("writing");
+    let mut b: Baseline = read_as(&base);
+    let mut run2 = b.runs[0].clone();
+    run2.workload = "verbs-churn".into();
+    b.runs.push(run2);
+    write_as(&two, &b);
     let o = bounded(&["compare", s(&two), s(&base)]);
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
     assert!(stdout(&o).contains("workloads missing: verbs-churn"), "{}", stdout(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Item 9: inputs are bounded: devices, FIFOs, sparse and oversized files
-/// are refused at once by every command that reads them.
+/// Gzip is read by every reader, and a file under `--max-input-size` is
+/// read (the refusals are in bad_input.rs).
 #[test]
-fn item9_inputs_are_bounded() {
-    let dir = scratch("bounded");
-    let fifo = dir.join("fifo");
-    assert!(Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success());
-    let sparse = dir.join("sparse");
-    std::fs::File::create(&sparse)
-        .and_then(|f| f.set_len(1 << 30))
-        .expect("sparse file");
-    let base = fixture("baselines/vm-6.1.json");
-    for (path, expect) in [
-        ("/dev/zero", "character device"),
-        (s(&fifo), "is a FIFO"),
-        (s(&sparse), "NUL bytes"),
-        (s(&dir), "is a directory"),
-    ] {
-        for args in [
-            vec!["explain", path],
-            vec!["replay", path],
-            vec!["compare", &base, path],
-            vec!["baseline", "record", "--from", path, "--out", "/dev/null"],
-            vec!["explain", &fixture("reports/pin-churn.json"), "--nccl-log", path],
-        ] {
-            let o = bounded(&args);
-            fails_with(&o, 2, expect, &format!("{args:?}"));
-        }
-    }
-    let o = bounded(&["replay", &fixture("recordings/pin-churn.rec"), "--max-input-size", "4K"]);
-    fails_with(&o, 2, "over the input size limit of 4 KiB", "replay over the limit");
-    // Counted after decompression: a small gzip that inflates past the limit.
-    let o = bounded(&[
-        "explain",
-        &fixture("recordings/gpu-h200-nccl-auto.rec.gz"),
-        "--max-input-size",
-        "1M",
-    ]);
-    fails_with(&o, 2, "over the input size limit of 1 MiB", "gzip over the limit");
+fn gzip_and_a_file_under_the_size_limit_are_read() {
+    let o = bounded(&["explain", &fixture("recordings/gpu-h200-nccl-auto.rec.gz")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("p2p/nvlink"), "{}", stdout(&o));
     let o = bounded(&[
         "replay",
         &fixture("recordings/pin-churn.rec"),
@@ -521,70 +482,24 @@ fn item9_inputs_are_bounded() {
         "64K",
     ]);
     assert!(o.status.success(), "under the limit: {}", stderr(&o));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Item 10: gzip is read by every command, and unreadable input is exit 2
-/// in every command.
+/// Targets that cannot be traced are named with a reason.
 #[test]
-fn item10_one_reader_one_exit_code() {
-    let o = bounded(&["explain", &fixture("recordings/gpu-h200-nccl-auto.rec.gz")]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("p2p/nvlink"), "{}", stdout(&o));
-    let dir = scratch("codes");
-    let bad_report = dir.join("bad.json");
-    std::fs::write(&bad_report, "{\"schema\": \"gdrtrace.report/v1\", ").expect("writing");
-    let bad_rec = dir.join("bad.rec");
-    let rec = std::fs::read_to_string(fixture("recordings/pin-churn.rec")).expect("fixture");
-    std::fs::write(&bad_rec, &rec[..rec.len() / 2]).expect("writing");
-    for args in [
-        vec!["explain", s(&bad_report)],
-        vec!["explain", s(&bad_rec)],
-        vec!["replay", s(&bad_rec)],
-        vec!["replay", s(&bad_report)],
-        vec!["compare", s(&bad_report), s(&bad_report)],
-        vec!["baseline", "record", "--from", s(&bad_report), "--out", "/dev/null"],
-        vec!["explain", "/nonexistent/r.json"],
-        vec!["replay", "/nonexistent/r.rec"],
-    ] {
-        let o = bounded(&args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
-        assert_eq!(stderr(&o).trim_end().lines().count(), 1, "{args:?}: {}", stderr(&o));
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Item 11: huge durations and sizes are one-line errors, not panics.
-#[test]
-fn item11_durations_and_sizes_are_bounded() {
-    for args in [
-        vec!["run", "--duration", "99999999999999999h", "--", "true"],
-        vec!["attach", "--all", "--interval", "1e400s"],
-        vec!["attach", "--all", "--duration", "400d"],
-        vec!["explain", "x", "--max-input-size", "99999999999999999999G"],
-        vec!["drive", "nccl", "--duration", "99999999999999999999999999s"],
-    ] {
-        let o = bounded(&args);
-        fails_with(&o, 2, "invalid value", &format!("{args:?}"));
-    }
-}
-
-/// Item 12: targets that cannot be traced are named with a reason.
-#[test]
-fn item12_bad_attach_targets_have_reasons() {
+fn bad_attach_targets_have_reasons() {
     // The tracer's own pid: sh execs gdrtrace, which keeps the pid.
     let (o, killed) = run_bounded(
         Command::new("sh").args(["-c", &format!("exec {} attach --pid $$", gdrtrace_path().display())]),
         Duration::from_secs(60),
     );
     assert!(!killed);
-    fails_with(&o, 2, "is this gdrtrace itself", "own pid");
+    assert_one_line(&o, 2, &["is this gdrtrace itself"], "own pid");
     // No such process, and no "children of pid 0" (the whole machine).
     let o = bounded(&["attach", "--pid", "0"]);
-    fails_with(&o, 2, "pid 0: no such process", "pid 0");
+    assert_one_line(&o, 2, &["pid 0: no such process"], "pid 0");
     if std::fs::read_to_string("/proc/2/comm").is_ok_and(|c| c.trim() == "kthreadd") {
         let o = bounded(&["attach", "--pid", "2"]);
-        fails_with(&o, 2, "is a kernel thread", "kthreadd");
+        assert_one_line(&o, 2, &["is a kernel thread"], "kthreadd");
     } else {
         println!("skipping: kthreadd case: pid 2 is not kthreadd here");
     }
@@ -596,18 +511,13 @@ fn item12_bad_attach_targets_have_reasons() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let o = bounded(&["attach", "--pid", &pid.to_string(), "--duration", "5s"]);
-    fails_with(&o, 2, "has exited", "zombie target");
+    assert_one_line(&o, 2, &["has exited"], "zombie target");
     drop(zombie);
 }
 
-/// Item 13: small edge cases are refused (or reported) clearly.
+/// `doctor` as an unprivileged user: its finding, exit 4.
 #[test]
-fn item13_edge_cases() {
-    let o = bounded(&["validate", "--iterations", "0"]);
-    fails_with(&o, 2, "--iterations", "validate --iterations 0");
-    let o = bounded(&["drive", "pin-churn", "--iterations", "2", "--dir", "/nonexistent"]);
-    fails_with(&o, 2, "--dir /nonexistent: no such directory", "pin-churn --dir");
-    // doctor as an unprivileged user: its finding, exit 4.
+fn doctor_as_nobody_finds_bpf_not_permitted() {
     let dir = scratch("doctor");
     let bin = dir.join("gdrtrace");
     std::fs::copy(gdrtrace_path(), &bin).expect("copying the binary for nobody");

@@ -11,8 +11,12 @@ use std::{
 };
 
 use gdrtrace::stats::feed::Input;
+use integration_tests::{
+    parse_as, read_as,
+    trace_event::{Event, TraceFile},
+};
 use integration_tests::{path_str as s, repo_root, run, stderr, trace_required};
-use serde_json::Value;
+use serde::Deserialize;
 
 const RECORDING: &str = "recordings/gpu-h200-nccl-auto.rec.gz";
 
@@ -67,7 +71,7 @@ fn expected(path: &str) -> Expected {
 }
 
 /// `replay RECORDING --trace-event OUT`, parsed.
-fn export(dir: &Path) -> (PathBuf, Value) {
+fn export(dir: &Path) -> (PathBuf, TraceFile) {
     let out = dir.join("timeline.json");
     let o = run(&[
         "replay",
@@ -78,16 +82,14 @@ fn export(dir: &Path) -> (PathBuf, Value) {
         s(&out),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let v = integration_tests::read_json(&out);
+    let v = read_as(&out);
     (out, v)
 }
 
-fn slices(v: &Value, aggregated: bool) -> Vec<&Value> {
-    v["traceEvents"]
-        .as_array()
-        .expect("traceEvents")
+fn slices(v: &TraceFile, aggregated: bool) -> Vec<&Event> {
+    v.trace_events
         .iter()
-        .filter(|e| e["ph"] == "X" && (e["cat"] == "collective-aggregated") == aggregated)
+        .filter(|e| e.ph == "X" && (e.cat == "collective-aggregated") == aggregated)
         .collect()
 }
 
@@ -100,7 +102,7 @@ fn export_has_a_slice_per_recorded_call_and_aggregated_interval() {
         "the fixture has calls and collectives"
     );
     let (_, v) = export(&dir);
-    assert_eq!(v["otherData"]["schema"], "gdrtrace.trace-event/v1");
+    assert_eq!(v.other_data.schema, "gdrtrace.trace-event/v1");
     let calls = slices(&v, false);
     assert_eq!(calls.len(), want.calls, "a slice per call event of the recording");
     let rows = slices(&v, true);
@@ -114,21 +116,18 @@ fn export_has_a_slice_per_recorded_call_and_aggregated_interval() {
     assert!(
         calls
             .iter()
-            .all(|e| e["args"]["transport"].is_string() && e["args"]["evidence"].is_string())
+            .all(|e| e.args.transport.is_some() && e.args.evidence.is_some())
     );
     assert!(
         rows.iter()
-            .all(|e| e["args"]["calls"].as_u64().is_some_and(|c| c > 0) && e["args"]["transport"] == "p2p/nvlink"),
+            .all(|e| e.args.calls.is_some_and(|c| c > 0) && e.args.transport.as_deref() == Some("p2p/nvlink")),
         "{:?}",
         rows.first()
     );
     // A named track per thread with calls.
-    let named: BTreeSet<(u64, u64)> = v["traceEvents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
-        .map(|e| (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap()))
+    let named: BTreeSet<(u64, u64)> = v
+        .thread_names()
+        .map(|e| (e.pid, e.tid.expect("a thread name's tid")))
         .collect();
     for (pid, tid) in &want.threads {
         assert!(
@@ -140,18 +139,18 @@ fn export_has_a_slice_per_recorded_call_and_aggregated_interval() {
     // its process, so their integral is the bytes moved: at least the
     // collectives', at most with every call's.
     let mut samples: std::collections::BTreeMap<u64, Vec<(f64, f64)>> = Default::default();
-    for e in v["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "C") {
-        let (pid, ts) = (e["pid"].as_u64().unwrap(), e["ts"].as_f64().unwrap());
+    for e in v.trace_events.iter().filter(|e| e.ph == "C") {
+        let (pid, ts) = (e.pid, e.ts.expect("a counter's ts"));
         samples
             .entry(pid)
             .or_default()
-            .push((ts, e["args"]["moved"].as_f64().unwrap()));
+            .push((ts, e.args.moved.expect("a counter's moved bytes")));
     }
     let counted: f64 = samples
         .values()
         .map(|s| s.windows(2).map(|w| w[0].1 * (w[1].0 - w[0].0) / 1e6).sum::<f64>())
         .sum();
-    let bytes = |s: &[&Value]| s.iter().filter_map(|e| e["args"]["bytes"].as_f64()).sum::<f64>();
+    let bytes = |s: &[&Event]| s.iter().filter_map(|e| e.args.bytes).sum::<f64>();
     let (collectives, all) = (bytes(&rows), bytes(&rows) + bytes(&calls));
     assert!(
         counted >= collectives * 0.999 && counted <= all * 1.001,
@@ -203,15 +202,22 @@ print(json.dumps({"rows": len(df), "aggregated": int((cat == "collective-aggrega
         .expect("running python");
     assert!(o.status.success(), "HTA failed: {}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout);
-    let got: Value = serde_json::from_str(out.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {out}"));
-    println!("HTA: {got}");
-    assert_eq!(got["schema"], "gdrtrace.trace-event/v1");
+    /// What the script above prints.
+    #[derive(Debug, Deserialize)]
+    struct Hta {
+        rows: usize,
+        aggregated: usize,
+        schema: String,
+    }
+    let got: Hta = parse_as("HTA's summary", out.lines().last().unwrap_or(""));
+    println!("HTA: {got:?}");
+    assert_eq!(got.schema, "gdrtrace.trace-event/v1");
     assert_eq!(
-        got["rows"],
+        got.rows,
         want.calls + want.row_intervals,
         "HTA's slices: the recording's calls and intervals"
     );
-    assert_eq!(got["aggregated"], want.row_intervals);
+    assert_eq!(got.aggregated, want.row_intervals);
 }
 
 fn chromium() -> Option<&'static str> {
@@ -308,14 +314,7 @@ fn speedscope_imports_and_draws_every_track() {
         "speedscope did not import the file: {}",
         &dom[..dom.len().min(2000)]
     );
-    let tracks = want.threads.len()
-        + v["traceEvents"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
-            .filter(|e| e["tid"].as_u64().is_some_and(|t| t >= 1 << 30))
-            .count();
+    let tracks = want.threads.len() + v.thread_names().filter(|e| e.tid.is_some_and(|t| t >= 1 << 30)).count();
     assert!(
         dom.contains(&format!("(1/{tracks})")),
         "speedscope shows a profile per track ({tracks}): {}",

@@ -21,7 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{can_trace, fixture, gdrtrace_path, have, run, stderr};
+use integration_tests::{can_trace, fixture, gdrtrace_path, have, run, stderr, stdout};
 
 /// A tmux server of its own, one window running `sh`, killed on drop.
 struct Tmux {
@@ -201,13 +201,14 @@ fn live_view_of_pin_churn_refreshes_and_q_restores_the_terminal() {
         "the one-line summary follows on stderr:\n{after}"
     );
     // The report at exit, as attach's: the process with its registrations.
-    let report = integration_tests::read_json(&json);
-    assert_eq!(report["schema"], "gdrtrace.report/v1");
-    let row = report["processes"]
-        .as_array()
-        .and_then(|p| p.iter().find(|p| p["pid"] == pid))
-        .unwrap_or_else(|| panic!("pid {pid} in the report: {}", report["processes"]));
-    assert!(row["registrations"].as_u64().is_some_and(|n| n > 0), "{row}");
+    let report = integration_tests::read_report(&json);
+    assert_eq!(report.schema, "gdrtrace.report/v1");
+    let row = report
+        .processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .unwrap_or_else(|| panic!("pid {pid} in the report: {:?}", report.processes));
+    assert!(row.registrations > 0, "{row:?}");
     // A prompt is back after the echo: the shell reads lines again.
     t.line("echo shell-is-back");
     t.wait(Duration::from_secs(10), "the shell", |c| {
@@ -220,16 +221,16 @@ fn live_view_of_pin_churn_refreshes_and_q_restores_the_terminal() {
 fn verdicts(recording: &str) -> Vec<(u32, String, String)> {
     let o = run(&["replay", recording, "--format", "json"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("the report");
-    r["verdicts"]
-        .as_array()
-        .expect("verdicts")
+    let r = integration_tests::parse_report("the replayed report", &stdout(&o));
+    r.verdicts
         .iter()
         .map(|v| {
+            // The names the report gives them, as top shows them.
+            let basis = integration_tests::to_json(&v.basis);
             (
-                v["pid"].as_u64().expect("pid") as u32,
-                v["transport"].as_str().expect("transport").to_string(),
-                v["basis"].as_str().expect("basis").to_string(),
+                v.pid,
+                v.transport.name().to_string(),
+                basis.as_str().expect("a name").to_string(),
             )
         })
         .collect()

@@ -48,20 +48,20 @@ fn topo_text() {
 fn topo_json() {
     let o = run(&["topo", "--json"]);
     assert!(o.status.success(), "topo --json failed: {}", stderr(&o));
-    let v: serde_json::Value =
-        serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("not JSON: {e}:\n{}", stdout(&o)));
-    let gpus = v["gpus"].as_array().expect("gpus is an array");
-    assert_eq!(gpus.len(), driver_gpus().unwrap_or(0), "{v}");
+    let v: topo::TopoDoc = integration_tests::parse_as("topo --json", &stdout(&o));
+    let v = &v.topo;
+    let gpus = &v.gpus;
+    assert_eq!(gpus.len(), driver_gpus().unwrap_or(0), "{v:?}");
     if driver_gpus().is_none() {
-        assert_eq!(v["gpus"], serde_json::json!([]));
-        assert!(v["notes"][0].as_str().is_some_and(|n| n.starts_with("no GPU: ")), "{v}");
+        assert!(gpus.is_empty());
+        assert!(v.notes.first().is_some_and(|n| n.starts_with("no GPU: ")), "{v:?}");
     }
-    assert_eq!(v["nics"].as_array().map(Vec::len), Some(rdma_devices()), "{v}");
+    assert_eq!(v.nics.len(), rdma_devices(), "{v:?}");
     for g in gpus {
-        assert!(g["bus"].as_str().is_some_and(|b| b.len() == 12), "{g}");
+        assert_eq!(g.bus.len(), 12, "{g:?}");
     }
-    for l in v["links"].as_array().expect("links") {
-        assert!(l["observed"].is_null(), "{l}");
+    for l in &v.links {
+        assert!(l.observed.is_none(), "{l:?}");
     }
 }
 
@@ -112,7 +112,7 @@ fn rdma_counter_sampler() {
     println!("{} counters, delta {d:?}", before.len());
 }
 
-/// With `GDRTRACE_EXPECT_NVLINK_TRAFFIC=1` (set by `scripts/gpu-topo-check.sh`
+/// With `GDRTRACE_EXPECT_NVLINK_TRAFFIC=1` (set on a GPU machine
 /// while an NCCL job runs on NVLink-joined GPUs) the NVLink data counters must
 /// grow within two seconds.
 #[test]

@@ -22,7 +22,16 @@ use std::{
     process::{Command, Stdio},
 };
 
-use integration_tests::{can_trace, gdrtrace, gdrtrace_path, run, stderr};
+use gdrtrace::{
+    classify::{
+        Transport,
+        ucx::{UcxProcess, UcxReport},
+    },
+    drive::ucx::UcxSummary,
+    report::findings::Finding,
+    trace::IntervalRecord,
+};
+use integration_tests::{Report, can_trace, gdrtrace, gdrtrace_path, parse_as, read_as, read_report, run, stderr};
 
 fn perftest(test: &str) -> bool {
     let found =
@@ -34,16 +43,11 @@ fn perftest(test: &str) -> bool {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("gdrtrace-ucx-test-{}-{name}", std::process::id()))
-}
-
-fn json(p: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
-        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    std::env::temp_dir().join(integration_tests::unique(&format!("gdrtrace-ucx-test-{name}")))
 }
 
 /// `gdrtrace run` of `drive ucx` with its own log as `--ucx-log`: (report, summary).
-fn traced(mode: &str, extra: &[&str], record: Option<&Path>) -> (serde_json::Value, serde_json::Value) {
+fn traced(mode: &str, extra: &[&str], record: Option<&Path>) -> (Report, UcxSummary) {
     let (report, log, summary) = (
         tmp(&format!("{mode}.json")),
         tmp(&format!("{mode}.log")),
@@ -68,60 +72,62 @@ fn traced(mode: &str, extra: &[&str], record: Option<&Path>) -> (serde_json::Val
         "gdrtrace run of drive ucx {mode} failed: {}",
         stderr(&out)
     );
-    let r = (json(&report), json(&summary));
+    let r = (read_report(&report), read_as(&summary));
     for p in [report, log, summary] {
         let _ = std::fs::remove_file(p);
     }
     r
 }
 
-fn ucx_process(r: &serde_json::Value, pid: u64) -> &serde_json::Value {
-    r["ucx"]["processes"]
-        .as_array()
-        .and_then(|a| a.iter().find(|p| p["pid"] == pid))
-        .unwrap_or_else(|| panic!("pid {pid} not in the UCX section: {}", r["ucx"]))
+fn ucx(r: &Report) -> &UcxReport {
+    r.ucx.as_ref().expect("a UCX section in the report")
 }
 
-fn check_mode(mode: &str, want: &str) {
+fn ucx_process(r: &Report, pid: u32) -> &UcxProcess {
+    ucx(r)
+        .processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .unwrap_or_else(|| panic!("pid {pid} not in the UCX section: {:?}", r.ucx))
+}
+
+fn check_mode(mode: &str, want: Transport) {
     let (r, s) = traced(mode, &[], None);
-    let (client, server, n) = (
-        &s["client_pid"],
-        &s["server_pid"],
-        s["iterations"].as_u64().expect("iterations in the summary"),
-    );
+    let (client, server, n) = (s.client_pid, s.server_pid, s.iterations);
     assert!(n > 0);
-    let c = ucx_process(&r, client.as_u64().expect("client_pid in the summary"));
+    let c = ucx_process(&r, client);
     assert_eq!(
-        c["data_calls"], n,
+        c.data_calls, n,
         "sends counted in the kernel = the perftest's iterations"
     );
-    assert_eq!(c["data_bytes"], s["bytes"], "bytes = iterations x size");
-    let srv = ucx_process(&r, server.as_u64().expect("server_pid in the summary"));
-    assert_eq!(srv["receives"], n, "receives posted by the server");
+    assert_eq!(c.data_bytes, s.bytes, "bytes = iterations x size");
+    let srv = ucx_process(&r, server);
+    assert_eq!(srv.receives, n, "receives posted by the server");
     for p in [c, srv] {
-        let path = &p["paths"][0];
-        assert_eq!(path["memory"], "host", "{p}");
-        assert_eq!(path["transport"], want, "{p}");
-        assert_eq!(path["host_staged"], false);
-        assert_eq!(path["log"]["agrees"], true, "UCX's log: {}", path["log"]);
-        assert_eq!(p["workers"], 1);
-        assert_eq!(p["endpoints"], 1);
+        // The process's path on host memory (its sends, or its receives).
+        let path = r
+            .path_of(p.pid, "host")
+            .unwrap_or_else(|| panic!("no host path of pid {}: {:?}", p.pid, r.paths));
+        assert_eq!(path.transport, want, "{path:?}");
+        assert!(!path.host_staged);
+        assert_eq!(
+            path.log.as_ref().map(|l| l.agrees),
+            Some(true),
+            "UCX's log: {:?}",
+            path.log
+        );
+        assert_eq!(p.workers, 1);
+        assert_eq!(p.endpoints, 1);
     }
-    let eps: Vec<&serde_json::Value> = r["ucx"]["endpoints"]
-        .as_array()
-        .expect("ucx.endpoints in the report")
-        .iter()
-        .collect();
+    let eps = &ucx(&r).endpoints;
     assert!(
-        eps.iter().any(|e| e["pid"] == *client
-            && e["op"] == "ucp_tag_send_nbx"
-            && e["memory"] == "host"
-            && e["transport"] == want),
+        eps.iter()
+            .any(|e| e.pid == client && e.op == "ucp_tag_send_nbx" && e.memory == "host" && e.transport == want),
         "{eps:?}"
     );
-    let v = r["verdicts"].as_array().expect("verdicts in the report");
-    assert!(v.iter().any(|x| x["pid"] == *client && x["transport"] == want), "{v:?}");
-    assert_eq!(r["loss"]["complete"], true);
+    let v = &r.verdicts;
+    assert!(v.iter().any(|x| x.pid == client && x.transport == want), "{v:?}");
+    assert!(r.loss.complete);
 }
 
 #[test]
@@ -129,8 +135,8 @@ fn host_memory_over_tcp_and_shared_memory() {
     if !can_trace("ucx host modes") || !perftest("ucx host modes") {
         return;
     }
-    check_mode("host-tcp", "socket");
-    check_mode("host-shm", "shm");
+    check_mode("host-tcp", Transport::Socket);
+    check_mode("host-shm", Transport::Shm);
 }
 
 #[test]
@@ -138,37 +144,34 @@ fn rcache_off_registers_every_transfer_and_a_rule_says_why() {
     if !can_trace("ucx rcache") || !perftest("ucx rcache") {
         return;
     }
-    let rule = |r: &serde_json::Value| {
-        r["explain"]["findings"]
-            .as_array()
-            .unwrap()
+    let rule = |r: &Report| -> Option<Finding> {
+        r.explain
+            .findings
             .iter()
-            .find(|f| f["rule"] == "ucx-rcache-disabled")
+            .find(|f| f.rule == "ucx-rcache-disabled")
             .cloned()
     };
     let (off, s) = traced("host-tcp", &["--rcache", "off"], None);
-    let c = ucx_process(&off, s["client_pid"].as_u64().unwrap());
-    let per = c["registrations_per_data_call"].as_f64().unwrap();
-    assert!(per >= 1.0, "a registration per rendezvous send with the cache off: {c}");
+    let c = ucx_process(&off, s.client_pid);
+    let per = c.registrations_per_data_call.expect("registrations per data call");
+    assert!(
+        per >= 1.0,
+        "a registration per rendezvous send with the cache off: {c:?}"
+    );
     let f = rule(&off).expect("ucx-rcache-disabled fires with UCX_RCACHE_ENABLE=n");
     assert!(
-        f["evidence"][0].as_str().unwrap().contains("UCX_RCACHE_ENABLE=n"),
-        "{f}"
+        f.evidence.first().is_some_and(|e| e.contains("UCX_RCACHE_ENABLE=n")),
+        "{f:?}"
     );
-    let paths = off["explain"]["paths"].as_array().unwrap();
+    let paths = &off.explain.paths;
     assert!(
         paths
             .iter()
-            .any(|p| p["what"].as_str().unwrap().starts_with("UCX registers memory")
-                && p["explained_by"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|x| x == "ucx-rcache-disabled")),
+            .any(|p| p.what.starts_with("UCX registers memory") && p.explained_by.contains(&"ucx-rcache-disabled")),
         "{paths:?}"
     );
     let (on, _) = traced("host-tcp", &[], None);
-    assert!(rule(&on).is_none(), "no rule without the variable: {}", on["explain"]);
+    assert!(rule(&on).is_none(), "no rule without the variable: {:?}", on.explain);
 }
 
 #[test]
@@ -186,16 +189,16 @@ fn replay_gives_the_same_ucx_section() {
         &replayed.display().to_string(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let r = json(&replayed);
-    let mut a = live["ucx"].clone();
+    let r = read_report(&replayed);
+    let mut a = ucx(&live).clone();
     // The live report was corroborated with the UCX log; the replay was not.
-    a.as_object_mut().unwrap().remove("log");
-    for p in a["processes"].as_array_mut().unwrap() {
-        for x in p["paths"].as_array_mut().unwrap() {
-            x.as_object_mut().unwrap().remove("log");
-        }
+    a.log = None;
+    assert_eq!(Some(a), r.ucx);
+    let mut paths = live.paths.clone();
+    for x in &mut paths {
+        x.log = None;
     }
-    assert_eq!(a, r["ucx"]);
+    assert_eq!(paths, r.paths);
     let _ = std::fs::remove_file(rec);
     let _ = std::fs::remove_file(replayed);
 }
@@ -261,19 +264,16 @@ fn attach_after_set_up_gives_the_transport_in_the_first_interval() {
     unsafe { libc::kill(-(job.id() as i32), libc::SIGKILL) };
     let _ = job.wait();
     assert!(status.success(), "attach failed: {}", out.join("\n"));
-    let first: serde_json::Value = serde_json::from_str(
-        std::fs::read_to_string(&jsonl)
-            .unwrap()
-            .lines()
-            .next()
-            .expect("an interval record"),
-    )
-    .unwrap();
-    let procs = first["processes"].as_array().unwrap();
-    let perftests: Vec<&serde_json::Value> = procs.iter().filter(|p| p["comm"] == "ucx_perftest").collect();
+    let text = std::fs::read_to_string(&jsonl).unwrap();
+    let first: IntervalRecord = parse_as(
+        "the first interval record",
+        text.lines().next().expect("an interval record"),
+    );
+    let procs = &first.processes;
+    let perftests: Vec<_> = procs.iter().filter(|p| p.comm == "ucx_perftest").collect();
     assert_eq!(perftests.len(), 2, "{procs:?}");
     assert!(
-        perftests.iter().all(|p| p["verdict"] == "socket"),
+        perftests.iter().all(|p| p.verdict == Some("socket")),
         "first interval: {perftests:?}"
     );
     let _ = std::fs::remove_file(jsonl);

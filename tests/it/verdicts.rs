@@ -30,8 +30,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{can_trace, gdrtrace_path, read_json, run, stderr, stdout};
-use serde_json::Value;
+use gdrtrace::classify::{
+    Transport,
+    comm::{Basis, Verdict},
+};
+use integration_tests::{Report, can_trace, gdrtrace_path, read_report, run, stderr, stdout};
 
 /// One attach at a time: the tests count on their own processes only.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -110,19 +113,8 @@ impl Job {
 }
 
 /// (pid, transport, basis) of each verdict.
-fn verdicts(r: &Value) -> Vec<(u64, String, String)> {
-    r["verdicts"]
-        .as_array()
-        .expect("verdicts")
-        .iter()
-        .map(|v| {
-            (
-                v["pid"].as_u64().expect("verdict pid"),
-                v["transport"].as_str().expect("verdict transport").to_string(),
-                v["basis"].as_str().unwrap_or("").to_string(),
-            )
-        })
-        .collect()
+fn verdicts(r: &Report) -> Vec<(u32, Transport, Basis)> {
+    r.verdicts.iter().map(|v| (v.pid, v.transport, v.basis)).collect()
 }
 
 /// The verdict lines `explain` prints (`pid N comm: transport ...`).
@@ -134,7 +126,7 @@ fn verdict_lines(out: &str) -> Vec<String> {
 }
 
 /// Attaches with `args`, recording; returns (report, recording path).
-fn attach(dir: &Path, name: &str, args: &[&str]) -> (Value, PathBuf) {
+fn attach(dir: &Path, name: &str, args: &[&str]) -> (Report, PathBuf) {
     let json = dir.join(format!("{name}.json"));
     let rec = dir.join(format!("{name}.rec"));
     let mut all = vec!["attach", "--duration", "3s", "--interval", "1s"];
@@ -152,12 +144,12 @@ fn attach(dir: &Path, name: &str, args: &[&str]) -> (Value, PathBuf) {
         !out.contains("transports ["),
         "interval line without the per-call mix:\n{out}"
     );
-    (read_json(&json), rec)
+    (read_report(&json), rec)
 }
 
 /// `replay` and `explain` (of the report and of the recording, with the
 /// log) reach the live verdicts; returns explain's output on the report.
-fn check_replay_and_explain(report: &Value, json: &Path, rec: &Path, log: &Path) -> String {
+fn check_replay_and_explain(report: &Report, json: &Path, rec: &Path, log: &Path) -> String {
     let live = verdicts(report);
     let replayed = rec.with_extension("replayed.json");
     let o = run(&[
@@ -170,7 +162,7 @@ fn check_replay_and_explain(report: &Value, json: &Path, rec: &Path, log: &Path)
     ]);
     assert!(o.status.success(), "replay: {}", stderr(&o));
     assert_eq!(
-        verdicts(&read_json(&replayed)),
+        verdicts(&read_report(&replayed)),
         live,
         "replay reaches the live verdicts"
     );
@@ -195,8 +187,9 @@ fn check_replay_and_explain(report: &Value, json: &Path, rec: &Path, log: &Path)
         assert!(
             lines
                 .iter()
-                .any(|l| l.starts_with(&format!("pid {pid} ")) && l.contains(&format!(": {transport}"))),
-            "explain prints pid {pid} {transport}:\n{of_report}"
+                .any(|l| l.starts_with(&format!("pid {pid} ")) && l.contains(&format!(": {}", transport.name()))),
+            "explain prints pid {pid} {}:\n{of_report}",
+            transport.name()
         );
     }
     assert_eq!(lines, verdict_lines(&of_recording), "explain of the recording");
@@ -233,8 +226,8 @@ fn keep(name: &str, s: &StandIns, json: &Path, rec: &Path, log: &Path) {
     }
 }
 
-fn ranks(r: &Value) -> Vec<&Value> {
-    r["verdicts"].as_array().expect("verdicts array").iter().collect()
+fn ranks(r: &Report) -> &[Verdict] {
+    &r.verdicts
 }
 
 #[test]
@@ -244,7 +237,11 @@ fn attach_after_set_up_per_mode() {
         return;
     }
     let s = build("modes");
-    for (mode, want) in [("no-p2p-no-shm", "socket"), ("no-p2p", "shm"), ("auto", "unknown")] {
+    for (mode, want) in [
+        ("no-p2p-no-shm", Transport::Socket),
+        ("no-p2p", Transport::Shm),
+        ("auto", Transport::Unknown),
+    ] {
         let log = s.dir.join(format!("{mode}.log"));
         let job = Job::start(&s, mode, JOB_SECS, log.clone());
         let launcher = job.child.id().to_string();
@@ -254,20 +251,19 @@ fn attach_after_set_up_per_mode() {
         assert_eq!(text.matches(" calls=").count(), 2, "{text}");
         let v = ranks(&report);
         assert_eq!(v.len(), 2, "{mode}: one verdict per rank, none for the launcher: {v:?}");
-        for v in &v {
-            assert_eq!(v["transport"], want, "{mode}: {v}");
-            assert_eq!(v["basis"], "steady-state", "{mode}: {v}");
+        for v in v {
+            assert_eq!(v.transport, want, "{mode}: {v:?}");
+            assert_eq!(v.basis, Basis::SteadyState, "{mode}: {v:?}");
         }
         // The ranks are the launcher's children (parents recorded at attach).
-        let procs = report["processes"].as_array().unwrap();
-        for v in &v {
-            let p = procs.iter().find(|p| p["pid"] == v["pid"]).unwrap();
-            assert_eq!(p["parent"].as_u64().map(|x| x.to_string()), Some(launcher.clone()));
+        for v in v {
+            let p = report.processes.iter().find(|p| p.pid == v.pid).unwrap();
+            assert_eq!(p.parent.map(|x| x.to_string()), Some(launcher.clone()));
         }
         let json = s.dir.join(format!("{name}.json"));
         let explained = check_replay_and_explain(&report, &json, &rec, &log);
-        if want != "unknown" {
-            let via = if want == "socket" {
+        if want != Transport::Unknown {
+            let via = if want == Transport::Socket {
                 "NET/Socket/0"
             } else {
                 "SHM/direct/direct"
@@ -300,24 +296,23 @@ fn two_jobs_in_different_modes_under_one_attach() {
     let s = build("two");
     let a = Job::start(&s, "auto", JOB_SECS, s.dir.join("a.log"));
     let b = Job::start(&s, "no-p2p", JOB_SECS, s.dir.join("b.log"));
-    let (pa, pb) = (a.child.id() as u64, b.child.id() as u64);
+    let (pa, pb) = (a.child.id(), b.child.id());
     let name = "standin-attach-two-jobs";
     let (report, rec) = attach(&s.dir, name, &["--comm", &job_comm()]);
     let log = s.dir.join(format!("{name}.log"));
     let text = a.finish() + &b.finish();
     std::fs::write(&log, &text).unwrap();
-    let procs = report["processes"].as_array().unwrap();
-    let parent = |pid: &Value| procs.iter().find(|p| p["pid"] == *pid).unwrap()["parent"].as_u64();
+    let parent = |pid: u32| report.processes.iter().find(|p| p.pid == pid).unwrap().parent;
     let v = ranks(&report);
     assert_eq!(v.len(), 4, "two ranks per job: {v:?}");
-    for v in &v {
-        let want = match parent(&v["pid"]) {
+    for v in v {
+        let want = match parent(v.pid) {
             // No GPU link counters here: only they could tell P2P from SHM.
-            Some(p) if p == pa => "unknown",
-            Some(p) if p == pb => "shm",
-            other => panic!("rank of neither job (parent {other:?}): {v}"),
+            Some(p) if p == pa => Transport::Unknown,
+            Some(p) if p == pb => Transport::Shm,
+            other => panic!("rank of neither job (parent {other:?}): {v:?}"),
         };
-        assert_eq!(v["transport"], want, "{v}");
+        assert_eq!(v.transport, want, "{v:?}");
     }
     let json = s.dir.join(format!("{name}.json"));
     check_replay_and_explain(&report, &json, &rec, &log);

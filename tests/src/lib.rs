@@ -1,11 +1,14 @@
 //! Helpers for gdrtrace's root-only integration tests (run on this host by
 //! the README's test command; kernel-probe tests run in the VM tier).
 pub mod standin;
+pub mod trace_event;
 
 use std::{
     path::{Path, PathBuf},
     process::{Command, Output},
 };
+
+pub use gdrtrace::report::Report;
 
 /// Whether this run must trace: under CI (`CI=true`) or wherever
 /// `GDRTRACE_REQUIRE_TRACE=1` says the suite is meant to.
@@ -284,10 +287,14 @@ pub fn metric_names(exposition: &str) -> std::collections::BTreeSet<String> {
 /// The metric names in docs/serve.md's table.
 pub fn documented_metrics() -> std::collections::BTreeSet<String> {
     let doc = std::fs::read_to_string(repo_root().join("docs/serve.md")).expect("docs/serve.md");
+    // The agent's own families and the `process_*` ones of client libraries.
     doc.lines()
-        .filter_map(|l| l.strip_prefix("| `gdrtrace_"))
-        .filter_map(|l| l.split('`').next())
-        .map(|n| format!("gdrtrace_{n}"))
+        .filter_map(|l| {
+            ["gdrtrace_", "process_"]
+                .into_iter()
+                .find_map(|p| l.strip_prefix(&format!("| `{p}")).map(|rest| (p, rest)))
+        })
+        .filter_map(|(p, rest)| rest.split('`').next().map(|n| format!("{p}{n}")))
         .collect()
 }
 
@@ -382,10 +389,18 @@ pub fn fixture(rel: &str) -> String {
 
 /// A fresh, empty scratch directory `gdrtrace-NAME-PID` for one test.
 pub fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gdrtrace-{name}-{}", std::process::id()));
+    let d = std::env::temp_dir().join(unique(&format!("gdrtrace-{name}")));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("creating {}: {e}", d.display()));
     d
+}
+
+/// `name` made unique to this test process and call: the tests share one
+/// process and run in parallel, so a pid alone does not tell two apart.
+pub fn unique(name: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{name}-{}-{n}", std::process::id())
 }
 
 /// A path as the `&str` an argument list wants.
@@ -393,8 +408,72 @@ pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("UTF-8 path")
 }
 
+/// A file's text (a test fails naming the file otherwise).
+pub fn read_text(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A JSON document of the project's own (a baseline, a comparison, a job
+/// document...) read into its type: a renamed or retyped field fails here,
+/// naming the field, where an untyped lookup would read null.
+pub fn parse_as<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> T {
+    let de = &mut serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).unwrap_or_else(|e| panic!("{what}: `{}`: {}\n{text}", e.path(), e.inner()))
+}
+
+/// As [`parse_as`], from a file.
+pub fn read_as<T: serde::de::DeserializeOwned>(p: &Path) -> T {
+    parse_as(&p.display().to_string(), &read_text(p))
+}
+
+/// A report, through the reader `compare` and `explain` use
+/// (`report::read_typed`: every section into its type, shapes checked).
+pub fn parse_report(what: &str, text: &str) -> Report {
+    let v: serde_json::Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{what}: {e}\n{text}"));
+    gdrtrace::report::read_typed(&v).unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// As [`parse_report`], from a file.
+pub fn read_report(p: &Path) -> Report {
+    parse_report(&p.display().to_string(), &read_text(p))
+}
+
+/// As [`parse_report`], from a report held as JSON (a baseline's run).
+pub fn report_of(what: &str, v: &serde_json::Value) -> Report {
+    gdrtrace::report::read_typed(v).unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// A document of the project's own written as the project writes it.
+pub fn write_as<T: serde::Serialize>(p: &Path, v: &T) {
+    std::fs::write(p, serde_json::to_string_pretty(v).expect("serializable"))
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+}
+
+/// A value as the JSON the project writes (to compare two typed sections
+/// that do not implement `PartialEq`, or to print one).
+pub fn to_json<T: serde::Serialize>(v: &T) -> serde_json::Value {
+    serde_json::to_value(v).expect("serializing")
+}
+
 /// A JSON file, parsed (a test fails naming the file otherwise).
 pub fn read_json(p: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
-        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    serde_json::from_str(&read_text(p)).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The rule for bad input: exit `code`, one line on stderr that starts
+/// `gdrtrace: ` and holds every one of `expect`, never a panic or a
+/// backtrace.
+pub fn assert_one_line(o: &Output, code: i32, expect: &[&str], what: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "{what}: {err}{}", stdout(o));
+    // clap's tip ("  tip: ...") may follow the line, as the field's tools keep it.
+    let lines = err.trim_end().lines().filter(|l| !l.starts_with("  tip: ")).count();
+    assert_eq!(lines, 1, "{what}: one line expected:\n{err}");
+    assert!(err.starts_with("gdrtrace: "), "{what}: {err}");
+    for e in expect {
+        assert!(err.contains(e), "{what}: want '{e}' in: {err}");
+    }
+    for bug in ["panicked", "backtrace", "internal error"] {
+        assert!(!err.contains(bug), "{what}: {err}");
+    }
 }

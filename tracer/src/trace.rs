@@ -66,8 +66,8 @@ impl Interval {
     }
 }
 
-/// One interval's per-process figures.
-#[derive(Clone, Debug, Serialize)]
+/// One interval's per-process figures (a line of `--jsonl`).
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct IntervalRecord {
     pub elapsed_s: f64,
     pub interval_s: f64,
@@ -78,7 +78,7 @@ pub struct IntervalRecord {
     pub hot_ops: Vec<HotOp>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct HotOp {
     pub op: String,
     pub calls_per_s: f64,
@@ -149,19 +149,21 @@ mod tests {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct IntervalProcess {
     pub pid: u32,
     pub comm: String,
     pub exited: bool,
     pub calls_per_s: f64,
+    #[serde(deserialize_with = "crate::intern::keys")]
     pub transports: BTreeMap<&'static str, u64>,
     pub staged_bytes_per_s: f64,
     pub registrations_per_s: f64,
     /// The process's transport verdict so far (None: no GPU communication seen).
-    pub verdict: Option<&'static str>,
+    #[serde(deserialize_with = "crate::intern::opt")]
+    pub verdict: Option<crate::intern::Name>,
     /// Why the verdict is `unknown`, when it is.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
     pub vm_pin_kib: u64,
 }
@@ -202,6 +204,9 @@ pub struct Trace {
     ports: PortBase,
     /// RDMA devices each process held open.
     devices: crate::topo::rdma::Holders,
+    /// NCCL's RAS service, asked once a communicator without an identity
+    /// is seen (`--nccl-ras`).
+    pub nccl_ras: Option<crate::identity::ras::Asker>,
 }
 
 #[derive(Clone, Debug)]
@@ -280,6 +285,7 @@ impl Trace {
             calibration: Default::default(),
             ports: PortBase::sample(),
             devices: Default::default(),
+            nccl_ras: None,
         }
     }
 
@@ -340,6 +346,14 @@ impl Trace {
             self.agg.trap_cost(c);
         }
         self.on_tick();
+        // A communicator first seen in the last drain is asked about now; a
+        // query under way is waited for (the job may be gone: that is said).
+        if let Some(ras) = &mut self.nccl_ras {
+            ras.due(|| !self.agg.unidentified().is_empty());
+            if let Some(q) = ras.wait(self.agg.procs().keys().copied().collect::<Vec<_>>()) {
+                self.agg.nccl_ras(q);
+            }
+        }
         // Who else had the GPUs open: the counters are theirs too.
         self.links_window = self.links_base.and_then(|b| b.since()).map(|mut l| {
             l.gpu_processes = Some(crate::counters::gpu_processes());
@@ -367,6 +381,7 @@ impl Trace {
         self.agg.sample();
         self.session.aggregate_tick(&mut self.agg);
         self.calibrate();
+        self.ask_nccl_ras();
         if self.stop_when_targets_exit && !self.agg.procs().is_empty() && self.agg.check_exited() {
             self.finished = true;
         }
@@ -391,6 +406,16 @@ impl Trace {
         }
         if let Some(c) = self.calibration.poll() {
             self.agg.trap_cost(c);
+        }
+    }
+
+    /// NCCL's RAS service, asked once a communicator without an identity
+    /// is seen; its answer fed to the aggregator when it is in.
+    fn ask_nccl_ras(&mut self) {
+        let Some(ras) = &mut self.nccl_ras else { return };
+        ras.due(|| !self.agg.unidentified().is_empty());
+        if let Some(q) = ras.poll(self.agg.procs().keys().copied().collect::<Vec<_>>()) {
+            self.agg.nccl_ras(q);
         }
     }
 
@@ -473,10 +498,11 @@ impl Trace {
     fn live_verdicts(&self) -> BTreeMap<u32, LiveVerdict> {
         let links = self.links_base.and_then(|b| b.since());
         let inputs = crate::judge::Inputs::of_aggregator(&self.agg, links, self.facts.clone());
-        crate::judge::verdicts(&inputs)
+        let (verdicts, paths) = crate::judge::judge(&inputs);
+        verdicts
             .into_iter()
             .map(|v| {
-                let extra = inputs.collectives_of(v.pid).1 + crate::judge::ucx::extra_staged(&inputs, v.pid);
+                let extra = inputs.collectives_of(v.pid).1 + crate::judge::paths::extra_staged(&paths, &inputs, v.pid);
                 let live = LiveVerdict {
                     transport: v.transport.name(),
                     host_staged: v.host_staged,

@@ -18,15 +18,15 @@
 //!   against an unprobed twin, alternating windows) with `--collectives
 //!   exact` and `auto`: per-call cost and the share of calls that trapped.
 //! - network: `bench network` (`drive tcp` over loopback traced with the
-//!   network probes against the lifecycle probes alone, rounds
-//!   interleaved), with 64 KiB and with 1 KiB sends: elapsed and CPU ratios.
+//!   network probes against the lifecycle probes alone and an off/off
+//!   pair of the latter, rounds interleaved), with 64 KiB and with 1 KiB
+//!   sends: elapsed and CPU ratios.
 //! - soak (only with `--only soak`): `serve` under short-lived traced
 //!   processes for a fixed time, its RSS and CPU (soak.rs).
 use std::{
-    io::{BufRead as _, BufReader, Read as _},
+    io::Read as _,
     path::PathBuf,
     process::{Child, Command, Stdio},
-    sync::mpsc,
     thread,
     time::{Duration, Instant},
 };
@@ -121,7 +121,7 @@ pub fn main(a: &Args) -> Result<std::process::ExitCode> {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-pub(crate) fn machine() -> String {
+fn machine() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let cpus = thread::available_parallelism().map_or(0, |n| n.get());
     format!("{} CPUs, kernel {}", cpus, kernel.trim())
@@ -359,19 +359,6 @@ fn detach(a: &Args) -> Result<Value> {
     Ok(Value::Array(rows))
 }
 
-/// Lines of a child's pipe, each with the moment it arrived.
-pub(crate) fn timed_lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<(Instant, String)> {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(r).lines().map_while(std::result::Result::ok) {
-            if tx.send((Instant::now(), line)).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
 struct Reaped(Child);
 impl Drop for Reaped {
     fn drop(&mut self) {
@@ -396,7 +383,7 @@ fn attach_sigint(a: &Args) -> Result<Value> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()?;
-        let stderr = timed_lines(tracer.stderr.take().context("stderr")?);
+        let stderr = util::timed_lines(tracer.stderr.take().context("stderr")?);
         let mut stdout = tracer.stdout.take().context("stdout")?;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -448,8 +435,8 @@ fn run_exit(a: &Args) -> Result<Value> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()?;
-        let stderr = timed_lines(tracer.stderr.take().context("stderr")?);
-        let stdout = timed_lines(tracer.stdout.take().context("stdout")?);
+        let stderr = util::timed_lines(tracer.stderr.take().context("stderr")?);
+        let stdout = util::timed_lines(tracer.stdout.take().context("stdout")?);
         let exited = loop {
             match stderr.recv_timeout(Duration::from_secs(60)) {
                 Ok((t, l)) if l.contains("bench-exit") => break t,
@@ -575,19 +562,21 @@ fn markdown(v: &Value) -> String {
     if !v["network"].is_null() {
         s += "- network (`drive tcp` over loopback with the network probes / with the lifecycle probes alone, rounds interleaved):
 
-  | bytes | send size | sends | elapsed ratio of medians (median of ratios) | CPU ratio of medians (median of ratios) | retransmissions |
+  | bytes | send size | sends | elapsed ratio of medians (median of ratios; off/off) | CPU ratio of medians (median of ratios; off/off) | retransmissions |
   |---|---|---|---|---|---|
 ";
         for r in v["network"].as_array().into_iter().flatten() {
             s += &format!(
-                "  | {} | {} | {} | {} ({}) | {} ({}) | {} |\n",
+                "  | {} | {} | {} | {} ({}; {}) | {} ({}; {}) | {} |\n",
                 r["bytes"],
                 r["chunk"],
                 r["sends_counted"],
                 f(&r["elapsed_s"]["ratio_of_medians"]),
                 f(&r["elapsed_s"]["median_of_ratios"]),
+                f(&r["elapsed_s_off_off"]["median_of_ratios"]),
                 f(&r["cpu_s"]["ratio_of_medians"]),
                 f(&r["cpu_s"]["median_of_ratios"]),
+                f(&r["cpu_s_off_off"]["median_of_ratios"]),
                 r["retransmits"]
             );
         }

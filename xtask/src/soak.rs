@@ -17,7 +17,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use crate::util;
 
@@ -91,7 +91,51 @@ fn slope(points: &[(f64, f64)]) -> f64 {
     cov / var
 }
 
-pub fn soak(bin: &std::path::Path, minutes: f64, per_minute: u32) -> Result<Value> {
+/// One 10 s sample of the agent (`soak.json`'s `samples`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Sample {
+    t_s: f64,
+    rss_mib: f64,
+    rss_anon_mib: Option<f64>,
+    cpu_pct: f64,
+    tracked: f64,
+    discovered: f64,
+    forgotten: f64,
+    aggregate_rows: Option<f64>,
+    lost: f64,
+    shed: f64,
+    shed_targets: f64,
+    shed_rescans: f64,
+    shed_samples: f64,
+    shed_level: f64,
+}
+
+/// `target/bench/soak.json`.
+#[derive(Debug, Serialize)]
+pub struct Soak {
+    minutes: f64,
+    per_minute: u32,
+    spawned: u64,
+    spawn_failures: u64,
+    agent_exit: String,
+    agent_start_s: f64,
+    rss_start_mib: f64,
+    rss_max_mib: f64,
+    rss_half_mib: Option<f64>,
+    rss_end_mib: Option<f64>,
+    rss_slope_mib_per_hour_second_half: f64,
+    anon_half_mib: Option<f64>,
+    anon_end_mib: Option<f64>,
+    anon_max_mib: f64,
+    anon_slope_mib_per_hour_second_half: f64,
+    cpu_pct_mean: f64,
+    cpu_pct_max: f64,
+    #[serde(rename = "final")]
+    last: Option<Sample>,
+    samples: Vec<Sample>,
+}
+
+pub fn soak(bin: &std::path::Path, minutes: f64, per_minute: u32) -> Result<Soak> {
     let root = util::repo_root()?;
     let dir = util::target_dir()?.join("bench");
     std::fs::create_dir_all(&dir)?;
@@ -112,7 +156,7 @@ pub fn soak(bin: &std::path::Path, minutes: f64, per_minute: u32) -> Result<Valu
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("starting {} serve", bin.display()))?;
-    let lines = crate::bench::timed_lines(agent.stderr.take().context("agent stderr")?);
+    let lines = util::timed_lines(agent.stderr.take().context("agent stderr")?);
     let started = Instant::now();
     loop {
         match lines.recv_timeout(Duration::from_secs(120)) {
@@ -140,7 +184,7 @@ pub fn soak(bin: &std::path::Path, minutes: f64, per_minute: u32) -> Result<Valu
     let mut last = (t0, cpu0);
     let mut next_sample = t0;
     let mut next_spawn = t0;
-    let sample = |now: Instant, samples: &mut Vec<Value>, last: &mut (Instant, f64)| -> Result<()> {
+    let sample = |now: Instant, samples: &mut Vec<Sample>, last: &mut (Instant, f64)| -> Result<()> {
         let (rss, cpu) = usage(apid).context("the agent exited")?;
         let m = get_metrics(&addr)?;
         let dt = now.duration_since(last.0).as_secs_f64().max(1e-9);
@@ -153,23 +197,25 @@ pub fn soak(bin: &std::path::Path, minutes: f64, per_minute: u32) -> Result<Valu
                 .sum::<f64>()
                 + 0.0
         };
-        samples.push(json!({
-            "t_s": now.duration_since(t0).as_secs_f64().round(),
-            "rss_mib": rss as f64 / 1048576.0,
-            "rss_anon_mib": anon_bytes(apid).map(|b| b as f64 / 1048576.0),
-            "cpu_pct": cpu_pct,
-            "tracked": sum(&m, "gdrtrace_tracked_processes"),
-            "discovered": sum(&m, "gdrtrace_targets_discovered_total"),
-            "forgotten": sum(&m, "gdrtrace_targets_forgotten_total"),
-            "aggregate_rows": m.lines().find(|l| l.contains("bpf_map_entries") && l.contains("AGGREGATE"))
+        samples.push(Sample {
+            t_s: now.duration_since(t0).as_secs_f64().round(),
+            rss_mib: rss as f64 / 1048576.0,
+            rss_anon_mib: anon_bytes(apid).map(|b| b as f64 / 1048576.0),
+            cpu_pct,
+            tracked: sum(&m, "gdrtrace_tracked_processes"),
+            discovered: sum(&m, "gdrtrace_targets_discovered_total"),
+            forgotten: sum(&m, "gdrtrace_targets_forgotten_total"),
+            aggregate_rows: m
+                .lines()
+                .find(|l| l.contains("bpf_map_entries") && l.contains("AGGREGATE"))
                 .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok()),
-            "lost": sum(&m, "gdrtrace_events_lost_total"),
-            "shed": sum(&m, "gdrtrace_shed_total"),
-            "shed_targets": shed_by("target"),
-            "shed_rescans": shed_by("library-rescan"),
-            "shed_samples": shed_by("process-sample"),
-            "shed_level": sum(&m, "gdrtrace_agent_shed_level"),
-        }));
+            lost: sum(&m, "gdrtrace_events_lost_total"),
+            shed: sum(&m, "gdrtrace_shed_total"),
+            shed_targets: shed_by("target"),
+            shed_rescans: shed_by("library-rescan"),
+            shed_samples: shed_by("process-sample"),
+            shed_level: sum(&m, "gdrtrace_agent_shed_level"),
+        });
         Ok(())
     };
     while t0.elapsed() < run_for {
@@ -207,13 +253,10 @@ pub fn soak(bin: &std::path::Path, minutes: f64, per_minute: u32) -> Result<Valu
     // SAFETY: signalling the agent this task started.
     unsafe { libc::kill(apid as i32, libc::SIGTERM) };
     let status = agent.wait()?;
-    let series = |key: &str| -> Vec<(f64, f64)> {
-        samples
-            .iter()
-            .filter_map(|s| Some((s["t_s"].as_f64()?, s[key].as_f64()?)))
-            .collect()
+    let series = |value: fn(&Sample) -> Option<f64>| -> Vec<(f64, f64)> {
+        samples.iter().filter_map(|s| Some((s.t_s, value(s)?))).collect()
     };
-    let (rss, anon) = (series("rss_mib"), series("rss_anon_mib"));
+    let (rss, anon) = (series(|s| Some(s.rss_mib)), series(|s| s.rss_anon_mib));
     // Resident memory is a high-water mark: what matters is whether it
     // still grows once the run is under way, so the second half is compared
     // with its start (and a least-squares slope over it is given too).
@@ -228,61 +271,68 @@ pub fn soak(bin: &std::path::Path, minutes: f64, per_minute: u32) -> Result<Valu
     };
     let (rss_half, rss_end, rss_slope) = second(&rss);
     let (anon_half, anon_end, anon_slope) = second(&anon);
-    let cpu: Vec<f64> = samples.iter().skip(1).filter_map(|s| s["cpu_pct"].as_f64()).collect();
-    let last_sample = samples.last().cloned().unwrap_or(Value::Null);
-    Ok(json!({
-        "minutes": minutes,
-        "per_minute": per_minute,
-        "spawned": spawned,
-        "spawn_failures": failed,
-        "agent_exit": status.to_string(),
-        "agent_start_s": start_s,
-        "rss_start_mib": rss0 as f64 / 1048576.0,
-        "rss_max_mib": rss.iter().map(|p| p.1).fold(0.0, f64::max),
-        "rss_half_mib": rss_half,
-        "rss_end_mib": rss_end,
-        "rss_slope_mib_per_hour_second_half": rss_slope,
-        "anon_half_mib": anon_half,
-        "anon_end_mib": anon_end,
-        "anon_max_mib": anon.iter().map(|p| p.1).fold(0.0, f64::max),
-        "anon_slope_mib_per_hour_second_half": anon_slope,
-        "cpu_pct_mean": cpu.iter().sum::<f64>() / cpu.len().max(1) as f64,
-        "cpu_pct_max": cpu.iter().copied().fold(0.0, f64::max),
-        "final": last_sample,
-        "samples": samples,
-    }))
+    // JSON has no NaN: serde_json writes a non-finite figure as null.
+    let cpu: Vec<f64> = samples
+        .iter()
+        .skip(1)
+        .map(|s| s.cpu_pct)
+        .filter(|c| c.is_finite())
+        .collect();
+    Ok(Soak {
+        minutes,
+        per_minute,
+        spawned,
+        spawn_failures: failed,
+        agent_exit: status.to_string(),
+        agent_start_s: start_s,
+        rss_start_mib: rss0 as f64 / 1048576.0,
+        rss_max_mib: rss.iter().map(|p| p.1).fold(0.0, f64::max),
+        rss_half_mib: rss_half,
+        rss_end_mib: rss_end,
+        rss_slope_mib_per_hour_second_half: rss_slope,
+        anon_half_mib: anon_half,
+        anon_end_mib: anon_end,
+        anon_max_mib: anon.iter().map(|p| p.1).fold(0.0, f64::max),
+        anon_slope_mib_per_hour_second_half: anon_slope,
+        cpu_pct_mean: cpu.iter().sum::<f64>() / cpu.len().max(1) as f64,
+        cpu_pct_max: cpu.iter().copied().fold(0.0, f64::max),
+        last: samples.last().cloned(),
+        samples,
+    })
 }
 
-pub fn markdown(v: &Value, date: &str, machine: &str) -> String {
-    let f = |x: &Value| x.as_f64().map_or("-".into(), |x| format!("{x:.1}"));
-    let end = &v["final"];
+pub fn markdown(v: &Soak, date: &str, machine: &str) -> String {
+    let f = |x: Option<f64>| x.filter(|x| x.is_finite()).map_or("-".into(), |x| format!("{x:.1}"));
+    // As serde_json prints a number (`12.0`), or null.
+    let n = |x: Option<f64>| x.filter(|x| x.is_finite()).map_or("null".into(), |x| format!("{x:?}"));
+    let end = |field: fn(&Sample) -> Option<f64>| n(v.last.as_ref().and_then(field));
     format!(
         "Soak, {date} ({machine}): `gdrtrace serve` (release) under {} short-lived traced processes a minute for {} min ({} started):\n\n\
          - resident memory: {} MiB at start, {} MiB at half time, {} MiB at the end (max {}); slope over the second half {} MiB/h\n\
          - of which heap and private memory (RssAnon): {} MiB at half time, {} MiB at the end (max {}); slope over the second half {} MiB/h\n\
          - CPU: mean {}% of one CPU, max {}% (10 s samples)\n\
          - at the end: {} discovered, {} forgotten, {} tracked, {} kernel aggregation rows, {} events lost; shed: {} targets, {} library rescans, {} process samples\n",
-        v["per_minute"],
-        v["minutes"],
-        v["spawned"],
-        f(&v["rss_start_mib"]),
-        f(&v["rss_half_mib"]),
-        f(&v["rss_end_mib"]),
-        f(&v["rss_max_mib"]),
-        f(&v["rss_slope_mib_per_hour_second_half"]),
-        f(&v["anon_half_mib"]),
-        f(&v["anon_end_mib"]),
-        f(&v["anon_max_mib"]),
-        f(&v["anon_slope_mib_per_hour_second_half"]),
-        f(&v["cpu_pct_mean"]),
-        f(&v["cpu_pct_max"]),
-        end["discovered"],
-        end["forgotten"],
-        end["tracked"],
-        end["aggregate_rows"],
-        end["lost"],
-        end["shed_targets"],
-        end["shed_rescans"],
-        end["shed_samples"],
+        v.per_minute,
+        n(Some(v.minutes)),
+        v.spawned,
+        f(Some(v.rss_start_mib)),
+        f(v.rss_half_mib),
+        f(v.rss_end_mib),
+        f(Some(v.rss_max_mib)),
+        f(Some(v.rss_slope_mib_per_hour_second_half)),
+        f(v.anon_half_mib),
+        f(v.anon_end_mib),
+        f(Some(v.anon_max_mib)),
+        f(Some(v.anon_slope_mib_per_hour_second_half)),
+        f(Some(v.cpu_pct_mean)),
+        f(Some(v.cpu_pct_max)),
+        end(|s| Some(s.discovered)),
+        end(|s| Some(s.forgotten)),
+        end(|s| Some(s.tracked)),
+        end(|s| s.aggregate_rows),
+        end(|s| Some(s.lost)),
+        end(|s| Some(s.shed_targets)),
+        end(|s| Some(s.shed_rescans)),
+        end(|s| Some(s.shed_samples)),
     )
 }

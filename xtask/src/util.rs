@@ -1,8 +1,11 @@
 //! Small helpers shared by the subcommands.
 
 use std::cmp::Ordering;
+use std::io::{BufRead as _, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
@@ -107,6 +110,19 @@ pub fn version_cmp(a: &str, b: &str) -> Ordering {
 fn trim_zeros(d: &[u8]) -> &[u8] {
     let n = d.iter().take_while(|&&c| c == b'0').count();
     &d[n..]
+}
+
+/// Lines of a child's pipe, each with the moment it arrived.
+pub fn timed_lines(r: impl Read + Send + 'static) -> mpsc::Receiver<(Instant, String)> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines().map_while(std::result::Result::ok) {
+            if tx.send((Instant::now(), line)).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 #[cfg(test)]

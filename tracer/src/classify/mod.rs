@@ -3,6 +3,7 @@
 //! `unknown` is an honest answer; a wrong verdict is not.
 pub mod comm;
 pub mod copy;
+pub mod path;
 pub mod steady;
 pub mod transfer;
 pub mod ucx;
@@ -54,6 +55,10 @@ pub enum Transport {
     /// The evidence fits more than one transport (the verdict's evidence says which).
     #[serde(rename = "ambiguous")]
     Ambiguous,
+    /// A process whose paths took different transports (its verdict's
+    /// `paths` give each one's share); never a path's own transport.
+    #[serde(rename = "mixed")]
+    Mixed,
     #[serde(rename = "unknown")]
     Unknown,
 }
@@ -68,7 +73,7 @@ impl<'de> serde::Deserialize<'de> for Transport {
 }
 
 impl Transport {
-    pub const ALL: [Transport; 12] = [
+    pub const ALL: [Transport; 13] = [
         Transport::GdrPeerMem,
         Transport::GdrDmabuf,
         Transport::HostStaged,
@@ -80,6 +85,7 @@ impl Transport {
         Transport::GpuHostDma,
         Transport::HostOnly,
         Transport::Ambiguous,
+        Transport::Mixed,
         Transport::Unknown,
     ];
 
@@ -104,6 +110,7 @@ impl Transport {
             Transport::GpuHostDma => "gpu-host-dma",
             Transport::HostOnly => "host-only",
             Transport::Ambiguous => "ambiguous",
+            Transport::Mixed => "mixed",
             Transport::Unknown => "unknown",
         }
     }
@@ -123,6 +130,19 @@ impl Transport {
     /// Whether bytes on this transport went through host memory.
     pub fn staged(self) -> bool {
         matches!(self, Transport::HostStaged | Transport::Shm | Transport::Socket)
+    }
+
+    /// Whether this transport keeps GPU data out of host memory: peer to
+    /// peer, inside one GPU, or the NIC on GPU memory.
+    pub fn direct(self) -> bool {
+        matches!(
+            self,
+            Transport::GdrPeerMem
+                | Transport::GdrDmabuf
+                | Transport::P2pNvlink
+                | Transport::P2pPcie
+                | Transport::IpcSameDevice
+        )
     }
 }
 

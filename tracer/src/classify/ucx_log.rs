@@ -22,7 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     Transport,
-    ucx::{UcxPath, UcxReport},
+    path::{OpClass, Path, PeerKind},
+    ucx::UcxReport,
 };
 
 /// One protocol UCX selected for its largest messages.
@@ -151,7 +152,7 @@ fn class_of_transport(t: Transport) -> &'static str {
         Transport::Socket => "socket",
         Transport::Shm => "shm",
         Transport::HostOnly => "rdma",
-        Transport::GpuHostDma | Transport::Ambiguous | Transport::Unknown => "unknown",
+        Transport::GpuHostDma | Transport::Ambiguous | Transport::Mixed | Transport::Unknown => "unknown",
     }
 }
 
@@ -285,34 +286,54 @@ pub fn parse(text: &str) -> BTreeMap<u32, LogProcess> {
     out
 }
 
+/// Whether a protocol table's operation is of a path's class
+/// (`remote memory read by ucp_get*` for GETs); a served path and a class
+/// the log does not name match every operation.
+fn of_class(operation: &str, op: OpClass) -> bool {
+    let call = match op {
+        OpClass::Get => "ucp_get",
+        OpClass::Put => "ucp_put",
+        OpClass::Send => "ucp_tag_send",
+        OpClass::Am => "ucp_am_send",
+        _ => return true,
+    };
+    operation.contains(call) || (op == OpClass::Send && operation.contains("ucp_stream_send"))
+}
+
 /// What the log says for a path (None: the log says nothing of it).
-fn agreement(p: &LogProcess, path: &UcxPath) -> Option<Agreement> {
-    let classes = p.says.get(&path.memory).or_else(|| p.says.get("any"))?;
-    let mine = class_of_transport(path.transport);
-    let lines: Vec<String> = p
+fn agreement(p: &LogProcess, path: &Path) -> Option<Agreement> {
+    let tables: Vec<&Protocol> = p
         .protocols
         .iter()
-        .filter(|x| x.memory == path.memory)
-        .map(|x| format!("{}: {} {} via {}", x.operation, x.range, x.protocol, x.transports))
+        .filter(|x| x.memory == path.memory && of_class(&x.operation, path.op))
         .collect();
-    let ucx_says = if lines.is_empty() {
-        format!("endpoint lanes: {}", classes.join(", "))
-    } else {
-        lines.join("; ")
-    };
+    let mine = class_of_transport(path.transport);
+    if !tables.is_empty() {
+        let lines: Vec<String> = tables
+            .iter()
+            .map(|x| format!("{}: {} {} via {}", x.operation, x.range, x.protocol, x.transports))
+            .collect();
+        return Some(Agreement {
+            ucx_says: lines.join("; "),
+            agrees: tables.iter().any(|x| x.class == mine),
+        });
+    }
+    let classes = p.says.get(&path.memory).or_else(|| p.says.get("any"))?;
     Some(Agreement {
-        ucx_says,
+        ucx_says: format!("endpoint lanes: {}", classes.join(", ")),
         agrees: classes.iter().any(|c| c == mine),
     })
 }
 
-/// Attaches the log to the UCX section: every process it mentions, and on
-/// each traced path what UCX said and whether it agrees.
-pub fn corroborate(ux: &mut UcxReport, text: &str, _nvlink: Option<bool>) {
+/// Attaches the log to the UCX section (every process it mentions) and to
+/// each UCX path: what UCX said of it and whether it agrees.
+pub fn corroborate(ux: &mut UcxReport, paths: &mut [Path], text: &str) {
     let log = parse(text);
-    for u in &mut ux.processes {
-        let Some(p) = log.get(&u.pid) else { continue };
-        for path in &mut u.paths {
+    for path in paths
+        .iter_mut()
+        .filter(|x| matches!(x.peer_kind, PeerKind::UcxEndpoint | PeerKind::Remote))
+    {
+        if let Some(p) = log.get(&path.pid) {
             path.log = agreement(p, path);
         }
     }
@@ -451,34 +472,22 @@ mod tests {
     #[test]
     fn agreement_per_path() {
         let mut ux = UcxReport::default();
-        let path = |t: Transport, memory: &str| UcxPath {
-            memory: memory.into(),
-            transport: t,
-            path: String::new(),
-            host_staged: false,
-            staged_bytes: 0,
-            inferred: false,
-            evidence: vec![],
-            cause: None,
-            log: None,
+        let path = |pid: u32, t: Transport, memory: &str, op: OpClass| {
+            let mut p = Path::new(pid, PeerKind::UcxEndpoint, "0x1".into(), op, memory);
+            p.transport = t;
+            p
         };
-        ux.processes.push(super::super::ucx::UcxProcess {
-            pid: 4242,
-            paths: vec![path(Transport::P2pNvlink, "cuda")],
-            ..Default::default()
-        });
-        ux.processes.push(super::super::ucx::UcxProcess {
-            pid: 4243,
-            paths: vec![path(Transport::P2pNvlink, "cuda"), path(Transport::Shm, "host")],
-            ..Default::default()
-        });
-        corroborate(&mut ux, LOG_122, Some(true));
-        let a = ux.processes[0].paths[0].log.as_ref().unwrap();
+        let mut paths = vec![
+            path(4242, Transport::P2pNvlink, "cuda", OpClass::Send),
+            path(4243, Transport::P2pNvlink, "cuda", OpClass::Send),
+            path(4243, Transport::Shm, "host", OpClass::Put),
+        ];
+        corroborate(&mut ux, &mut paths, LOG_122);
+        let a = paths[0].log.as_ref().unwrap();
         assert!(a.agrees, "{a:?}");
         assert!(a.ucx_says.contains("cuda_ipc/cuda"));
-        let b = &ux.processes[1].paths;
-        assert!(!b[0].log.as_ref().unwrap().agrees, "the log says host-staged");
-        assert!(b[1].log.as_ref().unwrap().agrees);
+        assert!(!paths[1].log.as_ref().unwrap().agrees, "the log says host-staged");
+        assert!(paths[2].log.as_ref().unwrap().agrees);
         assert_eq!(ux.log.as_ref().unwrap().processes.len(), 2);
     }
 }

@@ -1,7 +1,7 @@
 //! `gdrtrace drive ...`: run a workload without tracing.
 use crate::{
     cli::Drive,
-    drive::{copy_loop, cuda_copy, nccl, pin_churn, syscalls, tcp, ucx, verbs},
+    drive::{copy_loop, cuda_copy, nccl, nixl, pin_churn, syscalls, tcp, ucx, verbs},
     error::{Error, Result},
 };
 
@@ -63,6 +63,13 @@ pub fn drive(d: &Drive) -> Result<i32> {
                 _ => Error::Workload(e.to_string()),
             })?;
             report(&[s.line()], &s, o.summary.as_deref())?;
+            Ok(0)
+        }
+        Drive::Nixl(o) => {
+            crate::output::check_writable("--log", o.log.as_deref())?;
+            crate::output::check_writable("--summary", o.summary.as_deref())?;
+            let s = nixl::run(o).map_err(|e| Error::Workload(e.to_string()))?;
+            report(&[s.line()], &s, None)?;
             Ok(0)
         }
         Drive::Nccl(o) => {

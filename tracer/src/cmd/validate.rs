@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use serde::Deserialize as _;
 
 pub use self::checks::{
-    Check, cuda_copy_checks, nccl_checks, nodes_checks, pin_churn_checks, ucx_checks, ucx_registration_checks,
-    verbs_checks,
+    Check, cuda_copy_checks, direct_paths_checks, nccl_checks, nixl_checks, nodes_checks, pin_churn_checks, ucx_checks,
+    ucx_registration_checks, verbs_checks,
 };
 use self::checks::{check, collective_staged_bytes};
 use super::run::Outputs;
@@ -115,7 +115,9 @@ fn verbs(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Re
 /// Traces `argv` as validate's step `name`: stderr says what is running
 /// and for how long (`progress`).
 fn traced(trace: &TraceArgs, argv: &[String], name: &str) -> Result<super::run::Outcome> {
-    crate::progress::step(format!("validate: {name}"), || super::run::trace_command(trace, argv))
+    crate::progress::step(format!("validate: {name}"), || {
+        super::run::trace_command(trace, argv, super::run::Announce::Quiet)
+    })
 }
 
 /// Traces a workload that writes `--summary FILE`; returns its judged
@@ -372,7 +374,7 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
             .ucx
             .as_ref()
             .and_then(|u| u.processes.iter().find(|p| p.pid == client));
-        let path = p.and_then(|p| p.paths.iter().find(|x| x.memory == mode.memory()));
+        let path = r.path_of(client, mode.memory());
         let log_says = path
             .and_then(|x| x.log.as_ref())
             .map_or("-", |l| if l.agrees { "agrees" } else { "DISAGREES" });
@@ -380,7 +382,7 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
             "  {:<12} {:<12} {:<14} {:>8} {:>12} {:>10.1} {:>14}  {log_says}",
             mode.name(),
             path.map_or("unknown", |x| x.transport.name()),
-            path.map_or("-", |x| x.path.as_str()),
+            path.map_or("-", |x| x.via.as_str()),
             p.map_or(0, |p| p.data_calls),
             p.map_or(0, |p| p.data_bytes),
             v.as_ref().map_or(0.0, |v| v.bandwidth_mb_s),
@@ -391,6 +393,35 @@ fn ucx(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Repo
     outln!("{}", rows.join("\n"));
     outln!("\nvalidate: ucx checks");
     print_checks(&checks);
+    Ok(checks)
+}
+
+/// NIXL: a READ then a WRITE between two processes on one GPU (the
+/// project's `drive nixl`), traced, with UCX's protocol table.
+fn nixl(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Report)>) -> Result<Vec<Check>> {
+    let python = std::path::Path::new("python3");
+    if !crate::drive::nixl::available(python) {
+        outln!("validate: nixl: skipping: python3 cannot import NIXL (nixl_cu13, nixl_cu12 or nixl)");
+        return Ok(Vec::new());
+    }
+    let log = temp_path("nixl.log");
+    let mut argv = vec![exe.display().to_string(), "drive".into(), "nixl".into()];
+    argv.extend(["--op", "both", "--size", "32M", "--iterations", "10", "--log"].map(String::from));
+    argv.push(log.display().to_string());
+    let (mut r, s, code) = traced_workload::<crate::drive::nixl::NixlSummary>(trace, argv, "nixl")?;
+    if let Ok(text) = std::fs::read_to_string(&log) {
+        r.corroborate_ucx(&text);
+        crate::explain::fill(&mut r);
+    }
+    let _ = std::fs::remove_file(&log);
+    let mut checks = vec![check("nixl exited cleanly", code == 0, format!("exit status {code}"))];
+    checks.extend(nixl_checks(&r, s.as_ref()));
+    outln!(
+        "\nvalidate: nixl ({})",
+        s.as_ref().map_or("no summary".to_string(), |s| s.line())
+    );
+    print_checks(&checks);
+    reports.push(("nixl".to_string(), r));
     Ok(checks)
 }
 
@@ -532,7 +563,21 @@ pub fn run_validate(args: &ValidateArgs) -> Result<Validated> {
     } else {
         let ucx_checks = ucx(trace, &exe, &mut reports)?;
         checks.extend(ucx_checks);
+        if !crate::topo::discover().gpus.is_empty() {
+            let nixl_checks = nixl(trace, &exe, &mut reports)?;
+            checks.extend(nixl_checks);
+        }
     }
+    // Every report's verdicts against its own byte accounting.
+    let path_checks: Vec<Check> = reports
+        .iter()
+        .flat_map(|(name, r)| direct_paths_checks(name, r))
+        .collect();
+    if !path_checks.is_empty() {
+        outln!("\nvalidate: paths");
+        print_checks(&path_checks);
+    }
+    checks.extend(path_checks);
     // A family is missing when its functions exist in this kernel but none
     // could be attached; functions absent from the kernel (peer memory
     // without the nvidia module) are reported, not required.

@@ -66,6 +66,7 @@ fn compare_runs(name: &str, base: &Report, cur: &Report, l: &Limits) -> Result<C
     let mut changes = Vec::new();
     verdict_rows(name, &a, &b, &mut rows, &mut changes);
     transport_rows(name, &a, &b, &mut rows, &mut changes);
+    path_rows(name, &a, &b, &mut rows, &mut changes);
     operation_rows(&a, &b, &mut rows);
     rows.extend(staged_row(&a, &b, l));
     registration_rows(&a, &b, l, &mut rows);
@@ -98,6 +99,39 @@ fn verdict_rows(name: &str, a: &Metrics, b: &Metrics, rows: &mut Vec<Row>, chang
         limit: "any change".into(),
         status: if changed { Status::Regression } else { Status::Ok },
     });
+}
+
+/// Per-path transports, for paths both runs had: a path whose transport
+/// changed (a GET that went from cuda_ipc to tcp) is a regression even
+/// where the process's verdict mix stayed the same.
+fn path_rows(name: &str, a: &Metrics, b: &Metrics, rows: &mut Vec<Row>, changes: &mut Vec<TransportChange>) {
+    let fmt = |m: &BTreeMap<String, u64>| {
+        m.iter()
+            .map(|(t, n)| format!("{t} x{n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for (path, ta) in &a.path_transports {
+        let Some(tb) = b.path_transports.get(path) else {
+            continue;
+        };
+        if ta.keys().ne(tb.keys()) {
+            changes.push(TransportChange {
+                workload: name.into(),
+                what: format!("path {path}"),
+                baseline: fmt(ta),
+                current: fmt(tb),
+            });
+            rows.push(Row {
+                metric: format!("path {path} transport"),
+                baseline: fmt(ta),
+                current: fmt(tb),
+                change: "changed".into(),
+                limit: "any change".into(),
+                status: Status::Regression,
+            });
+        }
+    }
 }
 
 /// Per-operation transports, for operations both runs made.

@@ -37,6 +37,9 @@ pub struct Metrics {
     pub verdicts: BTreeMap<String, u64>,
     /// Operation -> transport -> calls.
     pub op_transports: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Path (`comm op peer-kind memory`: what stays the same across runs,
+    /// unlike pids and handles) -> transport -> paths.
+    pub path_transports: BTreeMap<String, BTreeMap<String, u64>>,
     /// `op [transport]` -> latency.
     pub latency: BTreeMap<String, Lat>,
     /// Bytes of copies and collectives, and of those the host-staged part.
@@ -141,6 +144,14 @@ impl Metrics {
         };
         for v in &r.verdicts {
             *m.verdicts.entry(v.transport.name().to_string()).or_default() += 1;
+        }
+        for p in &r.paths {
+            let key = format!("{} {} {} {}", p.comm, p.op.name(), p.peer_kind.name(), p.memory);
+            *m.path_transports
+                .entry(key)
+                .or_default()
+                .entry(p.transport.name().to_string())
+                .or_default() += 1;
         }
         for o in &r.operations {
             let name = o.name.clone();

@@ -249,3 +249,44 @@ fn retransmissions_and_cpu_per_gb_sent_are_judged() {
     let healed = judge(tcp_report(400, 0.5), tcp_report(0, 0.5));
     assert_eq!(row(&healed, "TCP retransmissions per GB sent"), Status::Better);
 }
+
+/// A path whose transport changed between the runs is a regression, even
+/// where the processes' verdict mix is the same (two `mixed` processes).
+#[test]
+fn a_path_that_changed_transport_is_a_regression() {
+    let with_get = |transport: &str| {
+        let mut r = report("gpu-host-dma", 10_000);
+        let path = |op: &str, t: &str| {
+            serde_json::json!({"pid": 1, "comm": "python3", "peer_kind": "ucx-endpoint", "peer": "0x7f00",
+                "op": op, "memory": "cuda", "transport": t, "via": "", "calls": 10, "bytes": 1 << 30,
+                "host_staged": t == "host-staged", "staged_bytes": 0, "evidence": []})
+        };
+        r["paths"] = serde_json::json!([path("get", transport), path("put", "ipc/same-device")]);
+        r["verdicts"] = serde_json::json!([{"pid": 1, "comm": "python3", "transport": "mixed",
+            "host_staged": true, "evidence": []}]);
+        r
+    };
+    let same = compare(
+        &doc(with_get("host-staged")),
+        &doc(with_get("host-staged")),
+        &Thresholds::default(),
+        false,
+    )
+    .expect("same profile");
+    assert!(same.transport_changes.is_empty(), "{:?}", same.transport_changes);
+    let c = compare(
+        &doc(with_get("ipc/same-device")),
+        &doc(with_get("host-staged")),
+        &Thresholds::default(),
+        false,
+    )
+    .expect("same profile");
+    assert_eq!(c.exit_code(), 1);
+    assert!(
+        c.transport_changes
+            .iter()
+            .any(|t| t.what == "path python3 get ucx-endpoint cuda" && t.current == "host-staged x1"),
+        "{:?}",
+        c.transport_changes
+    );
+}

@@ -3,6 +3,7 @@
 pub mod copy_loop;
 pub mod cuda_copy;
 pub mod nccl;
+pub mod nixl;
 pub mod pin_churn;
 pub mod syscalls;
 pub mod tcp;

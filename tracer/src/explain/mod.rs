@@ -108,9 +108,12 @@ const PATH_RULES: &[&str] = &[
     "dmabuf-unsupported",
     "nccl-env-forced",
     "nccl-no-rdma-device",
+    "nccl-net-plugin-failed",
+    "nccl-net-plugin-no-gdr",
     "gpu-nic-far",
     "acs-iommu-blocks-p2p",
     "host-memory-registered",
+    "ucx-emulated-rma",
     "ucx-tls-excludes-direct",
     "ucx-cuda-ipc-unavailable",
     "ucx-gpu-rdma-without-peer-memory",
@@ -138,28 +141,54 @@ fn net_of(v: &crate::classify::comm::Verdict) -> String {
 
 /// Staged or unexpected paths: staged verdicts and copies, host MRs in a
 /// GPU process, failed registrations; each with the rules that explain it.
+/// Whether a path needs a cause: it went through host memory, or could
+/// not be decided.
+fn wants_cause(t: Transport, staged: bool) -> bool {
+    staged || matches!(t, Transport::Unknown | Transport::Ambiguous)
+}
+
 pub fn paths(r: &Report, findings: &[Finding]) -> Vec<Path> {
+    use crate::classify::path::PeerKind;
     let mut out: Vec<(u32, String, &[&str])> = Vec::new();
     for v in &r.verdicts {
-        let t = v.transport.name();
-        if v.host_staged || matches!(t, "unknown" | "ambiguous") {
-            out.push((v.pid, format!("communication verdict {t}{}", net_of(v)), PATH_RULES));
+        let mine: Vec<_> = r.paths.iter().filter(|p| p.pid == v.pid).collect();
+        if mine.is_empty() {
+            if wants_cause(v.transport, v.host_staged) {
+                let t = v.transport.name();
+                out.push((v.pid, format!("communication verdict {t}{}", net_of(v)), PATH_RULES));
+            }
+            continue;
+        }
+        for p in mine.into_iter().filter(|p| wants_cause(p.transport, p.host_staged)) {
+            let what = format!("path {}: {} via {}", p.label(), p.transport.name(), p.via);
+            out.push((v.pid, what, PATH_RULES));
         }
     }
+    // Copies that a library's staged path made are that path's bytes.
+    let library_staged = |pid: u32| {
+        r.paths
+            .iter()
+            .any(|p| p.pid == pid && p.host_staged && p.peer_kind != PeerKind::NcclCommunicator)
+    };
     for g in &r.transfers.groups {
         let t = g.transport;
         // Kernel-aggregated records (collectives) stand for their verdict.
         let aggregated = g.sample.first().is_some_and(|x| x.calls.is_some());
         if Transport::from_name(t).staged() && !aggregated {
-            let mut pids: Vec<u32> = g.sample.iter().map(|x| x.pid).collect();
-            pids.dedup();
-            let rules = if g.op.starts_with("cuMemcpy") {
-                COPY_RULES
-            } else {
-                PATH_RULES
-            };
-            for pid in pids {
-                let what = format!("{} {t}: {} transfers, {} bytes", g.op, g.count, g.bytes);
+            let copy = g.op.starts_with("cuMemcpy");
+            let all = pids_of(g);
+            let rules = if copy { COPY_RULES } else { PATH_RULES };
+            // The group's figures are every process's together: with more
+            // than one, each pid names its own calls of the op.
+            for pid in all.iter().copied().filter(|pid| !(copy && library_staged(*pid))) {
+                let mine = process(r, pid).and_then(|p| p.calls.get(&g.op)).copied();
+                let what = match mine {
+                    Some(n) if all.len() > 1 => format!(
+                        "{} {t}: {n} calls of this process ({} transfers, {} bytes in all processes)",
+                        g.op, g.count, g.bytes
+                    ),
+                    _ => format!("{} {t}: {} transfers, {} bytes", g.op, g.count, g.bytes),
+                };
                 out.push((pid, what, rules));
             }
         }
@@ -192,6 +221,14 @@ pub fn paths(r: &Report, findings: &[Finding]) -> Vec<Path> {
             what,
         })
         .collect()
+}
+
+/// The processes of a transfer group's sample, each once.
+fn pids_of(g: &crate::report::accounting::TransferGroup) -> Vec<u32> {
+    let mut v: Vec<u32> = g.sample.iter().map(|x| x.pid).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// What the rules say about a report.

@@ -1,7 +1,10 @@
 //! The rule table: each rule names what it reads of the report and the
 //! cause it stands for; its check returns the findings per process.
 use super::*;
-use crate::{classify::comm::LogProcess, model::Backing};
+use crate::{
+    classify::comm::{LogProcess, Net, Plugin},
+    model::Backing,
+};
 
 fn on_gpu(b: &Backing) -> bool {
     matches!(b, Backing::Gpu { .. })
@@ -227,6 +230,72 @@ pub(super) fn no_rdma_device(r: &Report) -> Hits {
     out
 }
 
+/// Whether a network is a plugin's (not NCCL's own IB or socket network).
+fn is_plugin(net: Net) -> bool {
+    !matches!(net.plugin, Plugin::Socket | Plugin::Ib | Plugin::Nvls)
+}
+
+/// A plugin's own lines on GPUDirect RDMA: aws-ofi-nccl's `NET/OFI` lines
+/// on GDR, FI_HMEM and dma-buf, and NCCL's `NET/<plugin> : GPU Direct RDMA
+/// Disabled` lines for a plugin's NICs.
+fn plugin_gdr_lines(l: &LogProcess) -> impl Iterator<Item = String> + '_ {
+    let ofi = l.net_lines.iter().filter(|x| {
+        x.starts_with("NET/OFI")
+            && (x.contains("GDR") || x.contains("HMEM") || x.contains("DMA-BUF registrations: false"))
+    });
+    let disabled = l.gdr_lines.iter().filter(|x| {
+        x.contains("GPU Direct RDMA Disabled") && x.split(" : ").next().and_then(Net::of_via).is_some_and(is_plugin)
+    });
+    ofi.chain(disabled).map(|x| format!("NCCL log: {x}"))
+}
+
+pub(super) fn plugin_no_gdr(r: &Report) -> Hits {
+    let mut out = Vec::new();
+    for v in &r.verdicts {
+        // A plugin's network without GDRDMA: staged, or its own lines say GDR is off.
+        if !v.net.is_some_and(|n| is_plugin(n) && !n.gdr) {
+            continue;
+        }
+        let mut ev: Vec<String> = log_process(r, v.pid).map_or(Vec::new(), |l| plugin_gdr_lines(l).collect());
+        if !v.host_staged && ev.is_empty() {
+            continue;
+        }
+        ev.insert(0, format!("transport verdict {}{}", v.transport.name(), net_of(v)));
+        if let Some(l) = &v.nccl_log {
+            ev.push(format!("NCCL log: via {}", l.nccl_says));
+        }
+        out.push((v.pid, ev));
+    }
+    out
+}
+
+pub(super) fn plugin_failed(r: &Report) -> Hits {
+    let mut out = Vec::new();
+    for v in r.verdicts.iter().filter(|v| v.transport == Transport::Socket) {
+        let Some(l) = log_process(r, v.pid).filter(|l| !l.failed_plugins.is_empty()) else {
+            continue;
+        };
+        let mut ev = vec![format!("transport verdict socket{}", net_of(v))];
+        ev.extend(
+            l.failed_plugins
+                .iter()
+                .map(|p| format!("NCCL log: Failed to initialize NET plugin {p}")),
+        );
+        // The plugin's own warnings say why (aws-ofi-nccl: `NET/OFI ...`).
+        ev.extend(
+            l.warnings
+                .iter()
+                .filter(|w| w.contains("NET/"))
+                .map(|w| format!("NCCL log: WARN {w}")),
+        );
+        if let Some(n) = &l.network {
+            ev.push(format!("NCCL log: Using network {n}"));
+        }
+        out.push((v.pid, ev));
+    }
+    out
+}
+
 pub(super) fn far_paths(r: &Report) -> Vec<String> {
     r.facts
         .gpu_nic_paths
@@ -432,7 +501,7 @@ pub(super) fn peer_access(r: &Report) -> Hits {
 }
 
 pub(super) fn pageable_copies(r: &Report) -> Hits {
-    copy_lines(
+    let mut hits = copy_lines(
         r,
         |g| {
             g.op.starts_with("cuMemcpy")
@@ -440,7 +509,15 @@ pub(super) fn pageable_copies(r: &Report) -> Hits {
                 && g.transport == Transport::HostStaged.name()
         },
         "pageable",
-    )
+    );
+    // A library's own staging (a staged path of its transport layer) is
+    // explained by that path's cause, not by the application's buffers.
+    hits.retain(|(pid, _)| {
+        !r.paths
+            .iter()
+            .any(|p| p.pid == *pid && p.host_staged && p.peer_kind != crate::classify::path::PeerKind::NcclCommunicator)
+    });
+    hits
 }
 
 pub(super) fn app_staged(r: &Report) -> Hits {
@@ -495,6 +572,18 @@ pub static RULES: &[Rule] = &[
         check: no_rdma_device,
     },
     Rule {
+        id: "nccl-net-plugin-failed",
+        looks_at: "verdicts (socket), nccl_log processes (Failed to initialize NET plugin NAME, the plugin's WARN lines, Using network)",
+        cause: "NCCL found a network plugin (libnccl-net.so: aws-ofi-nccl on EFA, the SHARP plugin on InfiniBand) but it failed to initialize, so NCCL fell back to its socket network: traffic between hosts goes over TCP through host memory. The plugin's own lines in NCCL's log say why (aws-ofi-nccl: no EFA device or libfabric provider, a libfabric or CUDA it cannot use); fix that, or set NCCL_NET to the plugin's name so that NCCL fails instead of falling back.",
+        check: plugin_failed,
+    },
+    Rule {
+        id: "nccl-net-plugin-no-gdr",
+        looks_at: "verdicts (host-staged, net of a network plugin: NET/Libfabric, NET/AWS Libfabric, NET/OFI, NET/IBext, COLLNET, others), nccl_log processes (NET/OFI lines on GDR, FI_HMEM and dma-buf; NET/<plugin> : GPU Direct RDMA Disabled)",
+        cause: "NCCL's network plugin moved GPU data through host buffers instead of GPUDirect RDMA. For aws-ofi-nccl on EFA: use an instance type with GPUDirect RDMA (p4d, p5 and later), the efa provider with libfabric 1.18 or later (FI_HMEM for CUDA), and a peer-memory client or dma-buf; its NET/OFI lines in NCCL's log say which was missing. For the IBext/SHARP plugin and others, what NET/IB needs applies: a peer-memory client or dma-buf, and a NIC close to the GPU.",
+        check: plugin_no_gdr,
+    },
+    Rule {
         id: "gpu-nic-far",
         looks_at: "facts.gpu_nic_paths (SYS, NODE), registration by backing, nccl_log communicators' GDR decision, nccl_log GDR lines (distance D > L)",
         cause: "The GPU and the NIC are too far apart (the PCIe path crosses the CPU socket link to a NIC on the remote socket, SYS, or host bridges, NODE): NCCL does not use GPUDirect RDMA beyond NCCL_NET_GDR_LEVEL and stages through host memory. Use a NIC close to the GPU (PIX/PXB) or raise NCCL_NET_GDR_LEVEL if the platform handles it.",
@@ -513,20 +602,26 @@ pub static RULES: &[Rule] = &[
         check: host_memory_registered,
     },
     Rule {
+        id: "ucx-emulated-rma",
+        looks_at: "paths[] (a UCX GET or PUT on GPU memory staged through host memory while CUDA IPC was set up), the path's UCX log agreement, ucx.log version",
+        cause: "UCX has no cuda_ipc protocol for this one-sided operation on GPU memory here and emulates it in software over its host transport (tcp or shared memory), through bounce buffers: a NIXL READ (pull) then runs at a fraction of a WRITE's speed although the same peers write over cuda_ipc. Push instead (NIXL WRITE, ucp_put), or use a UCX/NIXL release with a cuda_ipc protocol for the operation (nixl PR #2208); UCX_PROTO_INFO=y shows `software emulation` in the operation's table.",
+        check: super::ucx::emulated_rma,
+    },
+    Rule {
         id: "ucx-tls-excludes-direct",
-        looks_at: "ucx.processes[].paths (host-staged GPU data), processes[].env UCX_TLS, facts.rdma_devices",
+        looks_at: "paths[] (host-staged GPU data of UCX processes), processes[].env UCX_TLS, facts.rdma_devices",
         cause: "UCX_TLS leaves out a direct transport (cuda_ipc between GPUs of one node, rc/dc for GPUDirect RDMA), so UCX staged GPU data through host memory with cuda_copy. Allow it (add cuda_ipc, or drop the ^ exclusion) unless it works around a known problem.",
         check: super::ucx::tls_excludes_direct,
     },
     Rule {
         id: "ucx-cuda-ipc-unavailable",
-        looks_at: "ucx.processes[].paths (host-staged GPU data), processes[].env UCX_TLS, CUDA IPC calls (cuIpc*, cuMem export/import), ucx.processes[].modules, facts.nvlink, ucx.log warnings",
+        looks_at: "paths[] (host-staged GPU data of UCX processes), processes[].env UCX_TLS, CUDA IPC calls (cuIpc*, cuMem export/import), ucx.processes[].modules, facts.nvlink, ucx.log warnings",
         cause: "cuda_ipc was not used although UCX_TLS allows it: the processes could not map each other's GPU memory (different containers or IPC namespaces, no peer access between the GPUs, or a UCX without its CUDA transport module), so UCX staged GPU data through host memory. Run the peers in one IPC namespace on GPUs with peer access, with a UCX that loads libuct_cuda.",
         check: super::ucx::cuda_ipc_unavailable,
     },
     Rule {
         id: "ucx-gpu-rdma-without-peer-memory",
-        looks_at: "ucx.processes[].paths (GPU data staged for rc/ud), registration failures on GPU memory, MRs by backing, facts.modules, facts.memory_peers",
+        looks_at: "paths[] (UCX GPU data staged for rc/ud), registration failures on GPU memory, MRs by backing, facts.modules, facts.memory_peers",
         cause: "UCX could not register GPU memory with the NIC: no peer-memory client (nvidia_peermem) and no dma-buf MRs, so rc/dc moved GPU data through host bounce buffers (cuda_copy) instead of GPUDirect RDMA. Load nvidia-peermem or use a kernel, driver and UCX with dma-buf registration.",
         check: super::ucx::gpu_rdma_without_peer_memory,
     },

@@ -17,8 +17,9 @@ fn element_template(path: &str) -> Option<Value> {
         // Not an array: the section itself, where a test adds it.
         "ucx" => serde_json::to_value(crate::classify::ucx::UcxReport::default()).ok()?,
         "ucx.processes" => serde_json::to_value(crate::classify::ucx::UcxProcess::default()).ok()?,
-        "ucx.processes.paths" => json!({"memory": "", "transport": "unknown", "path": "", "host_staged": false,
-                                        "staged_bytes": 0, "inferred": false, "evidence": []}),
+        "paths" => json!({"pid": 0, "peer_kind": "ucx-endpoint", "peer": "0x1", "op": "send", "memory": "",
+                          "transport": "unknown", "via": "", "calls": 0, "bytes": 0, "host_staged": false,
+                          "staged_bytes": 0, "evidence": []}),
         _ => return None,
     })
 }
@@ -211,8 +212,9 @@ fn report_json(
         "facts": {"nvlink": true, "modules": [], "memory_peers": false, "rdma_devices": []},
         "ucx": {"processes": [{
             "pid": 7, "comm": "ucx_perftest", "registrations": 40, "deregistrations": 40, "data_calls": 40,
-            "registrations_per_data_call": 1.0, "modules": ["libuct_cma.so.0"], "rcache": rcache, "paths": [path]
-        }]}
+            "registrations_per_data_call": 1.0, "modules": ["libuct_cma.so.0"], "rcache": rcache
+        }]},
+        "paths": [path]
     })
 }
 
@@ -222,7 +224,7 @@ fn fired(r: &serde_json::Value) -> Vec<&'static str> {
 
 #[test]
 fn rules_on_staged_gpu_data() {
-    let staged = serde_json::json!({"memory": "cuda", "transport": "host-staged", "path": "cuda_copy+shm",
+    let staged = serde_json::json!({"memory": "cuda", "transport": "host-staged", "via": "cuda_copy+shm", "pid": 7,
         "host_staged": true, "staged_bytes": 1024});
     let no_cache = serde_json::json!({"gets": 0, "misses": 0, "repeat_misses": 0});
     let r = report_json(
@@ -261,7 +263,7 @@ fn rules_on_staged_gpu_data() {
         no_cache.clone(),
     );
     assert!(!fired(&r).contains(&"ucx-cuda-ipc-unavailable"));
-    let rdma = serde_json::json!({"memory": "cuda", "transport": "host-staged", "path": "cuda_copy+rc/ud",
+    let rdma = serde_json::json!({"memory": "cuda", "transport": "host-staged", "via": "cuda_copy+rc/ud", "pid": 7,
         "host_staged": true, "staged_bytes": 1024});
     let r = report_json(
         serde_json::json!({"UCX_TLS": "rc,cuda_copy,cuda_ipc"}),
@@ -274,7 +276,8 @@ fn rules_on_staged_gpu_data() {
 
 #[test]
 fn rules_on_the_registration_cache() {
-    let host = serde_json::json!({"memory": "host", "transport": "host-only", "path": "rc/ud", "host_staged": false});
+    let host =
+        serde_json::json!({"memory": "host", "transport": "host-only", "via": "rc/ud", "pid": 7, "host_staged": false});
     let thrash = serde_json::json!({"gets": 40, "misses": 30, "repeat_misses": 12});
     let r = report_json(serde_json::json!({}), serde_json::json!({}), host.clone(), thrash);
     let f = fired(&r);

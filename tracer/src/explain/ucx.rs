@@ -3,7 +3,10 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::classify::ucx::{UcxPath, UcxProcess, tls_excludes};
+use crate::classify::{
+    path::{OpClass, Path, PeerKind},
+    ucx::{UcxProcess, tls_excludes},
+};
 
 fn ucx_processes(r: &Report) -> &[UcxProcess] {
     r.ucx.as_ref().map_or(&[], |u| &u.processes)
@@ -17,29 +20,67 @@ fn calls(r: &Report, pid: u32, op: &str) -> u64 {
     process(r, pid).map_or(0, |p| p.calls.get(op).copied().unwrap_or(0))
 }
 
-/// Host-staged GPU paths of a UCX process.
-fn staged_gpu(up: &UcxProcess) -> Vec<&UcxPath> {
-    up.paths
+/// Host-staged GPU paths of a UCX process (its endpoints' and what it served).
+fn staged_gpu<'a>(r: &'a Report, up: &UcxProcess) -> Vec<&'a Path> {
+    r.paths
         .iter()
-        .filter(|p| p.host_staged && p.memory == "cuda")
+        .filter(|p| {
+            p.pid == up.pid
+                && p.host_staged
+                && p.memory == "cuda"
+                && matches!(p.peer_kind, PeerKind::UcxEndpoint | PeerKind::Remote)
+        })
         .collect()
 }
 
-fn describe(p: &UcxPath) -> String {
+fn describe(p: &Path) -> String {
     format!(
-        "{} memory went {} via {} ({} bytes staged through host memory)",
+        "{}: {} memory went {} via {} ({} bytes staged through host memory)",
+        p.label(),
         p.memory,
         p.transport.name(),
-        p.path,
+        p.via,
         p.staged_bytes
     )
+}
+
+/// GETs or PUTs on GPU memory that UCX emulated in software over a host
+/// transport while cuda_ipc was set up (the path's cause says so).
+pub fn emulated_rma(r: &Report) -> Hits {
+    let mut out = Vec::new();
+    for up in ucx_processes(r) {
+        for p in staged_gpu(r, up).into_iter().filter(|p| {
+            matches!(p.op, OpClass::Get | OpClass::Put | OpClass::Served) && p.via.ends_with("(software emulation)")
+        }) {
+            let mut ev = vec![describe(p)];
+            ev.extend(p.evidence.iter().filter(|e| e.contains("CUDA IPC")).cloned());
+            if let Some(l) = &p.log {
+                ev.push(format!(
+                    "UCX's log ({}): {}",
+                    if l.agrees { "agrees" } else { "disagrees" },
+                    l.ucx_says
+                ));
+            }
+            let log = r.ucx.as_ref().and_then(|u| u.log.as_ref());
+            if let Some(v) = log
+                .into_iter()
+                .flat_map(|l| &l.processes)
+                .find(|l| l.pid == up.pid)
+                .and_then(|l| l.version.as_ref())
+            {
+                ev.push(format!("UCX {v}"));
+            }
+            out.push((up.pid, ev));
+        }
+    }
+    out
 }
 
 pub fn tls_excludes_direct(r: &Report) -> Hits {
     let rdma_nic = !r.facts.rdma_devices.is_empty();
     let mut out = Vec::new();
     for up in ucx_processes(r) {
-        let staged = staged_gpu(up);
+        let staged = staged_gpu(r, up);
         let envm = env_of(r, up.pid);
         let (Some(first), Some(tls)) = (staged.first(), envm.get("UCX_TLS")) else {
             continue;
@@ -67,7 +108,7 @@ pub fn cuda_ipc_unavailable(r: &Report) -> Hits {
     for up in ucx_processes(r) {
         let pid = up.pid;
         let envm = env_of(r, pid);
-        let Some(first) = staged_gpu(up).into_iter().next() else {
+        let Some(first) = staged_gpu(r, up).into_iter().next() else {
             continue;
         };
         if tls_excludes(&envm, "cuda_ipc") == Some(true) {
@@ -124,9 +165,9 @@ pub fn gpu_rdma_without_peer_memory(r: &Report) -> Hits {
     let mut out = Vec::new();
     for up in ucx_processes(r) {
         let pid = up.pid;
-        let mut ev: Vec<String> = staged_gpu(up)
+        let mut ev: Vec<String> = staged_gpu(r, up)
             .into_iter()
-            .filter(|p| p.path.ends_with("rc/ud"))
+            .filter(|p| p.via.ends_with("rc/ud"))
             .map(describe)
             .collect();
         if let Some(reg) = registration(r).iter().find(|x| x.pid == pid) {

@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-pub mod ucx;
+pub mod paths;
+mod peers;
 
 use crate::classify::{
     Transport,
@@ -39,6 +40,12 @@ pub struct Inputs {
     /// UCX processes' evidence (the report's `ucx` section).
     #[serde(default)]
     pub ucx: Option<crate::classify::ucx::UcxReport>,
+    /// Where each process's bytes went while which of its paths ran.
+    #[serde(default)]
+    pub windows: Vec<crate::stats::windows::Window>,
+    /// Each rank's connections per peer, from NCCL's log when one is given.
+    #[serde(skip)]
+    pub nccl_peers: comm::LogPeers,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -101,6 +108,8 @@ pub struct CollectiveIn {
     pub pid: u32,
     pub op: String,
     #[serde(default)]
+    pub communicator: String,
+    #[serde(default)]
     pub calls: u64,
     #[serde(default)]
     pub bytes: u64,
@@ -135,9 +144,10 @@ impl Inputs {
             collectives: agg
                 .collectives()
                 .iter()
-                .map(|((pid, op, _), (calls, bytes))| CollectiveIn {
+                .map(|((pid, op, handle), (calls, bytes))| CollectiveIn {
                     pid: *pid,
                     op: op.clone(),
+                    communicator: format!("{handle:#x}"),
                     calls: *calls,
                     bytes: *bytes,
                 })
@@ -145,6 +155,8 @@ impl Inputs {
             gpu_links: links,
             facts,
             ucx: crate::stats::ucx::report(agg, &BTreeMap::new()),
+            windows: agg.windows(),
+            nccl_peers: Default::default(),
         }
     }
 
@@ -169,6 +181,24 @@ impl Inputs {
             socket_bytes: p.socket.bytes_sent + p.socket.bytes_received,
             env: p.env.clone(),
             sampled_share: (!p.collectives_sampled.is_exact()).then(|| p.collectives_sampled.share()),
+            network,
+        }
+    }
+
+    /// What the probes saw of one process's set-up, for `comm::verdict`.
+    fn evidence(&self, p: &ProcessIn, network: comm::Network) -> Evidence {
+        Evidence {
+            pid: p.pid,
+            comm: p.comm.clone(),
+            calls: p.calls.clone(),
+            env: p.env.clone(),
+            nvlink: self.facts.as_ref().and_then(|f| f.nvlink),
+            nccl_ranks: p.nccl_ranks.clone(),
+            registrations: p
+                .churn
+                .as_ref()
+                .map(|c| c.by_backing.iter().map(|(k, v)| (k.clone(), v.registrations)).collect())
+                .unwrap_or_default(),
             network,
         }
     }
@@ -214,30 +244,26 @@ impl Inputs {
 }
 
 /// Every process's verdict, in process order (processes that show no GPU
-/// communication have none).
+/// communication have none): the summary of its paths ([`judge`]).
 pub fn verdicts(i: &Inputs) -> Vec<Verdict> {
-    let nvlink = i.facts.as_ref().and_then(|f| f.nvlink);
+    judge(i).0
+}
+
+/// Every process's verdict and paths.
+pub fn judge(i: &Inputs) -> (Vec<Verdict>, Vec<crate::classify::path::Path>) {
+    let mut out = setup_or_steady(i);
+    let paths = paths::judge(i, &mut out);
+    (out, paths)
+}
+
+/// The verdicts of NCCL processes: set-up calls first, else the steady state.
+fn setup_or_steady(i: &Inputs) -> Vec<Verdict> {
     let networks = i.networks();
     let network = |pid: u32| networks.get(&pid).cloned().unwrap_or_default();
     let setup: BTreeMap<u32, Verdict> = i
         .processes
         .iter()
-        .filter_map(|p| {
-            comm::verdict(&Evidence {
-                pid: p.pid,
-                comm: p.comm.clone(),
-                calls: p.calls.clone(),
-                env: p.env.clone(),
-                nvlink,
-                nccl_ranks: p.nccl_ranks.clone(),
-                registrations: p
-                    .churn
-                    .as_ref()
-                    .map(|c| c.by_backing.iter().map(|(k, v)| (k.clone(), v.registrations)).collect())
-                    .unwrap_or_default(),
-                network: network(p.pid),
-            })
-        })
+        .filter_map(|p| comm::verdict(&i.evidence(p, network(p.pid))))
         .map(|v| (v.pid, v))
         .collect();
     let decided: BTreeMap<u32, Transport> = setup
@@ -265,7 +291,6 @@ pub fn verdicts(i: &Inputs) -> Vec<Verdict> {
             out.push(v.clone());
         }
     }
-    ucx::verdicts(i, &mut out);
     out
 }
 
@@ -332,7 +357,7 @@ mod tests {
             for x in &v {
                 assert_eq!(
                     (x.transport, x.host_staged, x.net),
-                    (Transport::Socket, true, Some(comm::Net::Socket)),
+                    (Transport::Socket, true, Some(comm::Net::SOCKET)),
                     "{x:?}"
                 );
                 assert_eq!(x.basis == comm::Basis::SetUp, setup);

@@ -120,6 +120,20 @@ impl OutputFile {
     }
 }
 
+/// A new directory of this process's own (mkdtemp(3): `PREFIX-` and a
+/// random name, mode 0700, under `$TMPDIR` or `/tmp`).
+pub fn private_dir(prefix: &str) -> io::Result<PathBuf> {
+    let template = std::env::temp_dir().join(format!("{prefix}-XXXXXX"));
+    let c = CString::new(template.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    let mut buf = c.into_bytes_with_nul();
+    // SAFETY: mkdtemp rewrites the XXXXXX of a NUL-terminated buffer we own.
+    if unsafe { libc::mkdtemp(buf.as_mut_ptr().cast()) }.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    buf.pop();
+    Ok(PathBuf::from(std::ffi::OsStr::from_bytes(&buf)))
+}
+
 /// The private directory of this process's fallback files (made once).
 static SPARE_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
 
@@ -138,15 +152,7 @@ pub fn fallback_file(output: &Path) -> io::Result<(PathBuf, File)> {
         match slot.as_ref() {
             Some(d) => d.clone(),
             None => {
-                let template = std::env::temp_dir().join("gdrtrace-XXXXXX");
-                let c = CString::new(template.as_os_str().as_bytes()).map_err(io::Error::other)?;
-                let mut buf = c.into_bytes_with_nul();
-                // SAFETY: mkdtemp rewrites the XXXXXX of a NUL-terminated buffer we own.
-                if unsafe { libc::mkdtemp(buf.as_mut_ptr().cast()) }.is_null() {
-                    return Err(io::Error::last_os_error());
-                }
-                buf.pop();
-                let d = PathBuf::from(std::ffi::OsStr::from_bytes(&buf));
+                let d = private_dir("gdrtrace")?;
                 *slot = Some(d.clone());
                 d
             }

@@ -153,7 +153,15 @@ pub fn staging(r: &super::Report) -> Staging {
         .iter()
         .filter(|p| p.moved_bytes > 0 || p.staged_bytes > 0 || coll_bytes.contains_key(&p.pid))
         .map(|p| {
-            let moved = p.moved_bytes + coll_bytes.get(&p.pid).map_or(0, |c| c.0);
+            // A library path's bytes (UCX data calls, what a process served)
+            // are moved bytes too, where its copies were fewer.
+            let paths: u64 = r
+                .paths
+                .iter()
+                .filter(|x| x.pid == p.pid && x.peer_kind != crate::classify::path::PeerKind::NcclCommunicator)
+                .map(|x| x.bytes)
+                .sum();
+            let moved = (p.moved_bytes + coll_bytes.get(&p.pid).map_or(0, |c| c.0)).max(paths);
             StagingProcess {
                 pid: p.pid,
                 comm: p.comm.clone(),

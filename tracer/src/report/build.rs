@@ -15,7 +15,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
     let fabric = super::fabric::build(agg, &inputs.fabric, &inputs.coverage, inputs.duration_s);
     Report {
         schema: SCHEMA,
-        tool_version: env!("CARGO_PKG_VERSION"),
+        tool_version: crate::version::VERSION,
         host: inputs.host,
         command: inputs.command,
         duration_s: inputs.duration_s,
@@ -35,6 +35,8 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         loss: inputs.loss,
         coverage: inputs.coverage,
         verdicts: Vec::new(),
+        paths: Vec::new(),
+        windows: agg.windows(),
         collectives: collectives(agg),
         sampling: (agg.duty_totals().off_us > 0).then_some(agg.duty_totals()),
         transfers: accounting::transfers(agg),
@@ -43,6 +45,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         facts: inputs.facts,
         overrides: overrides(agg),
         nccl_log: None,
+        nccl_ras: agg.nccl_ras_answer().cloned(),
         explain: Default::default(),
         workloads: Vec::new(),
         gpu_links: inputs.gpu_links,

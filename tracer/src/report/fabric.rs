@@ -487,6 +487,19 @@ impl Fabric {
         self.tcp.processes.iter().find(|p| p.pid == pid)
     }
 
+    /// Gives each path over TCP ([`crate::classify::path::Path::over_tcp`]) its process's TCP figures.
+    pub fn onto_paths(&self, paths: &mut [crate::classify::path::Path]) {
+        for p in paths.iter_mut().filter(|p| p.over_tcp()) {
+            p.tcp = self.tcp_of(p.pid).map(|t| crate::classify::path::PathTcp {
+                bytes_sent: t.bytes_sent,
+                retransmits: t.retransmits,
+                retransmits_per_s: t.retransmits_per_s,
+                cpu_s_per_gb: t.cpu_s_per_gb,
+                lossy: t.lossy(),
+            });
+        }
+    }
+
     /// The ports a process held open.
     pub fn ports_of(&self, pid: u32) -> impl Iterator<Item = &Port> {
         self.ports.iter().filter(move |p| p.processes.contains(&pid))

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::{Report, accounting};
 use crate::{
-    classify::{comm::NcclLog, ucx::UcxPath},
+    classify::comm::NcclLog,
     judge::{CollectiveIn, Inputs, ProcessIn},
 };
 
@@ -67,17 +67,22 @@ impl Report {
     /// the paths stay as the evidence decided them. The caller explains the
     /// report again (`crate::explain::fill`): the UCX rules read the log.
     pub fn corroborate_ucx(&mut self, log: &str) {
-        let nvlink = self.facts.nvlink;
-        crate::classify::ucx_log::corroborate(self.ucx.get_or_insert_with(Default::default), log, nvlink);
+        crate::classify::ucx_log::corroborate(self.ucx.get_or_insert_with(Default::default), &mut self.paths, log);
     }
 
     fn judge_verdicts(&mut self, nccl_log: Option<&str>) {
-        self.verdicts = crate::judge::verdicts(&inputs_of(self));
-        // The UCX section's paths per process and endpoint, by the same
-        // decision the UCX processes' verdicts came from.
-        judge_ucx(self);
+        let mut inputs = inputs_of(self);
+        // NCCL's log lists each rank's peers: a communicator's path splits by them.
         if let Some(text) = nccl_log {
-            crate::classify::comm::corroborate(&mut self.verdicts, &crate::classify::comm::parse_nccl_log(text));
+            inputs.nccl_peers = crate::classify::comm::LogPeers::of_log(text);
+        }
+        (self.verdicts, self.paths) = crate::judge::judge(&inputs);
+        self.fabric.onto_paths(&mut self.paths);
+        // The UCX endpoints take their path's transport; staged bytes of
+        // the paths go into the process accounting.
+        judge_ucx(self, &inputs);
+        if let Some(text) = nccl_log {
+            corroborate_verdicts(self, text);
         }
         // Collective bytes take their process's transport; bytes of a
         // host-staged transport count as staged.
@@ -108,6 +113,7 @@ pub fn inputs_of(r: &Report) -> Inputs {
             .map(|c| CollectiveIn {
                 pid: c.pid,
                 op: c.op.clone(),
+                communicator: c.communicator.clone(),
                 calls: c.calls,
                 bytes: c.bytes,
             })
@@ -115,59 +121,74 @@ pub fn inputs_of(r: &Report) -> Inputs {
         gpu_links: r.gpu_links.clone(),
         facts: Some(r.facts.clone()),
         ucx: r.ucx.clone(),
+        windows: r.windows.clone(),
+        nccl_peers: Default::default(),
     }
 }
 
-/// Fills the report's UCX section: each process's paths, each endpoint's
-/// path, and the staged bytes into the process accounting (the verdicts
-/// came from the same decision in `judge::verdicts`).
-fn judge_ucx(r: &mut Report) {
-    let Some(mut ux) = r.ucx.take() else { return };
-    let inputs = inputs_of(r);
-    let mut extra = BTreeMap::new();
-    let decided: BTreeMap<u32, Vec<UcxPath>> = crate::judge::ucx::judged(&inputs, &ux)
-        .map(|(u, _, p)| (u.pid, p))
-        .collect();
-    for u in &mut ux.processes {
-        u.paths = decided.get(&u.pid).cloned().unwrap_or_default();
-        let staged: u64 = u
-            .paths
-            .iter()
-            .filter(|p| p.host_staged)
-            .map(|p| p.staged_bytes.saturating_sub(u.copies.already_staged_bytes))
-            .sum();
-        extra.insert(u.pid, staged);
-    }
-    for e in &mut ux.endpoints {
-        let Some(u) = ux.processes.iter().find(|u| u.pid == e.pid) else {
-            continue;
-        };
-        let path = u
-            .paths
-            .iter()
-            .find(|p| p.memory == e.memory)
-            .or_else(|| u.paths.first().filter(|_| e.memory == "unknown"));
-        if let Some(p) = path {
-            e.transport = p.transport;
-            e.path = p.path.clone();
+/// The UCX endpoints take the transport of their path, and the staged
+/// bytes of the paths the copy classifier did not count (pinned bounce
+/// buffers, or sides unknown) go into the process accounting.
+fn judge_ucx(r: &mut Report, inputs: &Inputs) {
+    use crate::classify::path::{OpClass, PeerKind};
+    let pids: Vec<u32> = r.processes.iter().map(|p| p.pid).collect();
+    for pid in pids {
+        let extra = crate::judge::paths::extra_staged(&r.paths, inputs, pid);
+        if let Some(p) = r.processes.iter_mut().find(|p| p.pid == pid) {
+            p.staged_bytes += extra;
         }
     }
-    // Host-staged GPU data: the copies the copy classifier did not count
-    // (pinned bounce buffers, or sides unknown) are staged bytes too.
-    for p in &mut r.processes {
-        p.staged_bytes += extra.get(&p.pid).copied().unwrap_or(0);
+    let Some(ux) = r.ucx.as_mut() else { return };
+    for e in &mut ux.endpoints {
+        let op = OpClass::of_op(&e.op);
+        if let Some(p) = r.paths.iter().find(|p| {
+            p.pid == e.pid
+                && p.peer_kind == PeerKind::UcxEndpoint
+                && p.peer == e.endpoint
+                && p.op == op
+                && p.memory == e.memory
+        }) {
+            e.transport = p.transport;
+            e.via = p.via.clone();
+        }
     }
-    r.ucx = Some(ux);
+}
+
+/// Attaches NCCL's view of each process (its log) to the verdicts, with
+/// the processes' environments and the host's RDMA devices for the causes.
+pub fn corroborate_verdicts(r: &mut Report, text: &str) {
+    use crate::classify::comm;
+    for v in &mut r.verdicts {
+        v.nccl_log = None;
+    }
+    let cx = comm::Context {
+        env: r.processes.iter().map(|p| (p.pid, p.env.clone())).collect(),
+        rdma_devices: Some(r.facts.rdma_devices.clone()),
+    };
+    comm::corroborate(&mut r.verdicts, &comm::parse_nccl_log(text), &cx);
 }
 
 /// Parses channel, communicator and GPUDirect lines and compares each
-/// communicator with what the tracer concluded.
+/// communicator with what the tracer concluded: its paths' transports,
+/// else its collectives', else its process's.
 pub fn nccl_log_agreement(text: &str, r: &Report) -> NcclLog {
+    use crate::classify::{Transport, path::PeerKind};
     crate::classify::comm::nccl_log_against(text, &|pid, comm| {
+        let paths: Vec<Transport> = r
+            .paths
+            .iter()
+            .filter(|p| p.pid == pid && p.peer_kind == PeerKind::NcclCommunicator && p.peer == comm)
+            .map(|p| p.transport)
+            .collect();
+        if !paths.is_empty() {
+            return paths;
+        }
         r.collectives
             .iter()
             .find(|x| x.pid == pid && x.communicator == comm)
-            .map(|x| x.transport)
-            .or_else(|| r.verdicts.iter().find(|v| v.pid == pid).map(|v| v.transport.name()))
+            .map(|x| Transport::from_name(x.transport))
+            .or_else(|| r.verdicts.iter().find(|v| v.pid == pid).map(|v| v.transport))
+            .into_iter()
+            .collect()
     })
 }

@@ -268,8 +268,17 @@ pub struct Report {
     pub pin_counters: PinCounters,
     pub loss: Loss,
     pub coverage: Vec<Coverage>,
-    /// Per-process communication verdicts with evidence and cause.
+    /// Per-process communication verdicts with evidence and cause: the
+    /// summary of each process's paths.
     pub verdicts: Vec<crate::classify::comm::Verdict>,
+    /// Every path of every process (process, peer, operation class,
+    /// memory), judged from where its bytes went (docs/paths.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<crate::classify::path::Path>,
+    /// The evidence the paths were judged from: per process, what moved
+    /// while which of its path rows carried its data (`stats/windows.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<crate::stats::windows::Window>,
     /// Collectives and point-to-point calls per (process, communicator),
     /// aggregated in the kernel, with the transport of the process's verdict.
     #[serde(default)]
@@ -298,6 +307,10 @@ pub struct Report {
     /// NCCL's own log, per communicator, against the tracer's verdicts (`--nccl-log`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_log: Option<crate::classify::comm::NcclLog>,
+    /// What NCCL's RAS service answered (`--nccl-ras`) and what it told of
+    /// the communicators whose set-up was not traced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_ras: Option<crate::identity::ras::NcclRas>,
     /// Root causes of staged or unexpected paths (the explain stage's
     /// rules, `crate::explain::fill`).
     #[serde(default)]
@@ -320,6 +333,16 @@ pub struct Report {
     /// Whether `judge` ran (verdicts, staging and collective transfers are final).
     #[serde(skip)]
     pub judged: bool,
+}
+
+impl Report {
+    /// The path of `pid` on `memory` that moved the most bytes.
+    pub fn path_of(&self, pid: u32, memory: &str) -> Option<&crate::classify::path::Path> {
+        self.paths
+            .iter()
+            .filter(|p| p.pid == pid && p.memory == memory)
+            .max_by_key(|p| p.bytes)
+    }
 }
 
 /// Probe entries of one op.

@@ -10,11 +10,12 @@ use crate::{
 mod coverage;
 mod explain;
 mod fabric;
+mod paths;
 mod ucx;
 
 use self::coverage::{coverage_detail, signals};
-pub use self::explain::explain;
 pub use self::ucx::ucx;
+pub use self::{explain::explain, paths::verdict_lines};
 
 /// Renders buckets as bpftrace prints `hist()`: `[lo, hi)  count |@@@@|`.
 pub fn histogram(out: &mut String, title: &str, buckets: &[Bucket]) {
@@ -83,10 +84,15 @@ pub fn verdicts(vs: &[crate::classify::comm::Verdict], indent: &str) -> String {
                 crate::classify::Transport::Unknown | crate::classify::Transport::Ambiguous => {
                     "the tracer did not decide"
                 }
+                _ if l.agrees && l.unseen.is_some() => "agrees where the tracer saw it",
                 _ if l.agrees => "agrees",
+                _ if l.unseen.is_some() => "not seen by the tracer",
                 _ => "DISAGREES",
             };
             let _ = writeln!(o, "{indent}  NCCL log: via {} ({agree})", l.nccl_says);
+            if let Some(u) = &l.unseen {
+                let _ = writeln!(o, "{indent}  NCCL log: {u}");
+            }
         }
     }
     o
@@ -414,6 +420,7 @@ pub fn render_with(r: &Report, detail: bool) -> String {
         "gdrtrace report ({}) kernel {} lockdown {}",
         r.schema, r.host.kernel, r.host.lockdown
     );
+    o.push_str(&verdict_lines(r));
     if !r.command.is_empty() {
         let _ = writeln!(o, "command: {}", r.command.join(" "));
     }
@@ -427,6 +434,7 @@ pub fn render_with(r: &Report, detail: bool) -> String {
         o.push_str(&verdicts(&r.verdicts, "  "));
         let _ = writeln!(o);
     }
+    paths::paths(&mut o, r);
     collectives(&mut o, r);
     if let Some(u) = &r.ucx {
         o.push_str(&ucx(u));

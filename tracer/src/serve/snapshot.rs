@@ -16,8 +16,54 @@ impl Agent {
     /// its set-up calls, or, when those were not seen (it ran before the
     /// agent), its steady state against the other tracked processes.
     fn verdicts(&self) -> BTreeMap<u32, VerdictFigures> {
+        self.judged().0
+    }
+
+    /// Every tracked process's verdict and paths (the busiest
+    /// [`metrics::MAX_PATHS`] by bytes, the rest summed as `other`).
+    fn judged(&self) -> (BTreeMap<u32, VerdictFigures>, BTreeMap<u32, Vec<metrics::PathFigures>>) {
         let inputs = judge::Inputs::of_aggregator(&self.agg, self.links_since(), Some(self.facts.clone()));
-        judge::verdicts(&inputs)
+        let (verdicts, paths) = judge::judge(&inputs);
+        let mut by_pid: BTreeMap<u32, Vec<metrics::PathFigures>> = BTreeMap::new();
+        for p in paths {
+            let peer = match p.peer_kind {
+                crate::classify::path::PeerKind::NcclCommunicator => {
+                    let handle = u64::from_str_radix(p.peer.trim_start_matches("0x"), 16).unwrap_or(0);
+                    self.agg
+                        .communicator(p.pid, handle)
+                        .and_then(|c| c.comm_id.clone())
+                        .unwrap_or(p.peer.clone())
+                }
+                _ => p.peer.clone(),
+            };
+            by_pid.entry(p.pid).or_default().push(metrics::PathFigures {
+                peer_kind: p.peer_kind.name(),
+                peer,
+                op: p.op.name(),
+                memory: p.memory.clone(),
+                transport: p.transport.name(),
+                host_staged: p.host_staged,
+                bytes: p.bytes,
+                host_bytes: p.host_bytes,
+            });
+        }
+        for v in by_pid.values_mut() {
+            v.sort_by_key(|a| std::cmp::Reverse(a.bytes));
+            if v.len() > metrics::MAX_PATHS {
+                let rest = v.split_off(metrics::MAX_PATHS);
+                v.push(metrics::PathFigures {
+                    peer_kind: "other",
+                    peer: "other".into(),
+                    op: "other",
+                    memory: "other".into(),
+                    transport: "other",
+                    host_staged: rest.iter().any(|p| p.host_staged),
+                    bytes: rest.iter().map(|p| p.bytes).sum(),
+                    host_bytes: rest.iter().map(|p| p.host_bytes).sum(),
+                });
+            }
+        }
+        let verdicts = verdicts
             .into_iter()
             .map(|v| {
                 let evidence_kind = match (v.transport, v.basis) {
@@ -35,7 +81,8 @@ impl Agent {
                 };
                 (v.pid, f)
             })
-            .collect()
+            .collect();
+        (verdicts, by_pid)
     }
 
     /// Each process's collective bytes that crossed between devices now:
@@ -178,6 +225,7 @@ impl Agent {
         &mut self,
         pid: u32,
         verdict: Option<VerdictFigures>,
+        paths: Vec<metrics::PathFigures>,
         sample: bool,
     ) -> Option<ProcessFigures> {
         self.label(pid);
@@ -250,9 +298,11 @@ impl Agent {
             pod,
             discovered_by: discover::reason_name(meta.reason),
             exited: p.exited,
+            nccl_hostid: crate::classify::comm::host_id(&p.env).unwrap_or_default().to_string(),
             processes: 1,
             verdict,
             comm_verdicts,
+            paths,
             communicators,
             moved_bytes: p.moved_bytes + flow.counted,
             staged_bytes: p.staged_bytes + flow.staged,
@@ -282,7 +332,7 @@ impl Agent {
     }
 
     pub(super) fn snapshot(&mut self) -> Snapshot {
-        let mut verdicts = self.verdicts();
+        let (mut verdicts, mut paths) = self.judged();
         self.account(Some(&verdicts));
         let sample = self.budget.level == 0;
         let pids: Vec<u32> = self.agg.procs().keys().copied().collect();
@@ -295,7 +345,14 @@ impl Agent {
         }
         let all: Vec<ProcessFigures> = pids
             .into_iter()
-            .filter_map(|pid| self.process(pid, verdicts.remove(&pid), sample))
+            .filter_map(|pid| {
+                self.process(
+                    pid,
+                    verdicts.remove(&pid),
+                    paths.remove(&pid).unwrap_or_default(),
+                    sample,
+                )
+            })
             .collect();
         let (active, idle): (Vec<ProcessFigures>, Vec<ProcessFigures>) = all.into_iter().partition(|p| p.active());
         let processes = match self.labels {
@@ -370,13 +427,12 @@ impl Agent {
                 .collect(),
             forgotten: self.forgotten,
             events: self.agg.events() + self.discover_events,
-            maps: ["TARGETS", "AGGREGATE", "INFLIGHT"]
+            maps: ["TARGETS", "AGGREGATE", "COPY_ROWS", "INFLIGHT"]
                 .into_iter()
                 .filter_map(|m| kernel::fill(ebpf, m).map(|(n, max)| (m, n, max)))
                 .collect(),
             node_pins: crate::counters::FollPin::read(),
-            agent_cpu_seconds: agent_cpu_seconds(),
-            agent_rss_bytes: agent_rss_bytes(),
+            agent: metrics::AgentProcess::read(),
             cpu_budget: self.budget.limit,
             shed_level: self.budget.level,
             tracked: self.agg.procs().len() as u64,

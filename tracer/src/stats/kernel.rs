@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tracer_common::{AggKey, AggValue};
 
-use super::{Aggregator, RowKey, SocketTotals, copies::KernelRow, feed::Input, sampled_rows, source::Fact};
+use super::{Aggregator, RowKey, SocketTotals, copies::KernelRow, feed::Input, sampled_rows};
 use crate::classify::transfer;
 
 /// A process and an op's name.
@@ -67,6 +67,7 @@ impl Aggregator {
         } = self.count_rows(rows);
         self.tcp_rows(rows.iter().filter(|(k, _)| crate::probes::catalog::is_network(k.op)));
         self.processes_of_collectives();
+        self.read_connections();
         for ((pid, name), calls) in socket_calls {
             if let Some(p) = self.procs.get_mut(&pid) {
                 p.calls.insert(name, calls);
@@ -79,6 +80,22 @@ impl Aggregator {
             p.socket = sockets.remove(pid).unwrap_or_default();
             p.socket.sockets = fds.iter().filter(|(t, _)| t == pid).count() as u64;
         }
+        self.window_tick();
+    }
+
+    /// The tick's evidence into the windows of the paths that ran in it.
+    fn window_tick(&mut self) {
+        let totals = self
+            .procs
+            .iter()
+            .map(|(pid, p)| {
+                let c = self.ucx.procs.get(pid).map(|s| &s.copies);
+                let copies = c.map_or([0; 3], |c| [c.gpu_host_bytes, c.gpu_gpu_bytes, c.unknown_bytes]);
+                let socket = p.socket.bytes_sent + p.socket.bytes_received;
+                (*pid, super::windows::Totals { copies, socket })
+            })
+            .collect();
+        self.windows.tick(&self.collectives, &totals);
     }
 
     /// The collective rows as counted (replaced); the other rows sorted
@@ -128,14 +145,7 @@ impl Aggregator {
             .filter(|pid| !self.procs.contains_key(pid))
             .collect();
         for pid in new {
-            let l = self.source.look(pid);
-            self.note(Fact::Process {
-                pid,
-                parent: l.parent,
-                comm: l.comm.clone(),
-                env: l.env.clone(),
-            });
-            self.add_looked(pid, l.parent, Some(l));
+            self.discovered(pid);
         }
     }
 
@@ -167,6 +177,7 @@ impl Aggregator {
             t.calls = Some(r.applied.0);
             self.transfers.add(t);
         }
+        self.window_tick();
     }
 
     /// The collective rows as every report reads them: counted, plus the

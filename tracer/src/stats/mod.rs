@@ -6,12 +6,14 @@
 //!
 //! The steps, a file each: processes coming and going (`lifecycle.rs`), a
 //! call into every figure (`calls.rs`), the kernel's aggregated rows and
-//! the duty cycle's estimates (`kernel.rs`); what is kept per process
-//! (`process.rs`) and the transfer records (`transfers.rs`).
+//! the duty cycle's estimates (`kernel.rs`), who the communicators are
+//! where their set-up was not traced (`identity.rs`); what is kept per
+//! process (`process.rs`) and the transfer records (`transfers.rs`).
 mod calls;
 pub mod copies;
 pub mod duty;
 pub mod feed;
+mod identity;
 mod kernel;
 mod lifecycle;
 mod net;
@@ -20,6 +22,7 @@ pub mod source;
 pub mod timeline;
 mod transfers;
 pub mod ucx;
+pub mod windows;
 
 use std::collections::BTreeMap;
 
@@ -141,6 +144,10 @@ pub struct Aggregator {
     ucx: classify::ucx::Tracker,
     /// TCP sends and retransmissions per (process, socket) (`stats/net.rs`).
     tcp: TcpSockets,
+    /// Where each process's bytes went while which paths ran (`windows.rs`).
+    windows: windows::Windows,
+    /// NCCL's RAS answer and what it told (`identity.rs`).
+    nccl_ras: Option<crate::identity::ras::NcclRas>,
 }
 
 impl Default for Aggregator {
@@ -173,6 +180,8 @@ impl Aggregator {
             reg_latency: BTreeMap::new(),
             ucx: Default::default(),
             tcp: TcpSockets::new(),
+            windows: Default::default(),
+            nccl_ras: None,
         }
     }
 
@@ -210,6 +219,7 @@ impl Aggregator {
             Input::Duty { off_us, rest: true, .. } => self.duty_rest(*off_us),
             Input::TrapCost(c) => self.trap_cost(*c),
             Input::Stepped { pid, rows } => self.stepped(*pid, rows),
+            Input::NcclRas(q) => self.nccl_ras((**q).clone()),
         }
     }
 
@@ -345,6 +355,11 @@ impl Aggregator {
     /// Adds records that could not be read at all (malformed).
     pub fn add_undecoded(&mut self, n: u64) {
         self.undecoded += n;
+    }
+
+    /// Where each process's bytes went while which of its paths ran.
+    pub fn windows(&self) -> Vec<windows::Window> {
+        self.windows.report()
     }
 
     /// The kernel-aggregated rows with the duty cycle's estimates.

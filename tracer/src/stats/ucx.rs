@@ -14,12 +14,16 @@ use crate::{
     probes::uapi::Lib,
 };
 
-/// The UCX view of one process so far (None: no UCX activity).
-pub fn process(t: &Tracker, agg: &Aggregator, pid: u32) -> Option<UcxProcess> {
+/// The UCX view of one process so far (None: no UCX activity). A process
+/// that maps libucp counts too when it moved bytes (copies or sockets)
+/// though no UCX call was seen: attached after its set-up, its data calls
+/// not (yet) counted, its paths come from the steady state.
+pub fn process(t: &Tracker, agg: &Aggregator, pid: u32, maps_ucx: bool) -> Option<UcxProcess> {
     let p = agg.procs.get(&pid)?;
     let ucx_calls = p.calls.keys().any(|k| is_ucx_op(k));
     let s = t.procs.get(&pid);
-    if !ucx_calls && s.is_none_or(|s| s.workers + s.endpoints + s.regs + s.gets == 0) {
+    let moved = s.is_some_and(|s| s.copies.total() > 0) || p.socket.bytes_sent + p.socket.bytes_received > 0;
+    if !ucx_calls && !(maps_ucx && moved) && s.is_none_or(|s| s.workers + s.endpoints + s.regs + s.gets == 0) {
         return None;
     }
     let default = State::default();
@@ -62,7 +66,6 @@ pub fn process(t: &Tracker, agg: &Aggregator, pid: u32) -> Option<UcxProcess> {
         copies: s.copies.clone(),
         modules: Vec::new(),
         traced_from_start: p.vm_pin_kib_at_attach.is_none(),
-        paths: Vec::new(),
     })
 }
 
@@ -95,7 +98,7 @@ fn endpoints_of(t: &Tracker, agg: &Aggregator, u: &UcxProcess) -> Vec<UcxEndpoin
                 bytes: *bytes,
                 memory: memory.to_string(),
                 transport: Transport::Unknown,
-                path: "unknown".into(),
+                via: "unknown".into(),
             }
         })
         .collect()
@@ -105,7 +108,7 @@ fn endpoints_of(t: &Tracker, agg: &Aggregator, u: &UcxProcess) -> Vec<UcxEndpoin
 fn not_measured() -> Vec<String> {
     vec![
         "completion latency of UCX data calls: the calls are entry-only and aggregated in the kernel (a return probe and a request map per call would cost more than the calls); ucx_perftest and UCX_PROTO_INFO report their own".into(),
-        "per-endpoint transport evidence: copies, IPC handles, MRs and socket bytes are seen per process, so every endpoint of a process and memory type gets the process's path".into(),
+        "per-endpoint transport evidence within one tick: copies and socket bytes are seen per process and tick, so two endpoints busy in the same ticks share their evidence (their paths are then ambiguous, not direct: docs/paths.md)".into(),
     ]
 }
 
@@ -118,7 +121,11 @@ pub fn report(
     let mut processes = Vec::new();
     let mut endpoints = Vec::new();
     for pid in agg.procs.keys() {
-        let Some(mut u) = process(&agg.ucx, agg, *pid) else {
+        let maps_ucx = libraries.get(pid).is_some_and(|l| {
+            l.iter()
+                .any(|l| l.lib == Lib::Ucp && l.status == crate::probes::Status::Attached)
+        });
+        let Some(mut u) = process(&agg.ucx, agg, *pid, maps_ucx) else {
             continue;
         };
         // Registrations outside every GPU allocation of a process traced

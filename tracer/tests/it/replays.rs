@@ -68,6 +68,8 @@ const RULE_CASES: &[(&str, &str, &str)] = &[
     ),
     ("app-staged-gpu-copies", "standin-peer-copy-enabled", "standin-uapi"),
     ("pageable-host-copies", "standin-uapi", "standin-peer-copy-enabled"),
+    ("ucx-emulated-rma", "standin-nixl-read-write", "standin-ucx-ipc"),
+    ("ucx-emulated-rma", "standin-nixl-read-write", "standin-ucx-no-ipc"),
     ("ucx-tls-excludes-direct", "standin-ucx-no-ipc", "standin-ucx-ipc"),
     (
         "ucx-tls-excludes-direct",
@@ -111,16 +113,10 @@ const RULE_CASES: &[(&str, &str, &str)] = &[
 ];
 
 fn ucx_paths(r: &Report) -> Vec<(u32, String, &'static str, String)> {
-    r.ucx
-        .as_ref()
-        .expect("a UCX section")
-        .processes
+    assert!(r.ucx.is_some(), "a UCX section");
+    r.paths
         .iter()
-        .flat_map(|p| {
-            p.paths
-                .iter()
-                .map(move |x| (p.pid, x.memory.clone(), x.transport.name(), x.path.clone()))
-        })
+        .map(|x| (x.pid, x.memory.clone(), x.transport.name(), x.via.clone()))
         .collect()
 }
 
@@ -158,8 +154,8 @@ fn ucx_gpu_paths_replayed() {
     let (r, e) = replay_fixture("standin-ucx-no-ipc");
     let ux = r.ucx.as_ref().unwrap();
     for p in &ux.processes {
-        let x = &p.paths[0];
-        assert_eq!((x.transport.name(), x.path.as_str()), ("host-staged", "cuda_copy+shm"));
+        let x = r.paths.iter().find(|x| x.pid == p.pid).expect("a path per process");
+        assert_eq!((x.transport.name(), x.via.as_str()), ("host-staged", "cuda_copy+shm"));
         assert_eq!(
             x.staged_bytes,
             8 * (16 << 20),
@@ -179,6 +175,68 @@ fn ucx_gpu_paths_replayed() {
             .any(|p| p.what.contains("host-staged") && p.explained_by.contains(&"ucx-tls-excludes-direct")),
         "{:?}",
         e.paths
+    );
+}
+
+/// A NIXL-like READ then WRITE on one GPU (stand-in of the GPU machine's
+/// run): each path judged from where its bytes went. The GET went through
+/// host memory although CUDA IPC was set up (UCX's software emulation),
+/// the PUT over cuda_ipc; the initiator is `mixed`, the target served the
+/// GETs through host memory; the tiny AM beside the PUTs is not judged.
+#[test]
+fn nixl_read_and_write_paths_replayed() {
+    use gdrtrace::classify::path::{OpClass, PeerKind};
+    let (r, e) = replay_fixture("standin-nixl-read-write");
+    let of = |pid: u32, op: OpClass| {
+        r.paths
+            .iter()
+            .find(|p| p.pid == pid && p.op == op)
+            .unwrap_or_else(|| panic!("pid {pid} {op:?}: {:?}", r.paths))
+    };
+    let get = of(4101, OpClass::Get);
+    assert_eq!(
+        (get.transport.name(), get.host_staged),
+        ("host-staged", true),
+        "{get:?}"
+    );
+    assert!(get.via.contains("software emulation"), "{}", get.via);
+    assert_eq!(
+        get.staged_bytes,
+        4 * (32 << 20),
+        "every byte of the GETs, the tail after the last call too"
+    );
+    assert!(
+        get.cause.as_deref().is_some_and(|c| c.contains("emulated a GET")),
+        "{get:?}"
+    );
+    let put = of(4101, OpClass::Put);
+    assert_eq!(
+        (put.transport.name(), put.host_bytes),
+        ("ipc/same-device", 0),
+        "{put:?}"
+    );
+    assert_eq!(put.device_bytes, 4 * (32 << 20));
+    let am = of(4101, OpClass::Am);
+    assert_eq!(am.transport.name(), "unknown", "too small to judge apart: {am:?}");
+    let served = of(4100, OpClass::Served);
+    assert_eq!(
+        (served.peer_kind, served.transport.name()),
+        (PeerKind::Remote, "host-staged")
+    );
+    // No path called direct has bytes in host memory.
+    assert!(
+        r.paths.iter().all(|p| !p.direct() || p.host_bytes == 0),
+        "{:?}",
+        r.paths
+    );
+    let v = |pid: u32| r.verdicts.iter().find(|v| v.pid == pid).expect("a verdict");
+    assert_eq!(v(4101).transport.name(), "mixed");
+    assert_eq!(v(4101).paths.len(), 2, "the GET and the PUT, not the AM");
+    assert_eq!(v(4100).transport.name(), "host-staged");
+    assert!(e.fired("ucx-emulated-rma"));
+    assert!(
+        !e.fired("pageable-host-copies"),
+        "UCX's own staging is not the application's copies"
     );
 }
 
@@ -314,14 +372,48 @@ fn copy_loop_begun_late_is_a_lower_bound() {
     }
 }
 
+/// Rules that read NCCL's log: (rule, recording, the log it fires with
+/// under `tests/fixtures/logs`, a log of the same recording it must not).
+const LOG_RULE_CASES: &[(&str, &str, &str, &str)] = &[
+    (
+        "nccl-net-plugin-no-gdr",
+        "standin-nccl-nodes-staged",
+        "nccl-net-aws-libfabric",
+        "nccl-net-ib",
+    ),
+    (
+        "nccl-net-plugin-failed",
+        "standin-nccl-nodes",
+        "nccl-net-libfabric-failed",
+        "nccl-net-socket",
+    ),
+];
+
 #[test]
 fn every_rule_has_a_triggering_and_a_quiet_fixture() {
     for rule in gdrtrace::explain::RULES {
         assert!(
-            RULE_CASES.iter().any(|(id, _, _)| *id == rule.id),
+            RULE_CASES.iter().any(|(id, _, _)| *id == rule.id) || LOG_RULE_CASES.iter().any(|(id, ..)| *id == rule.id),
             "rule {} has no fixture test",
             rule.id
         );
+    }
+    let log = |name: &str| {
+        std::fs::read_to_string(dir().join(format!("../logs/{name}.log"))).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    for (id, rec, fires, quiet) in LOG_RULE_CASES {
+        let (_, e) = replay_fixture_with_log(rec, Some(&log(fires)));
+        let f = e
+            .findings
+            .iter()
+            .find(|f| f.rule == *id)
+            .unwrap_or_else(|| panic!("{id} did not fire on {rec} with {fires}: {:?}", e.findings));
+        assert!(!f.evidence.is_empty() && f.pid.is_some(), "{id}: {f:?}");
+        let (_, e) = replay_fixture_with_log(rec, Some(&log(quiet)));
+        assert!(!e.fired(id), "{id} fired on {rec} with {quiet}: {:?}", e.findings);
+        // Without a log neither fires: they read NCCL's own lines.
+        let (_, e) = replay_fixture(rec);
+        assert!(!e.fired(id), "{id} fired on {rec} without a log: {:?}", e.findings);
     }
     for (id, fires, quiet) in RULE_CASES {
         let (_, e) = replay_fixture(fires);

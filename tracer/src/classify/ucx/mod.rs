@@ -115,31 +115,6 @@ pub struct UcxProcess {
     /// Whether the process was traced from its start (`run`), so a buffer
     /// outside every GPU allocation seen is host memory.
     pub traced_from_start: bool,
-    /// The path of each memory type the process moved (after judging).
-    #[serde(default)]
-    pub paths: Vec<UcxPath>,
-}
-
-/// The path one memory type's data took in one process.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct UcxPath {
-    /// `cuda` or `host`.
-    pub memory: String,
-    pub transport: Transport,
-    /// The UCX transports it stands for: `cuda_ipc`, `cuda_copy+tcp`,
-    /// `cuda_copy+shm`, `rc/dc (peer memory)`, `tcp`, `shm`, `rc/ud`.
-    pub path: String,
-    /// GPU data that went through host memory.
-    pub host_staged: bool,
-    pub staged_bytes: u64,
-    /// From the steady state (no set-up calls seen).
-    pub inferred: bool,
-    pub evidence: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cause: Option<String>,
-    /// What UCX's own log says for this process and memory type (`--ucx-log`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub log: Option<super::ucx_log::Agreement>,
 }
 
 /// Data calls of one (process, op, endpoint or worker), aggregated in the kernel.
@@ -155,7 +130,9 @@ pub struct UcxEndpoint {
     /// What the first call's buffer was (`cuda`, `host`, `unknown`).
     pub memory: String,
     pub transport: Transport,
-    pub path: String,
+    /// The path's `via` (`paths[]`), once judged.
+    #[serde(alias = "path")]
+    pub via: String,
 }
 
 /// The report's UCX section.
@@ -234,4 +211,4 @@ mod track;
 #[cfg(test)]
 mod tests;
 
-pub use self::paths::{Context, paths, tls_excludes, transfers, verdict_of};
+pub use self::paths::{Context, paths, summary_line, tls_excludes, transfers};

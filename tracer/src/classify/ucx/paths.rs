@@ -2,6 +2,7 @@
 //! context: GPU data (`cuda_ipc`, `cuda_copy` staging, GPUDirect RDMA) and
 //! host data (tcp, shared memory, RDMA), and the verdict it stands for.
 use super::*;
+use crate::classify::path::{OpClass, Path, PeerKind};
 
 /// What the decision needs besides the UCX evidence.
 #[derive(Clone, Debug, Default)]
@@ -20,6 +21,11 @@ pub struct Context {
     pub links: Option<GpuLinks>,
     /// Memory types of the process's data calls.
     pub memories: BTreeSet<String>,
+    /// The class of the path's calls, when judging one path.
+    pub op: Option<OpClass>,
+    /// Host-memory bytes that moved while this path and others of the
+    /// process ran at once (`stats/windows.rs`).
+    pub shared_host_bytes: u64,
 }
 
 impl Context {
@@ -70,22 +76,31 @@ pub fn tls_excludes(env: &BTreeMap<String, String>, tl: &str) -> Option<bool> {
     Some(if negated { listed } else { !listed })
 }
 
+/// An undecided path of one memory type (its peer and class are the
+/// caller's, who judges one path at a time).
+fn blank(u: &UcxProcess, cx: &Context, memory: &str) -> Path {
+    let mut p = Path::new(
+        u.pid,
+        PeerKind::UcxEndpoint,
+        String::new(),
+        cx.op.unwrap_or(OpClass::Other),
+        memory,
+    );
+    p.comm = u.comm.clone();
+    p
+}
+
+/// Marks a path inferred from the steady state.
+fn inferred(p: &mut Path) {
+    p.basis = comm::Basis::SteadyState;
+}
+
 /// The path of GPU data in one process.
-pub(super) fn gpu_path(u: &UcxProcess, cx: &Context) -> UcxPath {
+pub(super) fn gpu_path(u: &UcxProcess, cx: &Context) -> Path {
     let c = &u.copies;
     let exports = cx.n("cuIpcGetMemHandle") + cx.n("cuMemExportToShareableHandle");
     let imports = cx.n("cuIpcOpenMemHandle") + cx.n("cuMemImportFromShareableHandle");
-    let mut p = UcxPath {
-        memory: "cuda".into(),
-        transport: Transport::Unknown,
-        path: "unknown".into(),
-        host_staged: false,
-        staged_bytes: 0,
-        inferred: false,
-        evidence: Vec::new(),
-        cause: None,
-        log: None,
-    };
+    let mut p = blank(u, cx, "cuda");
     // With one GPU on the host, both ends of a device-to-device copy are
     // on it: CUDA IPC between processes of one GPU crosses no link.
     let p2p = || match (cx.gpus, cx.nvlink) {
@@ -104,7 +119,7 @@ pub(super) fn gpu_path(u: &UcxProcess, cx: &Context) -> UcxPath {
         } else {
             Transport::GdrPeerMem
         };
-        p.path = if dmabuf {
+        p.via = if dmabuf {
             "rc/dc (dma-buf)".into()
         } else {
             "rc/dc (peer memory)".into()
@@ -113,10 +128,23 @@ pub(super) fn gpu_path(u: &UcxProcess, cx: &Context) -> UcxPath {
             "{} MRs on GPU memory through peer memory and {} through dma-buf (verbs probes): the NIC reads and writes GPU memory (GPUDirect RDMA)",
             cx.gpu_mrs, cx.dmabuf_mrs
         ));
+    } else if c.gpu_host_bytes > c.gpu_gpu_bytes
+        && ratio(c.gpu_host_bytes, u.data_bytes.max(c.gpu_gpu_bytes)) >= CARRIED
+    {
+        // Where the bytes went decides, whatever was set up: copies between
+        // GPU and host memory carried the path's data.
+        staged(&mut p, u, cx, c.gpu_host_bytes, false);
+        if exports + imports > 0 {
+            p.evidence.push(format!(
+                "CUDA IPC was set up ({exports} handles exported, {imports} opened) but {} was copied device to device: the data did not take cuda_ipc",
+                gb(c.gpu_gpu_bytes)
+            ));
+        }
+        emulated(&mut p, u, cx, exports + imports);
     } else if exports + imports > 0 || (c.gpu_gpu_bytes > 0 && c.gpu_gpu_bytes >= c.gpu_host_bytes) {
         let (t, link) = p2p();
         p.transport = t;
-        p.path = "cuda_ipc".into();
+        p.via = "cuda_ipc".into();
         p.evidence.push(format!(
             "{exports} CUDA IPC handles exported and {imports} opened (cuIpcGetMemHandle/cuIpcOpenMemHandle, cuMem export/import), {} copied device to device: GPU memory of the peer is mapped and copied directly, over {link}",
             gb(c.gpu_gpu_bytes)
@@ -124,7 +152,7 @@ pub(super) fn gpu_path(u: &UcxProcess, cx: &Context) -> UcxPath {
     } else if c.gpu_host_bytes > 0 {
         staged(&mut p, u, cx, c.gpu_host_bytes, false);
     } else if c.unknown_bytes > 0 {
-        p.inferred = true;
+        inferred(&mut p);
         p.evidence.push(format!(
             "inferred from the steady state (allocations made before the probes were live): {} copies through libcuda moved {} between memory the tracer did not see allocated",
             c.calls,
@@ -135,7 +163,7 @@ pub(super) fn gpu_path(u: &UcxProcess, cx: &Context) -> UcxPath {
             Some(l) if ratio(l.nvlink_bytes, c.unknown_bytes) >= CARRIED => {
                 let (t, _) = p2p();
                 p.transport = t;
-                p.path = "cuda_ipc".into();
+                p.via = "cuda_ipc".into();
                 p.evidence.push(format!(
                     "the GPUs' NVLink counters moved {} in the same window ({:.0}% of the copied bytes): device-to-device copies over NVLink (cuda_ipc)",
                     gb(l.nvlink_bytes),
@@ -170,8 +198,8 @@ pub(super) fn gpu_path(u: &UcxProcess, cx: &Context) -> UcxPath {
     {
         let (t, _) = p2p();
         p.transport = t;
-        p.path = "cuda_ipc".into();
-        p.inferred = true;
+        p.via = "cuda_ipc".into();
+        inferred(&mut p);
         p.evidence.push(format!(
             "inferred from the steady state: no copies in this process (the peer copies), and NVLink moved {} for {} of GPU data sent ({:.0}%)",
             gb(l.nvlink_bytes),
@@ -190,22 +218,72 @@ pub(super) fn gpu_path(u: &UcxProcess, cx: &Context) -> UcxPath {
             cx.env.get("UCX_TLS").map_or("", String::as_str)
         ));
     }
+    if p.transport.direct() && ratio(cx.shared_host_bytes, u.data_bytes) >= CARRIED {
+        p.evidence.push(format!(
+            "but {} went through host memory while this path and others of the process ran at once: the tracer cannot tell which of them moved it, so this one is not called direct",
+            gb(cx.shared_host_bytes)
+        ));
+        p.transport = Transport::Ambiguous;
+    }
     p
+}
+
+/// The cause of a one-sided operation on GPU memory that went through host
+/// memory although cuda_ipc was there: UCX has no cuda_ipc protocol for it
+/// and emulates it in software over its host transport (UCX_PROTO_INFO
+/// prints `software emulation`).
+fn emulated(p: &mut Path, u: &UcxProcess, cx: &Context, ipc: u64) {
+    let Some(op @ (OpClass::Get | OpClass::Put | OpClass::Served)) = cx.op else {
+        return;
+    };
+    let cuda = u.modules.iter().any(|m| m.starts_with("libuct_cuda"));
+    if tls_excludes(&cx.env, "cuda_ipc") == Some(true) || (ipc == 0 && !cuda) {
+        return;
+    }
+    let (what, instead) = match op {
+        OpClass::Get => (
+            "a GET (remote read) of GPU memory",
+            "push instead (ucp_put / NIXL WRITE)",
+        ),
+        OpClass::Put => (
+            "a PUT (remote write) into GPU memory",
+            "read instead (ucp_get / NIXL READ)",
+        ),
+        _ => (
+            "its peers' one-sided operations on this process's GPU memory (the target's side of an emulated GET or PUT)",
+            "have the peers use the operation that has a cuda_ipc protocol (for a GET: the owner pushes, NIXL WRITE)",
+        ),
+    };
+    let carrier = p.via.strip_prefix("cuda_copy+").unwrap_or(&p.via).to_string();
+    p.via = format!("{} (software emulation)", p.via);
+    p.cause = Some(format!(
+        "UCX emulated {what} in software over {carrier}, through its host bounce buffers: the UCX this process loaded has no cuda_ipc protocol for this operation here, although cuda_ipc was available ({}). Do: {instead}; or use a UCX/NIXL release with a cuda_ipc protocol for it (nixl PR #2208); UCX_PROTO_INFO=y prints the protocol UCX chose",
+        if ipc > 0 {
+            format!("{ipc} CUDA IPC handles exported or opened")
+        } else {
+            "libuct_cuda loaded".to_string()
+        }
+    ));
 }
 
 /// Fills a host-staged (cuda_copy) path: the bytes copied between GPU and
 /// host memory are the staged bytes; tcp or shared memory carried them.
-pub(super) fn staged(p: &mut UcxPath, u: &UcxProcess, cx: &Context, bytes: u64, inferred: bool) {
+pub(super) fn staged(p: &mut Path, u: &UcxProcess, cx: &Context, bytes: u64, steady: bool) {
     p.transport = Transport::HostStaged;
     p.host_staged = true;
     p.staged_bytes = bytes;
-    p.inferred |= inferred;
+    if steady {
+        inferred(p);
+    }
     let carrier = if ratio(cx.socket_bytes, bytes) >= CARRIED {
         p.evidence.push(format!(
             "its socket send/recv syscalls moved {} ({:.0}% of the staged bytes): tcp carried the host copies",
             gb(cx.socket_bytes),
             ratio(cx.socket_bytes, bytes) * 100.0
         ));
+        // The socket bytes are counted in the kernel, never sampled: the
+        // staged data is at least what tcp carried.
+        p.staged_bytes = p.staged_bytes.max(cx.socket_bytes);
         "tcp"
     } else if cx.host_mrs > 0 {
         p.evidence.push(format!(
@@ -220,7 +298,7 @@ pub(super) fn staged(p: &mut UcxPath, u: &UcxProcess, cx: &Context, bytes: u64, 
         ));
         "shm"
     };
-    p.path = format!("cuda_copy+{carrier}");
+    p.via = format!("cuda_copy+{carrier}");
     // Against what the process sent, when that is what it copied: a
     // receiver sends next to nothing, and a percentage of that says nothing.
     let of = if u.data_bytes > 0 && bytes <= u.data_bytes.saturating_mul(2) {
@@ -242,23 +320,13 @@ pub(super) fn staged(p: &mut UcxPath, u: &UcxProcess, cx: &Context, bytes: u64, 
 }
 
 /// The path of host-memory data in one process.
-pub(super) fn host_path(u: &UcxProcess, cx: &Context, bytes: u64) -> UcxPath {
-    let mut p = UcxPath {
-        memory: "host".into(),
-        transport: Transport::Unknown,
-        path: "unknown".into(),
-        host_staged: false,
-        staged_bytes: 0,
-        inferred: false,
-        evidence: Vec::new(),
-        cause: None,
-        log: None,
-    };
+pub(super) fn host_path(u: &UcxProcess, cx: &Context, bytes: u64) -> Path {
+    let mut p = blank(u, cx, "host");
     if bytes == 0 {
         p.evidence.push("data calls moved no bytes".into());
     } else if cx.socket_bytes > 0 && ratio(cx.socket_bytes, bytes) >= CARRIED {
         p.transport = Transport::Socket;
-        p.path = "tcp".into();
+        p.via = "tcp".into();
         p.evidence.push(format!(
             "its socket send/recv syscalls moved {} for {} of host-memory data calls: tcp",
             gb(cx.socket_bytes),
@@ -266,14 +334,14 @@ pub(super) fn host_path(u: &UcxProcess, cx: &Context, bytes: u64) -> UcxPath {
         ));
     } else if cx.host_mrs > 0 {
         p.transport = Transport::HostOnly;
-        p.path = "rc/ud".into();
+        p.via = "rc/ud".into();
         p.evidence.push(format!(
             "{} MRs on host memory (verbs probes), {} UCT registrations: the NIC moves host memory directly (RDMA)",
             cx.host_mrs, u.registrations
         ));
     } else {
         p.transport = Transport::Shm;
-        p.path = "shm".into();
+        p.via = "shm".into();
         p.evidence.push(format!(
             "{} of host-memory data calls, sockets moved {} and no MR was registered: shared memory (posix/sysv/cma)",
             gb(bytes),
@@ -284,7 +352,7 @@ pub(super) fn host_path(u: &UcxProcess, cx: &Context, bytes: u64) -> UcxPath {
 }
 
 /// The paths of one process: one per memory type its data had.
-pub fn paths(u: &UcxProcess, cx: &Context) -> Vec<UcxPath> {
+pub fn paths(u: &UcxProcess, cx: &Context) -> Vec<Path> {
     let mut out = Vec::new();
     // GPU data: a buffer in a GPU allocation, or (memory not seen allocated)
     // copies through libcuda, GPU MRs, or NVLink busy with the data's bytes.
@@ -307,37 +375,16 @@ pub fn paths(u: &UcxProcess, cx: &Context) -> Vec<UcxPath> {
     out
 }
 
-/// The verdict a process's paths stand for (GPU data first).
-pub fn verdict_of(u: &UcxProcess, paths: &[UcxPath]) -> Option<comm::Verdict> {
-    let p = paths.first()?;
-    let mut evidence = vec![format!(
-        "UCX: {} workers, {} endpoints, {} data calls ({}), {} UCT registrations; {} memory via {}",
+/// The first evidence line of a UCX process's verdict.
+pub fn summary_line(u: &UcxProcess) -> String {
+    format!(
+        "UCX: {} workers, {} endpoints, {} data calls ({}), {} UCT registrations",
         u.workers,
         u.endpoints,
         u.data_calls,
         gb(u.data_bytes),
-        u.registrations,
-        p.memory,
-        p.path
-    )];
-    evidence.extend(p.evidence.iter().cloned());
-    Some(comm::Verdict {
-        pid: u.pid,
-        comm: u.comm.clone(),
-        transport: p.transport,
-        host_staged: p.host_staged,
-        basis: if p.inferred {
-            comm::Basis::SteadyState
-        } else {
-            comm::Basis::SetUp
-        },
-        evidence,
-        cause: p.cause.clone(),
-        cause_kind: None,
-        nccl_log: None,
-        net: None,
-        other_hosts: None,
-    })
+        u.registrations
+    )
 }
 
 /// One transfer record per (process, op, endpoint) of the data calls, with
@@ -357,7 +404,7 @@ pub fn transfers(ux: &UcxReport, comms: &BTreeMap<u32, String>) -> Vec<Transfer>
             failed: false,
             evidence: format!(
                 "{} UCX calls on endpoint {} aggregated in the kernel; {} memory via {}",
-                e.calls, e.endpoint, e.memory, e.path
+                e.calls, e.endpoint, e.memory, e.via
             ),
             communicator: Some(e.endpoint.clone()),
             calls: Some(e.calls),

@@ -1,8 +1,9 @@
 //! `bench network`: what the network probes (`catalog::NETWORK`: the TCP
 //! send that names each socket's process, the retransmission and the close
-//! tracepoints) cost a clean TCP job. Each round traces `drive tcp` twice,
-//! once by a session with the lifecycle and network probes and once by a
-//! session with the lifecycle probes only (the control), in alternating
+//! tracepoints) cost a clean TCP job. Each round traces `drive tcp` three
+//! times, once by a session with the lifecycle and network probes and twice
+//! by a session with the lifecycle probes only (the control, and its twin:
+//! the off/off pair says how far two runs of one arm differ), in rotating
 //! order; the workload times itself.
 use super::*;
 use crate::drive::tcp::TcpSummary;
@@ -15,6 +16,9 @@ struct NetworkResult {
     /// The transfer's elapsed and CPU seconds, per arm and round.
     elapsed_s: Arms,
     cpu_s: Arms,
+    /// The control's twin against the control: the noise of the ratios.
+    elapsed_s_off_off: Arms,
+    cpu_s_off_off: Arms,
     /// Sends the network probes counted per round (the send hook's hits),
     /// and retransmissions they counted in all.
     sends_counted: u64,
@@ -108,23 +112,26 @@ pub(super) fn network(a: &crate::cli::BenchNetworkArgs) -> Result<i32> {
         return Err(Error::Usage("--rounds and --bytes must be at least 1".into()));
     }
     let summary = std::env::temp_dir().join(format!("gdrtrace-bench-network-{}.json", std::process::id()));
-    let (mut elapsed, mut cpu) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+    // Per arm: the network probes, the control, the control's twin.
+    let (mut elapsed, mut cpu) = (
+        [Vec::new(), Vec::new(), Vec::new()],
+        [Vec::new(), Vec::new(), Vec::new()],
+    );
     let (mut sends, mut retransmits) = (0, 0);
-    for r in 0..a.rounds {
-        let order = if r % 2 == 0 { [true, false] } else { [false, true] };
-        for network in order {
-            let (s, n, re) = round(a, network, &summary)?;
-            if network {
-                elapsed.0.push(s.elapsed_s);
-                cpu.0.push(s.cpu_s);
+    for r in 0..a.rounds as usize {
+        for k in 0..3 {
+            let arm = (r + k) % 3;
+            let (s, n, re) = round(a, arm == 0, &summary)?;
+            elapsed[arm].push(s.elapsed_s);
+            cpu[arm].push(s.cpu_s);
+            if arm == 0 {
                 sends = n;
                 retransmits += re;
-            } else {
-                elapsed.1.push(s.elapsed_s);
-                cpu.1.push(s.cpu_s);
             }
         }
     }
+    let [e_net, e_control, e_twin] = elapsed;
+    let [c_net, c_control, c_twin] = cpu;
     let _ = std::fs::remove_file(&summary);
     if sends == 0 {
         return Err(Error::Workload(
@@ -135,19 +142,23 @@ pub(super) fn network(a: &crate::cli::BenchNetworkArgs) -> Result<i32> {
         bytes: a.bytes,
         chunk: a.chunk,
         rounds: a.rounds,
-        elapsed_s: Arms::of(elapsed.0, elapsed.1),
-        cpu_s: Arms::of(cpu.0, cpu.1),
+        elapsed_s: Arms::of(e_net, e_control.clone()),
+        cpu_s: Arms::of(c_net, c_control.clone()),
+        elapsed_s_off_off: Arms::of(e_twin, e_control),
+        cpu_s_off_off: Arms::of(c_twin, c_control),
         sends_counted: sends,
         retransmits,
     };
     let line = format!(
-        "bench network: {} rounds of {} B: elapsed with the network probes / without {:.3} (median of ratios {:.3}), CPU {:.3} ({:.3}); {} sends counted a round, {} retransmissions",
+        "bench network: {} rounds of {} B: elapsed with the network probes / without {:.3} (median of ratios {:.3}; off/off {:.3}), CPU {:.3} ({:.3}; off/off {:.3}); {} sends counted a round, {} retransmissions",
         r.rounds,
         r.bytes,
         r.elapsed_s.ratio_of_medians,
         r.elapsed_s.median_of_ratios,
+        r.elapsed_s_off_off.median_of_ratios,
         r.cpu_s.ratio_of_medians,
         r.cpu_s.median_of_ratios,
+        r.cpu_s_off_off.median_of_ratios,
         r.sends_counted,
         r.retransmits
     );

@@ -387,7 +387,7 @@ pub fn nodes_checks(r: &Report, v: Option<&NcclReport>, label: &str) -> Vec<Chec
             && r.verdicts.iter().all(|x| {
                 x.transport == crate::classify::Transport::Socket
                     && x.host_staged
-                    && x.net == Some(crate::classify::comm::Net::Socket)
+                    && x.net == Some(crate::classify::comm::Net::SOCKET)
             }),
         format!("verdicts {got:?} for {ranks} ranks"),
     )];
@@ -487,15 +487,16 @@ pub fn ucx_checks(r: &Report, v: Option<&UcxSummary>, mode: &str, expected: &[&s
         ));
     }
     for (who, p) in [("client", c), ("server", srv)] {
-        let path = p.and_then(|p| p.paths.iter().find(|x| x.memory == memory));
+        let path = p.and_then(|p| r.path_of(p.pid, memory));
         let got = path.map_or("none", |x| x.transport.name());
         out.push(check(
             &format!("{mode}: {who}'s {memory} memory path is {}", expected.join(" or ")),
             expected.contains(&got),
             format!(
                 "{got} via {}{}",
-                path.map_or("-", |x| x.path.as_str()),
-                path.filter(|x| x.inferred).map_or("", |_| " (inferred)")
+                path.map_or("-", |x| x.via.as_str()),
+                path.filter(|x| x.basis == crate::classify::comm::Basis::SteadyState)
+                    .map_or("", |_| " (inferred)")
             ),
         ));
         if expected.contains(&"host-staged") {
@@ -563,4 +564,96 @@ pub fn ucx_registration_checks(r: &Report, mode: &str, pids: &[(&str, u32)]) -> 
             )
         })
         .collect()
+}
+
+/// No path is called direct while bytes went through host memory in its
+/// time: a report's verdicts agree with its own byte accounting.
+pub fn direct_paths_checks(name: &str, r: &Report) -> Vec<Check> {
+    if r.paths.is_empty() {
+        return Vec::new();
+    }
+    let bad: Vec<String> = r
+        .paths
+        .iter()
+        .filter(|p| p.direct() && p.host_bytes as f64 >= 0.1 * p.bytes.max(1) as f64)
+        .map(|p| {
+            format!(
+                "{} {} with {} bytes through host memory",
+                p.label(),
+                p.transport.name(),
+                p.host_bytes
+            )
+        })
+        .collect();
+    vec![check(
+        &format!("{name}: no path called direct has its bytes in host memory"),
+        bad.is_empty(),
+        if bad.is_empty() {
+            format!("{} paths", r.paths.len())
+        } else {
+            bad.join("; ")
+        },
+    )]
+}
+
+/// NIXL: each phase's path in the initiator (READ: its GETs, WRITE: its
+/// PUTs), its transport against UCX's own protocol table, its bytes
+/// against what the workload moved (host bytes on a staged path, device
+/// bytes on a direct one: within 5%), and the initiator's verdict.
+pub fn nixl_checks(r: &Report, s: Option<&crate::drive::nixl::NixlSummary>) -> Vec<Check> {
+    use crate::classify::path::OpClass;
+    let Some(s) = s else {
+        return vec![check("nixl: the workload's summary", false, "none was written".into())];
+    };
+    let mut out = vec![check("nixl: the data arrived intact", s.ok, s.line())];
+    let pid = s.initiator.pid;
+    let mut transports = Vec::new();
+    for (op, class) in [("READ", OpClass::Get), ("WRITE", OpClass::Put)] {
+        let moved = s.bytes_of(op);
+        if moved == 0 {
+            continue;
+        }
+        let path = r
+            .paths
+            .iter()
+            .filter(|p| p.pid == pid && p.op == class)
+            .max_by_key(|p| p.bytes);
+        let Some(p) = path else {
+            out.push(check(
+                &format!("nixl {op}: the initiator has a {} path", class.name()),
+                false,
+                format!("no {} path of pid {pid}", class.name()),
+            ));
+            continue;
+        };
+        transports.push(p.transport);
+        if let Some(l) = &p.log {
+            out.push(check(
+                &format!("nixl {op}: the path agrees with UCX's protocol"),
+                l.agrees,
+                format!("{} via {}; UCX: {}", p.transport.name(), p.via, l.ucx_says),
+            ));
+        }
+        let (seen, what) = if p.host_staged {
+            (p.host_bytes, "through host memory")
+        } else {
+            (p.device_bytes, "device to device")
+        };
+        let off = (seen as f64 - moved as f64) / moved as f64;
+        out.push(check(
+            &format!("nixl {op}: bytes {what} within 5% of those moved"),
+            off.abs() <= 0.05,
+            format!("tracer {seen}, workload {moved} ({:+.1}%)", off * 100.0),
+        ));
+    }
+    if transports.len() == 2 {
+        let mixed = transports[0] != transports[1];
+        let v = r.verdicts.iter().find(|v| v.pid == pid);
+        out.push(check(
+            "nixl: the initiator's verdict sums up its paths",
+            v.is_some_and(|v| (v.transport == crate::classify::Transport::Mixed) == mixed),
+            v.map_or("no verdict".into(), |v| v.transport.name().to_string()),
+        ));
+    }
+    out
 }

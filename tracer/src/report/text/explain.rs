@@ -67,11 +67,15 @@ fn nccl_log(o: &mut String, r: &Report) {
     }
     let _ = writeln!(o, "\nNCCL log, per communicator");
     for c in comms {
-        let agree = match c.agrees {
+        let mut agree = match c.agrees {
             Some(true) => "agrees",
             Some(false) => "DISAGREES",
             None => "not compared",
-        };
+        }
+        .to_string();
+        if !c.unseen.is_empty() {
+            agree += &format!("; not seen by the tracer: {}", c.unseen.join(", "));
+        }
         let gdr = match c.gdr {
             Some(true) => " GDR 1",
             Some(false) => " GDR 0",
@@ -95,30 +99,32 @@ fn nccl_log(o: &mut String, r: &Report) {
 
 /// The UCX paths and what UCX's log said of them.
 fn ucx_paths(o: &mut String, r: &Report) {
-    let procs = r.ucx.as_ref().map_or(&[][..], |u| &u.processes);
-    if procs.is_empty() {
+    use crate::classify::path::PeerKind;
+    let ucx: Vec<_> = r
+        .paths
+        .iter()
+        .filter(|p| matches!(p.peer_kind, PeerKind::UcxEndpoint | PeerKind::Remote))
+        .collect();
+    if ucx.is_empty() {
         return;
     }
     let _ = writeln!(o, "\nUCX paths");
-    for up in procs {
-        for p in &up.paths {
-            let log = match &p.log {
-                Some(l) => format!(
-                    "; UCX log: {} ({})",
-                    l.ucx_says,
-                    if l.agrees { "agrees" } else { "DISAGREES" }
-                ),
-                None => String::new(),
-            };
-            let _ = writeln!(
-                o,
-                "  pid {} {}: {} memory {} via {}{log}",
-                up.pid,
-                up.comm,
-                p.memory,
-                p.transport.name(),
-                p.path
-            );
-        }
+    for p in ucx {
+        let log = match &p.log {
+            Some(l) => format!(
+                "; UCX log: {} ({})",
+                l.ucx_says,
+                if l.agrees { "agrees" } else { "DISAGREES" }
+            ),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            o,
+            "  {} {}: {} via {}{log}",
+            p.label(),
+            p.comm,
+            p.transport.name(),
+            p.via
+        );
     }
 }

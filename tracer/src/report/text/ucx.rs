@@ -1,11 +1,10 @@
 //! The UCX section as text.
 use super::*;
 
-/// The UCX section: per process its activity and the path of each memory
-/// type, then the endpoints' data calls.
+/// The UCX section: per process its activity, then the endpoints' data calls.
 pub fn ucx(u: &crate::classify::ucx::UcxReport) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "UCX (paths per process and memory type)");
+    let _ = writeln!(o, "UCX (activity per process; its paths are under Paths)");
     for p in &u.processes {
         let per_call = p
             .registrations_per_data_call
@@ -35,32 +34,6 @@ pub fn ucx(u: &crate::classify::ucx::UcxReport) -> String {
         if !p.modules.is_empty() {
             let _ = writeln!(o, "    transport modules: {}", p.modules.join(", "));
         }
-        for path in &p.paths {
-            let staged = if path.host_staged {
-                format!(", {} staged through host memory", bytes(path.staged_bytes))
-            } else {
-                String::new()
-            };
-            let _ = writeln!(
-                o,
-                "    {} memory: {} via {}{staged}{}",
-                path.memory,
-                path.transport.name(),
-                path.path,
-                if path.inferred {
-                    " (inferred from the steady state)"
-                } else {
-                    ""
-                }
-            );
-            evidence_block(
-                &mut o,
-                "      ",
-                &path.evidence,
-                path.cause.as_deref(),
-                path.log.as_ref().map(|l| ("UCX log", l.ucx_says.as_str(), l.agrees)),
-            );
-        }
     }
     for e in &u.endpoints {
         let _ = writeln!(
@@ -73,7 +46,7 @@ pub fn ucx(u: &crate::classify::ucx::UcxReport) -> String {
             bytes(e.bytes),
             e.memory,
             e.transport.name(),
-            e.path
+            e.via
         );
     }
     for n in &u.not_measured {
