@@ -240,6 +240,29 @@ fn nixl_read_and_write_paths_replayed() {
     );
 }
 
+/// The emulated two-node NCCL job over NET/Socket: its paths carry their
+/// process's TCP figures (retransmissions only on the lossy network), and
+/// the verdict stays NET/Socket either way.
+#[test]
+fn socket_paths_carry_their_process_tcp() {
+    for (name, want) in [("standin-nccl-nodes-tcp", 0), ("standin-nccl-nodes-tcp-drops", 240)] {
+        let (r, _) = replay_fixture(name);
+        let paths: Vec<_> = r.paths.iter().filter(|p| p.over_tcp()).collect();
+        assert_eq!(paths.len(), 2, "{name}: one socket path per rank: {:?}", r.paths);
+        for p in paths {
+            assert_eq!(p.via, "NET/Socket", "{name}: {p:?}");
+            let t = p
+                .tcp
+                .as_ref()
+                .unwrap_or_else(|| panic!("{name}: no TCP figures on {p:?}"));
+            assert_eq!((t.retransmits, t.lossy), (want, want > 0), "{name}: {t:?}");
+            assert_eq!(Some(t.bytes_sent), r.fabric.tcp_of(p.pid).map(|x| x.bytes_sent));
+        }
+    }
+    let (ib, _) = replay_fixture("standin-nccl-ib-retries");
+    assert!(ib.paths.iter().all(|p| p.tcp.is_none()), "no TCP on an RDMA path");
+}
+
 /// Real recordings of Debian's ucx_perftest over tcp: counts, the path,
 /// and the registration cache on and off.
 #[test]
