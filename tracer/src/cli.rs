@@ -568,7 +568,7 @@ pub enum Bench {
     Copies(BenchCopiesArgs),
     /// What the network probes cost a clean TCP job: `drive tcp` over
     /// loopback traced with the lifecycle and network probes against the
-    /// same with the lifecycle probes only (the control), rounds interleaved.
+    /// same with the lifecycle probes only (the control, and its twin: an off/off pair), rounds interleaved.
     Network(BenchNetworkArgs),
 }
 
@@ -608,7 +608,8 @@ pub struct BenchNetworkArgs {
     /// Bytes per send call.
     #[arg(long, default_value = "64K", value_parser = crate::units::parse_size)]
     pub chunk: u64,
-    /// Interleaved round pairs (network probes, control; order alternating).
+    /// Interleaved rounds of three runs (network probes, control, the
+    /// control's twin for an off/off ratio; order rotating).
     #[arg(long, default_value_t = 7)]
     pub rounds: u32,
 }
