@@ -142,12 +142,12 @@ fn check(report: &Value, summary: &Value, drop: bool) {
         report["fabric"]["tcp"]
     );
     let (row, kernel) = sender(report, summary);
-    let pid = summary["pid"].as_u64().unwrap();
+    let pid = summary["pid"].as_u64().expect("the summary's pid");
     assert!(
-        row["bytes_sent"].as_u64().unwrap() >= summary["bytes"].as_u64().unwrap(),
+        row["bytes_sent"].as_u64().expect("bytes_sent") >= summary["bytes"].as_u64().expect("the summary's bytes"),
         "{row}"
     );
-    let retransmits = row["retransmits"].as_u64().unwrap();
+    let retransmits = row["retransmits"].as_u64().expect("retransmits");
     assert!(
         retransmits <= kernel,
         "{retransmits} retransmissions counted, the kernel's {kernel} segments"
