@@ -1,5 +1,6 @@
 //! Helpers for gdrtrace's root-only integration tests (run on this host by
 //! the README's test command; kernel-probe tests run in the VM tier).
+pub mod k8s;
 pub mod standin;
 pub mod trace_event;
 
