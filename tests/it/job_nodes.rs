@@ -248,6 +248,7 @@ fn two_nodes_attached_after_set_up_join_by_connections_and_by_ras() {
     assert_eq!(c.transports, ["socket"], "{c:#?}");
     assert!(c.ranks.iter().all(|r| r.calls > 0), "each rank's calls: {c:#?}");
     let text = stdout(&run(&["job", &plain[0], &plain[1]]));
+    println!("{text}{}", stdout(&run(&["job", &with_ras[0], &with_ras[1]])));
     assert!(text.contains("# Job joined by TCP connections (no commId)"), "{text}");
 
     let by_ras = job_of(&[&with_ras[0], &with_ras[1]]);
@@ -327,6 +328,7 @@ fn two_nodes_under_serve_read_back_through_prometheus() {
     assert_eq!(p.missing, a.missing);
     assert!(p.ranks.iter().all(|r| r.calls > 0), "each rank's calls: {p:#?}");
     let text = stdout(&run(&["job", "--prometheus", &url, "--match", &matcher]));
+    println!("{text}{}", stdout(&run(&["job", &reports[0], &reports[1]])));
     assert!(
         text.contains(&format!(
             "# Communicator commId {}",
