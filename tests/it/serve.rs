@@ -248,14 +248,14 @@ pub(crate) fn serve_child() -> PathBuf {
 }
 
 /// Prometheus started by scripts/prometheus.sh, scraping `target` every second.
-struct Prometheus {
+pub(crate) struct Prometheus {
     child: Child,
-    addr: String,
+    pub(crate) addr: String,
     dir: PathBuf,
 }
 
 impl Prometheus {
-    fn start(target: &str) -> Prometheus {
+    pub(crate) fn start(target: &str) -> Prometheus {
         let addr = format!("127.0.0.1:{}", free_port());
         let dir = scratch("prometheus");
         let child = Command::new("bash")
@@ -281,7 +281,7 @@ impl Prometheus {
     }
 
     /// An instant query: each result's labels and value.
-    fn query(&self, q: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    pub(crate) fn query(&self, q: &str) -> Vec<(BTreeMap<String, String>, f64)> {
         let (status, _, body) =
             http_get(&self.addr, &format!("/api/v1/query?query={}", url_encode(q)), None).expect("querying Prometheus");
         assert_eq!(status, 200, "{q}: {body}");
