@@ -129,6 +129,8 @@ fn versioned_and_suffixed_variants_are_resolved_and_attached() {
         vec![
             "cuMemAlloc_v2",
             "cuMemFree_v2",
+            "cuMemHostRegister_v2",
+            "cuMemHostUnregister",
             "cuMemcpyDtoHAsync_v2",
             "cuMemcpyHtoD",
             "cuMemcpyHtoDAsync_v2",
