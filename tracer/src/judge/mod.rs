@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+mod files;
 pub mod paths;
 
 use crate::classify::{
@@ -42,6 +43,9 @@ pub struct Inputs {
     /// Where each process's bytes went while which of its paths ran.
     #[serde(default)]
     pub windows: Vec<crate::stats::windows::Window>,
+    /// cuFile processes' evidence (the report's `gds` section).
+    #[serde(default)]
+    pub gds: Option<crate::classify::gds::GdsReport>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -152,6 +156,7 @@ impl Inputs {
             facts,
             ucx: crate::stats::ucx::report(agg, &BTreeMap::new()),
             windows: agg.windows(),
+            gds: crate::stats::gds::report(agg),
         }
     }
 
