@@ -11,6 +11,7 @@ mod deploy;
 mod duty;
 mod formats;
 mod fuzz_readers;
+mod gds;
 mod host;
 mod job;
 mod nccl_log;

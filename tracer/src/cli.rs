@@ -262,6 +262,9 @@ pub struct ExplainArgs {
     /// corroborate the UCX paths with.
     #[arg(long, value_name = "FILE")]
     pub ucx_log: Option<PathBuf>,
+    /// cuFile's log (cufile.log) to corroborate the file paths with.
+    #[arg(long, value_name = "FILE")]
+    pub cufile_log: Option<PathBuf>,
     /// What to print on stdout (json: `gdrtrace.explain/v1`, docs/formats.md).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,

@@ -243,6 +243,9 @@ pub fn run(o: &GdsOpts) -> Result<GdsSummary, String> {
     }
     let size = usize::try_from(o.size).map_err(|_| "gds: --size too large".to_string())?;
     let cuda = Lib::open(&o.cuda)?;
+    // A tracer attaches a library opened now at its next rescan: the
+    // allocation below must be seen, or the buffer's memory is unknown.
+    std::thread::sleep(Duration::from_millis(o.settle_ms));
     // SAFETY: each symbol has the prototype pasted above its type.
     let (alloc, free, htod, dtoh) = unsafe {
         (

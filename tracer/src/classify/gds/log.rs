@@ -15,6 +15,14 @@ use crate::classify::{Transport, path::Path};
 /// Lines kept per process.
 const LINES: usize = 20;
 
+/// What cuFile says when its driver falls back to compat mode: the notice
+/// of the 2026-12-06 log, and libcufile 1.15's line where nvidia-fs is
+/// missing or the configuration disables GDS (issue 45).
+const COMPAT: [&str; 2] = [
+    "running in compatible mode",
+    "using cuFile posix read/write with compat mode enabled",
+];
+
 /// What cuFile's log says, per process.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default)]
@@ -26,7 +34,8 @@ pub struct CufileLog {
 #[serde(default)]
 pub struct LogProcess {
     pub pid: u32,
-    /// `running in compatible mode`: cuFile's driver fell back to POSIX I/O.
+    /// `running in compatible mode` (or `... using cuFile posix read/write
+    /// with compat mode enabled`): cuFile's driver fell back to POSIX I/O.
     pub compat: bool,
     /// Its notices, warnings and errors (level, source, message), the first few.
     pub lines: Vec<String>,
@@ -61,7 +70,7 @@ pub fn parse(text: &str) -> CufileLog {
                 log.processes.last_mut().expect("just pushed")
             }
         };
-        if msg.contains("running in compatible mode") {
+        if COMPAT.iter().any(|m| msg.contains(m)) {
             p.compat = true;
         }
         let msg = msg.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -114,5 +123,23 @@ mod tests {
             ]
         );
         assert!(!log.processes[1].compat);
+    }
+
+    /// The fixture: two processes in compat mode, said either way, and
+    /// one that is not; lines without a pid are not cuFile's.
+    #[test]
+    fn the_compat_notices_of_the_fixture() {
+        let log = parse(include_str!("../../../../tests/fixtures/logs/cufile-compat.log"));
+        let compat: Vec<(u32, bool)> = log.processes.iter().map(|p| (p.pid, p.compat)).collect();
+        assert_eq!(compat, vec![(1350, true), (2210, true), (2300, false)]);
+        let p = &log.processes[1];
+        assert_eq!(p.lines.len(), 2, "{:?}", p.lines);
+        assert!(p.lines[0].ends_with(
+            "GDS not supported or disabled by config, using cuFile posix read/write with compat mode enabled"
+        ));
+        assert!(
+            log.processes.iter().all(|p| p.agrees.is_none()),
+            "no paths to compare yet"
+        );
     }
 }
