@@ -248,9 +248,10 @@ fn judge(
                 "{file_io} bytes {verb} with {posix} (POSIX I/O into host memory) in its time"
             ));
         } else {
-            path.evidence.push(format!(
+            path.evidence.push(
                 "no positional file I/O of the file seen in its time (probes unavailable, or another kind of I/O)"
-            ));
+                    .to_string(),
+            );
         }
         if e.host_copy > 0 {
             path.evidence.push(format!(
