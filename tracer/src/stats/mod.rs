@@ -6,13 +6,15 @@
 //!
 //! The steps, a file each: processes coming and going (`lifecycle.rs`), a
 //! call into every figure (`calls.rs`), the kernel's aggregated rows and
-//! the duty cycle's estimates (`kernel.rs`); what is kept per process
-//! (`process.rs`) and the transfer records (`transfers.rs`).
+//! the duty cycle's estimates (`kernel.rs`), who the communicators are
+//! where their set-up was not traced (`identity.rs`); what is kept per
+//! process (`process.rs`) and the transfer records (`transfers.rs`).
 mod calls;
 pub mod copies;
 pub mod duty;
 pub mod feed;
 pub mod gds;
+mod identity;
 mod kernel;
 mod lifecycle;
 mod process;
@@ -150,6 +152,8 @@ pub struct Aggregator {
     p2pdma: BTreeMap<u32, u64>,
     /// cuFile evidence per process (driver, handles, buffers, samples, fds).
     gds: classify::gds::Tracker,
+    /// NCCL's RAS answer and what it told (`identity.rs`).
+    nccl_ras: Option<crate::identity::ras::NcclRas>,
 }
 
 impl Default for Aggregator {
@@ -186,6 +190,7 @@ impl Aggregator {
             io: BTreeMap::new(),
             p2pdma: BTreeMap::new(),
             gds: Default::default(),
+            nccl_ras: None,
         }
     }
 
@@ -223,6 +228,7 @@ impl Aggregator {
             Input::Duty { off_us, rest: true, .. } => self.duty_rest(*off_us),
             Input::TrapCost(c) => self.trap_cost(*c),
             Input::Stepped { pid, rows } => self.stepped(*pid, rows),
+            Input::NcclRas(q) => self.nccl_ras((**q).clone()),
         }
     }
 

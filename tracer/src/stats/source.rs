@@ -1,7 +1,7 @@
 //! Where the aggregator learns facts about processes that events do not
 //! carry (command name, environment, pinned memory, CPU time, whether a task
-//! is a process or a thread, whether it is still alive): `/proc` while
-//! tracing, the recording's `process`/`env`/`sample`/`gone` lines on replay.
+//! is a process or a thread, whether it is still alive, its TCP
+//! connections): `/proc` while tracing, the recording's fact lines on replay.
 use std::{cell::RefCell, collections::BTreeMap, rc::Rc};
 
 use serde::{Deserialize, Serialize};
@@ -58,6 +58,13 @@ pub enum Fact {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         config: Option<crate::classify::gds::CufileConfig>,
     },
+    /// Its established TCP connections, read once where one of its NCCL
+    /// communicators had no identity (`identity::connections`).
+    Connections {
+        pid: u32,
+        #[serde(default)]
+        connections: Vec<crate::identity::Connection>,
+    },
 }
 
 impl Fact {
@@ -69,7 +76,8 @@ impl Fact {
             | Fact::Gone { pid }
             | Fact::Space { pid, .. }
             | Fact::File { pid, .. }
-            | Fact::Cufile { pid, .. } => *pid,
+            | Fact::Cufile { pid, .. }
+            | Fact::Connections { pid, .. } => *pid,
         }
     }
 }
@@ -107,6 +115,8 @@ pub trait ProcSource: std::fmt::Debug {
     /// `cufile.json` it reads, seen through its mount namespace.
     fn cufile_config(&mut self, pid: u32, env: &BTreeMap<String, String>)
     -> Option<crate::classify::gds::CufileConfig>;
+    /// Its established TCP connections (`/proc/PID/fd`, `/proc/PID/net/tcp*`).
+    fn connections(&mut self, pid: u32) -> Vec<crate::identity::Connection>;
 }
 
 /// The live source: `/proc`.
@@ -165,6 +175,10 @@ impl ProcSource for LiveProc {
         let path = config::path_for(env, |p| std::path::Path::new(&inside(p)).exists())?;
         let text = std::fs::read_to_string(inside(&path)).ok()?;
         Some(config::parse(&path, &text))
+    }
+
+    fn connections(&mut self, pid: u32) -> Vec<crate::identity::Connection> {
+        crate::identity::connections::of_process(pid)
     }
 }
 
@@ -253,6 +267,13 @@ impl ProcSource for Recorded {
         match self.take(pid, |f| matches!(f, Fact::Cufile { .. })) {
             Some(Fact::Cufile { config, .. }) => config,
             _ => None,
+        }
+    }
+
+    fn connections(&mut self, pid: u32) -> Vec<crate::identity::Connection> {
+        match self.take(pid, |f| matches!(f, Fact::Connections { .. })) {
+            Some(Fact::Connections { connections, .. }) => connections,
+            _ => Vec::new(),
         }
     }
 }
