@@ -14,6 +14,7 @@ mod fuzz_readers;
 mod host;
 mod job;
 mod nccl_log;
+mod outputs;
 mod pin_churn;
 mod progress;
 mod record_replay;
