@@ -4,7 +4,9 @@
 //!   command's standard output goes to standard error; with the text report
 //!   the command keeps standard output;
 //! - `run --record X.gz`: the recording is gzip, and replays to the live
-//!   report.
+//!   report;
+//! - `attach` says of each library of the probe table that no attached
+//!   process maps what `doctor` says: installed (the same files) or not.
 use integration_tests::{can_trace, parse_report, path_str as s, read_report, run, stderr, stdout};
 
 const MARK: &str = "command-stdout-4d1c";
@@ -51,4 +53,54 @@ fn run_record_gz_writes_gzip_that_replays() {
     let (a, b) = (read_report(&live), read_report(&replayed));
     assert_eq!(a.command, b.command);
     assert_eq!(a.processes.len(), b.processes.len());
+}
+
+#[test]
+fn attach_says_of_unmapped_libraries_what_doctor_says() {
+    if !can_trace("attach_says_of_unmapped_libraries_what_doctor_says") {
+        return;
+    }
+    let o = run(&["doctor", "--format", "json"]);
+    let doctor: gdrtrace::cmd::doctor::Doctor = integration_tests::parse_as("doctor's JSON", &stdout(&o));
+    // A process that maps none of the table's libraries.
+    let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+    let dir = integration_tests::scratch("attach-libs");
+    let json = dir.join("attach.json");
+    let o = run(&[
+        "attach",
+        "--pid",
+        &sleeper.id().to_string(),
+        "--duration",
+        "1s",
+        "--json",
+        s(&json),
+    ]);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = read_report(&json);
+    let text = stdout(&o);
+    let mut libraries = 0;
+    for p in doctor.probe_points.iter().filter(|p| p.target.starts_with("lib")) {
+        let row = r
+            .coverage
+            .iter()
+            .find(|c| c.point == p.point)
+            .unwrap_or_else(|| panic!("{} in the coverage", p.point));
+        let reason = row.reason.as_deref().unwrap_or_else(|| panic!("{row:?} has no reason"));
+        let installed = !p.found_in.starts_with("not installed");
+        if installed {
+            assert_eq!(reason, gdrtrace::probes::planner::INSTALLED_NOT_MAPPED, "{}", p.point);
+            for d in &row.detail {
+                let path = d.strip_prefix("installed: ").expect("an installed file");
+                assert!(p.found_in.contains(path), "doctor lists {path}: {}", p.found_in);
+            }
+            assert!(!row.detail.is_empty(), "{row:?}");
+        } else {
+            assert_eq!(reason, gdrtrace::probes::planner::NOT_INSTALLED, "{}", p.point);
+        }
+        libraries += 1;
+    }
+    assert!(libraries >= 4, "the table's libraries: {libraries}");
+    assert!(!text.contains("neither installed nor mapped"), "{text}");
 }
