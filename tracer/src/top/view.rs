@@ -8,7 +8,7 @@ use ratatui::{
     layout::{Constraint, Layout, Rect},
     style::{Color, Modifier, Style},
     text::{Line, Span},
-    widgets::{Block, Borders, Cell, Paragraph, Row as TableRow, Table, TableState, Wrap},
+    widgets::{Block, Borders, Cell, HighlightSpacing, Paragraph, Row as TableRow, Table, TableState, Wrap},
 };
 
 use super::{
@@ -55,35 +55,118 @@ fn verdict_style(r: &Row) -> Style {
     }
 }
 
-const HEADER: [&str; 10] = [
-    "PID",
-    "COMM",
-    "VERDICT",
-    "BASIS",
-    "MOVED/s",
-    "STAGED/s",
-    "STAGED%",
-    "REG/s",
-    "VmPin",
-    "HOT OPS (p99: all targets)",
-];
-
-fn widths() -> [Constraint; 10] {
-    [
-        Constraint::Length(7),
-        Constraint::Length(17),
-        Constraint::Length(20),
-        Constraint::Length(12),
-        Constraint::Length(10),
-        Constraint::Length(10),
-        Constraint::Length(7),
-        Constraint::Length(8),
-        Constraint::Length(10),
-        Constraint::Min(20),
-    ]
+/// A column of the table: its header, its width, and its rank when the
+/// terminal is narrow (the highest rank is dropped first; 0 never is).
+struct Column {
+    header: &'static str,
+    width: u16,
+    drop: u8,
+    /// What `?` says of it.
+    about: &'static str,
 }
 
-fn table_row(r: &Row) -> TableRow<'static> {
+/// The last column takes what is left, at least this much.
+const HOT_OPS_MIN: u16 = 12;
+const HOT_OPS_LONG: &str = "HOT OPS (p99: all targets)";
+
+const COLUMNS: [Column; 10] = [
+    Column {
+        header: "PID",
+        width: 7,
+        drop: 0,
+        about: "the process (blank on its communicators' rows)",
+    },
+    Column {
+        header: "COMM",
+        width: 17,
+        drop: 0,
+        about: "its name, or a communicator and its rank",
+    },
+    Column {
+        header: "VERDICT",
+        width: 20,
+        drop: 0,
+        about: "the transport judged, and NCCL's network",
+    },
+    Column {
+        header: "BASIS",
+        width: 12,
+        drop: 3,
+        about: "judged from the set-up or the steady state",
+    },
+    Column {
+        header: "MOVED/s",
+        width: 10,
+        drop: 4,
+        about: "bytes moved per second (~: estimated)",
+    },
+    Column {
+        header: "STAGED/s",
+        width: 10,
+        drop: 5,
+        about: "bytes through host memory per second",
+    },
+    Column {
+        header: "STAGED%",
+        width: 7,
+        drop: 0,
+        about: "the staged share of the bytes moved",
+    },
+    Column {
+        header: "REG/s",
+        width: 8,
+        drop: 2,
+        about: "memory registrations per second",
+    },
+    Column {
+        header: "VmPin",
+        width: 10,
+        drop: 1,
+        about: "pinned memory (VmPin of /proc/PID/status)",
+    },
+    Column {
+        header: "HOT OPS",
+        width: HOT_OPS_MIN,
+        drop: 6,
+        about: "the busiest operations: calls/s, p99 latency",
+    },
+];
+
+/// The columns shown in `width` cells (indexes into `COLUMNS`): the ones
+/// that fit whole, dropping the highest ranks first, never cutting a
+/// header; and the last column's header and width.
+fn visible(width: u16) -> (Vec<usize>, &'static str, u16) {
+    let mut shown: Vec<usize> = (0..COLUMNS.len()).collect();
+    loop {
+        // The `>` before the selected row, and a space between columns.
+        let used: u16 = 1 + shown.iter().map(|&i| COLUMNS[i].width + 1).sum::<u16>() - 1;
+        if used <= width {
+            let last = shown.last().copied();
+            if last == Some(COLUMNS.len() - 1) {
+                let room = width - used + HOT_OPS_MIN;
+                let header = if room >= HOT_OPS_LONG.len() as u16 {
+                    HOT_OPS_LONG
+                } else {
+                    COLUMNS[9].header
+                };
+                return (shown, header, room);
+            }
+            return (shown, "", 0);
+        }
+        let Some(pos) = shown
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| COLUMNS[**i].drop > 0)
+            .max_by_key(|(_, i)| COLUMNS[**i].drop)
+            .map(|(p, _)| p)
+        else {
+            return (shown, "", 0);
+        };
+        shown.remove(pos);
+    }
+}
+
+fn table_row(r: &Row, shown: &[usize]) -> TableRow<'static> {
     let comm = match (&r.communicator, &r.rank) {
         (Some(_), Some(rank)) => format!("└ rank {}", esc(rank)),
         (Some(_), None) => "└ communicator".into(),
@@ -126,7 +209,13 @@ fn table_row(r: &Row) -> TableRow<'static> {
         }),
         Cell::from(last),
     ];
-    let row = TableRow::new(cells);
+    let row = TableRow::new(
+        cells
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| shown.contains(i))
+            .map(|(_, c)| c),
+    );
     if r.exited {
         row.style(Style::default().add_modifier(Modifier::DIM))
     } else {
@@ -275,7 +364,42 @@ fn detail_lines(app: &App) -> Vec<Line<'static>> {
     out
 }
 
-const KEYS: &str = "q quit  up/down select  enter detail (PgUp/PgDn scroll it)  s/S sort  r reverse  p pause";
+/// Each key and what it does, as `?` lists them.
+const KEY_HELP: [(&str, &str); 8] = [
+    ("? / Esc", "this help / close it"),
+    ("q, Ctrl-C", "quit"),
+    ("up/down j/k", "select a row (PgUp/PgDn, g/G: by pages, to the ends)"),
+    ("enter, d, tab", "the detail pane of the selected row"),
+    ("PgUp/PgDn", "scroll the open detail pane"),
+    ("s / S", "sort by the next / previous figure"),
+    ("r", "reverse the order"),
+    ("p, space", "pause (the newest frame is shown on resuming)"),
+];
+
+/// The keys line: as many as fit in `width`, help first.
+fn keys_line(width: u16) -> String {
+    let mut line = String::new();
+    for k in [
+        "? help",
+        "q quit",
+        "up/down select",
+        "enter detail",
+        "s/S sort",
+        "r reverse",
+        "p pause",
+        "(PgUp/PgDn scroll it)",
+    ] {
+        let add = if line.is_empty() { k.len() } else { k.len() + 2 };
+        if line.len() + add > width as usize {
+            break;
+        }
+        if !line.is_empty() {
+            line.push_str("  ");
+        }
+        line.push_str(k);
+    }
+    line
+}
 
 /// Draws the whole view.
 pub fn draw(f: &mut Frame<'_>, app: &App) {
@@ -289,8 +413,21 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
     ])
     .areas(f.area());
     f.render_widget(Paragraph::new(header), top);
-    draw_table(f, app, table);
-    if detail {
+    if app.help {
+        let area = Rect {
+            height: table.height + pane.height,
+            ..table
+        };
+        f.render_widget(
+            Paragraph::new(help_lines(f.area().width))
+                .wrap(Wrap { trim: false })
+                .block(Block::default().borders(Borders::TOP).title(" help (? or Esc closes) ")),
+            area,
+        );
+    } else {
+        draw_table(f, app, table);
+    }
+    if detail && !app.help {
         f.render_widget(
             Paragraph::new(detail_lines(app))
                 .wrap(Wrap { trim: false })
@@ -301,7 +438,7 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
     }
     f.render_widget(
         Paragraph::new(Line::from(Span::styled(
-            KEYS,
+            keys_line(keys.width),
             Style::default().add_modifier(Modifier::DIM),
         ))),
         keys,
@@ -311,17 +448,50 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
 fn draw_table(f: &mut Frame<'_>, app: &App, area: Rect) {
     let rows = app.ordered();
     let selected = app.selected_index(&rows);
-    let table = Table::new(rows.iter().map(|r| table_row(r)), widths())
-        .header(
-            TableRow::new(HEADER.iter().map(|h| Cell::from(*h)))
-                .style(Style::default().add_modifier(Modifier::REVERSED)),
-        )
+    let (shown, last, last_width) = visible(area.width);
+    let widths: Vec<Constraint> = shown
+        .iter()
+        .map(|&i| match i {
+            9 => Constraint::Min(last_width),
+            i => Constraint::Length(COLUMNS[i].width),
+        })
+        .collect();
+    let header = shown
+        .iter()
+        .map(|&i| Cell::from(if i == 9 { last } else { COLUMNS[i].header }));
+    let table = Table::new(rows.iter().map(|r| table_row(r, &shown)), widths)
+        .header(TableRow::new(header).style(Style::default().add_modifier(Modifier::REVERSED)))
         .row_highlight_style(Style::default().add_modifier(Modifier::BOLD | Modifier::UNDERLINED))
-        .highlight_symbol(">");
+        .highlight_symbol(">")
+        .highlight_spacing(HighlightSpacing::Always);
     let mut state = TableState::default().with_selected(selected);
     f.render_stateful_widget(table, area, &mut state);
 }
 
+/// What `?` shows: the keys, and each column with what it holds (those
+/// the width leaves out marked so; the detail pane has their figures).
+fn help_lines(width: u16) -> Vec<Line<'static>> {
+    let bold = Style::default().add_modifier(Modifier::BOLD);
+    let (shown, _, _) = visible(width);
+    let mut out = vec![Line::from(Span::styled("keys", bold))];
+    for (k, what) in KEY_HELP {
+        out.push(Line::from(format!("  {k:<14} {what}")));
+    }
+    out.push(Line::from(""));
+    out.push(Line::from(Span::styled(
+        "columns (too narrow a terminal leaves some out)",
+        bold,
+    )));
+    for (i, c) in COLUMNS.iter().enumerate() {
+        let hidden = if shown.contains(&i) {
+            ""
+        } else {
+            " (hidden: too narrow)"
+        };
+        out.push(Line::from(format!("  {:<14} {}{hidden}", c.header, c.about)));
+    }
+    out
+}
 #[cfg(test)]
 mod tests {
     use ratatui::{Terminal, backend::TestBackend};
@@ -414,5 +584,81 @@ mod tests {
         app.key(page);
         let s = screen(&app, 100, 30);
         assert!(!s.contains("line-00") && s.contains("line-12"), "{s}");
+    }
+
+    /// The table's header line at `w` columns: every header whole (none
+    /// cut to a prefix), the ones left out absent.
+    fn headers(app: &App, w: u16) -> (String, Vec<&'static str>) {
+        let s = screen(app, w, 24);
+        let line = s
+            .lines()
+            .find(|l| l.contains(" PID "))
+            .unwrap_or_else(|| panic!("a header:\n{s}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for word in &words {
+            let whole = COLUMNS
+                .iter()
+                .map(|c| c.header)
+                .chain([HOT_OPS_LONG])
+                .any(|h| h.split_whitespace().any(|p| p == *word));
+            assert!(whole, "{word:?} is a cut header at {w} columns:\n{s}");
+        }
+        let shown = COLUMNS
+            .iter()
+            .map(|c| c.header)
+            .filter(|h| words.contains(h) || (h.contains(' ') && line.contains(h)))
+            .collect();
+        (s, shown)
+    }
+
+    /// Issue 48: at 80 columns the table drops whole columns (the least
+    /// needed first) instead of cutting "VERDICT" to "VERDIC"; the keys
+    /// line offers `?`, which lists every column, the left-out ones marked.
+    #[test]
+    fn eighty_columns_drop_whole_columns_and_question_mark_helps() {
+        let mut app = App::new("replay a-long-recording-name.rec.gz x20".into(), "500ms".into());
+        app.update(ViewFrame {
+            rows: vec![Row {
+                pid: 4242,
+                comm: "python3-train-long".into(),
+                verdict: "host-staged".into(),
+                net: Some("NET/Socket"),
+                host_staged: true,
+                basis: Some("steady state"),
+                moved_per_s: 3.0e9,
+                staged_per_s: 1.5e9,
+                staged_share: Some(0.5),
+                ..Row::default()
+            }],
+            ..ViewFrame::default()
+        });
+        let (wide, all) = headers(&app, 160);
+        assert_eq!(all.len(), COLUMNS.len(), "160 columns show all:\n{wide}");
+        let (s, shown) = headers(&app, 80);
+        for must in ["PID", "COMM", "VERDICT", "STAGED%"] {
+            assert!(shown.contains(&must), "{must} at 80 columns:\n{s}");
+        }
+        assert!(shown.len() < COLUMNS.len(), "some column dropped:\n{s}");
+        assert!(s.contains("50.0%"), "{s}");
+        assert!(s.lines().last().is_some_and(|l| l.starts_with("? help")), "{s}");
+        for w in [60, 72, 100, 120] {
+            headers(&app, w);
+        }
+        app.key(ratatui::crossterm::event::KeyEvent::from(
+            ratatui::crossterm::event::KeyCode::Char('?'),
+        ));
+        let help = screen(&app, 80, 30);
+        assert!(help.contains("help (? or Esc closes)"), "{help}");
+        for c in &COLUMNS {
+            let line = help
+                .lines()
+                .find(|l| l.trim_start().starts_with(c.header))
+                .unwrap_or_else(|| panic!("{} in the help:\n{help}", c.header));
+            assert_eq!(line.contains("(hidden"), !shown.contains(&c.header), "{line}");
+        }
+        app.key(ratatui::crossterm::event::KeyEvent::from(
+            ratatui::crossterm::event::KeyCode::Esc,
+        ));
+        assert!(!app.help, "Esc closes the help, and does not quit");
     }
 }
