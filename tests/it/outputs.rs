@@ -5,6 +5,8 @@
 //!   the command keeps standard output;
 //! - `run --record X.gz`: the recording is gzip, and replays to the live
 //!   report;
+//! - `run`'s text report: the first line after its header is a verdict
+//!   line (what a reader looks for first);
 //! - `attach` says of each library of the probe table that no attached
 //!   process maps what `doctor` says: installed (the same files) or not.
 use integration_tests::{can_trace, parse_report, path_str as s, read_report, run, stderr, stdout};
@@ -103,4 +105,22 @@ fn attach_says_of_unmapped_libraries_what_doctor_says() {
     }
     assert!(libraries >= 4, "the table's libraries: {libraries}");
     assert!(!text.contains("neither installed nor mapped"), "{text}");
+}
+
+#[test]
+fn run_text_report_begins_with_the_verdict() {
+    if !can_trace("run_text_report_begins_with_the_verdict") {
+        return;
+    }
+    // Quiet: the report alone on standard output.
+    let o = run(&["run", "--", "true"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let mut lines = out.lines().skip_while(|l| !l.starts_with("gdrtrace report ("));
+    assert!(lines.next().is_some(), "a header:\n{out}");
+    let first = lines.next().unwrap_or_default();
+    assert!(
+        first.starts_with("verdict: "),
+        "the line after the header: {first:?}\n{out}"
+    );
 }

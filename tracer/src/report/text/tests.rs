@@ -225,3 +225,52 @@ fn refusals_naming_their_own_point_fold() {
         "see nvidia_p2p_put_pages_persistent"
     );
 }
+
+/// Issue 48: `explain` of the two-node recording said "pid 543
+/// cuMemcpyHtoDAsync host-staged: 8 transfers" twice, and the same of pid
+/// 544, while the operations table had 8 calls for both together. Now each
+/// path line is written once, and a line about an operation's calls gives
+/// that process's own count (the counts of its processes add up to the
+/// table's). Every shipped recording: no Explain line twice.
+#[test]
+fn explain_paths_once_and_per_process() {
+    let (r, _) = crate::fixtures::replay_fixture("gpu-h200-nodes-run-default");
+    let paths = &r.explain.paths;
+    assert!(!paths.is_empty(), "the recording has staged paths");
+    for op in &r.operations {
+        let lines: Vec<_> = paths
+            .iter()
+            .filter(|p| p.what.starts_with(&format!("{} ", op.name)))
+            .collect();
+        let mut pids: Vec<u32> = lines.iter().map(|p| p.pid).collect();
+        pids.sort();
+        pids.dedup();
+        assert_eq!(pids.len(), lines.len(), "{}: a line per process: {lines:#?}", op.name);
+        for p in &lines {
+            let mine = r
+                .processes
+                .iter()
+                .find(|x| x.pid == p.pid)
+                .and_then(|x| x.calls.get(&op.name))
+                .copied();
+            let Some(n) = mine else { continue };
+            if n != op.calls {
+                assert!(
+                    p.what.contains(&format!(": {n} calls of this process")),
+                    "pid {} made {n} of the {} calls: {}",
+                    p.pid,
+                    op.calls,
+                    p.what
+                );
+            }
+        }
+    }
+    for name in crate::fixtures::names() {
+        let (r, _) = crate::fixtures::replay_fixture(&name);
+        let text = super::explain(&r);
+        let mut seen = std::collections::BTreeSet::new();
+        for l in text.lines().skip(1).take_while(|l| !l.is_empty()) {
+            assert!(seen.insert(l), "{name}: {l} twice:\n{text}");
+        }
+    }
+}
