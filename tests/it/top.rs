@@ -352,7 +352,7 @@ fn eighty_columns_show_whole_headers_and_question_mark_helps() {
         .find(|l| l.contains(" PID "))
         .unwrap_or_else(|| panic!("a header:\n{screen}"));
     let words: Vec<&str> = header.split_whitespace().collect();
-    for column in ["PID", "COMM", "VERDICT", "STAGED%"] {
+    for column in ["PID", "COMM", "VERDICT", "STAGED/s", "STAGED%", "HOT"] {
         assert!(words.contains(&column), "{column} whole at 80 columns:\n{screen}");
     }
     let known = [
