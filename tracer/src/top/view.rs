@@ -13,6 +13,7 @@ use ratatui::{
 
 use super::{
     app::App,
+    columns::{COLUMNS, help_lines, keys_line, visible},
     feed::{OpRate, Row},
 };
 use crate::units;
@@ -52,117 +53,6 @@ fn verdict_style(r: &Row) -> Style {
         "ambiguous" => Style::default().fg(Color::Magenta),
         _ if r.host_staged => Style::default().fg(Color::Yellow),
         _ => Style::default().fg(Color::Green),
-    }
-}
-
-/// A column of the table: its header, its width, and its rank when the
-/// terminal is narrow (rank 1 is dropped first, then 2, ...; 0 never is).
-struct Column {
-    header: &'static str,
-    width: u16,
-    drop: u8,
-    /// What `?` says of it.
-    about: &'static str,
-}
-
-/// The last column takes what is left, at least this much.
-const HOT_OPS_MIN: u16 = 12;
-const HOT_OPS_LONG: &str = "HOT OPS (p99: all targets)";
-
-const COLUMNS: [Column; 10] = [
-    Column {
-        header: "PID",
-        width: 7,
-        drop: 0,
-        about: "the process (blank on its communicators' rows)",
-    },
-    Column {
-        header: "COMM",
-        width: 17,
-        drop: 0,
-        about: "its name, or a communicator and its rank",
-    },
-    Column {
-        header: "VERDICT",
-        width: 20,
-        drop: 0,
-        about: "the transport judged, and NCCL's network",
-    },
-    Column {
-        header: "BASIS",
-        width: 12,
-        drop: 3,
-        about: "judged from the set-up or the steady state",
-    },
-    Column {
-        header: "MOVED/s",
-        width: 10,
-        drop: 4,
-        about: "bytes moved per second (~: estimated)",
-    },
-    Column {
-        header: "STAGED/s",
-        width: 10,
-        drop: 5,
-        about: "bytes through host memory per second",
-    },
-    Column {
-        header: "STAGED%",
-        width: 7,
-        drop: 0,
-        about: "the staged share of the bytes moved",
-    },
-    Column {
-        header: "REG/s",
-        width: 8,
-        drop: 2,
-        about: "memory registrations per second",
-    },
-    Column {
-        header: "VmPin",
-        width: 10,
-        drop: 1,
-        about: "pinned memory (VmPin of /proc/PID/status)",
-    },
-    Column {
-        header: "HOT OPS",
-        width: HOT_OPS_MIN,
-        drop: 6,
-        about: "the busiest operations: calls/s, p99 latency",
-    },
-];
-
-/// The columns shown in `width` cells (indexes into `COLUMNS`): the ones
-/// that fit whole, dropping the lowest ranks first, never cutting a
-/// header; and the last column's header and width.
-fn visible(width: u16) -> (Vec<usize>, &'static str, u16) {
-    let mut shown: Vec<usize> = (0..COLUMNS.len()).collect();
-    loop {
-        // The `>` before the selected row, and a space between columns.
-        let used: u16 = 1 + shown.iter().map(|&i| COLUMNS[i].width + 1).sum::<u16>() - 1;
-        if used <= width {
-            let last = shown.last().copied();
-            if last == Some(COLUMNS.len() - 1) {
-                let room = width - used + HOT_OPS_MIN;
-                let header = if room >= HOT_OPS_LONG.len() as u16 {
-                    HOT_OPS_LONG
-                } else {
-                    COLUMNS[9].header
-                };
-                return (shown, header, room);
-            }
-            return (shown, "", 0);
-        }
-        let Some(pos) = shown
-            .iter()
-            .enumerate()
-            .filter(|(_, i)| COLUMNS[**i].drop > 0)
-            .min_by_key(|(_, i)| COLUMNS[**i].drop)
-            .map(|(p, _)| p)
-        else {
-            return (shown, "", 0);
-        };
-        shown.remove(pos);
     }
 }
 
@@ -364,43 +254,6 @@ fn detail_lines(app: &App) -> Vec<Line<'static>> {
     out
 }
 
-/// Each key and what it does, as `?` lists them.
-const KEY_HELP: [(&str, &str); 8] = [
-    ("? / Esc", "this help / close it"),
-    ("q, Ctrl-C", "quit"),
-    ("up/down j/k", "select a row (PgUp/PgDn, g/G: by pages, to the ends)"),
-    ("enter, d, tab", "the detail pane of the selected row"),
-    ("PgUp/PgDn", "scroll the open detail pane"),
-    ("s / S", "sort by the next / previous figure"),
-    ("r", "reverse the order"),
-    ("p, space", "pause (the newest frame is shown on resuming)"),
-];
-
-/// The keys line: as many as fit in `width`, help first.
-fn keys_line(width: u16) -> String {
-    let mut line = String::new();
-    for k in [
-        "? help",
-        "q quit",
-        "up/down select",
-        "enter detail",
-        "s/S sort",
-        "r reverse",
-        "p pause",
-        "(PgUp/PgDn scroll it)",
-    ] {
-        let add = if line.is_empty() { k.len() } else { k.len() + 2 };
-        if line.len() + add > width as usize {
-            break;
-        }
-        if !line.is_empty() {
-            line.push_str("  ");
-        }
-        line.push_str(k);
-    }
-    line
-}
-
 /// Draws the whole view.
 pub fn draw(f: &mut Frame<'_>, app: &App) {
     let header = header_lines(app);
@@ -468,36 +321,15 @@ fn draw_table(f: &mut Frame<'_>, app: &App, area: Rect) {
     f.render_stateful_widget(table, area, &mut state);
 }
 
-/// What `?` shows: the keys, and each column with what it holds (those
-/// the width leaves out marked so; the detail pane has their figures).
-fn help_lines(width: u16) -> Vec<Line<'static>> {
-    let bold = Style::default().add_modifier(Modifier::BOLD);
-    let (shown, _, _) = visible(width);
-    // Keys, then columns: 20 lines, whole in an 80x24 terminal.
-    let mut out = Vec::new();
-    for (k, what) in KEY_HELP {
-        out.push(Line::from(format!("  {k:<14} {what}")));
-    }
-    out.push(Line::from(Span::styled(
-        "columns (too narrow a terminal leaves some out)",
-        bold,
-    )));
-    for (i, c) in COLUMNS.iter().enumerate() {
-        let hidden = if shown.contains(&i) {
-            ""
-        } else {
-            " (hidden: too narrow)"
-        };
-        out.push(Line::from(format!("  {:<14} {}{hidden}", c.header, c.about)));
-    }
-    out
-}
 #[cfg(test)]
 mod tests {
     use ratatui::{Terminal, backend::TestBackend};
 
     use super::*;
-    use crate::top::feed::{Detail, Frame as ViewFrame};
+    use crate::top::{
+        columns::HOT_OPS_LONG,
+        feed::{Detail, Frame as ViewFrame},
+    };
 
     fn screen(app: &App, w: u16, h: u16) -> String {
         let mut t = Terminal::new(TestBackend::new(w, h)).expect("a test terminal");
