@@ -16,6 +16,7 @@ mod habits;
 mod helm;
 mod host;
 mod job;
+mod job_nodes;
 mod nccl_log;
 mod outputs;
 mod pin_churn;
