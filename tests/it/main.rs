@@ -19,6 +19,7 @@ mod host;
 mod job;
 mod job_nodes;
 mod nccl_log;
+mod outputs;
 mod pin_churn;
 mod progress;
 mod record_replay;

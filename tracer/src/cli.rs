@@ -251,7 +251,7 @@ pub struct TraceArgs {
     pub json: Option<PathBuf>,
     /// What to print on stdout: the report as text or JSON (`validate`:
     /// `gdrtrace.validate/v1`, `baseline record`: `gdrtrace.baseline-record/v1`;
-    /// docs/formats.md).
+    /// docs/formats.md). With json, the traced command's stdout goes to stderr.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// Event ring buffer size in bytes (a power of two, at least one page).

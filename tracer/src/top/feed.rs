@@ -326,10 +326,12 @@ impl Feed {
                             )
                         })
                         .chain(r.explain.paths.iter().filter(|x| x.pid == p.pid).map(|x| {
+                            // The pane writes `path: ` before each.
+                            let what = x.what.strip_prefix("path ").unwrap_or(&x.what);
                             if x.explained_by.is_empty() {
-                                format!("{} (no rule recognised a cause)", x.what)
+                                format!("{what} (no rule recognised a cause)")
                             } else {
-                                format!("{} (explained by {})", x.what, x.explained_by.join(", "))
+                                format!("{what} (explained by {})", x.explained_by.join(", "))
                             }
                         }))
                         .fold(Vec::new(), |mut seen: Vec<String>, x| {
