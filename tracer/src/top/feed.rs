@@ -488,7 +488,9 @@ mod tests {
         assert_eq!(comms.len(), 2);
         assert!(comms.iter().all(|c| c.verdict == "p2p/nvlink" && c.staged_per_s == 0.0));
         assert_eq!(comms[0].rank.as_deref(), Some("0/2"), "{:?}", comms[0]);
-        assert_eq!(comms[0].ident.as_deref(), Some("0x0000000000000000"));
+        // A recording from before the tracer read ncclUniqueId: its id
+        // slots held registers, so no identity is shown.
+        assert_eq!(comms[0].ident, None, "{:?}", comms[0]);
         // Each communicator row follows its process's row.
         for (i, row) in f.rows.iter().enumerate().filter(|(_, x)| x.communicator.is_some()) {
             assert_eq!(f.rows[i - 1].pid, row.pid);
