@@ -19,6 +19,7 @@ mod job;
 mod nccl_log;
 mod pin_churn;
 mod progress;
+mod quiet_gate;
 mod record_replay;
 mod release;
 mod robust;
