@@ -66,7 +66,7 @@ impl Measure<'_> {
             return Some(missing(self.metric.clone(), shown(&a, self.fmt), Some(num)));
         };
         let change_pct = pct_change(a.median, b.median);
-        let zero = a.median > 0.0 && b.median == 0.0;
+        let zero = a.median > 0.0 && b.max == 0.0;
         let (verdict, bound) = self.rule.judge(&a, &b, self.worse);
         let status = match verdict {
             _ if zero => Status::Regression,

@@ -1,9 +1,9 @@
 //! Judging a measured number against the spread the baseline measured
 //! (docs/compare.md, "The noise model"): a baseline recorded with
 //! `--repeat N` holds N runs of each workload, so each metric has N values.
-//! The current side's value is the median of its runs; a regression is a
-//! current median outside the baseline's range (its lowest to highest run)
-//! by more than a margin:
+//! A regression is every current run outside the baseline's range (its
+//! lowest to highest run) by more than a margin (the median is what is
+//! shown):
 //!
 //! margin = max(threshold % of the baseline median,
 //!              spread_factor x (baseline max - baseline min),
@@ -99,15 +99,17 @@ impl Rule {
         }
     }
 
-    /// `Some(true)` regression, `Some(false)` better, `None` within.
+    /// `Some(true)` regression, `Some(false)` better, `None` within. Every
+    /// current run must be past the bound: the best of them decides a
+    /// regression (one or two slow runs of three on a busy machine are
+    /// not one), the worst an improvement.
     pub fn judge(&self, base: &Sample, cur: &Sample, worse: Worse) -> (Option<bool>, Bound) {
         let (bound, better) = self.bounds(base, worse);
-        let x = cur.median;
         let verdict = match (worse, bound) {
-            (Worse::Up, Bound::Max(b)) if x > b => Some(true),
-            (Worse::Up, _) if x < better => Some(false),
-            (Worse::Down, Bound::Min(b)) if x < b => Some(true),
-            (Worse::Down, _) if x > better => Some(false),
+            (Worse::Up, Bound::Max(b)) if cur.min > b => Some(true),
+            (Worse::Up, _) if cur.max < better => Some(false),
+            (Worse::Down, Bound::Min(b)) if cur.max < b => Some(true),
+            (Worse::Down, _) if cur.min > better => Some(false),
             _ => None,
         };
         (verdict, bound)
@@ -160,7 +162,9 @@ mod tests {
         let base = s(&[10.0, 12.0, 30.0]);
         let (v, bound) = r.judge(&base, &s(&[40.0, 45.0, 48.0]), Worse::Up);
         assert_eq!((v, bound), (None, Bound::Max(50.0)));
-        assert_eq!(r.judge(&base, &s(&[40.0, 55.0, 60.0]), Worse::Up).0, Some(true));
+        assert_eq!(r.judge(&base, &s(&[51.0, 55.0, 60.0]), Worse::Up).0, Some(true));
+        // One current run within: not every run regressed.
+        assert_eq!(r.judge(&base, &s(&[40.0, 55.0, 60.0]), Worse::Up).0, None);
         // Bandwidth: 100, 95 and 105 GB/s, 10% -> bound 95 - max(10, 10) = 85.
         let r = Rule {
             pct: 10.0,
