@@ -22,6 +22,7 @@ mod nccl_log;
 mod outputs;
 mod pin_churn;
 mod progress;
+mod quiet_gate;
 mod record_replay;
 mod release;
 mod robust;

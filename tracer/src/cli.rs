@@ -176,8 +176,13 @@ pub struct BaselineRecordArgs {
     pub out: PathBuf,
     /// Take this report (from `run`, `attach` or `validate --json`) instead
     /// of running validate.
-    #[arg(long, value_name = "REPORT.json", conflicts_with_all = ["require_kernel_probes", "json", "duration"])]
+    #[arg(long, value_name = "REPORT.json", conflicts_with_all = ["require_kernel_probes", "json", "duration", "repeat"])]
     pub from: Option<PathBuf>,
+    /// Run validate this many times and keep every run of each workload:
+    /// `compare` judges measured numbers against the spread they show
+    /// (docs/compare.md).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
     /// Options of the validate run.
     #[command(flatten)]
     pub validate: ValidateArgs,
