@@ -5,8 +5,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::{
     drive::{
-        copy_loop::CopyLoopOpts, cuda_copy::CudaCopyOpts, nccl::NcclOpts, nixl::NixlOpts, pin_churn::PinChurnOpts,
-        syscalls::SyscallsOpts, tcp::TcpOpts, ucx::UcxOpts, verbs::VerbsOpts,
+        copy_loop::CopyLoopOpts, cuda_copy::CudaCopyOpts, gds::GdsOpts, nccl::NcclOpts, nixl::NixlOpts,
+        pin_churn::PinChurnOpts, syscalls::SyscallsOpts, tcp::TcpOpts, ucx::UcxOpts, verbs::VerbsOpts,
     },
     units::parse_duration,
 };
@@ -176,8 +176,13 @@ pub struct BaselineRecordArgs {
     pub out: PathBuf,
     /// Take this report (from `run`, `attach` or `validate --json`) instead
     /// of running validate.
-    #[arg(long, value_name = "REPORT.json", conflicts_with_all = ["require_kernel_probes", "json", "duration"])]
+    #[arg(long, value_name = "REPORT.json", conflicts_with_all = ["require_kernel_probes", "json", "duration", "repeat"])]
     pub from: Option<PathBuf>,
+    /// Run validate this many times and keep every run of each workload:
+    /// `compare` judges measured numbers against the spread they show
+    /// (docs/compare.md).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
     /// Options of the validate run.
     #[command(flatten)]
     pub validate: ValidateArgs,
@@ -251,7 +256,7 @@ pub struct TraceArgs {
     pub json: Option<PathBuf>,
     /// What to print on stdout: the report as text or JSON (`validate`:
     /// `gdrtrace.validate/v1`, `baseline record`: `gdrtrace.baseline-record/v1`;
-    /// docs/formats.md).
+    /// docs/formats.md). With json, the traced command's stdout goes to stderr.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// Event ring buffer size in bytes (a power of two, at least one page).
@@ -325,6 +330,9 @@ pub struct ExplainArgs {
     /// corroborate the UCX paths with.
     #[arg(long, value_name = "FILE")]
     pub ucx_log: Option<PathBuf>,
+    /// cuFile's log (cufile.log) to corroborate the file paths with.
+    #[arg(long, value_name = "FILE")]
+    pub cufile_log: Option<PathBuf>,
     /// What to print on stdout (json: `gdrtrace.explain/v1`, docs/formats.md).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -536,6 +544,9 @@ pub enum Drive {
     /// One TCP connection over loopback (sender and receiver in this
     /// process), with the kernel's count of its retransmitted segments.
     Tcp(TcpOpts),
+    /// GPUDirect Storage: a GPU buffer written to a file and read back
+    /// through libcufile (cuFileWrite, cuFileRead), then checked.
+    Gds(GdsOpts),
 }
 
 #[derive(Debug, Subcommand)]

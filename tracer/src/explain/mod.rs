@@ -13,6 +13,7 @@ use crate::{
 };
 
 mod fabric;
+mod gds;
 mod rules;
 mod ucx;
 
@@ -159,9 +160,17 @@ pub fn paths(r: &Report, findings: &[Finding]) -> Vec<Path> {
             }
             continue;
         }
-        for p in mine.into_iter().filter(|p| wants_cause(p.transport, p.host_staged)) {
+        for p in mine
+            .into_iter()
+            .filter(|p| wants_cause(p.transport, p.host_staged) || (p.peer_kind == PeerKind::File && p.cause.is_some()))
+        {
             let what = format!("path {}: {} via {}", p.label(), p.transport.name(), p.via);
-            out.push((v.pid, what, PATH_RULES));
+            let rules = if p.peer_kind == PeerKind::File {
+                gds::FILE_RULES
+            } else {
+                PATH_RULES
+            };
+            out.push((v.pid, what, rules));
         }
     }
     // Copies that a library's staged path made are that path's bytes.

@@ -51,6 +51,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         gpu_links: inputs.gpu_links,
         ucx: crate::stats::ucx::report(agg, &inputs.process_libraries),
         fabric,
+        gds: crate::stats::gds::report(agg),
         judged: false,
     }
 }

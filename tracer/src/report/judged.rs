@@ -140,6 +140,7 @@ pub fn inputs_of(r: &Report) -> Inputs {
         facts: Some(r.facts.clone()),
         ucx: r.ucx.clone(),
         windows: r.windows.clone(),
+        gds: r.gds.clone(),
         nccl_peers: Default::default(),
     }
 }

@@ -148,6 +148,10 @@ impl Aggregator {
         self.exiting.remove(&pid);
         self.credited.remove(&pid);
         self.windows.forget(pid);
+        self.io.retain(|(p, _, _), _| *p != pid);
+        self.io_counted.retain(|(p, _, _), _| *p != pid);
+        self.p2pdma.remove(&pid);
+        self.gds.forget(pid);
     }
 
     /// A process is gone: once the duty cycle has run, the interval it
@@ -235,6 +239,9 @@ impl Aggregator {
             ..*e
         };
         if let Some(c) = self.call(&first) {
+            if let Some(t) = &mut self.timeline {
+                t.row_first((e.pid, e.op, handle), &c, e.start_ns);
+            }
             let class = self.copies.first(e.pid, e.op, handle, first, &c);
             self.estimator.row_began(&class, e.start_ns);
         }

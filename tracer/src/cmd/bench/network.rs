@@ -89,7 +89,7 @@ fn round(a: &crate::cli::BenchNetworkArgs, network: bool, summary: &std::path::P
     .collect();
     let rt = super::super::runtime()?;
     rt.block_on(async {
-        let gated = spawn::spawn_gated(&argv)?;
+        let gated = spawn::spawn_gated(&argv, spawn::CommandStdout::Inherit)?;
         trace.add_target(gated.pid, None)?;
         let mut child = gated.release()?;
         trace
