@@ -289,7 +289,7 @@ pub struct TraceArgs {
     /// off phases estimated from the rates around them and marked as such),
     /// `auto:HZ`, `exact` (validate), or `ON/PERIOD` (e.g. 1s/10s).
     #[arg(long, value_name = "MODE")]
-    pub collectives: Option<crate::probes::duty::Mode>,
+    pub collectives: Option<crate::sampling::Mode>,
     #[command(flatten)]
     pub input: InputArgs,
     /// Ask NCCL's RAS service (NCCL 2.24+) once, when the first NCCL
@@ -478,7 +478,7 @@ pub struct TopArgs {
     pub nccl_log: Option<PathBuf>,
     /// How collectives are counted (as `attach --collectives`).
     #[arg(long, value_name = "MODE")]
-    pub collectives: Option<crate::probes::duty::Mode>,
+    pub collectives: Option<crate::sampling::Mode>,
     #[command(flatten)]
     pub input: InputArgs,
 }
@@ -582,7 +582,7 @@ pub struct BenchCopiesArgs {
     pub rounds: u32,
     /// `run --collectives` of the traced rounds.
     #[arg(long, default_value = "auto")]
-    pub collectives: crate::probes::duty::Mode,
+    pub collectives: crate::sampling::Mode,
     /// Pause --pause-ms after every this many pairs (`drive copy-loop
     /// --burst`: the shape of torch's asynchronous copies with a
     /// synchronize every few; 0: a steady loop).
@@ -597,7 +597,7 @@ pub struct BenchCopiesArgs {
 pub struct BenchDutyArgs {
     /// The mode of the probed stand-in's row (as `run --collectives`).
     #[arg(long, default_value = "auto")]
-    pub collectives: crate::probes::duty::Mode,
+    pub collectives: crate::sampling::Mode,
     /// Nanoseconds of spin per call before it (the collective's own time:
     /// an 8 KiB all-reduce on 2xH200 takes 20-36 us).
     #[arg(long, default_value_t = 20_000)]

@@ -34,6 +34,7 @@ pub mod probes;
 pub mod progress;
 pub mod recording;
 pub mod report;
+pub mod sampling;
 pub mod serve;
 pub mod session;
 pub mod signals;

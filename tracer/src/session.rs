@@ -18,12 +18,11 @@ use crate::{
     events::EventStream,
     loader::{self, LoadOptions},
     probes::{
-        Family, Planner, Status,
-        duty::{self, DutyCycle, Switch},
-        libs, uapi,
+        Family, Planner, Status, libs, uapi,
         uprobes::{Closed, Group},
     },
     report::Loss,
+    sampling::{self, DutyCycle, Switch},
     stats::Aggregator,
 };
 
@@ -36,7 +35,7 @@ pub struct SessionOptions {
     pub installed_libraries: bool,
     /// How the sampled rows (collectives, group and UCX data calls) are
     /// traced (`--collectives`).
-    pub collectives: duty::Mode,
+    pub collectives: sampling::Mode,
 }
 
 pub struct Session {

@@ -509,7 +509,7 @@ pub fn run_validate(args: &ValidateArgs) -> Result<Validated> {
     // The checks hold the tracer's counts against the workloads' own: every
     // collective is counted unless the command line asks otherwise.
     let mut trace: TraceArgs = args.trace.clone();
-    trace.collectives.get_or_insert(crate::probes::duty::Mode::Exact);
+    trace.collectives.get_or_insert(crate::sampling::Mode::Exact);
     if trace.format == Format::Json {
         crate::output::text_to_stderr();
         trace.format = Format::Text;

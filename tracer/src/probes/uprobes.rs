@@ -15,7 +15,7 @@
 //! repeat on every API call or send) are one droppable link per file,
 //! closed by `Planner::drop_setup` when their hit rate goes over budget;
 //! `Sampled` rows (collectives, group and UCX data calls: a trap per
-//! transfer) are one link per file that the duty cycle (`probes/duty.rs`)
+//! transfer) are one link per file that the duty cycle (`sampling/controller.rs`)
 //! closes and opens again. Their files are kept open, so a link re-opened
 //! later goes to the same inode even when the path has since been replaced
 //! or the process whose `/proc/PID/root` named it has exited.

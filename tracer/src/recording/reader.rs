@@ -155,7 +155,7 @@ pub(super) fn input(line: &str, ty: &str) -> std::result::Result<Option<Input>, 
                     return Err(format!("trap-cost {f} is not a non-negative number"));
                 }
             }
-            Input::TrapCost(crate::stats::duty::TrapCost {
+            Input::TrapCost(crate::sampling::TrapCost {
                 entry_ns: c.entry_ns,
                 pair_ns: c.pair_ns,
                 stepped_ns,

@@ -156,15 +156,13 @@ fn fixture_lines_are_written_as_read() {
 #[test]
 fn trap_cost_and_stepped_lines() {
     let old = r#"{"type":"trap-cost","entry_ns":800.0,"pair_ns":1600.0}"#;
-    let Some(Input::TrapCost(crate::stats::duty::TrapCost { stepped_ns, .. })) =
-        reader::input(old, "trap-cost").unwrap()
+    let Some(Input::TrapCost(crate::sampling::TrapCost { stepped_ns, .. })) = reader::input(old, "trap-cost").unwrap()
     else {
         panic!("not a trap cost");
     };
     assert_eq!(stepped_ns, 800.0);
     let new = r#"{"type":"trap-cost","entry_ns":800.0,"pair_ns":1600.0,"stepped_ns":9400.0}"#;
-    let Some(Input::TrapCost(crate::stats::duty::TrapCost { stepped_ns, .. })) =
-        reader::input(new, "trap-cost").unwrap()
+    let Some(Input::TrapCost(crate::sampling::TrapCost { stepped_ns, .. })) = reader::input(new, "trap-cost").unwrap()
     else {
         panic!("not a trap cost");
     };

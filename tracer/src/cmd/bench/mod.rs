@@ -45,7 +45,7 @@ fn bare_session(load: LoadOptions) -> Result<Session> {
         load,
         families: Some(vec![Family::Sched]),
         installed_libraries: false,
-        collectives: crate::probes::duty::Mode::Exact,
+        collectives: crate::sampling::Mode::Exact,
     })
 }
 

@@ -51,7 +51,7 @@ pub struct Planner {
     /// Why the set-up links were closed, once they were.
     pub setup_dropped: Option<String>,
     /// How the sampled rows were traced, once their duty cycle first
-    /// closed them (`probes/duty.rs`): the coverage detail of their files.
+    /// closed them (`sampling/controller.rs`): the coverage detail of their files.
     pub sampling_note: Option<String>,
     /// The shared syscall program pairs tried so far (`tp_btf`, then raw
     /// tracepoint), and how each went; at most one is ever attached.
