@@ -16,6 +16,7 @@ pub mod profile;
 pub mod render;
 pub mod sections;
 pub mod thresholds;
+pub mod workload;
 
 pub use comparison::{Comparison, LostProbe, Row, Status, TransportChange, WorkloadCmp};
 pub use document::{

@@ -3,6 +3,7 @@
 pub mod catalog;
 pub mod coverage;
 pub mod insn;
+pub mod kinds;
 pub mod libs;
 pub mod ops;
 pub mod planner;
