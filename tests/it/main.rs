@@ -16,6 +16,7 @@ mod habits;
 mod helm;
 mod host;
 mod job;
+mod job_nodes;
 mod nccl_log;
 mod pin_churn;
 mod progress;
