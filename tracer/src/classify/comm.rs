@@ -529,4 +529,6 @@ mod log;
 pub use self::{cause::*, log::*};
 
 #[cfg(test)]
+mod network_tests;
+#[cfg(test)]
 mod tests;
