@@ -12,6 +12,7 @@ mod deploy;
 mod duty;
 mod formats;
 mod fuzz_readers;
+mod gds;
 mod habits;
 mod helm;
 mod host;

@@ -30,6 +30,10 @@ pub enum Family {
     Nccl,
     /// UCX: libucp, libuct and libucs.
     Ucx,
+    /// Positional file I/O and ioctls, aggregated per (process, fd).
+    FileIo,
+    /// libcufile (GPUDirect Storage).
+    Gds,
 }
 
 impl Family {
@@ -47,6 +51,8 @@ impl Family {
             Family::Ibverbs => "ibverbs",
             Family::Nccl => "nccl",
             Family::Ucx => "ucx",
+            Family::FileIo => "file-io",
+            Family::Gds => "gds",
         }
     }
 }
