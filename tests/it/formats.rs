@@ -60,7 +60,7 @@ fn compare_json_lists_the_regressed_metrics_of_the_kernel_upgrade() {
     let o = run(&["compare", &old, &new, "--allow-profile-change", "--format", "json"]);
     assert_eq!(code(&o), code(&text), "the exit status is the text form's");
     assert_eq!(code(&o), 1, "{}", stderr(&o));
-    let v = round_trip::<CompareDoc>("compare", &stdout(&o), "gdrtrace.compare/v1");
+    let v = round_trip::<CompareDoc>("compare", &stdout(&o), "gdrtrace.compare/v2");
     assert_eq!(v.result, "regression");
     assert_eq!(v.exit_code, 1);
     let regressed: Vec<(String, String)> = v
@@ -81,8 +81,28 @@ fn compare_json_lists_the_regressed_metrics_of_the_kernel_upgrade() {
     let text = stdout(&text);
     let text_rows = text.lines().filter(|l| l.trim_end().ends_with("REGRESSION")).count();
     assert_eq!(regressed.len(), text_rows, "{regressed:?}\n{text}");
-    // Every metric's threshold and baseline are strings: CompareDoc read them.
     assert!(!v.metrics.is_empty());
+    // Numbers are numbers, their unit beside them: a latency in ns whose
+    // text form is the same value.
+    let lat = v
+        .metrics
+        .iter()
+        .find(|m| m.unit.as_deref() == Some("ns") && m.current.is_some())
+        .expect("a latency metric");
+    let (b, c) = (
+        lat.baseline.as_ref().expect("baseline"),
+        lat.current.as_ref().expect("current"),
+    );
+    assert_eq!((b.unit.as_str(), c.unit.as_str()), ("ns", "ns"));
+    assert_eq!(lat.text.baseline, gdrtrace::units::ns(b.value as u64), "{lat:?}");
+    assert!(lat.limit.is_some() || lat.verdict == Status::Info, "{lat:?}");
+    // A transport mix is not a number.
+    assert!(
+        v.metrics
+            .iter()
+            .filter(|m| m.unit.is_none())
+            .all(|m| m.baseline.is_none())
+    );
     assert!(v.profile_differences.iter().any(|d| d.field == "kernel"));
     // Could not compare: exit 2 and one line, as the text form.
     let o = run(&["compare", &old, &new, "--format", "json"]);

@@ -27,7 +27,17 @@ fn validate_and_baseline_record_say_each_step_as_lines() {
     }
     let dir = scratch("progress");
     let out = dir.join("base.json");
-    let o = run(&["baseline", "record", "--out", s(&out), "--iterations", "20", "--no-ucx"]);
+    let o = run(&[
+        "baseline",
+        "record",
+        "--out",
+        s(&out),
+        "--iterations",
+        "20",
+        "--no-ucx",
+        "--repeat",
+        "1",
+    ]);
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
     assert!(

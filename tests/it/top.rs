@@ -10,6 +10,9 @@
 //!   `run`, and a job attached after its set-up) replayed into `top
 //!   --replay` show each rank's GPU verdict and basis as `replay` judges
 //!   them, and the detail pane shows the verdict's cause;
+//! - at 80 columns the replayed job's table shows whole headers (columns
+//!   that do not fit are left out, never cut to "VERDIC") with each rank's
+//!   verdict, and `?` lists the keys and the columns left out;
 //! - without a terminal `top` says so in one line, suggests `attach
 //!   --interval`, and exits 2.
 //!
@@ -30,11 +33,25 @@ struct Tmux {
 
 impl Tmux {
     fn start(name: &str) -> Tmux {
+        Tmux::sized(name, 200, 50)
+    }
+
+    fn sized(name: &str, columns: u16, lines: u16) -> Tmux {
         let socket = format!("gdrtrace-top-{name}-{}", std::process::id());
         let t = Tmux { socket };
         let ok = t
             .cmd()
-            .args(["new-session", "-d", "-s", "main", "-x", "200", "-y", "50", "sh"])
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                "main",
+                "-x",
+                &columns.to_string(),
+                "-y",
+                &lines.to_string(),
+                "sh",
+            ])
             .env("PS1", "$ ")
             .env("TERM", "xterm-256color")
             .status()
@@ -312,4 +329,59 @@ fn without_a_terminal_top_says_so_and_exits_2() {
         );
         assert!(o.stdout.is_empty());
     }
+}
+
+#[test]
+fn eighty_columns_show_whole_headers_and_question_mark_helps() {
+    let test = "eighty_columns_show_whole_headers_and_question_mark_helps";
+    if !have(test, "tmux", "scripts/setup.sh --vm installs it") {
+        return;
+    }
+    let recording = fixture("recordings/gpu-h200-nodes-run-default.rec.gz");
+    let expected = verdicts(&recording);
+    let t = Tmux::sized("eighty", 80, 24);
+    t.line(&format!(
+        "{} top --replay {recording} --interval 500ms --speed 20; echo top-exited-$?",
+        gdrtrace_path().display()
+    ));
+    let screen = t.wait(Duration::from_secs(60), "the replay to finish", |c| {
+        c.contains("replay finished")
+    });
+    let header = screen
+        .lines()
+        .find(|l| l.contains(" PID "))
+        .unwrap_or_else(|| panic!("a header:\n{screen}"));
+    let words: Vec<&str> = header.split_whitespace().collect();
+    for column in ["PID", "COMM", "VERDICT", "STAGED/s", "STAGED%", "HOT"] {
+        assert!(words.contains(&column), "{column} whole at 80 columns:\n{screen}");
+    }
+    let known = [
+        "PID", "COMM", "VERDICT", "BASIS", "MOVED/s", "STAGED/s", "STAGED%", "REG/s", "VmPin", "HOT", "OPS", "(p99:",
+        "all", "targets)",
+    ];
+    for w in &words {
+        assert!(known.contains(w), "{w:?}: a header cut at 80 columns:\n{screen}");
+    }
+    assert!(screen.lines().all(|l| l.chars().count() <= 80));
+    for (pid, transport, _) in &expected {
+        assert_eq!(
+            cell(&screen, *pid, "VERDICT").as_deref(),
+            Some(transport.as_str()),
+            "pid {pid}:\n{screen}"
+        );
+    }
+    assert!(screen.contains("? help"), "the keys line offers help:\n{screen}");
+    t.keys(&["?"]);
+    let help = t.wait(Duration::from_secs(10), "the help", |c| {
+        c.contains("help (? or Esc closes)")
+    });
+    assert!(
+        help.contains("(hidden: too narrow)"),
+        "the help names the columns left out:\n{help}"
+    );
+    t.keys(&["Escape"]);
+    t.wait(Duration::from_secs(10), "the table again", |c| c.contains(" PID "));
+    t.keys(&["q"]);
+    let after = t.wait(Duration::from_secs(10), "top to exit", exited);
+    assert!(after.lines().any(|l| l == "top-exited-0"), "{after}");
 }

@@ -179,8 +179,13 @@ pub struct BaselineRecordArgs {
     pub out: PathBuf,
     /// Take this report (from `run`, `attach` or `validate --json`) instead
     /// of running validate.
-    #[arg(long, value_name = "REPORT.json", conflicts_with_all = ["require_kernel_probes", "json", "duration"])]
+    #[arg(long, value_name = "REPORT.json", conflicts_with_all = ["require_kernel_probes", "json", "duration", "repeat"])]
     pub from: Option<PathBuf>,
+    /// Run validate this many times and keep every run of each workload:
+    /// `compare` judges measured numbers against the spread they show
+    /// (docs/compare.md).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
     /// Options of the validate run.
     #[command(flatten)]
     pub validate: ValidateArgs,
@@ -254,7 +259,7 @@ pub struct TraceArgs {
     pub json: Option<PathBuf>,
     /// What to print on stdout: the report as text or JSON (`validate`:
     /// `gdrtrace.validate/v1`, `baseline record`: `gdrtrace.baseline-record/v1`;
-    /// docs/formats.md).
+    /// docs/formats.md). With json, the traced command's stdout goes to stderr.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// Event ring buffer size in bytes (a power of two, at least one page).

@@ -9,6 +9,20 @@ pub fn dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/recordings")
 }
 
+/// Every shipped recording's name (without `.rec` or `.rec.gz`), sorted.
+pub fn names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir())
+        .expect("the recordings")
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().to_string_lossy().into_owned();
+            let stem = name.strip_suffix(".rec.gz").or_else(|| name.strip_suffix(".rec"))?;
+            Some(stem.to_string())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 /// Replays `tests/fixtures/recordings/<name>.rec` (or `.rec.gz`; name
 /// without either): the judged report and what `explain` says about it.
 pub fn replay_fixture(name: &str) -> (Report, Explain) {

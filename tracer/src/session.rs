@@ -122,8 +122,12 @@ impl Session {
             cpu: CpuMarks::default(),
             copy_tags: CopyTags::new(now),
         };
+        // Looked for either way: a library row no traced process maps says
+        // whether it is installed, as `doctor` does.
+        let installed = libs::installed();
+        s.planner.installed = Some(installed.iter().map(|f| (f.lib, f.path.clone())).collect());
         if opts.installed_libraries {
-            for file in libs::installed() {
+            for file in installed {
                 if enabled(file.lib.family()) {
                     s.planner.attach_library(&mut s.ebpf, &file);
                 }

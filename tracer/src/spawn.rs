@@ -154,9 +154,19 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Where a started command's standard output goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommandStdout {
+    /// gdrtrace's own standard output (the command's output, then the text report).
+    Inherit,
+    /// gdrtrace's standard error: standard output holds a document of
+    /// gdrtrace's (`--format json`), which the command's lines would break.
+    ToStderr,
+}
+
 /// Forks `argv` held before exec. Arguments are bytes, as execve(2) takes
 /// them: any, UTF-8 or not (`printf 'x\xffy'`).
-pub fn spawn_gated<S: AsRef<OsStr>>(argv: &[S]) -> Result<Gated> {
+pub fn spawn_gated<S: AsRef<OsStr>>(argv: &[S], stdout: CommandStdout) -> Result<Gated> {
     let Some(argv0) = argv.first() else {
         return Err(Error::Usage("no command given".into()));
     };
@@ -173,7 +183,7 @@ pub fn spawn_gated<S: AsRef<OsStr>>(argv: &[S]) -> Result<Gated> {
     let (gate_r, gate_w) = pipe().map_err(|e| Error::io("pipe", e))?;
     let (err_r, err_w) = pipe().map_err(|e| Error::io("pipe", e))?;
     // SAFETY: the child only calls async-signal-safe functions (read,
-    // signal, sigprocmask, execvp, write, _exit) on memory prepared before
+    // signal, sigprocmask, dup2, execvp, write, _exit) on memory prepared before
     // the fork.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -193,6 +203,9 @@ pub fn spawn_gated<S: AsRef<OsStr>>(argv: &[S]) -> Result<Gated> {
             let mut none: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut none);
             libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            if stdout == CommandStdout::ToStderr {
+                libc::dup2(libc::STDERR_FILENO, libc::STDOUT_FILENO);
+            }
             libc::execvp(ptrs[0], ptrs.as_ptr());
             let errno = *libc::__errno_location();
             libc::write(err_w.as_raw_fd(), (&errno as *const i32).cast(), 4);

@@ -20,9 +20,16 @@ pub struct RecordDoc {
     /// `validate` or `report NAME`.
     pub source: String,
     pub workloads: Vec<String>,
+    /// Runs of each workload kept (`--repeat`; 1 with --from).
+    #[serde(default = "one")]
+    pub runs_per_workload: usize,
     pub profile: compare::Profile,
     /// The exit status of the validate run behind it (0 with --from).
     pub validate_exit_code: i32,
+}
+
+fn one() -> usize {
+    1
 }
 
 pub fn record(args: &BaselineRecordArgs) -> Result<i32> {
@@ -59,26 +66,48 @@ pub fn record(args: &BaselineRecordArgs) -> Result<i32> {
             let run = Run {
                 workload: compare::workload_name(&report),
                 report: v,
+                repeats: Vec::new(),
             };
             (vec![run], vec![report], format!("report {name}"), 0)
         }
         None => {
-            let v = crate::progress::step("baseline record: validate", || {
-                super::validate::run_validate(&args.validate)
-            })?;
-            let (code, reports) = (v.code, v.reports);
-            let runs = reports
-                .iter()
-                .map(|(workload, r)| {
-                    let report = serde_json::to_value(r)
+            let n = args.repeat.max(1);
+            let mut runs: Vec<Run> = Vec::new();
+            let mut reports = Vec::new();
+            let mut code = 0;
+            for k in 0..n {
+                let what = if n > 1 {
+                    format!("baseline record: validate (run {} of {n})", k + 1)
+                } else {
+                    "baseline record: validate".to_string()
+                };
+                let v = crate::progress::step(&what, || super::validate::run_validate(&args.validate))?;
+                if code == 0 {
+                    code = v.code;
+                }
+                for (workload, r) in v.reports {
+                    let report = serde_json::to_value(&r)
                         .map_err(|e| Error::Workload(format!("serializing the {workload} report: {e}")))?;
-                    Ok(Run {
-                        workload: workload.clone(),
-                        report,
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let reports = reports.into_iter().map(|(_, r)| r).collect();
+                    match runs.iter_mut().find(|x| x.workload == workload) {
+                        Some(run) if k > 0 => run.repeats.push(report),
+                        Some(_) => {
+                            return Err(Error::Workload(format!("validate ran workload {workload} twice")));
+                        }
+                        None if k == 0 => {
+                            runs.push(Run {
+                                workload,
+                                report,
+                                repeats: Vec::new(),
+                            });
+                            reports.push(r);
+                        }
+                        None => errln!(
+                            "gdrtrace: note: workload {workload} ran in run {} of validate and not in the first: left out",
+                            k + 1
+                        ),
+                    }
+                }
+            }
             (runs, reports, "validate".to_string(), code)
         }
     };
@@ -94,12 +123,14 @@ pub fn record(args: &BaselineRecordArgs) -> Result<i32> {
     };
     out.write(json.as_bytes())?;
     let p = &baseline.profile;
+    let runs_each = baseline.runs.iter().map(|r| 1 + r.repeats.len()).max().unwrap_or(1);
     if args.validate.trace.format == Format::Json {
         let doc = RecordDoc {
             schema: SCHEMA.into(),
             out: args.out.display().to_string(),
             source: baseline.source.clone(),
             workloads: baseline.runs.iter().map(|r| r.workload.clone()).collect(),
+            runs_per_workload: runs_each,
             profile: p.clone(),
             validate_exit_code: code,
         };
@@ -107,7 +138,7 @@ pub fn record(args: &BaselineRecordArgs) -> Result<i32> {
         return Ok(code);
     }
     outln!(
-        "baseline: {} run(s) ({}) written to {}; kernel {}, lockdown {}, gpu {}, nic {}, probe catalog {}",
+        "baseline: {} run(s) ({}){} written to {}; kernel {}, lockdown {}, gpu {}, nic {}, probe catalog {}",
         baseline.runs.len(),
         baseline
             .runs
@@ -115,6 +146,11 @@ pub fn record(args: &BaselineRecordArgs) -> Result<i32> {
             .map(|r| r.workload.as_str())
             .collect::<Vec<_>>()
             .join(", "),
+        if runs_each > 1 {
+            format!(", each run {runs_each} times,")
+        } else {
+            String::new()
+        },
         args.out.display(),
         p.kernel,
         p.lockdown,

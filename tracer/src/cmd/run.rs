@@ -265,7 +265,13 @@ pub fn trace_command<S: AsRef<std::ffi::OsStr>>(t: &TraceArgs, argv: &[S], annou
                 signo: s.signo,
             });
         }
-        let gated = spawn::spawn_gated(argv)?;
+        // `--format json`: stdout is the report's alone (as `perf stat -j`
+        // keeps its output off the command's); the command's goes to stderr.
+        let stdout = match t.format {
+            Format::Json => spawn::CommandStdout::ToStderr,
+            Format::Text => spawn::CommandStdout::Inherit,
+        };
+        let gated = spawn::spawn_gated(argv, stdout)?;
         let gpid = gated.pid;
         if let Err(e) = trace.add_target(gpid, None) {
             // SAFETY: our own held child; it has not run anything yet.

@@ -22,16 +22,24 @@ use crate::{
 
 /// The trace arguments of a secondary workload: no `--json` (the first
 /// workload's report is the command's), and its own recording and transfer
-/// records (`FILE.<workload>`) when `--record FILE` / `--transfers FILE` were given.
+/// records (`FILE.<workload>`; `X.<workload>.gz` for a recording `X.gz`,
+/// gzip as well) when `--record FILE` / `--transfers FILE` were given.
 fn sub(trace: &TraceArgs, name: &str) -> TraceArgs {
     let suffixed = |p: &PathBuf| {
         let mut s = p.clone().into_os_string();
         s.push(format!(".{name}"));
         PathBuf::from(s)
     };
+    let recording = |p: &PathBuf| {
+        if crate::recording::gzipped(p) {
+            suffixed(&p.with_extension("")).with_added_extension("gz")
+        } else {
+            suffixed(p)
+        }
+    };
     TraceArgs {
         json: None,
-        record: trace.record.as_ref().map(suffixed),
+        record: trace.record.as_ref().map(recording),
         transfers: trace.transfers.as_ref().map(suffixed),
         trace_event: trace.trace_event.as_ref().map(suffixed),
         ..trace.clone()
@@ -631,4 +639,31 @@ pub fn run_validate(args: &ValidateArgs) -> Result<Validated> {
         unavailable: missing_kernel,
         absent: not_in_kernel,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    fn trace(args: &[&str]) -> TraceArgs {
+        let argv = ["gdrtrace", "validate"].iter().chain(args);
+        match crate::cli::Cli::try_parse_from(argv).expect("valid arguments").command {
+            crate::cli::Command::Validate(v) => v.trace,
+            other => panic!("not validate: {other:?}"),
+        }
+    }
+
+    /// A later workload's files are named after the first one's; a gzip
+    /// recording's name keeps `.gz` last, so it says what it holds.
+    #[test]
+    fn later_workloads_files_keep_a_gz_name_last() {
+        let t = trace(&["--record", "run/job.rec.gz", "--transfers", "run/t.jsonl"]);
+        let s = sub(&t, "cuda-copy");
+        assert_eq!(s.record, Some(PathBuf::from("run/job.rec.cuda-copy.gz")));
+        assert_eq!(s.transfers, Some(PathBuf::from("run/t.jsonl.cuda-copy")));
+        let plain = sub(&trace(&["--record", "job.rec"]), "nccl-auto");
+        assert_eq!(plain.record, Some(PathBuf::from("job.rec.nccl-auto")));
+    }
 }

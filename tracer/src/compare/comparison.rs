@@ -1,7 +1,10 @@
 //! The judged comparison: per workload and metric, the change and whether
 //! it crosses its threshold, plus transport changes, lost probes and
 //! missing workloads. Built by `judge`, shown through `sections`.
-use super::{Metrics, Profile, profile};
+use super::{
+    Metrics, Profile, profile,
+    spread::{Bound, Sample},
+};
 
 /// How a row came out (`compare --format json` writes the lowercase name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -37,6 +40,24 @@ pub struct Row {
     pub change: String,
     pub limit: String,
     pub status: Status,
+    /// The numbers behind the text, for a metric that is a measured number
+    /// (`compare --format json` writes them as numbers).
+    pub num: Option<Numbers>,
+}
+
+/// A numeric row's values, in `unit` (`ns`, `GB/s`, `s/GB`, `%`, `count`,
+/// `1/s`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Numbers {
+    pub unit: String,
+    /// The baseline's runs (median, range, how many); `None` when it has none.
+    pub baseline: Option<Sample>,
+    /// The current side's runs; `None` when it has none (`not seen`).
+    pub current: Option<Sample>,
+    /// Current median over baseline median, in percent.
+    pub change_pct: Option<f64>,
+    /// The bound the current median was held to, when judged by the spread model.
+    pub bound: Option<Bound>,
 }
 
 /// One workload, compared.

@@ -28,11 +28,15 @@ pub struct Baseline {
 }
 
 /// One traced workload: its name and its `gdrtrace.report/v1` report, as
-/// written (a baseline stores reports verbatim).
+/// written (a baseline stores reports verbatim), and the reports of its
+/// further runs when it was recorded with `--repeat N` (N - 1 of them;
+/// absent in a baseline of one run each, as before).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Run {
     pub workload: String,
     pub report: Value,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repeats: Vec<Value>,
 }
 
 /// A document given to `compare`: a baseline, or a plain report read as a
@@ -45,6 +49,17 @@ pub struct Document {
     /// Each run's report read typed ([`read_report`]), in the order of
     /// `baseline.runs`.
     pub reports: Vec<Report>,
+    /// Each run's further reports (`Run::repeats`) read typed.
+    pub repeats: Vec<Vec<Report>>,
+}
+
+impl Document {
+    /// Every report of run `i`: the first, then its repeats.
+    pub fn runs_of(&self, i: usize) -> Vec<&Report> {
+        std::iter::once(&self.reports[i])
+            .chain(self.repeats.get(i).into_iter().flatten())
+            .collect()
+    }
 }
 
 pub use super::workload::{Point, Summary, Workload, workloads};
@@ -251,17 +266,40 @@ pub fn document(name: &str, v: Value) -> Result<Document, String> {
                     .map_err(|e| format!("{name} is a malformed baseline: run {} ({}): {e}", i + 1, run.workload))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let repeats = baseline
+            .runs
+            .iter()
+            .enumerate()
+            .map(|(i, run)| {
+                run.repeats
+                    .iter()
+                    .enumerate()
+                    .map(|(k, r)| {
+                        read_report(r).map_err(|e| {
+                            format!(
+                                "{name} is a malformed baseline: run {} ({}), repeat {}: {e}",
+                                i + 1,
+                                run.workload,
+                                k + 2
+                            )
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Document {
             name,
             baseline,
             plain_report: false,
             reports,
+            repeats,
         })
     } else if schema == crate::report::SCHEMA {
         let report = read_report(&v).map_err(|e| format!("{name} is a malformed report: {e}"))?;
         let run = Run {
             workload: workload_name(&report),
             report: v,
+            repeats: Vec::new(),
         };
         let (baseline, _) = record(vec![run], std::slice::from_ref(&report), format!("report {name}"));
         Ok(Document {
@@ -269,6 +307,7 @@ pub fn document(name: &str, v: Value) -> Result<Document, String> {
             baseline,
             plain_report: true,
             reports: vec![report],
+            repeats: vec![Vec::new()],
         })
     } else if schema.starts_with("gdrtrace.baseline/") {
         Err(newer("baseline", SCHEMA))

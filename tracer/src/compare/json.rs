@@ -1,12 +1,16 @@
 //! `compare --format json`: the comparison as one document
-//! (`gdrtrace.compare/v1`, docs/formats.md), for a CI gate: the result and
+//! (`gdrtrace.compare/v2`, docs/formats.md), for a CI gate: the result and
 //! exit status, and every metric with its baseline, current value,
-//! threshold and verdict.
+//! threshold and verdict, numbers as numbers with their unit beside them.
 use serde::{Deserialize, Serialize};
 
-use super::{Comparison, LostProbe, Row, Status, TransportChange, profile::Difference};
+use super::{
+    Comparison, LostProbe, Row, Status, TransportChange,
+    profile::Difference,
+    spread::{Bound, Sample},
+};
 
-pub const SCHEMA: &str = "gdrtrace.compare/v1";
+pub const SCHEMA: &str = "gdrtrace.compare/v2";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CompareDoc {
@@ -33,29 +37,105 @@ pub struct CompareDoc {
     pub metrics: Vec<Metric>,
 }
 
-/// One compared metric: values as the text report shows them (with units).
+/// One compared metric. A metric that is a measured number has `unit`,
+/// `baseline`, `current`, `change` and `limit` as numbers; one that is not
+/// (a transport mix) has them `null`. `text` is what the text report shows.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Metric {
     pub workload: String,
     pub metric: String,
-    pub baseline: String,
-    pub current: String,
-    pub change: String,
-    /// The threshold it was held to (`+10%`, `any change`, `-` when not judged).
-    pub threshold: String,
+    /// The unit of `baseline`, `current` and `limit` (`ns`, `GB/s`, `s/GB`,
+    /// `%`, `count`, `1/s`).
+    pub unit: Option<String>,
+    pub baseline: Option<Quantity>,
+    pub current: Option<Quantity>,
+    /// Current median over baseline median (`unit` `%`).
+    pub change: Option<Quantity>,
+    /// The bound the current median was held to.
+    pub limit: Option<Limit>,
+    pub text: Text,
     /// `ok`, `regression`, `better` or `info` (shown, not judged).
     pub verdict: Status,
 }
 
+/// A side's value: the median of its runs, their range and count.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Quantity {
+    pub value: f64,
+    pub unit: String,
+    /// Lowest and highest run (equal to `value` with one run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<usize>,
+}
+
+/// `{"value": 9000, "unit": "ns", "side": "max"}`: a regression above
+/// (`max`) or below (`min`) `value`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Limit {
+    pub value: f64,
+    pub unit: String,
+    pub side: String,
+}
+
+/// The row as the text report shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Text {
+    pub baseline: String,
+    pub current: String,
+    pub change: String,
+    /// The threshold (`<= 9.0us`, `any change`, `present`, `-` when not judged).
+    pub threshold: String,
+}
+
+fn quantity(s: &Sample, unit: &str) -> Quantity {
+    Quantity {
+        value: s.median,
+        unit: unit.to_string(),
+        min: Some(s.min),
+        max: Some(s.max),
+        runs: Some(s.runs),
+    }
+}
+
 impl From<(&str, &Row)> for Metric {
     fn from((workload, r): (&str, &Row)) -> Self {
+        let n = r.num.as_ref();
+        let unit = n.map(|n| n.unit.clone());
+        let side = |f: fn(&super::Numbers) -> Option<&Sample>| n.and_then(|n| Some(quantity(f(n)?, &n.unit)));
         Metric {
             workload: workload.to_string(),
             metric: r.metric.clone(),
-            baseline: r.baseline.clone(),
-            current: r.current.clone(),
-            change: r.change.clone(),
-            threshold: r.limit.clone(),
+            baseline: side(|n| n.baseline.as_ref()),
+            current: side(|n| n.current.as_ref()),
+            change: n.and_then(|n| n.change_pct).map(|c| Quantity {
+                value: c,
+                unit: "%".into(),
+                min: None,
+                max: None,
+                runs: None,
+            }),
+            limit: n.and_then(|n| {
+                let (value, side) = match n.bound? {
+                    Bound::Max(v) => (v, "max"),
+                    Bound::Min(v) => (v, "min"),
+                };
+                Some(Limit {
+                    value,
+                    unit: n.unit.clone(),
+                    side: side.into(),
+                })
+            }),
+            unit,
+            text: Text {
+                baseline: r.baseline.clone(),
+                current: r.current.clone(),
+                change: r.change.clone(),
+                threshold: r.limit.clone(),
+            },
             verdict: r.status,
         }
     }

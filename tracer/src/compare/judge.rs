@@ -3,77 +3,65 @@
 use std::collections::BTreeMap;
 
 use super::{
-    BwPoint, Comparison, Document, Limits, LostProbe, Metrics, Row, Status, Thresholds, TransportChange, WorkloadCmp,
+    Comparison, Document, Limits, LostProbe, Metrics, Numbers, Row, Status, Thresholds, TransportChange, WorkloadCmp,
+    numeric::{self, missing},
     profile,
+    spread::Sample,
 };
 use crate::report::Report;
-use crate::units::{ns, size_label};
-
-fn pct_change(a: f64, b: f64) -> Option<f64> {
-    (a != 0.0).then(|| (b - a) * 100.0 / a.abs())
-}
-
-fn fmt_pct(c: Option<f64>) -> String {
-    c.map_or("-".into(), |c| format!("{c:+.1}%"))
-}
-
-/// A metric the baseline has and the current run lacks: a regression (the
-/// work it measured was not done, or not seen).
-fn missing(metric: String, baseline: String) -> Row {
-    Row {
-        metric,
-        baseline,
-        current: "not seen".into(),
-        change: "missing".into(),
-        limit: "present".into(),
-        status: Status::Regression,
-    }
-}
-
-/// A metric where up is bad: regression when it grows by more than `pct`.
-/// Falling to 0 from a positive value is a regression too, not an
-/// improvement: the workload ran, so what it counted went unseen.
-fn up_is_bad(metric: String, a: f64, b: f64, pct: f64, fmt: impl Fn(f64) -> String) -> Row {
-    let c = pct_change(a, b);
-    let status = match c {
-        _ if a > 0.0 && b == 0.0 => Status::Regression,
-        Some(c) if c > pct => Status::Regression,
-        Some(c) if c < -pct => Status::Better,
-        _ => Status::Ok,
-    };
-    Row {
-        metric,
-        baseline: fmt(a),
-        current: fmt(b),
-        change: fmt_pct(c),
-        limit: if a > 0.0 && b == 0.0 {
-            "falling to 0".into()
-        } else {
-            format!("+{pct}%")
-        },
-        status,
-    }
-}
 
 /// What changed between two runs of one workload: its rows (in the order
 /// the sections show them), its transport changes and both runs' metrics.
 type Compared = (Vec<Row>, Vec<TransportChange>, Metrics, Metrics);
 
-fn compare_runs(name: &str, base: &Report, cur: &Report, l: &Limits) -> Result<Compared, String> {
-    let a = Metrics::of(base).map_err(|e| format!("could not compare: workload {name} of the baseline: {e}"))?;
-    let b = Metrics::of(cur).map_err(|e| format!("could not compare: workload {name} of the current run: {e}"))?;
+fn compare_runs(name: &str, base: &[&Report], cur: &[&Report], l: &Limits) -> Result<Compared, String> {
+    let of = |side: &str, rs: &[&Report]| {
+        rs.iter()
+            .map(|r| Metrics::of(r).map_err(|e| format!("could not compare: workload {name} of the {side}: {e}")))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let a = of("baseline", base)?;
+    let b = of("current run", cur)?;
+    let (Some(a0), Some(b0)) = (a.first(), b.first()) else {
+        return Err(format!("could not compare: workload {name} has no run"));
+    };
+    // Paths and transports: the baseline's first run against each current
+    // run; a change in any of them counts (a fallback in one run of three
+    // is a fallback).
     let mut rows = Vec::new();
-    let mut changes = Vec::new();
-    verdict_rows(name, &a, &b, &mut rows, &mut changes);
-    transport_rows(name, &a, &b, &mut rows, &mut changes);
-    path_rows(name, &a, &b, &mut rows, &mut changes);
-    operation_rows(&a, &b, &mut rows);
-    rows.extend(staged_row(&a, &b, l));
-    registration_rows(&a, &b, l, &mut rows);
-    rows.extend(cpu_row(&a, &b, l));
-    bandwidth_rows(&a, &b, l, &mut rows);
-    latency_rows(&a, &b, l, &mut rows);
-    Ok((rows, changes, a, b))
+    let mut changes: Vec<TransportChange> = Vec::new();
+    for (k, bk) in b.iter().enumerate() {
+        let (mut r, mut c) = (Vec::new(), Vec::new());
+        verdict_rows(name, a0, bk, &mut r, &mut c);
+        transport_rows(name, a0, bk, &mut r, &mut c);
+        path_rows(name, a0, bk, &mut r, &mut c);
+        operation_rows(a0, bk, &mut r);
+        r.extend(staged_row(a0, bk, l));
+        if k == 0 {
+            (rows, changes) = (r, c);
+            continue;
+        }
+        for mut row in r.into_iter().filter(|r| r.status == Status::Regression) {
+            if !rows
+                .iter()
+                .any(|x| x.metric == row.metric && x.status == Status::Regression)
+            {
+                row.metric = format!("{} (run {})", row.metric, k + 1);
+                rows.push(row);
+            }
+        }
+        for ch in c {
+            if !changes.contains(&ch) {
+                changes.push(ch);
+            }
+        }
+    }
+    // Measured numbers: every run of each side, against the baseline's spread.
+    numeric::registration_rows(&a, &b, l, &mut rows);
+    rows.extend(numeric::cpu_row(&a, &b, l));
+    numeric::bandwidth_rows(&a, &b, l, &mut rows);
+    numeric::latency_rows(&a, &b, l, &mut rows);
+    Ok((rows, changes, a0.clone(), b0.clone()))
 }
 
 /// Transport verdicts: any change in the mix is a failure.
@@ -97,6 +85,7 @@ fn verdict_rows(name: &str, a: &Metrics, b: &Metrics, rows: &mut Vec<Row>, chang
         change: if changed { "changed".into() } else { "same".into() },
         limit: "any change".into(),
         status: if changed { Status::Regression } else { Status::Ok },
+        num: None,
     });
 }
 
@@ -128,6 +117,7 @@ fn path_rows(name: &str, a: &Metrics, b: &Metrics, rows: &mut Vec<Row>, changes:
                 change: "changed".into(),
                 limit: "any change".into(),
                 status: Status::Regression,
+                num: None,
             });
         }
     }
@@ -158,6 +148,7 @@ fn transport_rows(name: &str, a: &Metrics, b: &Metrics, rows: &mut Vec<Row>, cha
                 change: "changed".into(),
                 limit: "any change".into(),
                 status: Status::Regression,
+                num: None,
             });
         }
     }
@@ -169,7 +160,12 @@ fn transport_rows(name: &str, a: &Metrics, b: &Metrics, rows: &mut Vec<Row>, cha
 fn operation_rows(a: &Metrics, b: &Metrics, rows: &mut Vec<Row>) {
     for (op, ta) in &a.op_transports {
         if !b.op_transports.contains_key(op) {
-            rows.push(missing(format!("{op} calls"), ta.values().sum::<u64>().to_string()));
+            let n = ta.values().sum::<u64>();
+            rows.push(missing(
+                format!("{op} calls"),
+                n.to_string(),
+                Some(count(Some(n), None)),
+            ));
         }
     }
     for (op, tb) in &b.op_transports {
@@ -181,8 +177,33 @@ fn operation_rows(a: &Metrics, b: &Metrics, rows: &mut Vec<Row>) {
                 change: "-".into(),
                 limit: "-".into(),
                 status: Status::Info,
+                num: Some(count(None, Some(tb.values().sum::<u64>()))),
             });
         }
+    }
+}
+
+/// Call counts as numbers (`None`: not seen on that side).
+fn count(base: Option<u64>, cur: Option<u64>) -> Numbers {
+    let s = |n: u64| Sample::of(&[n as f64]);
+    Numbers {
+        unit: "count".into(),
+        baseline: base.and_then(s),
+        current: cur.and_then(s),
+        change_pct: None,
+        bound: None,
+    }
+}
+
+/// The host-staged share as numbers, in percent.
+fn share(x: Option<f64>, y: Option<f64>, points: Option<f64>) -> Numbers {
+    let s = |v: Option<f64>| v.and_then(|v| Sample::of(&[v]));
+    Numbers {
+        unit: "%".into(),
+        baseline: s(x),
+        current: s(y),
+        change_pct: None,
+        bound: x.zip(points).map(|(x, p)| super::spread::Bound::Max(x + p)),
     }
 }
 
@@ -204,10 +225,18 @@ fn staged_row(a: &Metrics, b: &Metrics, l: &Limits) -> Option<Row> {
                 } else {
                     Status::Ok
                 },
+                num: Some(Numbers {
+                    change_pct: None,
+                    ..share(Some(x), Some(y), Some(l.staged_ratio_increase_points))
+                }),
             }
         }
         (None, None) => return None,
-        (Some(x), None) => missing("host-staged share of bytes".into(), format!("{x:.2}%")),
+        (Some(x), None) => missing(
+            "host-staged share of bytes".into(),
+            format!("{x:.2}%"),
+            Some(share(Some(x), None, None)),
+        ),
         (x, y) => Row {
             metric: "host-staged share of bytes".into(),
             baseline: x.map_or("no bytes moved".into(), |x| format!("{x:.2}%")),
@@ -215,129 +244,9 @@ fn staged_row(a: &Metrics, b: &Metrics, l: &Limits) -> Option<Row> {
             change: "-".into(),
             limit: "-".into(),
             status: Status::Info,
+            num: Some(share(x, y, None)),
         },
     })
-}
-
-/// Registrations, and their rate.
-fn registration_rows(a: &Metrics, b: &Metrics, l: &Limits, rows: &mut Vec<Row>) {
-    if a.registrations == 0 && b.registrations == 0 {
-        return;
-    }
-    rows.push(up_is_bad(
-        "registrations".into(),
-        a.registrations as f64,
-        b.registrations as f64,
-        l.registrations_increase_pct,
-        |v| format!("{v:.0}"),
-    ));
-    let rate = |m: &Metrics| (m.duration_s > 0.0).then(|| m.registrations as f64 / m.duration_s);
-    if let (Some(x), Some(y)) = (rate(a), rate(b)) {
-        rows.push(Row {
-            metric: "registration rate".into(),
-            baseline: format!("{x:.0}/s"),
-            current: format!("{y:.0}/s"),
-            change: fmt_pct(pct_change(x, y)),
-            limit: "-".into(),
-            status: Status::Info,
-        });
-    }
-}
-
-/// CPU seconds of the traced processes per GB moved.
-fn cpu_row(a: &Metrics, b: &Metrics, l: &Limits) -> Option<Row> {
-    const METRIC: &str = "CPU per GB moved (traced processes)";
-    match (a.cpu_per_gb(), b.cpu_per_gb()) {
-        (Some(x), Some(y)) => Some(up_is_bad(METRIC.into(), x, y, l.cpu_per_gb_increase_pct, |v| {
-            format!("{v:.3} s/GB")
-        })),
-        (Some(x), None) => Some(missing(METRIC.into(), format!("{x:.3} s/GB"))),
-        _ => None,
-    }
-}
-
-/// Bandwidth per series and size; CPU per GB at each series' largest size.
-fn bandwidth_rows(a: &Metrics, b: &Metrics, l: &Limits, rows: &mut Vec<Row>) {
-    for (series, pa) in &a.bandwidth {
-        let metric = |p: &BwPoint| format!("{series} {} bandwidth", size_label(p.size));
-        let Some(pb) = b.bandwidth.get(series) else {
-            for p in pa {
-                rows.push(missing(metric(p), format!("{:.2} GB/s", p.gbps)));
-            }
-            continue;
-        };
-        for p in pa {
-            let Some(q) = pb.iter().find(|q| q.size == p.size) else {
-                rows.push(missing(metric(p), format!("{:.2} GB/s", p.gbps)));
-                continue;
-            };
-            let c = pct_change(p.gbps, q.gbps);
-            let status = match c {
-                _ if p.gbps > 0.0 && q.gbps == 0.0 => Status::Regression,
-                Some(c) if c < -l.bandwidth_decrease_pct => Status::Regression,
-                Some(c) if c > l.bandwidth_decrease_pct => Status::Better,
-                _ => Status::Ok,
-            };
-            rows.push(Row {
-                metric: metric(p),
-                baseline: format!("{:.2} GB/s", p.gbps),
-                current: format!("{:.2} GB/s", q.gbps),
-                change: fmt_pct(c),
-                limit: format!("-{}%", l.bandwidth_decrease_pct),
-                status,
-            });
-        }
-        if let (Some(p), Some(q)) = (pa.last(), pb.iter().find(|q| Some(q.size) == pa.last().map(|p| p.size)))
-            && let (Some(x), Some(y)) = (p.cpu_s_per_gb, q.cpu_s_per_gb)
-        {
-            rows.push(up_is_bad(
-                format!("{series} {} CPU per GB", size_label(p.size)),
-                x,
-                y,
-                l.cpu_per_gb_increase_pct,
-                |v| format!("{v:.4} s/GB"),
-            ));
-        }
-    }
-}
-
-/// Latency percentiles of each (operation, transport) with enough samples.
-fn latency_rows(a: &Metrics, b: &Metrics, l: &Limits, rows: &mut Vec<Row>) {
-    for (key, x) in &a.latency {
-        let Some(y) = b.latency.get(key) else { continue };
-        if x.count < l.latency_min_samples || y.count < l.latency_min_samples {
-            continue;
-        }
-        for (label, pa, pb, limit) in [
-            ("p50", x.p50, y.p50, l.latency_p50_increase_pct),
-            ("p99", x.p99, y.p99, l.latency_p99_increase_pct),
-        ] {
-            let c = pct_change(pa as f64, pb as f64);
-            let big = pa.abs_diff(pb) >= l.latency_min_increase_ns;
-            let few = label == "p99" && (x.count < l.latency_p99_min_samples || y.count < l.latency_p99_min_samples);
-            let status = match c {
-                _ if few => Status::Info,
-                Some(c) if c > limit && big => Status::Regression,
-                Some(c) if c < -limit && big => Status::Better,
-                _ => Status::Ok,
-            };
-            rows.push(Row {
-                metric: format!(
-                    "{key} latency {label}{}",
-                    if x.exact && y.exact { "" } else { " (from report)" }
-                ),
-                baseline: ns(pa),
-                current: ns(pb),
-                change: fmt_pct(c),
-                limit: if few {
-                    format!("< {} samples", l.latency_p99_min_samples)
-                } else {
-                    format!("+{limit}% and +{}", ns(l.latency_min_increase_ns))
-                },
-                status,
-            });
-        }
-    }
 }
 
 /// Compares two documents. Profiles that differ are refused unless
@@ -413,7 +322,7 @@ pub fn compare(
         let (r, c) = (&rb[i], &rc[j]);
         let limits = t.for_workload(&r.workload);
         probe_lost_fails |= limits.probe_lost_fails;
-        let (rows, changes, base_m, cur_m) = compare_runs(&r.workload, &base.reports[i], &cur.reports[j], &limits)?;
+        let (rows, changes, base_m, cur_m) = compare_runs(&r.workload, &base.runs_of(i), &cur.runs_of(j), &limits)?;
         transport_changes.extend(changes);
         workloads.push(WorkloadCmp {
             name: r.workload.clone(),

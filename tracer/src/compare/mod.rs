@@ -12,13 +12,15 @@ pub mod html;
 pub mod json;
 pub mod judge;
 pub mod metrics;
+pub mod numeric;
 pub mod profile;
 pub mod render;
 pub mod sections;
+pub mod spread;
 pub mod thresholds;
 pub mod workload;
 
-pub use comparison::{Comparison, LostProbe, Row, Status, TransportChange, WorkloadCmp};
+pub use comparison::{Comparison, LostProbe, Numbers, Row, Status, TransportChange, WorkloadCmp};
 pub use document::{
     Baseline, Document, Run, SCHEMA, Workload, decode_hist, document, load, read_report, record, workload_name,
     workloads,

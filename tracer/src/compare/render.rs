@@ -62,15 +62,23 @@ pub fn text(c: &Comparison) -> String {
             Section::Workload(w) => {
                 let _ = writeln!(o, "\n{title}");
                 let width = w.rows.iter().map(|r| r.metric.len()).max().unwrap_or(6).clamp(6, 60);
+                // Values with the range of several runs are wider.
+                let vw = w
+                    .rows
+                    .iter()
+                    .flat_map(|r| [r.baseline.len(), r.current.len()])
+                    .max()
+                    .unwrap_or(0)
+                    .clamp(22, 48);
                 let _ = writeln!(
                     o,
-                    "  {:<width$} {:>22} {:>22} {:>9} {:>20}  STATUS",
+                    "  {:<width$} {:>vw$} {:>vw$} {:>9} {:>20}  STATUS",
                     "METRIC", "BASELINE", "CURRENT", "CHANGE", "LIMIT"
                 );
                 for r in &w.rows {
                     let _ = writeln!(
                         o,
-                        "  {:<width$} {:>22} {:>22} {:>9} {:>20}  {}",
+                        "  {:<width$} {:>vw$} {:>vw$} {:>9} {:>20}  {}",
                         r.metric,
                         r.baseline,
                         r.current,

@@ -32,6 +32,7 @@ fn doc(r: Value) -> Document {
         vec![Run {
             workload: name,
             report: r,
+            repeats: Vec::new(),
         }],
         std::slice::from_ref(&typed),
         "test".into(),
@@ -41,6 +42,7 @@ fn doc(r: Value) -> Document {
         baseline,
         plain_report: false,
         reports: vec![typed],
+        repeats: vec![Vec::new()],
     }
 }
 
@@ -250,5 +252,100 @@ fn a_path_that_changed_transport_is_a_regression() {
             .any(|t| t.what == "path python3 get ucx-endpoint cuda" && t.current == "host-staged x1"),
         "{:?}",
         c.transport_changes
+    );
+}
+
+/// A document whose one workload ran once per report given.
+fn doc_runs(runs: &[Value]) -> Document {
+    let mut d = doc(runs[0].clone());
+    d.baseline.runs[0].repeats = runs[1..].to_vec();
+    d.repeats = vec![
+        runs[1..]
+            .iter()
+            .map(|r| read_report(r).expect("valid report"))
+            .collect(),
+    ];
+    d
+}
+
+fn latency_row<'c>(c: &'c Comparison, label: &str) -> &'c Row {
+    c.workloads[0]
+        .rows
+        .iter()
+        .find(|r| r.metric == format!("cuMemcpyHtoD [gpu-host-dma] latency {label}"))
+        .unwrap_or_else(|| panic!("no {label} row: {:?}", c.workloads[0].rows))
+}
+
+/// Latency is judged against the spread the baseline's runs showed: a
+/// change a single run would call a regression is within a noisy
+/// baseline's range, and one past its range by the margin is not.
+#[test]
+fn latency_is_judged_against_the_baselines_spread() {
+    let t = Thresholds::default();
+    let r = |p50| report("gpu-host-dma", p50);
+    // One run each: 10us -> 40us is +300%, a regression.
+    let one = compare(&doc(r(10_000)), &doc(r(40_000)), &t, false).expect("same profile");
+    assert_eq!(one.exit_code(), 1, "{}", one.headline());
+    // Runs of 10, 20 and 30us: the bound is 30us + max(25% of 20us, the
+    // 20us spread) = 50us (each p50 is 50ns above its run's base).
+    let base = doc_runs(&[r(10_000), r(20_000), r(30_000)]);
+    let c = compare(&base, &doc(r(40_000)), &t, false).expect("same profile");
+    assert_eq!(c.exit_code(), 0, "{}", c.headline());
+    let p50 = latency_row(&c, "p50");
+    assert!(p50.status == Status::Ok && p50.limit.starts_with("<= 50."), "{p50:?}");
+    assert_eq!(p50.baseline, "20.1us (10.1us..30.1us)");
+    // The JSON carries the numbers, in nanoseconds.
+    let j = json::document(&c);
+    let m = j
+        .metrics
+        .iter()
+        .find(|m| m.metric == p50.metric)
+        .expect("the row in JSON");
+    assert_eq!(m.unit.as_deref(), Some("ns"));
+    let b = m.baseline.as_ref().expect("a baseline value");
+    let (lo, hi) = (b.min.expect("min"), b.max.expect("max"));
+    assert_eq!(b.runs, Some(3));
+    assert!(
+        (10_000.0..10_100.0).contains(&lo)
+            && (20_000.0..20_100.0).contains(&b.value)
+            && (30_000.0..30_100.0).contains(&hi),
+        "{b:?}"
+    );
+    let limit = m.limit.as_ref().expect("a limit");
+    assert_eq!(limit.side, "max");
+    assert_eq!(limit.value, hi + (hi - lo).max(0.25 * b.value).max(1000.0), "{limit:?}");
+    // Every current run must be past the bound: two slow runs of three
+    // are not a regression (a busy machine)...
+    let c = compare(&base, &doc_runs(&[r(45_000), r(90_000), r(95_000)]), &t, false).expect("same profile");
+    assert_eq!(c.exit_code(), 0, "the best run, 45us, is within: {}", c.headline());
+    // ...three are (the best 55us).
+    let c = compare(&base, &doc_runs(&[r(56_000), r(55_000), r(90_000)]), &t, false).expect("same profile");
+    assert_eq!(c.exit_code(), 1, "{}", c.headline());
+    assert_eq!(latency_row(&c, "p50").status, Status::Regression);
+}
+
+/// A fallback in one current run of three fails, whatever the others did.
+#[test]
+fn a_fallback_in_any_current_run_fails() {
+    let base = doc_runs(&[
+        report("gpu-host-dma", 10_000),
+        report("gpu-host-dma", 10_000),
+        report("gpu-host-dma", 10_000),
+    ]);
+    let cur = doc_runs(&[
+        report("gpu-host-dma", 10_000),
+        report("host-staged", 10_000),
+        report("gpu-host-dma", 10_000),
+    ]);
+    let c = compare(&base, &cur, &Thresholds::default(), false).expect("same profile");
+    assert_eq!(c.exit_code(), 1, "{}", c.headline());
+    assert_eq!(c.transport_changes.len(), 1, "{:?}", c.transport_changes);
+    assert!(
+        c.workloads[0]
+            .rows
+            .iter()
+            .any(|r| r.metric == "cuMemcpyHtoD transport (run 2)" && r.status == Status::Regression),
+        "{:?}",
+        c.workloads[0].rows
     );
 }

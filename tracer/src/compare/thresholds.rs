@@ -27,6 +27,9 @@ pub struct Limits {
     pub registrations_increase_pct: f64,
     /// A probe point that was attached and is now unavailable fails the comparison.
     pub probe_lost_fails: bool,
+    /// A measured number's margin is at least this many times the spread
+    /// (highest minus lowest) of the baseline's runs (docs/compare.md).
+    pub spread_factor: f64,
 }
 
 impl Default for Limits {
@@ -42,6 +45,7 @@ impl Default for Limits {
             staged_ratio_increase_points: 1.0,
             registrations_increase_pct: 10.0,
             probe_lost_fails: true,
+            spread_factor: 1.0,
         }
     }
 }
@@ -60,6 +64,7 @@ struct Partial {
     staged_ratio_increase_points: Option<f64>,
     registrations_increase_pct: Option<f64>,
     probe_lost_fails: Option<bool>,
+    spread_factor: Option<f64>,
 }
 
 impl Partial {
@@ -77,7 +82,8 @@ impl Partial {
             cpu_per_gb_increase_pct,
             staged_ratio_increase_points,
             registrations_increase_pct,
-            probe_lost_fails
+            probe_lost_fails,
+            spread_factor
         );
     }
 }
@@ -131,6 +137,7 @@ impl Thresholds {
                 p.cpu_per_gb_increase_pct,
                 p.staged_ratio_increase_points,
                 p.registrations_increase_pct,
+                p.spread_factor,
             ]
             .into_iter()
             .flatten()
@@ -210,14 +217,15 @@ mod tests {
                 && (key.starts_with("latency_")
                     || key.ends_with("_pct")
                     || key.ends_with("_points")
-                    || key.ends_with("_fails"))
+                    || key.ends_with("_fails")
+                    || key.starts_with("spread_"))
             {
                 let value = value.split_whitespace().next().unwrap_or("");
                 toml.push_str(&format!("{key} = {value}\n"));
                 keys += 1;
             }
         }
-        assert_eq!(keys, 10, "documented keys:\n{toml}");
+        assert_eq!(keys, 11, "documented keys:\n{toml}");
         let t = Thresholds::parse(&toml).unwrap_or_else(|e| panic!("{e}\n{toml}"));
         assert_eq!(t.for_workload("any"), Limits::default(), "{toml}");
     }

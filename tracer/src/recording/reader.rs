@@ -100,10 +100,21 @@ fn footer(line: &str) -> std::result::Result<Footer, String> {
             f.duration_s
         ));
     }
+    // Builds before 2026-12-06 said a library no process mapped was "neither
+    // installed nor mapped", though `attach` and `top` never looked.
+    let looked =
+        !matches!(f.command.get(..2), Some([g, c]) if g.ends_with("gdrtrace") && (c == "attach" || c == "top"));
     for c in &mut f.coverage {
         c.via = c.via.map(strategy);
         for t in &mut c.tried {
             t.strategy = strategy(t.strategy);
+        }
+        if c.reason
+            .as_deref()
+            .is_some_and(|r| r.ends_with(" is neither installed nor mapped by a traced process"))
+        {
+            use crate::probes::planner::{NOT_INSTALLED, NOT_MAPPED};
+            c.reason = Some(if looked { NOT_INSTALLED } else { NOT_MAPPED }.into());
         }
     }
     Ok(f)

@@ -241,3 +241,39 @@ fn unchanged_totals_after_a_duty_line_are_a_clock_line() {
         Some(Input::Duty { cpu, .. }) if cpu == [(7, 100)]
     ));
 }
+
+/// `--record X.gz` writes gzip (the name says so, as `gzip -c > X.gz`
+/// would): a recording written through the recorder to `.gz`, its
+/// workloads line appended after the footer as a member of its own, reads
+/// back (by the gzip magic bytes) to what was written; the same recording
+/// to a plain name stays plain text.
+#[test]
+fn a_recording_named_gz_is_gzip() {
+    use crate::{output::StreamFile, stats::feed::Observer};
+    let rec = crate::cmd::replay::load(&crate::fixtures::dir().join("pin-churn.rec")).expect("fixture loads");
+    let dir = std::env::temp_dir().join(format!("gdrtrace-gz-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let workloads = vec![serde_json::json!({"workload": "pin-churn", "summary": {"iterations": 3}})];
+    let mut written = Vec::new();
+    for name in ["x.rec.gz", "x.rec"] {
+        let path = dir.join(name);
+        let mut r = Recorder::create(StreamFile::create("--record", &path).unwrap(), &rec.header).unwrap();
+        for (input, facts) in &rec.inputs {
+            r.input(input);
+            for f in facts {
+                Observer::fact(&mut r, f);
+            }
+        }
+        let (out, done) = r.finish(&rec.footer);
+        done.expect("written");
+        finish_with_workloads(out, &workloads).expect("closed");
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.starts_with(&[0x1f, 0x8b]), name.ends_with(".gz"), "{name}");
+        let back = crate::cmd::replay::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(back.inputs.len(), rec.inputs.len(), "{name}");
+        assert_eq!(back.workloads, workloads, "{name}");
+        written.push(bytes.len());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(written[0] * 3 < written[1], "gzip is smaller: {written:?}");
+}

@@ -1,13 +1,87 @@
 //! The recorder: an observer of the aggregator's inputs, one line each.
+use flate2::{Compression, write::GzEncoder};
+
 use super::{codec::Beat, *};
+
+/// Whether a recording named `path` is written gzip-compressed: its name
+/// ends in `.gz` (readers take either, by the gzip magic bytes).
+pub fn gzipped(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "gz")
+}
+
+/// Where a recording's lines go: the stream, through gzip when its name
+/// says so (compressed into a buffer emptied into the stream every 64 KiB).
+#[derive(Debug)]
+enum Sink {
+    Plain(BufWriter<StreamFile>),
+    Gzip { gz: GzEncoder<Vec<u8>>, out: StreamFile },
+}
+
+const BUFFER: usize = 1 << 16;
+
+impl Sink {
+    fn new(out: StreamFile) -> Self {
+        if gzipped(&out.path) {
+            Sink::Gzip {
+                gz: GzEncoder::new(Vec::with_capacity(BUFFER), Compression::default()),
+                out,
+            }
+        } else {
+            Sink::Plain(BufWriter::with_capacity(BUFFER, out))
+        }
+    }
+
+    /// Ends the gzip stream where there is one; the stream back, and the
+    /// error that kept its end from being written.
+    fn finish(self) -> (StreamFile, Option<std::io::Error>) {
+        match self {
+            // A StreamFile takes every byte: the flush cannot fail.
+            Sink::Plain(out) => match out.into_inner() {
+                Ok(s) => (s, None),
+                Err(e) => (e.into_inner().into_parts().0, None),
+            },
+            Sink::Gzip { gz, mut out } => match gz.finish() {
+                // A StreamFile takes every byte (or moves to its fallback file).
+                Ok(rest) => {
+                    let _ = out.write_all(&rest);
+                    (out, None)
+                }
+                Err(e) => (out, Some(e)),
+            },
+        }
+    }
+}
+
+impl std::io::Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Sink::Plain(w) => w.write(buf),
+            Sink::Gzip { gz, out } => {
+                let n = gz.write(buf)?;
+                if gz.get_ref().len() >= BUFFER {
+                    out.write_all(&std::mem::take(gz.get_mut()))?;
+                }
+                Ok(n)
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Sink::Plain(w) => w.flush(),
+            Sink::Gzip { out, .. } => out.flush(),
+        }
+    }
+}
 
 /// Writes a recording while tracing. Write errors are kept and reported
 /// once, when the recording is finished.
 #[derive(Debug)]
 pub struct Recorder {
-    /// A stream: a write error moves the recording to a fallback file
-    /// (`output::StreamFile`); `error` holds serialization errors.
-    out: BufWriter<StreamFile>,
+    /// A stream (gzip when named `*.gz`): a write error moves the recording
+    /// to a fallback file (`output::StreamFile`); `error` holds
+    /// serialization errors.
+    out: Sink,
     error: Option<std::io::Error>,
     /// A trigger (tick, alive check) written only if facts follow it.
     lazy: Option<(&'static str, Beat)>,
@@ -22,7 +96,7 @@ pub struct Recorder {
 impl Recorder {
     pub fn create(out: StreamFile, header: &Header) -> Result<Self> {
         let mut r = Recorder {
-            out: BufWriter::with_capacity(1 << 16, out),
+            out: Sink::new(out),
             error: None,
             lazy: None,
             last_aggregates: Vec::new(),
@@ -118,12 +192,8 @@ impl Recorder {
     pub fn finish(mut self, footer: &Footer) -> (StreamFile, Result<()>) {
         self.lazy = None;
         self.line("footer", footer);
-        // A StreamFile takes every byte: the flush cannot fail.
-        let out = match self.out.into_inner() {
-            Ok(s) => s,
-            Err(e) => e.into_inner().into_parts().0,
-        };
-        let r = match self.error {
+        let (out, gz_error) = self.out.finish();
+        let r = match self.error.or(gz_error) {
             Some(e) => Err(Error::io(format!("writing the recording {}", out.path.display()), e)),
             None => Ok(()),
         };
@@ -181,13 +251,23 @@ impl Observer for Recorder {
     }
 }
 
-fn workloads_line(workloads: &[Value]) -> serde_json::Result<Value> {
-    line_json(
+/// The `workloads` line as the recording at `path` takes it: a gzip member
+/// of its own where the recording is gzip (readers read every member).
+fn workloads_line(path: &Path, workloads: &[Value]) -> std::io::Result<Vec<u8>> {
+    let v = line_json(
         Workloads::TYPE,
         &Workloads {
             workloads: workloads.to_vec(),
         },
-    )
+    )?;
+    let mut line = serde_json::to_vec(&v)?;
+    line.push(b'\n');
+    if !gzipped(path) {
+        return Ok(line);
+    }
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    gz.write_all(&line)?;
+    gz.finish()
 }
 
 /// Appends the workloads' own summaries after the footer (they are known
@@ -195,10 +275,10 @@ fn workloads_line(workloads: &[Value]) -> serde_json::Result<Value> {
 /// the error says where it went if the named file failed.
 pub fn finish_with_workloads(mut out: StreamFile, workloads: &[Value]) -> Result<()> {
     if !workloads.is_empty()
-        && let Ok(line) = workloads_line(workloads)
+        && let Ok(line) = workloads_line(&out.path, workloads)
     {
         // A StreamFile takes every byte (or moves to its fallback file).
-        let _ = writeln!(out, "{line}");
+        let _ = out.write_all(&line);
     }
     out.finish()
 }
@@ -213,6 +293,7 @@ pub fn append_workloads(path: &Path, workloads: &[Value]) -> Result<()> {
         .append(true)
         .open(path)
         .map_err(|e| Error::io(format!("appending to the recording {}", path.display()), e))?;
-    let line = workloads_line(workloads).map_err(|e| Error::Workload(format!("the workloads line: {e}")))?;
-    writeln!(f, "{line}").map_err(|e| Error::io(format!("appending to the recording {}", path.display()), e))
+    let line = workloads_line(path, workloads).map_err(|e| Error::Workload(format!("the workloads line: {e}")))?;
+    f.write_all(&line)
+        .map_err(|e| Error::io(format!("appending to the recording {}", path.display()), e))
 }

@@ -60,19 +60,20 @@ fn event(out: &mut String, fields: &[(&str, Value)], ts: Option<u64>, dur: Optio
     let _ = write!(out, ",\"args\":{args}}}");
 }
 
-/// The transport of an aggregated row: the verdict of its communicator
+/// The transport of an aggregated row: a copy row's first call's verdict
+/// (`unknown` where it was never seen), a collective's its communicator's
 /// (the process's, once the trace is judged).
-fn row_transport(report: &Report, r: &RowSlice) -> Transport {
-    if let Some((_, t)) = &r.copy {
-        return *t;
+fn row_transport(report: &Report, tl: &Timeline, r: &RowSlice) -> Transport {
+    if r.copy {
+        return tl.firsts.get(&r.row).map_or(Transport::Unknown, |f| f.transport);
     }
-    let comm = format!("{:#x}", r.handle);
+    let comm = format!("{:#x}", r.handle());
     report
         .collectives
         .iter()
-        .find(|c| c.pid == r.pid && c.op == r.op && c.communicator == comm)
+        .find(|c| c.pid == r.pid() && c.op == r.op && c.communicator == comm)
         .map(|c| Transport::from_name(c.transport))
-        .or_else(|| report.verdicts.iter().find(|v| v.pid == r.pid).map(|v| v.transport))
+        .or_else(|| report.verdicts.iter().find(|v| v.pid == r.pid()).map(|v| v.transport))
         .unwrap_or(Transport::Unknown)
 }
 
@@ -126,7 +127,7 @@ fn tracks<'a>(out: &mut String, tl: &'a Timeline, names: &BTreeMap<u32, &str>) -
         .slices
         .iter()
         .map(|s| s.pid)
-        .chain(tl.rows.iter().map(|r| r.pid))
+        .chain(tl.rows.iter().map(RowSlice::pid))
         .collect();
     pids.sort_unstable();
     pids.dedup();
@@ -153,9 +154,9 @@ fn tracks<'a>(out: &mut String, tl: &'a Timeline, names: &BTreeMap<u32, &str>) -
     // Aggregated rows: a track each.
     let mut tracks: RowTracks = BTreeMap::new();
     for r in &tl.rows {
-        let n = tracks.iter().filter(|((p, _, _), _)| *p == r.pid).count() as u32;
+        let n = tracks.iter().filter(|((p, _, _), _)| *p == r.pid()).count() as u32;
         tracks
-            .entry((r.pid, r.op.as_str(), r.handle))
+            .entry((r.pid(), r.op.as_str(), r.handle()))
             .or_insert(ROW_TRACK_BASE + n);
     }
     for ((pid, op, handle), tid) in &tracks {
@@ -218,52 +219,65 @@ fn call_slices(out: &mut String, slices: &[&crate::stats::timeline::Slice], widt
 }
 
 /// A slice per interval of each kernel-aggregated row, its bytes spread
-/// over the interval into the counter bins.
+/// over the interval into the counter bins. An interval begins no earlier
+/// than its row could have (its first call, its communicator's set-up).
 fn row_slices(out: &mut String, tl: &Timeline, report: &Report, tracks: &RowTracks, width: u64, bins: &mut Bins) {
     for r in &tl.rows {
-        let transport = row_transport(report, r);
-        let tid = tracks[&(r.pid, r.op.as_str(), r.handle)];
-        let (name, cat, evidence) = match &r.copy {
-            Some((label, _)) => (
-                label.as_str(),
+        let transport = row_transport(report, tl, r);
+        let (pid, handle) = (r.pid(), r.handle());
+        let tid = tracks[&(pid, r.op.as_str(), handle)];
+        let from_ns = tl.row_began(r).map_or(r.from_ns, |b| b.clamp(r.from_ns, r.to_ns));
+        let first = tl.firsts.get(&r.row).filter(|_| r.copy);
+        let (name, cat, evidence) = match (r.copy, first) {
+            (true, Some(f)) => (
+                f.label.as_str(),
                 "copy-aggregated",
                 format!(
-                    "{} copies of row {:#x} counted in the kernel in this interval (no per-call times; the first has its own slice); verdict of the row's first call",
-                    r.calls, r.handle
+                    "{} copies of row {handle:#x} counted in the kernel in this interval (no per-call times; the first has its own slice); verdict of the row's first call",
+                    r.calls
                 ),
             ),
-            None => (
+            (true, None) => (
+                r.op.as_str(),
+                "copy-aggregated",
+                format!(
+                    "{} copies of row {handle:#x} counted in the kernel in this interval (no per-call times); the row's first call was not seen, so its verdict is unknown",
+                    r.calls
+                ),
+            ),
+            (false, _) => (
                 r.op.as_str(),
                 "collective-aggregated",
                 format!(
-                    "{} calls on communicator {:#x} counted in the kernel in this interval (no per-call times); transport of the process's verdict",
-                    r.calls, r.handle
+                    "{} calls on communicator {handle:#x} counted in the kernel in this interval (no per-call times); transport of the process's verdict",
+                    r.calls
                 ),
             ),
         };
+        let mut args = json!({
+            "transport": transport.name(),
+            "evidence": evidence,
+            "calls": r.calls,
+            "bytes": r.bytes,
+        });
+        args[if r.copy { "row" } else { "communicator" }] = json!(format!("{handle:#x}"));
         event(
             out,
             &[
                 ("name", json!(name)),
                 ("cat", json!(cat)),
                 ("ph", json!("X")),
-                ("pid", json!(r.pid)),
+                ("pid", json!(pid)),
                 ("tid", json!(tid)),
             ],
-            Some(r.from_ns),
-            Some(r.to_ns - r.from_ns),
-            &json!({
-                "transport": transport.name(),
-                "evidence": evidence,
-                "calls": r.calls,
-                "bytes": r.bytes,
-                "communicator": format!("{:#x}", r.handle),
-            }),
+            Some(from_ns),
+            Some(r.to_ns - from_ns),
+            &args,
         );
         let bytes = r.bytes as f64;
-        spread(bins.moved.entry(r.pid).or_default(), r.from_ns, r.to_ns, bytes, width);
+        spread(bins.moved.entry(pid).or_default(), from_ns, r.to_ns, bytes, width);
         if transport.staged() {
-            spread(bins.staged.entry(r.pid).or_default(), r.from_ns, r.to_ns, bytes, width);
+            spread(bins.staged.entry(pid).or_default(), from_ns, r.to_ns, bytes, width);
         }
     }
 }
@@ -369,6 +383,78 @@ mod tests {
         let mut bins = BTreeMap::new();
         spread(&mut bins, 50, 250, 200.0, 100);
         assert_eq!(bins, BTreeMap::from([(0, 50.0), (1, 100.0), (2, 50.0)]));
+    }
+
+    /// Every shipped recording: a kernel-aggregated copy row is filed as a
+    /// copy with the verdict the report gives that copy (not as a
+    /// collective with the process's verdict: a first call whose event came
+    /// after the totals did), and no aggregated slice begins before its row
+    /// could have: its first call (copies), its communicator's set-up
+    /// (collectives). Before, on gpu-h200-nodes-run-default, a host-staged
+    /// cuMemcpyHtoDAsync row was a 9 s `collective-aggregated` socket slice.
+    #[test]
+    fn aggregated_rows_carry_their_own_verdict_and_begin_with_their_row() {
+        let mut checked = 0;
+        for name in crate::fixtures::names() {
+            let plain = crate::fixtures::dir().join(format!("{name}.rec"));
+            let path = if plain.exists() {
+                plain
+            } else {
+                plain.with_extension("rec.gz")
+            };
+            let rec = crate::cmd::replay::load(&path).expect("fixture loads");
+            let (report, _, tl) = crate::cmd::replay::rebuild_full(&rec, None, None, true).expect("replays");
+            let v: Value = serde_json::from_str(&tl.expect("a timeline")).expect("JSON");
+            let x = events(&v, "X");
+            let ts = |e: &Value| e["ts"].as_f64().expect("ts");
+            let end = |e: &Value| ts(e) + e["dur"].as_f64().expect("dur");
+            for e in x
+                .iter()
+                .filter(|e| e["cat"].as_str().is_some_and(|c| c.ends_with("-aggregated")))
+            {
+                let op = e["name"].as_str().expect("a name");
+                let pid = &e["pid"];
+                let own = |e2: &&&Value| e2["pid"] == *pid && e2["tid"].as_u64() < Some(u64::from(ROW_TRACK_BASE));
+                if crate::probes::uapi::row_named(op).is_some_and(|r| r.copy_rows()) {
+                    assert_eq!(e["cat"], "copy-aggregated", "{name}: {e}");
+                    let transports: Vec<&str> = report
+                        .operations
+                        .iter()
+                        .filter(|o| o.name == op)
+                        .map(|o| o.transport)
+                        .collect();
+                    let t = e["args"]["transport"].as_str().expect("a transport");
+                    assert!(
+                        transports.contains(&t),
+                        "{name}: {t} not in the report's {transports:?}: {e}"
+                    );
+                    let first = x
+                        .iter()
+                        .filter(|c| own(c) && c["name"] == op)
+                        .map(|c| ts(c))
+                        .fold(f64::MAX, f64::min);
+                    assert!(
+                        ts(e) >= first,
+                        "{name}: a copy row's slice before its first call at {first}: {e}"
+                    );
+                } else {
+                    assert_eq!(e["cat"], "collective-aggregated", "{name}: {e}");
+                    let init = x
+                        .iter()
+                        .filter(|c| own(c) && c["name"].as_str().is_some_and(|n| n.starts_with("ncclCommInit")))
+                        .map(|c| end(c))
+                        .fold(f64::MAX, f64::min);
+                    if init < f64::MAX {
+                        assert!(
+                            ts(e) >= init - 0.001,
+                            "{name}: a collective before its communicator at {init}: {e}"
+                        );
+                    }
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 100, "aggregated slices checked: {checked}");
     }
 
     #[test]

@@ -153,6 +153,9 @@ impl Aggregator {
             && e.kind == kind::CALL
             && !c.failed
         {
+            if let Some(t) = &mut self.timeline {
+                t.communicator(e.pid, e.args[0], e.start_ns + e.dur_ns);
+            }
             let p = self.procs.entry(e.pid).or_default();
             p.communicators.push(super::Communicator::of_init(e, row));
         }

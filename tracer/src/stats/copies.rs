@@ -61,12 +61,6 @@ fn class_of(pid: u32, call: &Call) -> RowKey {
 }
 
 impl CopyRows {
-    /// The classified first call of a kernel row (None before it arrived).
-    pub fn call_of(&self, pid: u32, op: u32, handle: u64) -> Option<&Call> {
-        let key = self.rows.get(&(pid, op, handle))?;
-        self.classes.get(key).map(|c| &c.call)
-    }
-
     /// A row's first call, classified as `call`; returns its class.
     pub fn first(&mut self, pid: u32, op: u32, handle: u64, first: Event, call: &Call) -> RowKey {
         let key = class_of(pid, call);

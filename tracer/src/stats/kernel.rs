@@ -50,13 +50,7 @@ impl Aggregator {
             rows: rows.to_vec(),
         });
         if let Some(t) = &mut self.timeline {
-            let copies = &self.copies;
-            t.aggregates(
-                t_ns,
-                rows,
-                |k| crate::probes::catalog::socket_direction(k.op).is_none(),
-                |k| copies.call_of(k.tgid, k.op, k.handle),
-            );
+            t.aggregates(t_ns, rows, |k| crate::probes::catalog::socket_direction(k.op).is_none());
         }
         let OtherRows {
             copies,

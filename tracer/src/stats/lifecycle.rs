@@ -237,6 +237,9 @@ impl Aggregator {
             ..*e
         };
         if let Some(c) = self.call(&first) {
+            if let Some(t) = &mut self.timeline {
+                t.row_first((e.pid, e.op, handle), &c, e.start_ns);
+            }
             let class = self.copies.first(e.pid, e.op, handle, first, &c);
             self.estimator.row_began(&class, e.start_ns);
         }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use tracer_common::{AggKey, AggValue, Event, kind};
 
+use super::copies::KernelRow;
 use crate::{classify::Call, probes::Family};
 
 /// One traced call.
@@ -34,21 +35,40 @@ pub struct Slice {
     pub staged_bytes: u64,
 }
 
-/// The calls of one kernel-aggregated row (a communicator's collective)
-/// between two reads of the kernel's totals in which they changed: the
-/// kernel keeps no per-call times, so this is one slice per interval.
+/// The calls of one kernel-aggregated row (a communicator's collective, or
+/// a copy row) between two reads of the kernel's totals in which they
+/// changed: the kernel keeps no per-call times, so this is one slice per
+/// interval.
 #[derive(Clone, Debug)]
 pub struct RowSlice {
-    pub pid: u32,
+    /// (pid, op, handle): the row's key in the kernel's table.
+    pub row: KernelRow,
     pub op: String,
-    pub handle: u64,
     pub from_ns: u64,
     pub to_ns: u64,
     pub calls: u64,
     pub bytes: u64,
-    /// A copy row (copies counted in the kernel per address pair): the
-    /// label and verdict of its first call, which has a slice of its own.
-    pub copy: Option<(String, crate::classify::Transport)>,
+    /// A copy row (`op_flags::COPY_ROWS`: copies counted per address
+    /// pair), known from its op; else a communicator's collective.
+    pub copy: bool,
+}
+
+impl RowSlice {
+    pub fn pid(&self) -> u32 {
+        self.row.0
+    }
+
+    pub fn handle(&self) -> u64 {
+        self.row.2
+    }
+}
+
+/// A copy row's first call, as classified (its later calls share its verdict).
+#[derive(Clone, Debug)]
+pub struct FirstCall {
+    pub label: String,
+    pub transport: crate::classify::Transport,
+    pub start_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -60,8 +80,15 @@ pub struct Timeline {
     pub rows: Vec<RowSlice>,
     /// The command name of each thread, from its events.
     pub threads: BTreeMap<(u32, u32), String>,
+    /// Each copy row's first call, whenever it arrived: its event may come
+    /// after the totals that already count it (the ring buffer is read
+    /// after the map), so rows are resolved when the timeline is written.
+    pub firsts: BTreeMap<KernelRow, FirstCall>,
+    /// When each communicator (pid, handle) was made: its collectives
+    /// cannot begin before.
+    pub comms: BTreeMap<(u32, u64), u64>,
     /// Kernel totals per row at the last change, and when it was read.
-    last: BTreeMap<super::copies::KernelRow, (u64, u64)>,
+    last: BTreeMap<KernelRow, (u64, u64)>,
     last_ns: Option<u64>,
 }
 
@@ -124,6 +151,30 @@ impl Timeline {
         });
     }
 
+    /// A copy row's first call (`kind::ROW_FIRST`).
+    pub fn row_first(&mut self, row: KernelRow, c: &Call, start_ns: u64) {
+        self.firsts.entry(row).or_insert_with(|| FirstCall {
+            label: c.label.clone(),
+            transport: c.transport,
+            start_ns,
+        });
+    }
+
+    /// A communicator made by a call that returned at `end_ns`.
+    pub fn communicator(&mut self, pid: u32, handle: u64, end_ns: u64) {
+        self.comms.entry((pid, handle)).or_insert(end_ns);
+    }
+
+    /// When a row's calls could have begun at the earliest: its first call
+    /// (copies) or its communicator's set-up (collectives), when seen.
+    pub fn row_began(&self, r: &RowSlice) -> Option<u64> {
+        if r.copy {
+            self.firsts.get(&r.row).map(|f| f.start_ns)
+        } else {
+            self.comms.get(&(r.pid(), r.handle())).copied()
+        }
+    }
+
     /// The last slice completed a D2H+H2D pair through one host buffer:
     /// `bytes` crossed host memory.
     pub fn staged_pair(&mut self, bytes: u64) {
@@ -137,14 +188,8 @@ impl Timeline {
     /// The kernel's cumulative totals read at `t_ns`: a slice for each row
     /// whose totals moved since the last change (the recorder writes the
     /// totals only when they change, so a replay sees the same changes).
-    pub fn aggregates<'a>(
-        &mut self,
-        t_ns: u64,
-        rows: &[(AggKey, AggValue)],
-        keep: impl Fn(&AggKey) -> bool,
-        copy: impl Fn(&AggKey) -> Option<&'a Call>,
-    ) {
-        let now: BTreeMap<super::copies::KernelRow, (u64, u64)> = rows
+    pub fn aggregates(&mut self, t_ns: u64, rows: &[(AggKey, AggValue)], keep: impl Fn(&AggKey) -> bool) {
+        let now: BTreeMap<KernelRow, (u64, u64)> = rows
             .iter()
             .filter(|(k, _)| keep(k))
             .map(|(k, v)| ((k.tgid, k.op, k.handle), (v.calls, v.bytes)))
@@ -156,16 +201,10 @@ impl Timeline {
         for (key, (calls, bytes)) in &now {
             let (c0, b0) = self.last.get(key).copied().unwrap_or((0, 0));
             if *calls > c0 {
-                let k = AggKey {
-                    tgid: key.0,
-                    op: key.1,
-                    handle: key.2,
-                };
                 self.rows.push(RowSlice {
-                    copy: copy(&k).map(|c| (c.label.clone(), c.transport)),
-                    pid: key.0,
+                    row: *key,
+                    copy: crate::probes::uapi::row_of(key.1).is_some_and(|(_, r)| r.copy_rows()),
                     op: crate::probes::ops::op_name(key.1),
-                    handle: key.2,
                     from_ns,
                     to_ns: t_ns,
                     calls: calls - c0,

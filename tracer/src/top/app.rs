@@ -81,6 +81,8 @@ pub struct App {
     pub reverse: bool,
     pub paused: bool,
     pub detail: bool,
+    /// The help (`?`) is shown in place of the table.
+    pub help: bool,
     /// Lines the detail pane is scrolled down by (PgUp/PgDn while it is open).
     pub scroll: u16,
     /// The selected row, by identity (it stays selected as rows move).
@@ -104,6 +106,7 @@ impl App {
             reverse: false,
             paused: false,
             detail: false,
+            help: false,
             scroll: 0,
             selected: None,
             source,
@@ -200,6 +203,14 @@ impl App {
         let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
         match k.code {
             KeyCode::Char('c') if ctrl => Action::Quit,
+            KeyCode::Char('?') => {
+                self.help = !self.help;
+                Action::Redraw
+            }
+            KeyCode::Esc if self.help => {
+                self.help = false;
+                Action::Redraw
+            }
             KeyCode::Char('q') | KeyCode::Esc => Action::Quit,
             KeyCode::Up | KeyCode::Char('k') => {
                 self.move_by(-1);

@@ -5,6 +5,7 @@
 //! over a channel, and runs on a thread of its own, so the tracing loop
 //! never waits for the terminal and keys are answered while it drains.
 pub mod app;
+pub mod columns;
 pub mod feed;
 pub mod term;
 pub mod view;

@@ -8,11 +8,12 @@ use ratatui::{
     layout::{Constraint, Layout, Rect},
     style::{Color, Modifier, Style},
     text::{Line, Span},
-    widgets::{Block, Borders, Cell, Paragraph, Row as TableRow, Table, TableState, Wrap},
+    widgets::{Block, Borders, Cell, HighlightSpacing, Paragraph, Row as TableRow, Table, TableState, Wrap},
 };
 
 use super::{
     app::App,
+    columns::{COLUMNS, help_lines, keys_line, visible},
     feed::{OpRate, Row},
 };
 use crate::units;
@@ -55,35 +56,7 @@ fn verdict_style(r: &Row) -> Style {
     }
 }
 
-const HEADER: [&str; 10] = [
-    "PID",
-    "COMM",
-    "VERDICT",
-    "BASIS",
-    "MOVED/s",
-    "STAGED/s",
-    "STAGED%",
-    "REG/s",
-    "VmPin",
-    "HOT OPS (p99: all targets)",
-];
-
-fn widths() -> [Constraint; 10] {
-    [
-        Constraint::Length(7),
-        Constraint::Length(17),
-        Constraint::Length(20),
-        Constraint::Length(12),
-        Constraint::Length(10),
-        Constraint::Length(10),
-        Constraint::Length(7),
-        Constraint::Length(8),
-        Constraint::Length(10),
-        Constraint::Min(20),
-    ]
-}
-
-fn table_row(r: &Row) -> TableRow<'static> {
+fn table_row(r: &Row, shown: &[usize]) -> TableRow<'static> {
     let comm = match (&r.communicator, &r.rank) {
         (Some(_), Some(rank)) => format!("└ rank {}", esc(rank)),
         (Some(_), None) => "└ communicator".into(),
@@ -126,7 +99,13 @@ fn table_row(r: &Row) -> TableRow<'static> {
         }),
         Cell::from(last),
     ];
-    let row = TableRow::new(cells);
+    let row = TableRow::new(
+        cells
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| shown.contains(i))
+            .map(|(_, c)| c),
+    );
     if r.exited {
         row.style(Style::default().add_modifier(Modifier::DIM))
     } else {
@@ -275,8 +254,6 @@ fn detail_lines(app: &App) -> Vec<Line<'static>> {
     out
 }
 
-const KEYS: &str = "q quit  up/down select  enter detail (PgUp/PgDn scroll it)  s/S sort  r reverse  p pause";
-
 /// Draws the whole view.
 pub fn draw(f: &mut Frame<'_>, app: &App) {
     let header = header_lines(app);
@@ -289,8 +266,21 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
     ])
     .areas(f.area());
     f.render_widget(Paragraph::new(header), top);
-    draw_table(f, app, table);
-    if detail {
+    if app.help {
+        let area = Rect {
+            height: table.height + pane.height,
+            ..table
+        };
+        f.render_widget(
+            Paragraph::new(help_lines(f.area().width))
+                .wrap(Wrap { trim: false })
+                .block(Block::default().borders(Borders::TOP).title(" help (? or Esc closes) ")),
+            area,
+        );
+    } else {
+        draw_table(f, app, table);
+    }
+    if detail && !app.help {
         f.render_widget(
             Paragraph::new(detail_lines(app))
                 .wrap(Wrap { trim: false })
@@ -301,7 +291,7 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
     }
     f.render_widget(
         Paragraph::new(Line::from(Span::styled(
-            KEYS,
+            keys_line(keys.width),
             Style::default().add_modifier(Modifier::DIM),
         ))),
         keys,
@@ -311,13 +301,22 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
 fn draw_table(f: &mut Frame<'_>, app: &App, area: Rect) {
     let rows = app.ordered();
     let selected = app.selected_index(&rows);
-    let table = Table::new(rows.iter().map(|r| table_row(r)), widths())
-        .header(
-            TableRow::new(HEADER.iter().map(|h| Cell::from(*h)))
-                .style(Style::default().add_modifier(Modifier::REVERSED)),
-        )
+    let (shown, last, last_width) = visible(area.width);
+    let widths: Vec<Constraint> = shown
+        .iter()
+        .map(|&i| match i {
+            9 => Constraint::Min(last_width),
+            i => Constraint::Length(COLUMNS[i].width),
+        })
+        .collect();
+    let header = shown
+        .iter()
+        .map(|&i| Cell::from(if i == 9 { last } else { COLUMNS[i].header }));
+    let table = Table::new(rows.iter().map(|r| table_row(r, &shown)), widths)
+        .header(TableRow::new(header).style(Style::default().add_modifier(Modifier::REVERSED)))
         .row_highlight_style(Style::default().add_modifier(Modifier::BOLD | Modifier::UNDERLINED))
-        .highlight_symbol(">");
+        .highlight_symbol(">")
+        .highlight_spacing(HighlightSpacing::Always);
     let mut state = TableState::default().with_selected(selected);
     f.render_stateful_widget(table, area, &mut state);
 }
@@ -327,7 +326,10 @@ mod tests {
     use ratatui::{Terminal, backend::TestBackend};
 
     use super::*;
-    use crate::top::feed::{Detail, Frame as ViewFrame};
+    use crate::top::{
+        columns::HOT_OPS_LONG,
+        feed::{Detail, Frame as ViewFrame},
+    };
 
     fn screen(app: &App, w: u16, h: u16) -> String {
         let mut t = Terminal::new(TestBackend::new(w, h)).expect("a test terminal");
@@ -414,5 +416,83 @@ mod tests {
         app.key(page);
         let s = screen(&app, 100, 30);
         assert!(!s.contains("line-00") && s.contains("line-12"), "{s}");
+    }
+
+    /// The table's header line at `w` columns: every header whole (none
+    /// cut to a prefix), the ones left out absent.
+    fn headers(app: &App, w: u16) -> (String, Vec<&'static str>) {
+        let s = screen(app, w, 24);
+        let line = s
+            .lines()
+            .find(|l| l.contains(" PID "))
+            .unwrap_or_else(|| panic!("a header:\n{s}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for word in &words {
+            let whole = COLUMNS
+                .iter()
+                .map(|c| c.header)
+                .chain([HOT_OPS_LONG])
+                .any(|h| h.split_whitespace().any(|p| p == *word));
+            assert!(whole, "{word:?} is a cut header at {w} columns:\n{s}");
+        }
+        let shown = COLUMNS
+            .iter()
+            .map(|c| c.header)
+            .filter(|h| words.contains(h) || (h.contains(' ') && line.contains(h)))
+            .collect();
+        (s, shown)
+    }
+
+    /// Issue 48: at 80 columns the table drops whole columns (the least
+    /// needed first) instead of cutting "VERDICT" to "VERDIC"; the keys
+    /// line offers `?`, which lists every column, the left-out ones marked.
+    #[test]
+    fn eighty_columns_drop_whole_columns_and_question_mark_helps() {
+        let mut app = App::new("replay a-long-recording-name.rec.gz x20".into(), "500ms".into());
+        app.update(ViewFrame {
+            rows: vec![Row {
+                pid: 4242,
+                comm: "python3-train-long".into(),
+                verdict: "host-staged".into(),
+                net: Some("NET/Socket"),
+                host_staged: true,
+                basis: Some("steady state"),
+                moved_per_s: 3.0e9,
+                staged_per_s: 1.5e9,
+                staged_share: Some(0.5),
+                ..Row::default()
+            }],
+            ..ViewFrame::default()
+        });
+        let (wide, all) = headers(&app, 160);
+        assert_eq!(all.len(), COLUMNS.len(), "160 columns show all:\n{wide}");
+        let (s, shown) = headers(&app, 80);
+        // What the default order (staged/s) and the verdict need stays; the
+        // least needed (VmPin, REG/s) leave first.
+        for must in ["PID", "COMM", "VERDICT", "STAGED/s", "STAGED%", "HOT OPS"] {
+            assert!(shown.contains(&must), "{must} at 80 columns:\n{s}");
+        }
+        assert!(!shown.contains(&"VmPin") && !shown.contains(&"REG/s"), "{s}");
+        assert!(s.contains("50.0%"), "{s}");
+        assert!(s.lines().last().is_some_and(|l| l.starts_with("? help")), "{s}");
+        for w in [60, 72, 100, 120] {
+            headers(&app, w);
+        }
+        app.key(ratatui::crossterm::event::KeyEvent::from(
+            ratatui::crossterm::event::KeyCode::Char('?'),
+        ));
+        let help = screen(&app, 80, 30);
+        assert!(help.contains("help (? or Esc closes)"), "{help}");
+        for c in &COLUMNS {
+            let line = help
+                .lines()
+                .find(|l| l.trim_start().starts_with(c.header))
+                .unwrap_or_else(|| panic!("{} in the help:\n{help}", c.header));
+            assert_eq!(line.contains("(hidden"), !shown.contains(&c.header), "{line}");
+        }
+        app.key(ratatui::crossterm::event::KeyEvent::from(
+            ratatui::crossterm::event::KeyCode::Esc,
+        ));
+        assert!(!app.help, "Esc closes the help, and does not quit");
     }
 }

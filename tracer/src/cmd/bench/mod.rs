@@ -139,7 +139,7 @@ fn pipeline(a: &BenchPipelineArgs) -> Result<i32> {
     let cpu_before = cpu_seconds();
     let rt = super::runtime()?;
     rt.block_on(async {
-        let gated = spawn::spawn_gated(&argv)?;
+        let gated = spawn::spawn_gated(&argv, spawn::CommandStdout::Inherit)?;
         trace.add_target(gated.pid, None)?;
         let mut child = gated.release()?;
         trace

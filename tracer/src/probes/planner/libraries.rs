@@ -3,6 +3,13 @@
 //! rows of each library and of each process's copies of it.
 use super::*;
 
+/// Why a library row has no probes: no traced process maps the library, and
+/// it is not installed, is installed (its paths in the row's detail), or
+/// was not looked for.
+pub const NOT_INSTALLED: &str = "not installed on this host, and not mapped by a traced process";
+pub const INSTALLED_NOT_MAPPED: &str = "installed on this host, not mapped by a traced process";
+pub const NOT_MAPPED: &str = "not mapped by a traced process";
+
 impl Planner {
     /// The probe points of every table row of `lib` in a file: each
     /// exported variant of the row's symbol (every ELF version, CUDA
@@ -190,10 +197,9 @@ impl Planner {
                 let result = if attached > 0 {
                     Ok(self.uprobes.mode().map_or(Strategy::Uprobe, uprobes::Mode::strategy))
                 } else if files.is_empty() {
-                    Err(format!(
-                        "{} is neither installed nor mapped by a traced process",
-                        lib.name()
-                    ))
+                    let (reason, paths) = self.not_mapped(lib);
+                    detail.extend(paths.into_iter().map(|p| format!("installed: {p}")));
+                    Err(reason.into())
                 } else {
                     Err(format!("no symbol of the table could be attached in {}", lib.name()))
                 };
@@ -210,6 +216,24 @@ impl Planner {
                 c
             })
             .collect()
+    }
+
+    /// Why a library no traced process maps has no probes, and where it is
+    /// installed (the files `doctor` lists), when that was looked for.
+    fn not_mapped(&self, lib: Lib) -> (&'static str, Vec<String>) {
+        let Some(installed) = &self.installed else {
+            return (NOT_MAPPED, Vec::new());
+        };
+        let paths: Vec<String> = installed
+            .iter()
+            .filter(|(l, _)| *l == lib)
+            .map(|(_, p)| p.clone())
+            .collect();
+        if paths.is_empty() {
+            (NOT_INSTALLED, paths)
+        } else {
+            (INSTALLED_NOT_MAPPED, paths)
+        }
     }
 
     /// Per library of the table, what this process has: the file it maps

@@ -27,6 +27,7 @@ use crate::{error::describe, loader::program};
 pub use super::coverage::{Attempt, Coverage, LibAttachment, ProcessLibrary, Status};
 
 mod libraries;
+pub use libraries::{INSTALLED_NOT_MAPPED, NOT_INSTALLED, NOT_MAPPED};
 
 /// Attaches catalog points and library files; holds the coverage record.
 pub struct Planner {
@@ -56,6 +57,10 @@ pub struct Planner {
     /// The shared syscall program pairs tried so far (`tp_btf`, then raw
     /// tracepoint), and how each went; at most one is ever attached.
     syscall_pairs: Vec<(Strategy, Result<(), String>)>,
+    /// The table's libraries installed on this host (`libs::installed`, as
+    /// `doctor` lists them), once looked for: what a library row no traced
+    /// process maps says of it.
+    pub installed: Option<Vec<(Lib, String)>>,
 }
 
 impl Default for Planner {
@@ -85,6 +90,7 @@ impl Planner {
             setup_dropped: None,
             sampling_note: None,
             syscall_pairs: Vec::new(),
+            installed: None,
         }
     }
 

@@ -29,7 +29,7 @@ fn labels_like_bpftrace() {
 
 /// Issue 12: the report of `validate` on this kind of host (no fentry,
 /// no kprobes) fits on one screen above the histograms, with each
-/// unavailable family named once with its reason.
+/// unavailable family named once and its reason written once.
 #[test]
 fn coverage_grouped_and_summary_on_one_screen() {
     let (r, _) = crate::fixtures::replay_fixture("pin-churn");
@@ -51,10 +51,13 @@ fn coverage_grouped_and_summary_on_one_screen() {
             .iter()
             .find(|l| l.contains(signal))
             .unwrap_or_else(|| panic!("{signal} missing:\n{text}"));
-        assert!(
-            line.contains(&format!("unavailable  {points} points: {reason}")),
-            "{line}"
-        );
+        // The refusal once: the second family refused alike points to the first.
+        let said = if family == crate::probes::Family::Pinning {
+            format!("unavailable  {points} points: {reason}")
+        } else {
+            format!("unavailable  {points} points: as kernel page pinning (above)")
+        };
+        assert!(line.contains(&said), "{line}");
     }
     assert!(
         !summary.iter().any(|l| l.contains("pin_user_pages_fast")),
@@ -147,5 +150,127 @@ fn aggregated_collectives_in_the_operations_table() {
         .expect(&text);
     for part in ["p2p/nvlink", "29000", "2.00GiB", "<=16.4us", "<=131.1us"] {
         assert!(row.contains(part), "{part}: {row}");
+    }
+}
+
+/// The Signals block of every shipped recording's report: one line per
+/// signal and family (a second, `also`, where a measured family lost some
+/// points), no refusal written twice. Before, the five nvidia_p2p points
+/// of the GPU recordings, refused alike but each naming its own function,
+/// took five ~190-character lines; and an `attach` recording said a library
+/// it never looked for was "neither installed nor mapped".
+#[test]
+fn signals_are_one_line_per_family_in_every_recording() {
+    for name in crate::fixtures::names() {
+        let (r, _) = crate::fixtures::replay_fixture(&name);
+        let text = render_with(&r, false);
+        let block: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("Signals"))
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .collect();
+        assert!(!block.is_empty(), "{name}: a Signals block:\n{text}");
+        let mut labels = std::collections::BTreeSet::new();
+        for l in &block {
+            let label = l.get(2..48).unwrap_or("").trim();
+            if label.is_empty() {
+                let rest = l.trim_start();
+                assert!(
+                    rest.starts_with("also "),
+                    "{name}: a continuation line:\n{}",
+                    block.join("\n")
+                );
+            } else {
+                let outcome = l.get(58..70).unwrap_or("").trim();
+                assert!(
+                    labels.insert((label, outcome)),
+                    "{name}: {label} twice:\n{}",
+                    block.join("\n")
+                );
+            }
+        }
+        let refusals: Vec<&str> = block
+            .iter()
+            .filter_map(|l| l.split_once(": ").map(|(_, r)| r))
+            .collect();
+        for (i, a) in refusals.iter().enumerate() {
+            assert!(
+                a.len() < 40 || !refusals[..i].contains(a),
+                "{name}: {a} twice:\n{}",
+                block.join("\n")
+            );
+        }
+        assert!(
+            !text.contains("neither installed nor mapped"),
+            "{name}:\n{}",
+            block.join("\n")
+        );
+    }
+}
+
+/// Refusals that differ only by the point they name are one group.
+#[test]
+fn refusals_naming_their_own_point_fold() {
+    assert_eq!(
+        super::coverage::generic(
+            "fentry/fexit: unknown BTF type `nvidia_p2p_put_pages`",
+            "nvidia_p2p_put_pages"
+        ),
+        "fentry/fexit: unknown BTF type `<point>`"
+    );
+    // Not inside a longer name.
+    assert_eq!(
+        super::coverage::generic("see nvidia_p2p_put_pages_persistent", "nvidia_p2p_put_pages"),
+        "see nvidia_p2p_put_pages_persistent"
+    );
+}
+
+/// Issue 48: `explain` of the two-node recording said "pid 543
+/// cuMemcpyHtoDAsync host-staged: 8 transfers" twice, and the same of pid
+/// 544, while the operations table had 8 calls for both together. Now each
+/// path line is written once, and a line about an operation's calls gives
+/// that process's own count (the counts of its processes add up to the
+/// table's). Every shipped recording: no Explain line twice.
+#[test]
+fn explain_paths_once_and_per_process() {
+    let (r, _) = crate::fixtures::replay_fixture("gpu-h200-nodes-run-default");
+    let paths = &r.explain.paths;
+    assert!(!paths.is_empty(), "the recording has staged paths");
+    for op in &r.operations {
+        let lines: Vec<_> = paths
+            .iter()
+            .filter(|p| p.what.starts_with(&format!("{} ", op.name)))
+            .collect();
+        let mut pids: Vec<u32> = lines.iter().map(|p| p.pid).collect();
+        pids.sort();
+        pids.dedup();
+        assert_eq!(pids.len(), lines.len(), "{}: a line per process: {lines:#?}", op.name);
+        for p in &lines {
+            let mine = r
+                .processes
+                .iter()
+                .find(|x| x.pid == p.pid)
+                .and_then(|x| x.calls.get(&op.name))
+                .copied();
+            let Some(n) = mine else { continue };
+            if n != op.calls {
+                assert!(
+                    p.what.contains(&format!(": {n} calls of this process")),
+                    "pid {} made {n} of the {} calls: {}",
+                    p.pid,
+                    op.calls,
+                    p.what
+                );
+            }
+        }
+    }
+    for name in crate::fixtures::names() {
+        let (r, _) = crate::fixtures::replay_fixture(&name);
+        let text = super::explain(&r);
+        let mut seen = std::collections::BTreeSet::new();
+        for l in text.lines().skip(1).take_while(|l| !l.is_empty()) {
+            assert!(seen.insert(l), "{name}: {l} twice:\n{text}");
+        }
     }
 }
