@@ -249,6 +249,7 @@ fn doc(r: &crate::report::Report) -> crate::compare::Document {
         vec![Run {
             workload: workload_name(&typed),
             report: v,
+            repeats: Vec::new(),
         }],
         std::slice::from_ref(&typed),
         "test".into(),
@@ -258,5 +259,6 @@ fn doc(r: &crate::report::Report) -> crate::compare::Document {
         baseline,
         plain_report: false,
         reports: vec![typed],
+        repeats: vec![Vec::new()],
     }
 }
