@@ -12,6 +12,7 @@ mod duty;
 mod formats;
 mod fuzz_readers;
 mod host;
+mod input_limits;
 mod job;
 mod nccl_log;
 mod pin_churn;

@@ -249,6 +249,16 @@ pub struct RunArgs {
     pub command: Vec<std::ffi::OsString>,
 }
 
+/// How a command reads recordings (`replay`, `explain`, `job`, `top --replay`).
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct DamageArgs {
+    /// Accept a recording with damaged lines (not text, not JSON, nested
+    /// too deep, no record type): each is still named on stderr and counted
+    /// in the report's loss, and the command exits 0 (without it, 2).
+    #[arg(long)]
+    pub skip_damaged: bool,
+}
+
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
     /// A JSON report from `run`, `attach`, `validate` or `replay` (--json
@@ -265,6 +275,8 @@ pub struct ExplainArgs {
     /// What to print on stdout (json: `gdrtrace.explain/v1`, docs/formats.md).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    #[command(flatten)]
+    pub damage: DamageArgs,
 }
 
 const JOB_HELP: &str = "Examples:
@@ -281,6 +293,8 @@ pub struct JobArgs {
     /// Output format (json: schema gdrtrace.job/v1, docs/job.md).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    #[command(flatten)]
+    pub damage: DamageArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -306,6 +320,8 @@ pub struct ReplayArgs {
     /// Write the timeline to FILE as Chrome Trace Event JSON (as `run`'s).
     #[arg(long, value_name = "FILE")]
     pub trace_event: Option<PathBuf>,
+    #[command(flatten)]
+    pub damage: DamageArgs,
 }
 
 /// Which running processes to trace (`attach`, `top`).
@@ -396,6 +412,8 @@ pub struct TopArgs {
     /// How collectives are counted (as `attach --collectives`).
     #[arg(long, value_name = "MODE")]
     pub collectives: Option<crate::probes::duty::Mode>,
+    #[command(flatten)]
+    pub damage: DamageArgs,
 }
 
 /// A positive, finite playback factor.

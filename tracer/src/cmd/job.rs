@@ -8,9 +8,11 @@ use crate::{
 
 pub fn job(args: &JobArgs) -> Result<i32> {
     let mut reports = Vec::with_capacity(args.files.len());
+    let mut damaged = Vec::new();
     for f in &args.files {
-        let (report, _) = super::explain::load(f, None, None)?;
-        reports.push((f.display().to_string(), report));
+        let loaded = super::explain::load(f, None, None, args.damage)?;
+        damaged.extend(loaded.damaged);
+        reports.push((f.display().to_string(), loaded.report));
     }
     let view = job::join(&reports);
     match args.format {
@@ -23,5 +25,5 @@ pub fn job(args: &JobArgs) -> Result<i32> {
             outln!("{text}");
         }
     }
-    Ok(0)
+    super::finish(0, damaged)
 }

@@ -208,6 +208,7 @@ fn replay(args: &TopArgs, path: &Path) -> Result<i32> {
     let json = OutputFile::open_opt("--json", args.json.as_deref())?;
     let trace_event = OutputFile::open_opt("--trace-event", args.trace_event.as_deref())?;
     let rec = super::replay::load(path)?;
+    let damaged = super::replay::damaged(&path.display().to_string(), &rec, args.damage);
     let speed = if args.speed == 1.0 {
         String::new()
     } else {
@@ -270,5 +271,6 @@ fn replay(args: &TopArgs, path: &Path) -> Result<i32> {
         errors.push(e);
     }
     errors.extend(view_error);
+    errors.extend(damaged);
     super::finish(0, errors)
 }
