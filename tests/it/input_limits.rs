@@ -8,6 +8,10 @@
 //!    is still skipped in silence (a later minor revision's record).
 //! 2. `explain` reads a report as it comes, into the typed report: its peak
 //!    memory, measured under `ulimit -v`, is within 4 times the input's size.
+//! 3. A flag moved to the nearest value the tool supports says so, once, on
+//!    stderr: every flag that is moved (`attach` and live `top --interval`,
+//!    which share one function, `drive syscalls --threads`, `drive
+//!    copy-loop --bytes`, `bench pipeline --wakeup-bytes`).
 use std::{
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
@@ -204,3 +208,102 @@ fn item2_explain_reads_a_report_within_4x_its_size() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The note of a moved flag, and how often stderr has it.
+fn said_once(o: &Output, note: &str) {
+    let err = stderr(o);
+    assert_eq!(count(&err, note), 1, "`{note}` once in: {err}");
+    assert_eq!(o.status.code(), Some(0), "{err}");
+}
+
+#[test]
+fn item3_clamped_flags_say_so_once() {
+    let dir = scratch("clamped");
+    // Without BPF: the workloads' own flags.
+    let o = bounded(&["drive", "syscalls", "--threads", "0", "--calls", "100"]);
+    said_once(&o, "gdrtrace: note: --threads 0 raised to 1: the fewest threads");
+    assert!(stdout(&o).contains("threads=1"), "{}", stdout(&o));
+    let standins = integration_tests::standin::build_standins(Path::new(env!("CARGO_TARGET_TMPDIR")), "clamped");
+    let o = bounded(&[
+        "drive",
+        "copy-loop",
+        "--lib",
+        s(&standins.cuda),
+        "--bytes",
+        "0",
+        "--copies",
+        "10",
+    ]);
+    said_once(&o, "gdrtrace: note: --bytes 0 raised to 1: the smallest copy");
+    if !integration_tests::can_trace("item3_clamped_flags_say_so_once") {
+        return;
+    }
+    // `attach --interval 1ms`: records on the 250 ms tick, said before
+    // anything is loaded (live `top` too, below).
+    let mut target = Command::new("sleep").arg("30").spawn().expect("sleep");
+    let jsonl = dir.join("intervals.jsonl");
+    let pid = target.id().to_string();
+    let o = bounded(&[
+        "attach",
+        "--pid",
+        &pid,
+        "--interval",
+        "1ms",
+        "--duration",
+        "2s",
+        "--jsonl",
+        s(&jsonl),
+    ]);
+    said_once(
+        &o,
+        "gdrtrace: note: --interval 1ms raised to 250ms: the smallest interval",
+    );
+    let records = std::fs::read_to_string(&jsonl)
+        .expect("the interval records")
+        .lines()
+        .count();
+    // 2 s of 250 ms ticks: 8 records or so, never one a millisecond.
+    assert!((2..=12).contains(&records), "{records} interval records in 2 s");
+    // Live `top` needs a terminal: script(1) gives it one (stdout and
+    // stderr both arrive on it, the note before the view starts).
+    let script = ["/usr/bin/script", "/bin/script"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file());
+    match script {
+        None => println!("skipping: item3_clamped_flags_say_so_once: top: no script(1) for a terminal"),
+        Some(script) => {
+            let top = format!(
+                "'{}' top --pid {pid} --interval 1ms --duration 1s",
+                gdrtrace_path().display()
+            );
+            let (o, killed) = run_bounded(
+                Command::new(script)
+                    .args(["-qec", &top, "/dev/null"])
+                    .stdin(Stdio::null()),
+                Duration::from_secs(120),
+            );
+            assert!(!killed, "top hung");
+            let out = stdout(&o);
+            let note = "gdrtrace: note: --interval 1ms raised to 250ms: the smallest interval";
+            assert_eq!(count(&out, note), 1, "{out}");
+            assert_eq!(o.status.code(), Some(0), "{out}");
+        }
+    }
+    let _ = target.kill();
+    let _ = target.wait();
+    // `bench pipeline --wakeup-bytes`: at most a quarter of the ring buffer.
+    let o = bounded(&[
+        "bench",
+        "pipeline",
+        "--calls",
+        "1000",
+        "--ringbuf-bytes",
+        "1048576",
+        "--wakeup-bytes",
+        "1073741824",
+    ]);
+    said_once(
+        &o,
+        "gdrtrace: note: --wakeup-bytes 1073741824 lowered to 262144: a quarter of the ring buffer, the largest fill level",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -86,6 +86,9 @@ enum End {
 
 fn live(args: &TopArgs) -> Result<i32> {
     let t = trace_args(args);
+    // Said before anything is loaded, on the terminal the view then takes
+    // (seen again once it ends).
+    let interval = super::attach::interval_of(args.interval);
     let mut a = super::attach::open("top", &args.targets, &t, &[])?;
     let mut what: Vec<String> = Vec::new();
     if !args.targets.pid.is_empty() {
@@ -106,14 +109,12 @@ fn live(args: &TopArgs) -> Result<i32> {
     let quit = Arc::new(tokio::sync::Notify::new());
     let ui = {
         let quit = quit.clone();
-        spawn_view(
-            App::new(source, crate::units::fmt_duration(args.interval)),
-            rx,
-            move || quit.notify_one(),
-        )?
+        spawn_view(App::new(source, crate::units::fmt_duration(interval)), rx, move || {
+            quit.notify_one()
+        })?
     };
     let feed = Rc::new(RefCell::new(Feed::default()));
-    let mut every = Interval::new(args.interval, Box::new(|_| {}));
+    let mut every = Interval::new(interval, Box::new(|_| {}));
     {
         let feed = feed.clone();
         let tx = tx.clone();
