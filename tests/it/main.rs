@@ -1,6 +1,7 @@
 //! The integration tests: one binary (cargo links it once), a module per
 //! area. Tests that need root and BPF say `skipping: <reason>` elsewhere.
 mod attach;
+mod attach_busy;
 mod bad_input;
 mod bench;
 mod cli;
@@ -11,6 +12,8 @@ mod deploy;
 mod duty;
 mod formats;
 mod fuzz_readers;
+mod habits;
+mod helm;
 mod host;
 mod input_limits;
 mod job;
@@ -18,6 +21,7 @@ mod nccl_log;
 mod pin_churn;
 mod progress;
 mod record_replay;
+mod release;
 mod robust;
 mod serve;
 mod timeline;

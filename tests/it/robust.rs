@@ -338,6 +338,22 @@ fn signals_are_forwarded_and_a_second_one_ends_at_once() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An unknown flag before `--` is an error, not the command.
+#[test]
+fn unknown_flag_keeps_clap_tip_beneath_its_line() {
+    let o = bounded(&["run", "--bogus", "--", "true"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    // The error, and clap's tip beneath it (issue 48 keeps clap's tips).
+    let lines: Vec<&str> = err.trim_end().lines().collect();
+    assert!(lines[0].contains("unexpected argument '--bogus'"), "{err}");
+    assert_eq!(
+        lines[1..],
+        ["  tip: to pass '--bogus' as a value, use '-- --bogus'"],
+        "{err}"
+    );
+}
+
 /// The command is checked first, as execvp would look it up: not
 /// executable and directories are 126, missing 127, before any BPF.
 #[test]

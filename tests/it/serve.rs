@@ -46,11 +46,11 @@ const HOW: &str = "bash scripts/setup.sh --vm installs it";
 /// (and count) the others' workloads.
 static ONE_AGENT: Mutex<()> = Mutex::new(());
 
-fn one_agent() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn one_agent() -> std::sync::MutexGuard<'static, ()> {
     ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -62,7 +62,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 /// Waits for `f` to return Some, or panics with `what` at the deadline.
-fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+pub(crate) fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
     loop {
         if let Some(v) = f() {
@@ -74,24 +74,30 @@ fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) ->
 }
 
 /// A running agent.
-struct Agent {
+pub(crate) struct Agent {
     child: Child,
     addr: String,
     stderr: Arc<Mutex<String>>,
 }
 
 impl Agent {
-    fn start(args: &[&str]) -> Agent {
+    pub(crate) fn start(args: &[&str]) -> Agent {
         Self::start_with(Command::new(gdrtrace_path()), args)
     }
 
     /// Starts `gdrtrace serve ARGS` through `cmd` (the binary, or a wrapper
     /// whose last argument is the binary) and waits until it serves.
-    fn start_with(mut cmd: Command, args: &[&str]) -> Agent {
+    fn start_with(cmd: Command, args: &[&str]) -> Agent {
         let addr = format!("127.0.0.1:{}", free_port());
+        Self::start_on(cmd, &addr, addr.clone(), args)
+    }
+
+    /// As `start_with`, the agent listening on `listen` (as `--listen`
+    /// takes it) and scraped at `addr`.
+    pub(crate) fn start_on(mut cmd: Command, listen: &str, addr: String, args: &[&str]) -> Agent {
         let mut child = cmd
             .arg("serve")
-            .args(["--listen", &addr])
+            .args(["--listen", listen])
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -123,18 +129,26 @@ impl Agent {
         agent
     }
 
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
+    }
+
     fn stderr(&self) -> String {
         self.stderr.lock().expect("stderr sink poisoned").clone()
     }
 
-    fn metrics(&self) -> String {
+    pub(crate) fn metrics(&self) -> String {
         let (status, _, body) = http_get(&self.addr, "/metrics", None).expect("scraping the agent");
         assert_eq!(status, 200, "{body}");
         body
     }
 
     /// Sums the samples of `name` whose labels contain every `label="value"` of `with`.
-    fn sum(exposition: &str, name: &str, with: &[(&str, &str)]) -> Option<f64> {
+    pub(crate) fn sum(exposition: &str, name: &str, with: &[(&str, &str)]) -> Option<f64> {
         let mut found = None;
         for line in exposition.lines().filter(|l| !l.starts_with('#')) {
             let Some(rest) = line.strip_prefix(name) else { continue };
@@ -150,7 +164,7 @@ impl Agent {
         found
     }
 
-    fn stop(mut self) -> String {
+    pub(crate) fn stop(mut self) -> String {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let status = self.child.wait().expect("waiting for the agent");
@@ -172,14 +186,14 @@ impl Drop for Agent {
 /// A shell started before the agent (so neither it nor its children are
 /// followed from a traced parent): each line written to it runs as a
 /// command of its own, and it answers `done STATUS`.
-struct Launcher {
+pub(crate) struct Launcher {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
 }
 
 impl Launcher {
-    fn start() -> Launcher {
+    pub(crate) fn start() -> Launcher {
         let mut child = Command::new("sh")
             .args(["-c", "while read -r line; do sh -c \"$line\"; echo \"done $?\"; done"])
             .stdin(Stdio::piped())
@@ -192,7 +206,7 @@ impl Launcher {
     }
 
     /// Runs `cmd` and waits for it; returns its exit status.
-    fn run(&mut self, cmd: &str) -> i32 {
+    pub(crate) fn run(&mut self, cmd: &str) -> i32 {
         writeln!(self.stdin, "{cmd}").expect("writing to the launcher");
         self.stdin.flush().expect("writing to the launcher");
         let mut line = String::new();
@@ -217,7 +231,7 @@ impl Drop for Launcher {
 }
 
 /// The short-lived target (tests/standin/serve_child.c), built once.
-fn serve_child() -> PathBuf {
+pub(crate) fn serve_child() -> PathBuf {
     let dir = integration_tests::scratch("serve-bin");
     let out = dir.join("serve_child");
     if !out.is_file() {

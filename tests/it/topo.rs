@@ -112,7 +112,7 @@ fn rdma_counter_sampler() {
     println!("{} counters, delta {d:?}", before.len());
 }
 
-/// With `GDRTRACE_EXPECT_NVLINK_TRAFFIC=1` (set by `scripts/gpu-topo-check.sh`
+/// With `GDRTRACE_EXPECT_NVLINK_TRAFFIC=1` (set on a GPU machine
 /// while an NCCL job runs on NVLink-joined GPUs) the NVLink data counters must
 /// grow within two seconds.
 #[test]

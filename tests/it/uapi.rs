@@ -127,8 +127,10 @@ fn versioned_and_suffixed_variants_are_resolved_and_attached() {
     assert_eq!(
         got,
         vec![
+            "cuDevicePrimaryCtxRetain",
             "cuMemAlloc_v2",
             "cuMemFree_v2",
+            "cuMemcpyAsync",
             "cuMemcpyDtoHAsync_v2",
             "cuMemcpyHtoD",
             "cuMemcpyHtoDAsync_v2",

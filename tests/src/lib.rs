@@ -287,10 +287,14 @@ pub fn metric_names(exposition: &str) -> std::collections::BTreeSet<String> {
 /// The metric names in docs/serve.md's table.
 pub fn documented_metrics() -> std::collections::BTreeSet<String> {
     let doc = std::fs::read_to_string(repo_root().join("docs/serve.md")).expect("docs/serve.md");
+    // The agent's own families and the `process_*` ones of client libraries.
     doc.lines()
-        .filter_map(|l| l.strip_prefix("| `gdrtrace_"))
-        .filter_map(|l| l.split('`').next())
-        .map(|n| format!("gdrtrace_{n}"))
+        .filter_map(|l| {
+            ["gdrtrace_", "process_"]
+                .into_iter()
+                .find_map(|p| l.strip_prefix(&format!("| `{p}")).map(|rest| (p, rest)))
+        })
+        .filter_map(|(p, rest)| rest.split('`').next().map(|n| format!("{p}{n}")))
         .collect()
 }
 
@@ -462,7 +466,9 @@ pub fn read_json(p: &Path) -> serde_json::Value {
 pub fn assert_one_line(o: &Output, code: i32, expect: &[&str], what: &str) {
     let err = stderr(o);
     assert_eq!(o.status.code(), Some(code), "{what}: {err}{}", stdout(o));
-    assert_eq!(err.trim_end().lines().count(), 1, "{what}: one line expected:\n{err}");
+    // clap's tip ("  tip: ...") may follow the line, as the field's tools keep it.
+    let lines = err.trim_end().lines().filter(|l| !l.starts_with("  tip: ")).count();
+    assert_eq!(lines, 1, "{what}: one line expected:\n{err}");
     assert!(err.starts_with("gdrtrace: "), "{what}: {err}");
     for e in expect {
         assert!(err.contains(e), "{what}: want '{e}' in: {err}");

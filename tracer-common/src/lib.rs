@@ -58,7 +58,7 @@ pub mod kind {
     /// The first successful call of a copy row (`op_flags::COPY_ROWS`): a
     /// `CALL` record in every field but `ret`, which carries the row's
     /// handle (the call returned 0). Its later calls are summed in
-    /// `AGGREGATE` under that handle; this record is one of them.
+    /// `COPY_ROWS` under that handle; this record is one of them.
     pub const ROW_FIRST: u32 = 7;
 }
 
@@ -88,9 +88,9 @@ pub mod op_flags {
     /// so, whatever the kernel still needs to close the links.
     pub const SAMPLED: u32 = 32;
     /// A copy, with its return probe: a successful call is summed in
-    /// `AGGREGATE` per (process, op, row), where the row's handle is a hash
+    /// `COPY_ROWS` per (process, op, row), where the row's handle is a hash
     /// of the arguments in `OpConfig::key_args` (addresses and contexts)
-    /// and of the process's region epoch; bytes from `count_arg`. The call
+    /// tagged with the process's region epoch; bytes from `count_arg`. The call
     /// that creates a row is evented (`kind::ROW_FIRST`), so user space
     /// classifies the row once, with what it knows at that point of the
     /// stream; a failed call (ret != 0) is evented as a `CALL`, and so is
@@ -105,6 +105,11 @@ pub mod op_flags {
     /// the entry hashes it into the arguments (`nccl_id`). Only the rare
     /// `ncclCommInitRank*` rows set it.
     pub const NCCL_ID: u32 = 256;
+    /// A row of the droppable `Setup` link (context switches, set-up
+    /// calls a running library repeats): once `control::SETUP_OFF` is set
+    /// its entries return at once, and a return whose entry came after
+    /// that is no loss, so the link closes without a call half-seen.
+    pub const SETUP: u32 = 512;
 }
 
 /// Indices of the `CONTROL` array, written by user space while tracing.
@@ -128,8 +133,17 @@ pub mod control {
     /// attached to the point, so without this each call would count once
     /// per link still attached.
     pub const SAMPLE_GEN: u32 = 3;
+    /// The copy rows' generation, part of every row's tag
+    /// ([`super::copy_row_tag`]): user space moves it on to start every
+    /// row anew when the table fills, and reclaims the old rows once their
+    /// totals are final.
+    pub const COPY_GEN: u32 = 4;
+    /// Non-zero once the set-up links went over budget
+    /// (`op_flags::SETUP`): they are being closed, and their rows count
+    /// no more calls.
+    pub const SETUP_OFF: u32 = 5;
     /// Number of slots.
-    pub const COUNT: u32 = 4;
+    pub const COUNT: u32 = 6;
 }
 
 /// The attach cookie of a library probe: its op code in the lower half,
@@ -217,7 +231,7 @@ pub mod counter {
     /// Discovery could not read the path an `open`/`openat` was given (the
     /// process may have been a GPU or RDMA process).
     pub const DISCOVER_READ_ERRORS: u32 = 6;
-    /// Copies evented one by one because the aggregation table was full
+    /// Copies evented one by one because the copy-row table was full
     /// (not lost: each is a `CALL` record).
     pub const COPY_ROWS_FULL: u32 = 7;
     /// Traps of sampled rows in an off phase of the duty cycle (their links
@@ -373,13 +387,15 @@ pub struct OpConfig {
 }
 const _: () = assert!(core::mem::size_of::<OpConfig>() == 20);
 
-/// The handle of a copy row: a hash of the arguments in `key_args` and of
-/// the process's region epoch (never 0). The kernel computes it at each
-/// successful call; user space only reads it back from `kind::ROW_FIRST`.
+/// The handle of a copy row: a hash of the arguments in `key_args` in
+/// its lower bits, and the row's tag ([`copy_row_tag`]) in its upper
+/// [`COPY_TAG_BITS`] (never 0). The kernel computes it at each successful
+/// call; user space reads it back from `kind::ROW_FIRST` and from the
+/// tag tells the rows no call can reach any more ([`copy_tag_of`]).
 #[inline(always)]
-pub fn copy_row_handle(op: u32, key_args: u8, args: &[u64; MAX_ARGS], epoch: u64) -> u64 {
+pub fn copy_row_handle(op: u32, key_args: u8, args: &[u64; MAX_ARGS], tag: u16) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut h = (epoch ^ ((op as u64) << 32)).wrapping_mul(K);
+    let mut h = ((op as u64) << 32).wrapping_mul(K);
     let mut i = 0;
     while i < MAX_ARGS {
         if key_args & (1 << i) != 0 {
@@ -388,7 +404,33 @@ pub fn copy_row_handle(op: u32, key_args: u8, args: &[u64; MAX_ARGS], epoch: u64
         }
         i += 1;
     }
-    h | 1
+    (h >> COPY_TAG_BITS) | ((tag as u64) << (64 - COPY_TAG_BITS)) | 1
+}
+
+/// Bits of a copy row's handle that hold its tag.
+pub const COPY_TAG_BITS: u32 = 16;
+
+/// The tag of the copy rows a process makes now: its region epoch
+/// (`COPY_EPOCH`) plus the table's generation (`control::COPY_GEN`), cut
+/// to [`COPY_TAG_BITS`]. Either moving on starts every row of the process
+/// anew: the epoch at a region change, the generation when user space
+/// renews the whole table.
+#[inline(always)]
+pub const fn copy_row_tag(epoch: u64, generation: u64) -> u16 {
+    epoch.wrapping_add(generation) as u16
+}
+
+/// The tag in a copy row's handle.
+pub const fn copy_tag_of(handle: u64) -> u16 {
+    (handle >> (64 - COPY_TAG_BITS)) as u16
+}
+
+/// Whether a row tagged `row` is older than `now`, a tag the process had
+/// since: tags move forward, modulo 2^16, so "older" is the half of the
+/// circle behind `now`.
+pub const fn copy_tag_older(row: u16, now: u16) -> bool {
+    let behind = now.wrapping_sub(row);
+    behind != 0 && behind < 1 << (COPY_TAG_BITS - 1)
 }
 
 /// Processes whose region epoch the kernel keeps (`COPY_EPOCH`, LRU).
@@ -398,6 +440,10 @@ pub const MAX_EPOCH_PROCS: u32 = 16384;
 pub const NO_ARG: u8 = 0xff;
 /// Maximum number of (process, op, communicator) aggregation rows.
 pub const MAX_AGG_ROWS: u32 = 8192;
+/// Maximum number of copy rows (`COPY_ROWS`: one shared value per row,
+/// about 80 bytes with the table's own, so 5 MiB whatever the CPU count).
+/// A 32 MiB buffer staged in 8 KiB fragments is 4,104 rows a process.
+pub const MAX_COPY_ROWS: u32 = 65536;
 
 /// Key of the in-kernel per-communicator aggregation.
 #[repr(C)]

@@ -2,6 +2,9 @@
 //! entry/return machinery is in `probes.rs`.
 #![no_std]
 #![no_main]
+// `atomic_xadd` (probes::add_copy): the BPF target's atomics lack fetch_add.
+#![feature(core_intrinsics)]
+#![expect(internal_features, reason = "core_intrinsics, for atomic_xadd")]
 
 mod discover;
 mod doctor;

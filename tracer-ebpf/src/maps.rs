@@ -5,8 +5,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tracer_common::{
-    AggKey, AggValue, Inflight, InflightKey, MAX_AGG_ROWS, MAX_EPOCH_PROCS, MAX_INFLIGHT, MAX_OPS, MAX_SLOTS,
-    MAX_SYSCALLS, MAX_TARGETS, MAX_THREADS, OpConfig, RINGBUF_BYTES, WAKEUP_BYTES, control, counter,
+    AggKey, AggValue, Inflight, InflightKey, MAX_AGG_ROWS, MAX_COPY_ROWS, MAX_EPOCH_PROCS, MAX_INFLIGHT, MAX_OPS,
+    MAX_SLOTS, MAX_SYSCALLS, MAX_TARGETS, MAX_THREADS, OpConfig, RINGBUF_BYTES, WAKEUP_BYTES, control, counter,
 };
 
 /// `filter::ALL` or `filter::TARGETS`; set by the loader.
@@ -79,6 +79,13 @@ pub static LATENCY: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_OPS * M
 #[map]
 pub static AGGREGATE: PerCpuHashMap<AggKey, AggValue> = PerCpuHashMap::with_max_entries(MAX_AGG_ROWS, 0);
 
+/// Key: (tgid, op, copy row handle). Value: calls and bytes of the row's
+/// successful copies, one value for all CPUs (added atomically): per-CPU
+/// values would cost the table's size times the CPU count, and a row's
+/// copies come from one thread as a rule.
+#[map]
+pub static COPY_ROWS: HashMap<AggKey, AggValue> = HashMap::with_max_entries(MAX_COPY_ROWS, 0);
+
 /// Key: tgid. Value: the process's region epoch, moved on at the return
 /// of every call that changes what backs its addresses
 /// (`op_flags::REGION`); part of each copy row's handle. LRU, so exited
@@ -105,6 +112,12 @@ pub fn sample_skip(generation: u32) -> Option<u32> {
     }
     let current = CONTROL.get(control::SAMPLE_GEN).copied().unwrap_or(0);
     (generation as u64 != current).then_some(counter::SAMPLE_STALE)
+}
+
+/// Whether the set-up links went over budget (`control::SETUP_OFF`).
+#[inline(always)]
+pub fn setup_off() -> bool {
+    CONTROL.get(control::SETUP_OFF).is_some_and(|v| *v != 0)
 }
 
 /// Bumps a per-CPU slot of a per-CPU array.

@@ -7,17 +7,17 @@
 //! (`op_flags::ENTRY_ONLY`: no return trap) and aggregated here, and records
 //! wake the reader only once the ring buffer holds `WAKEUP_AT` bytes.
 use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, generated},
 };
 use tracer_common::{
-    AggKey, AggValue, Event, Inflight, InflightKey, MAX_ARGS, MAX_OPS, MAX_SLOTS, OpConfig, copy_row_handle, counter,
-    filter, has_comm, kind, log2_slot, nccl_dtype_size, nccl_id, op_flags,
+    AggKey, AggValue, Event, Inflight, InflightKey, MAX_ARGS, MAX_OPS, MAX_SLOTS, OpConfig, control, copy_row_handle,
+    copy_row_tag, counter, filter, has_comm, kind, log2_slot, nccl_dtype_size, nccl_id, op_flags,
 };
 
 use crate::maps::{
-    AGGREGATE, COPY_EPOCH, CUR_CTX, EVENTS, FILTER_MODE, HITS, INFLIGHT, LATENCY, OP_CONFIG, TARGETS, WAKEUP_AT, bump,
-    count, sample_skip, stopped,
+    AGGREGATE, CONTROL, COPY_EPOCH, COPY_ROWS, CUR_CTX, EVENTS, FILTER_MODE, HITS, INFLIGHT, LATENCY, OP_CONFIG,
+    TARGETS, WAKEUP_AT, bump, count, sample_skip, setup_off, stopped,
 };
 
 /// Why a probe did not record anything. Fits a register (returned as the
@@ -31,6 +31,7 @@ pub enum Skip {
     BadOp = 4,
     Stopped = 5,
     SampleOff = 6,
+    SetupOff = 7,
 }
 const _: () = assert!(core::mem::size_of::<Skip>() == 4);
 
@@ -90,6 +91,10 @@ pub fn on_entry_at<const UAPI: bool>(
     {
         count(c);
         return Err(Skip::SampleOff);
+    }
+    // The set-up link is closing: its calls count no more.
+    if config.flags & op_flags::SETUP != 0 && setup_off() {
+        return Err(Skip::SetupOff);
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     if !traced((pid_tgid >> 32) as u32) {
@@ -165,8 +170,10 @@ pub fn on_return_at(op: u32, generation: u32, ret: i64) -> Result<u32, Skip> {
             (*slot).start_ns = 0;
             v
         },
+        // A set-up call that entered after its link was switched off
+        // returns without an entry by design.
         _ => {
-            if traced((pid_tgid >> 32) as u32) {
+            if traced((pid_tgid >> 32) as u32) && !(config.flags & op_flags::SETUP != 0 && setup_off()) {
                 count(counter::RETURN_WITHOUT_ENTRY);
             }
             return Err(Skip::NoEntry);
@@ -218,22 +225,17 @@ fn copy_row(op: u32, pid_tgid: u64, config: &OpConfig, entry: &Inflight, dur_ns:
     let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: read-only lookup of a plain value.
     let epoch = unsafe { COPY_EPOCH.get(tgid) }.copied().unwrap_or(0);
-    let handle = copy_row_handle(op, config.key_args, &entry.args, epoch);
+    let generation = CONTROL.get(control::COPY_GEN).copied().unwrap_or(0);
+    let handle = copy_row_handle(op, config.key_args, &entry.args, copy_row_tag(epoch, generation));
     let key = AggKey { tgid, op, handle };
     let i = config.count_arg as usize;
     let bytes = if i < MAX_ARGS { entry.args[i] } else { 0 };
-    match AGGREGATE.get_ptr_mut(key) {
-        // SAFETY: per-CPU value, no concurrent writer on this CPU.
-        Some(v) => unsafe {
-            (*v).calls += 1;
-            (*v).bytes += bytes;
-        },
-        None => {
-            if AGGREGATE.insert(key, AggValue { calls: 1, bytes }, 0).is_err() {
-                count(counter::COPY_ROWS_FULL);
-                return false;
-            }
-            emit(
+    match COPY_ROWS.get_ptr_mut(key) {
+        Some(v) => add_copy(v, bytes),
+        // BPF_NOEXIST: of two threads making the row at once, one inserts
+        // it and events its first call, the other adds to it.
+        None => match COPY_ROWS.insert(key, AggValue { calls: 1, bytes }, BPF_NOEXIST as u64) {
+            Ok(()) => emit(
                 kind::ROW_FIRST,
                 op,
                 pid_tgid,
@@ -242,10 +244,36 @@ fn copy_row(op: u32, pid_tgid: u64, config: &OpConfig, entry: &Inflight, dur_ns:
                 entry.args,
                 handle as i64,
                 false,
-            );
-        }
+            ),
+            Err(e) if e == -EEXIST => {
+                if let Some(v) = COPY_ROWS.get_ptr_mut(key) {
+                    add_copy(v, bytes);
+                }
+            }
+            Err(_) => {
+                count(counter::COPY_ROWS_FULL);
+                return false;
+            }
+        },
     }
     true
+}
+
+/// `-EEXIST`: an insert with `BPF_NOEXIST` found the key there.
+const EEXIST: i32 = 17;
+
+/// Adds one copy to a row. Atomic: threads on other CPUs may add to the
+/// same row. (The BPF target has no compare-and-swap, so `AtomicU64` has
+/// no `fetch_add`; the intrinsic is the instruction, `lock xadd`.)
+#[inline(always)]
+fn add_copy(v: *mut AggValue, bytes: u64) {
+    use core::intrinsics::{AtomicOrdering::Relaxed, atomic_xadd};
+    // SAFETY: a value of `COPY_ROWS`, which lives as long as its row; user
+    // space deletes a row only once no call can reach it (its tag is old).
+    unsafe {
+        atomic_xadd::<u64, u64, { Relaxed }>(core::ptr::addr_of_mut!((*v).calls), 1);
+        atomic_xadd::<u64, u64, { Relaxed }>(core::ptr::addr_of_mut!((*v).bytes), bytes);
+    }
 }
 
 /// Moves the process's region epoch on: every copy row starts anew.

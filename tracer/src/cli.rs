@@ -17,7 +17,7 @@ Examples:
   gdrtrace validate                    # run the workloads this machine supports, traced
   gdrtrace run -- ib_write_bw -d rxe0  # trace a command and its children
   gdrtrace run --json out.json -- ./train.sh
-  gdrtrace attach --pid 4242,4243 --interval 1s --duration 60s
+  gdrtrace attach -p 4242,4243 --interval 1s --duration 60s
   gdrtrace top --pid 4242              # the same targets, as a live full-screen view
   gdrtrace run --record job.rec -- ./train.sh && gdrtrace replay job.rec
   gdrtrace explain out.json --nccl-log nccl.log  # root causes of staged paths
@@ -26,7 +26,7 @@ Examples:
   gdrtrace drive pin-churn --iterations 500
   gdrtrace baseline record --out base.json     # validate, stored with this machine's profile
   gdrtrace compare base.json current.json --format markdown --html compare.html
-  gdrtrace serve --listen 0.0.0.0:9464        # node agent: Prometheus metrics of every GPU/RDMA process
+  gdrtrace serve --listen :9464               # node agent: Prometheus metrics of every GPU/RDMA process
 ";
 
 const RUN_HELP: &str = "\
@@ -43,17 +43,22 @@ Signals and exit status:
 ";
 
 #[derive(Debug, Parser)]
-#[command(name = "gdrtrace", version, about = "eBPF transport tracer for GPU communication: which path did each transfer take?", after_help = EXAMPLES)]
+#[command(name = "gdrtrace", version = crate::version::VERSION, about = "eBPF transport tracer for GPU communication: which path did each transfer take?", after_help = EXAMPLES)]
 pub struct Cli {
     /// More log output (repeat for more).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
-    /// Largest input file read (reports, recordings, baselines, thresholds,
-    /// NCCL logs), counted after gzip decompression (e.g. 512M, 4G).
-    #[arg(long, global = true, value_name = "SIZE", value_parser = crate::units::parse_size, default_value = "1G")]
-    pub max_input_size: u64,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The bound on input files, on the commands that read them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InputArgs {
+    /// Largest input file read (reports, recordings, baselines, thresholds,
+    /// NCCL and UCX logs), counted after gzip decompression (e.g. 512M, 4G).
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::parse_size, default_value = "1G")]
+    pub max_input_size: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -108,6 +113,53 @@ pub enum Command {
     /// (docs/perf.md; `cargo xtask bench` runs the whole set).
     #[command(subcommand)]
     Bench(Bench),
+    /// Print a shell completion script (bash, zsh, fish, elvish,
+    /// powershell) on stdout, e.g. `gdrtrace completions bash >
+    /// /usr/share/bash-completion/completions/gdrtrace`.
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff) on stdout (`gdrtrace man | man -l -`),
+    /// or write one page per command into a directory.
+    Man(ManArgs),
+}
+
+impl Command {
+    /// `--max-input-size` of a command that reads input files.
+    pub fn max_input_size(&self) -> Option<u64> {
+        let input = match self {
+            Command::Run(a) => &a.trace.input,
+            Command::Attach(a) => &a.trace.input,
+            Command::Validate(a) => &a.trace.input,
+            Command::Baseline(BaselineCmd::Record(a)) => &a.validate.trace.input,
+            Command::Top(a) => &a.input,
+            Command::Explain(a) => &a.input,
+            Command::Replay(a) => &a.input,
+            Command::Job(a) => &a.input,
+            Command::Compare(a) => &a.input,
+            Command::Doctor(_)
+            | Command::Topo(_)
+            | Command::Drive(_)
+            | Command::Serve(_)
+            | Command::Bench(_)
+            | Command::Completions(_)
+            | Command::Man(_) => return None,
+        };
+        Some(input.max_input_size)
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ManArgs {
+    /// Write gdrtrace.1 and a page per command (gdrtrace-run.1, ...) into
+    /// DIR instead of printing gdrtrace.1.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -159,6 +211,8 @@ pub struct CompareArgs {
     /// Also write the HTML page (with plots) to FILE.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    #[command(flatten)]
+    pub input: InputArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -236,6 +290,15 @@ pub struct TraceArgs {
     /// `auto:HZ`, `exact` (validate), or `ON/PERIOD` (e.g. 1s/10s).
     #[arg(long, value_name = "MODE")]
     pub collectives: Option<crate::probes::duty::Mode>,
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// Ask NCCL's RAS service (NCCL 2.24+) once, when the first NCCL
+    /// communicator whose set-up was not traced is seen, for its identity
+    /// (commId, rank): at HOST:PORT, default localhost:28028. Off unless
+    /// given: RAS queries run through every process of the job (docs/job.md).
+    #[arg(long, value_name = "HOST:PORT", num_args = 0..=1, require_equals = true,
+          default_missing_value = crate::identity::ras::DEFAULT_ADDR)]
+    pub nccl_ras: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -276,23 +339,41 @@ pub struct ExplainArgs {
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     #[command(flatten)]
+    pub input: InputArgs,
+    #[command(flatten)]
     pub damage: DamageArgs,
 }
 
 const JOB_HELP: &str = "Examples:
   gdrtrace run --json node0.json -- python train.py     # on each node
+  gdrtrace attach --nccl-ras --pid 4242 --json n0.json  # after set-up: ask NCCL's RAS
   gdrtrace job node0.json node1.json                    # one view per communicator
-  gdrtrace job --format json node*.json rank*.jsonl";
+  gdrtrace job --format json node*.json rank*.rec.gz
+  gdrtrace job --prometheus http://prometheus:9090 --match 'namespace=\"team-a\"'";
 
 #[derive(Debug, clap::Args)]
 pub struct JobArgs {
     /// Reports (`--json FILE` of run, attach, validate or replay) and/or
     /// recordings (`--record FILE`), one per node or rank.
-    #[arg(required = true, value_name = "FILE")]
+    #[arg(
+        required_unless_present = "prometheus",
+        conflicts_with = "prometheus",
+        value_name = "FILE"
+    )]
     pub files: Vec<PathBuf>,
+    /// Read `gdrtrace serve`'s series from this Prometheus (http://HOST:PORT)
+    /// instead of files: every node the fleet watches.
+    #[arg(long, value_name = "URL")]
+    pub prometheus: Option<String>,
+    /// Label matchers the series must have (PromQL, e.g.
+    /// `namespace="team-a",node=~"gpu-.*"`), with `--prometheus`.
+    #[arg(long = "match", value_name = "SELECTOR", default_value = "", requires = "prometheus")]
+    pub selector: String,
     /// Output format (json: schema gdrtrace.job/v1, docs/job.md).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    #[command(flatten)]
+    pub input: InputArgs,
     #[command(flatten)]
     pub damage: DamageArgs,
 }
@@ -321,6 +402,8 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "FILE")]
     pub trace_event: Option<PathBuf>,
     #[command(flatten)]
+    pub input: InputArgs,
+    #[command(flatten)]
     pub damage: DamageArgs,
 }
 
@@ -328,7 +411,7 @@ pub struct ReplayArgs {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct TargetArgs {
     /// Process ids to attach to (comma-separated), each with its descendants.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(short = 'p', long, value_delimiter = ',')]
     pub pid: Vec<u32>,
     /// A cgroup v2 directory (absolute, or relative to /sys/fs/cgroup), e.g. a pod's.
     #[arg(long)]
@@ -412,6 +495,8 @@ pub struct TopArgs {
     /// How collectives are counted (as `attach --collectives`).
     #[arg(long, value_name = "MODE")]
     pub collectives: Option<crate::probes::duty::Mode>,
+    #[command(flatten)]
+    pub input: InputArgs,
     #[command(flatten)]
     pub damage: DamageArgs,
 }
@@ -591,4 +676,89 @@ pub struct BenchDetachArgs {
     /// One perf-event link per point instead of uprobe_multi links.
     #[arg(long)]
     pub per_point: bool,
+}
+
+/// A usage error as one message: clap's first line, then what it adds to
+/// help (a similar flag, subcommand or value; the possible values), indented
+/// beneath; the usage block is left to `--help`, which the first line names.
+pub fn usage_error(rendered: &str) -> String {
+    let mut lines = rendered.lines();
+    let first = lines
+        .next()
+        .unwrap_or("invalid arguments")
+        .trim_start_matches("error: ");
+    let mut out = format!("gdrtrace: {first} (see 'gdrtrace --help')");
+    for l in lines
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+    {
+        out.push_str("\n  ");
+        out.push_str(l);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_of(args: &[&str]) -> String {
+        let e = Cli::try_parse_from(args).expect_err("a usage error");
+        usage_error(&e.render().to_string())
+    }
+
+    #[test]
+    fn usage_errors_keep_clap_suggestions_without_the_usage_block() {
+        let e = error_of(&["gdrtrace", "atach"]);
+        assert!(e.starts_with("gdrtrace: unrecognized subcommand 'atach'"), "{e}");
+        assert!(e.contains("\n  tip: a similar subcommand exists: 'attach'"), "{e}");
+        assert!(!e.contains("Usage:") && !e.contains("For more information"), "{e}");
+        let e = error_of(&["gdrtrace", "attach", "--pidd", "1"]);
+        assert!(e.contains("tip: a similar argument exists: '--pid'"), "{e}");
+        let e = error_of(&["gdrtrace", "doctor", "--format", "jsn"]);
+        assert!(e.contains("[possible values: text, json]"), "{e}");
+        assert!(e.contains("tip: a similar value exists: 'json'"), "{e}");
+        // Without a suggestion: one line.
+        let e = error_of(&["gdrtrace", "attach", "--interval", "x"]);
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+
+    #[test]
+    fn max_input_size_is_only_on_commands_that_read_inputs() {
+        for readers in [
+            &["gdrtrace", "explain", "r.json", "--max-input-size", "4K"][..],
+            &["gdrtrace", "replay", "r.rec", "--max-input-size", "4K"],
+            &["gdrtrace", "compare", "a", "b", "--max-input-size", "4K"],
+            &["gdrtrace", "job", "a", "--max-input-size", "4K"],
+            &["gdrtrace", "run", "--max-input-size", "4K", "--", "true"],
+            &["gdrtrace", "attach", "-p", "1", "--max-input-size", "4K"],
+            &["gdrtrace", "top", "--replay", "r.rec", "--max-input-size", "4K"],
+        ] {
+            let cli = Cli::try_parse_from(readers).unwrap_or_else(|e| panic!("{readers:?}: {e}"));
+            assert_eq!(cli.command.max_input_size(), Some(4096), "{readers:?}");
+        }
+        for others in [
+            &["gdrtrace", "doctor", "--max-input-size", "4K"][..],
+            &["gdrtrace", "topo", "--max-input-size", "4K"],
+            &["gdrtrace", "serve", "--max-input-size", "4K"],
+            &["gdrtrace", "drive", "pin-churn", "--max-input-size", "4K"],
+        ] {
+            let e = Cli::try_parse_from(others).expect_err("not a flag of this command");
+            assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument, "{others:?}");
+        }
+    }
+
+    #[test]
+    fn attach_and_top_take_dash_p() {
+        for cmd in ["attach", "top"] {
+            let cli = Cli::try_parse_from(["gdrtrace", cmd, "-p", "4242,4243"]).expect("parses");
+            let pids = match cli.command {
+                Command::Attach(a) => a.targets.pid,
+                Command::Top(a) => a.targets.pid,
+                _ => unreachable!(),
+            };
+            assert_eq!(pids, [4242, 4243], "{cmd}");
+        }
+    }
 }

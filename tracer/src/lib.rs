@@ -24,6 +24,7 @@ pub mod explain;
 #[cfg(test)]
 pub mod fixtures;
 pub mod host;
+pub mod identity;
 pub mod input;
 pub mod intern;
 pub mod job;
@@ -43,6 +44,7 @@ pub mod top;
 pub mod topo;
 pub mod trace;
 pub mod units;
+pub mod version;
 
 /// A function for uprobe self-tests (`doctor`): a stable, non-inlined target
 /// in the tracer's own binary.

@@ -1,7 +1,7 @@
 //! `gdrtrace`: parse, dispatch, and turn every failure into one line.
 use clap::Parser as _;
 use gdrtrace::{
-    cli::Cli,
+    cli::{self, Cli},
     cmd, errln,
     error::{describe, exit},
     input, output,
@@ -52,13 +52,7 @@ fn main() {
                     exit::OK
                 });
             }
-            let text = e.render().to_string();
-            let first = text
-                .lines()
-                .next()
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ");
-            errln!("gdrtrace: {first} (see 'gdrtrace --help')");
+            errln!("{}", cli::usage_error(&e.render().to_string()));
             std::process::exit(exit::USAGE);
         }
     };
@@ -78,7 +72,9 @@ fn main() {
             writeln!(buf, "[{} {}] {}", rec.level(), rec.target(), output::escape(&msg))
         })
         .init();
-    input::set_limit(cli.max_input_size);
+    if let Some(limit) = cli.command.max_input_size() {
+        input::set_limit(limit);
+    }
     let code = match cmd::dispatch(cli.command) {
         Ok(code) => code,
         Err(e) => {

@@ -9,7 +9,9 @@ use aya::{
     Ebpf,
     maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
 };
-use tracer_common::{AggKey, AggValue, MAX_OPS, MAX_SLOTS, control, counter};
+use tracer_common::{
+    AggKey, AggValue, MAX_OPS, MAX_SLOTS, control, copy_row_tag, copy_tag_of, copy_tag_older, counter,
+};
 
 use crate::{
     error::{Error, Result},
@@ -66,6 +68,67 @@ pub struct Session {
     /// phase stopped counting: the duty cycle's `Input::Duty` says how
     /// much of each on part a process ran ([`CpuMarks::between`]).
     cpu: CpuMarks,
+    /// The copy rows' tags, for their reclaim.
+    copy_tags: CopyTags,
+}
+
+/// How long after a look at the copy rows' tags the rows tagged before are
+/// final: a call that read an older tag has added to its row long before.
+const COPY_FINAL_AFTER: Duration = Duration::from_millis(100);
+
+/// The least time between two renewals of the copy-row table: the rows of
+/// one are deleted two looks later, each at least [`COPY_FINAL_AFTER`] on.
+const COPY_RENEW_AFTER: Duration = Duration::from_secs(1);
+
+/// What the reclaim of copy rows keeps from one look to the next
+/// ([`Session::reclaim_copy_rows`]).
+struct CopyTags {
+    /// The tag each process's new copy rows had at the last look, and when.
+    seen: BTreeMap<u32, u16>,
+    at: Instant,
+    /// The table's generation (`control::COPY_GEN`), and when it last
+    /// moved on.
+    generation: u64,
+    renewed: Option<Instant>,
+}
+
+impl CopyTags {
+    fn new(at: Instant) -> Self {
+        Self {
+            seen: BTreeMap::new(),
+            at,
+            generation: 0,
+            renewed: None,
+        }
+    }
+
+    /// The copy rows no call can reach any more: tagged before the tag
+    /// their process had at the last look (which moves only forward).
+    fn done<'a>(&self, copies: impl Iterator<Item = &'a AggKey>) -> Vec<AggKey> {
+        copies
+            .filter(|k| {
+                self.seen
+                    .get(&k.tgid)
+                    .is_some_and(|now| copy_tag_older(copy_tag_of(k.handle), *now))
+            })
+            .copied()
+            .collect()
+    }
+
+    /// A look at each process's region epoch: the tag of its new rows.
+    fn look(&mut self, epochs: impl IntoIterator<Item = (u32, u64)>, at: Instant) {
+        let generation = self.generation;
+        self.seen = epochs
+            .into_iter()
+            .map(|(p, e)| (p, copy_row_tag(e, generation)))
+            .collect();
+        self.at = at;
+    }
+}
+
+/// Whether a kernel row is a copy row (`COPY_ROWS`).
+fn is_copy_row(k: &AggKey) -> bool {
+    uapi::row_of(k.op).is_some_and(|(_, r)| r.copy_rows())
 }
 
 /// The processes of sampled rows and their CPU clocks at the ends of the
@@ -213,6 +276,7 @@ impl Session {
             attach_traps: 0,
             heat: BTreeMap::new(),
             cpu: CpuMarks::default(),
+            copy_tags: CopyTags::new(now),
         };
         if opts.installed_libraries {
             for file in libs::installed() {
@@ -225,11 +289,7 @@ impl Session {
     }
 
     fn targets(&mut self) -> Result<HashMap<&mut MapData, u32, u32>> {
-        let map = self.ebpf.map_mut("TARGETS").ok_or(Error::MissingMap("TARGETS"))?;
-        HashMap::try_from(map).map_err(|source| Error::Map {
-            name: "TARGETS".into(),
-            source,
-        })
+        self.map_mut("TARGETS")
     }
 
     /// Whether the trap cost may be needed (`calibrate.rs`): the duty cycle
@@ -283,11 +343,7 @@ impl Session {
     }
 
     fn per_cpu_sums(&self, name: &'static str, len: u32) -> Result<Vec<u64>> {
-        let map = self.ebpf.map(name).ok_or(Error::MissingMap(name))?;
-        let array: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map).map_err(|source| Error::Map {
-            name: name.into(),
-            source,
-        })?;
+        let array: PerCpuArray<&MapData, u64> = self.map(name)?;
         (0..len)
             .map(|i| {
                 array.get(&i, 0).map(|v| v.iter().sum()).map_err(|source| Error::Map {
@@ -323,16 +379,11 @@ impl Session {
         Ok(l)
     }
 
-    /// The per-(process, op, communicator) totals of aggregate-only calls,
-    /// summed over CPUs.
+    /// The kernel's aggregated rows: the per-(process, op, communicator)
+    /// totals of aggregate-only calls, summed over CPUs, then the copy rows.
     pub fn aggregates(&self) -> Result<Vec<(AggKey, AggValue)>> {
-        let map = self.ebpf.map("AGGREGATE").ok_or(Error::MissingMap("AGGREGATE"))?;
-        let table: PerCpuHashMap<&MapData, AggKey, AggValue> =
-            PerCpuHashMap::try_from(map).map_err(|source| Error::Map {
-                name: "AGGREGATE".into(),
-                source,
-            })?;
-        Ok(table
+        let table: PerCpuHashMap<&MapData, AggKey, AggValue> = self.map("AGGREGATE")?;
+        let mut rows: Vec<(AggKey, AggValue)> = table
             .iter()
             .filter_map(|r| r.ok())
             .map(|(k, per_cpu)| {
@@ -342,7 +393,80 @@ impl Session {
                 });
                 (k, v)
             })
-            .collect())
+            .collect();
+        let copies: HashMap<&MapData, AggKey, AggValue> = self.map("COPY_ROWS")?;
+        rows.extend(copies.iter().filter_map(|r| r.ok()));
+        Ok(rows)
+    }
+
+    /// Deletes the copy rows no call can reach any more, whose totals in
+    /// `rows` (just read and handed to the aggregator) are final
+    /// ([`CopyTags::done`]); the aggregator keeps them in their class
+    /// (`CopyRows::set_kernel`). Where the rows still in use fill most of
+    /// the table, its generation moves on: every row starts anew, and the
+    /// old ones go at a later look.
+    fn reclaim_copy_rows(&mut self, rows: &[(AggKey, AggValue)]) {
+        if self.copy_tags.at.elapsed() < COPY_FINAL_AFTER {
+            return;
+        }
+        let copies: Vec<&AggKey> = rows.iter().map(|(k, _)| k).filter(|k| is_copy_row(k)).collect();
+        let done = self.copy_tags.done(copies.iter().copied());
+        let pids: std::collections::BTreeSet<u32> = copies.iter().map(|k| k.tgid).collect();
+        let Ok(epochs) = self.map::<HashMap<&MapData, u32, u64>>("COPY_EPOCH") else {
+            return;
+        };
+        let epochs: Vec<(u32, u64)> = pids.into_iter().map(|p| (p, epochs.get(&p, 0).unwrap_or(0))).collect();
+        self.copy_tags.look(epochs, Instant::now());
+        if let Ok(mut table) = self.map_mut::<HashMap<&mut MapData, AggKey, AggValue>>("COPY_ROWS") {
+            for k in &done {
+                let _ = table.remove(k);
+            }
+        }
+        let capacity = match self.ebpf.map("COPY_ROWS") {
+            Some(aya::maps::Map::HashMap(d)) => d.info().map_or(0, |i| i.max_entries() as usize),
+            _ => 0,
+        };
+        let in_use = copies.len() - done.len();
+        // The rows of the last renewal go two looks after it: not again before.
+        let renewing = self.copy_tags.renewed.is_some_and(|t| t.elapsed() < COPY_RENEW_AFTER);
+        if capacity > 0 && in_use * 4 > capacity * 3 && !renewing {
+            self.copy_tags.renewed = Some(Instant::now());
+            self.copy_tags.generation += 1;
+            log::info!(
+                "copy rows: {in_use} of {capacity} in use: every row starts anew (generation {})",
+                self.copy_tags.generation
+            );
+            if let Err(e) = self.set_control(control::COPY_GEN, self.copy_tags.generation) {
+                log::warn!("renewing the copy rows: {e}");
+            }
+        }
+    }
+
+    /// How many times the copy-row table was renewed (its rows in use
+    /// filled most of it).
+    pub fn copy_renewals(&self) -> u64 {
+        self.copy_tags.generation
+    }
+
+    /// A map of the object, as the aya type `M`.
+    fn map<'a, M: TryFrom<&'a aya::maps::Map, Error = aya::maps::MapError>>(&'a self, name: &'static str) -> Result<M> {
+        let map = self.ebpf.map(name).ok_or(Error::MissingMap(name))?;
+        M::try_from(map).map_err(|source| Error::Map {
+            name: name.into(),
+            source,
+        })
+    }
+
+    /// A map of the object to write, as the aya type `M`.
+    fn map_mut<'a, M: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>>(
+        &'a mut self,
+        name: &'static str,
+    ) -> Result<M> {
+        let map = self.ebpf.map_mut(name).ok_or(Error::MissingMap(name))?;
+        M::try_from(map).map_err(|source| Error::Map {
+            name: name.into(),
+            source,
+        })
     }
 
     /// Closes the tracing window: every program returns at once from now
@@ -355,11 +479,7 @@ impl Session {
 
     /// Writes one slot of the `CONTROL` array.
     fn set_control(&mut self, index: u32, value: u64) -> Result<()> {
-        let map = self.ebpf.map_mut("CONTROL").ok_or(Error::MissingMap("CONTROL"))?;
-        let mut control: Array<&mut MapData, u64> = Array::try_from(map).map_err(|source| Error::Map {
-            name: "CONTROL".into(),
-            source,
-        })?;
+        let mut control: Array<&mut MapData, u64> = self.map_mut("CONTROL")?;
         control.set(index, &value, 0).map_err(|source| Error::Map {
             name: "CONTROL".into(),
             source,
@@ -419,6 +539,7 @@ impl Session {
         self.last_tick = now;
         let Ok(rows) = rows else { return };
         agg.set_aggregates(crate::host::monotonic_ns(), &rows);
+        self.reclaim_copy_rows(&rows);
         if after > 0 {
             agg.duty_rest(after);
         }
@@ -543,6 +664,10 @@ impl Session {
 
     /// Closes the set-up uprobe links (over budget: `why`).
     pub fn drop_setup(&mut self, why: String) {
+        // The kernel's switch first: no call is half-seen while the links close.
+        if let Err(e) = self.set_control(control::SETUP_OFF, 1) {
+            log::warn!("switching the set-up rows off: {e}");
+        }
         drop(self.planner.drop_setup(&mut self.ebpf, why));
     }
 
@@ -674,5 +799,52 @@ pub fn report_close(session: &mut Session) {
             ms(took[took.len() - 1]),
             session.closer.most
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::{AggKey, MAX_ARGS, copy_row_handle, copy_row_tag};
+
+    use super::*;
+
+    fn row(tgid: u32, addr: u64, tag: u16) -> AggKey {
+        let op = crate::probes::ops::op_code("cuMemcpyAsync").expect("a copy row");
+        let mut args = [0; MAX_ARGS];
+        args[0] = addr;
+        AggKey {
+            tgid,
+            op,
+            handle: copy_row_handle(op, 0b11, &args, tag),
+        }
+    }
+
+    /// Rows tagged before the tag their process had at the last look are
+    /// done; the current tag's, a later one's, and those of a process not
+    /// looked at yet are not; the tags wrap around.
+    #[test]
+    fn copy_rows_are_done_once_their_tag_is_behind() {
+        let mut tags = CopyTags::new(Instant::now());
+        let rows = [
+            row(1, 0x1000, 4),
+            row(1, 0x1000, 5),
+            row(1, 0x2000, 6),
+            row(2, 0x1000, 0),
+        ];
+        assert!(tags.done(rows.iter()).is_empty(), "nothing looked at yet");
+        tags.look([(1, 5)], Instant::now());
+        assert_eq!(tags.done(rows.iter()), vec![rows[0]]);
+        // The table renewed: every row of the process falls behind.
+        tags.generation = 2;
+        tags.look([(1, 5), (2, 0)], Instant::now());
+        assert_eq!(tags.done(rows.iter()), rows.to_vec());
+        // Around the circle: u16::MAX is behind 1.
+        let wrapped = [row(3, 0x1000, u16::MAX), row(3, 0x1000, copy_row_tag(1, 0))];
+        tags.generation = 0;
+        tags.look([(3, 1)], Instant::now());
+        assert_eq!(tags.done(wrapped.iter()), vec![wrapped[0]]);
+        // The same copy under two tags is two rows.
+        assert_ne!(wrapped[0].handle, wrapped[1].handle);
+        assert!(is_copy_row(&wrapped[0]));
     }
 }

@@ -197,6 +197,9 @@ pub struct Trace {
     pub timeline: Option<String>,
     /// The trap cost, measured once the duty cycle first samples.
     calibration: crate::calibrate::Background,
+    /// NCCL's RAS service, asked once a communicator without an identity
+    /// is seen (`--nccl-ras`).
+    pub nccl_ras: Option<crate::identity::ras::Asker>,
 }
 
 #[derive(Clone, Debug)]
@@ -266,6 +269,7 @@ impl Trace {
             started_ns: crate::host::monotonic_ns(),
             timeline: None,
             calibration: Default::default(),
+            nccl_ras: None,
         }
     }
 
@@ -326,6 +330,14 @@ impl Trace {
             self.agg.trap_cost(c);
         }
         self.on_tick();
+        // A communicator first seen in the last drain is asked about now; a
+        // query under way is waited for (the job may be gone: that is said).
+        if let Some(ras) = &mut self.nccl_ras {
+            ras.due(|| !self.agg.unidentified().is_empty());
+            if let Some(q) = ras.wait(self.agg.procs().keys().copied().collect::<Vec<_>>()) {
+                self.agg.nccl_ras(q);
+            }
+        }
         // Who else had the GPUs open: the counters are theirs too.
         self.links_window = self.links_base.and_then(|b| b.since()).map(|mut l| {
             l.gpu_processes = Some(crate::counters::gpu_processes());
@@ -348,6 +360,7 @@ impl Trace {
         self.agg.sample();
         self.session.aggregate_tick(&mut self.agg);
         self.calibrate();
+        self.ask_nccl_ras();
         if self.stop_when_targets_exit && !self.agg.procs().is_empty() && self.agg.check_exited() {
             self.finished = true;
         }
@@ -369,6 +382,16 @@ impl Trace {
         }
         if let Some(c) = self.calibration.poll() {
             self.agg.trap_cost(c);
+        }
+    }
+
+    /// NCCL's RAS service, asked once a communicator without an identity
+    /// is seen; its answer fed to the aggregator when it is in.
+    fn ask_nccl_ras(&mut self) {
+        let Some(ras) = &mut self.nccl_ras else { return };
+        ras.due(|| !self.agg.unidentified().is_empty());
+        if let Some(q) = ras.poll(self.agg.procs().keys().copied().collect::<Vec<_>>()) {
+            self.agg.nccl_ras(q);
         }
     }
 

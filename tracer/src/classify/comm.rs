@@ -39,62 +39,178 @@ pub struct Evidence {
     pub network: Network,
 }
 
-/// NCCL's network paths, named as NCCL names them in its channel lines
-/// (`via NET/Socket/0`, `via NET/IB/0`, `via NET/IB/0/GDRDMA`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum Net {
-    /// TCP sockets through host memory.
-    #[serde(rename = "NET/Socket")]
+/// The networks NCCL names: its own two, the plugins whose paths the
+/// tracer knows, and any other plugin by the name it gives itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Plugin {
+    /// NCCL's TCP socket network (`Socket`).
     Socket,
-    /// InfiniBand/RoCE verbs staged through host buffers (no GPUDirect RDMA).
-    #[serde(rename = "NET/IB")]
+    /// NCCL's InfiniBand/RoCE verbs network (`IB`).
     Ib,
-    /// InfiniBand/RoCE with GPUDirect RDMA (peer memory or dma-buf): the NIC
-    /// reads and writes GPU memory.
-    #[serde(rename = "NET/IB/GDRDMA")]
-    IbGdr,
+    /// aws-ofi-nccl on libfabric (EFA): `Libfabric`, `AWS Libfabric` or `OFI`.
+    Ofi,
+    /// The verbs network of nccl-rdma-sharp-plugins (`IBext`, `IBext_v8`).
+    IbExt,
+    /// A collective network (`COLLNET/<name>`, the SHARP plugin's `SHARP`):
+    /// the switches reduce the collective's data in the network.
+    CollNet,
+    /// NVLink SHARP: NVSwitch multicast between the GPUs of an NVLink domain.
+    Nvls,
+    /// Any other network plugin, by its name.
+    Other,
+}
+
+impl Plugin {
+    /// The plugin a network's name (`ncclNet_t::name`, as NCCL prints it
+    /// after `NET/`) stands for, without case as `NCCL_NET` matches it.
+    pub fn of_name(name: &str) -> Plugin {
+        match name {
+            n if n.eq_ignore_ascii_case("Socket") => Plugin::Socket,
+            n if n.eq_ignore_ascii_case("IB") => Plugin::Ib,
+            // aws-ofi-nccl names itself `Libfabric` (1.12 on), `AWS Libfabric`
+            // (before, or NCCL_NET="AWS Libfabric"), `OFI` (NCCL_NET=OFI).
+            n if OFI_NAMES.iter().any(|o| o.eq_ignore_ascii_case(n)) => Plugin::Ofi,
+            n if n.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("IBext")) => Plugin::IbExt,
+            _ => Plugin::Other,
+        }
+    }
+}
+
+/// aws-ofi-nccl's names for its network (src/nccl_ofi_interface_nvidia.cpp).
+const OFI_NAMES: [&str; 3] = ["Libfabric", "AWS Libfabric", "OFI"];
+
+/// One of NCCL's network paths, as NCCL names it in its channel lines:
+/// `via NET/<name>/<dev>[/GDRDMA]` (src/transport/net.cc), `via
+/// COLLNET/<name>/<dev>[/GDRDMA]` (src/transport/coll_net.cc), and `NVLS`
+/// for a communicator with NVLS channels (src/init.cc). Serialized without
+/// the device (`NET/IB/GDRDMA`, `NET/Libfabric`, `COLLNET/SHARP/GDRDMA`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Net {
+    pub plugin: Plugin,
+    /// The network's name as NCCL printed it (`IB`, `AWS Libfabric`, `IBext_v8`).
+    pub name: crate::intern::Name,
+    /// `/GDRDMA`: the NIC reads and writes GPU memory (GPUDirect RDMA).
+    pub gdr: bool,
 }
 
 impl Net {
-    pub const ALL: [Net; 3] = [Net::Socket, Net::Ib, Net::IbGdr];
+    /// TCP sockets through host memory.
+    pub const SOCKET: Net = Net::new(Plugin::Socket, "Socket", false);
+    /// InfiniBand/RoCE verbs staged through host buffers.
+    pub const IB: Net = Net::new(Plugin::Ib, "IB", false);
+    /// InfiniBand/RoCE with GPUDirect RDMA (peer memory or dma-buf).
+    pub const IB_GDR: Net = Net::new(Plugin::Ib, "IB", true);
+    /// NVLink SHARP.
+    pub const NVLS: Net = Net::new(Plugin::Nvls, "NVLS", false);
 
+    const fn new(plugin: Plugin, name: crate::intern::Name, gdr: bool) -> Net {
+        Net { plugin, name, gdr }
+    }
+
+    /// NCCL's name without the device: `NET/IB/GDRDMA`, `COLLNET/SHARP`, `NVLS`.
     pub fn name(self) -> &'static str {
-        match self {
-            Net::Socket => "NET/Socket",
-            Net::Ib => "NET/IB",
-            Net::IbGdr => "NET/IB/GDRDMA",
+        let gdr = if self.gdr { "/GDRDMA" } else { "" };
+        match (self.plugin, self.name, self.gdr) {
+            (Plugin::Nvls, ..) => "NVLS",
+            (Plugin::Socket, "Socket", false) => "NET/Socket",
+            (Plugin::Ib, "IB", false) => "NET/IB",
+            (Plugin::Ib, "IB", true) => "NET/IB/GDRDMA",
+            (Plugin::CollNet, name, _) => crate::intern::intern(&format!("COLLNET/{name}{gdr}")),
+            (_, name, _) => crate::intern::intern(&format!("NET/{name}{gdr}")),
         }
     }
 
-    /// The path of one of NCCL's `via` strings (`NET/IB/2/GDRDMA`), None for
-    /// other transports and network plugins.
+    /// The network of one of NCCL's `via` strings (`NET/IB/2/GDRDMA`,
+    /// `NET/AWS Libfabric/0(1)/GDRDMA(PCI)`, `COLLNET/SHARP/0`, `NVLS`), or
+    /// of a report's `net`; None for P2P and SHM.
     pub fn of_via(via: &str) -> Option<Net> {
-        if via.starts_with("NET/Socket") {
-            Some(Net::Socket)
-        } else if via.starts_with("NET/IB") && via.contains("GDRDMA") {
-            Some(Net::IbGdr)
-        } else if via.starts_with("NET/IB") {
-            Some(Net::Ib)
+        if via == "NVLS" {
+            return Some(Net::NVLS);
+        }
+        let (collnet, rest) = match via.strip_prefix("NET/") {
+            Some(rest) => (false, rest),
+            None => (true, via.strip_prefix("COLLNET/")?),
+        };
+        let mut parts = rest.split('/');
+        let name = parts.next().filter(|n| !n.is_empty())?;
+        let gdr = parts.any(|p| p.starts_with("GDRDMA"));
+        let plugin = if collnet {
+            Plugin::CollNet
         } else {
-            None
+            Plugin::of_name(name)
+        };
+        Some(Net::new(plugin, crate::intern::intern(name), gdr))
+    }
+
+    /// The transport this network stands for in the report's vocabulary:
+    /// GPUDirect RDMA with `GDRDMA` (NCCL does not say how GPU memory was
+    /// registered), else host buffers: sockets, or a NIC on host memory.
+    pub fn transport(self) -> Transport {
+        match self.plugin {
+            Plugin::Nvls => Transport::P2pNvlink,
+            _ if self.gdr => Transport::GdrPeerMem,
+            Plugin::Socket => Transport::Socket,
+            _ => Transport::HostStaged,
         }
     }
 
-    /// The NET path an NCCL verdict's transport stands for.
+    /// The NET path an NCCL verdict's transport stands for, with NCCL's own
+    /// networks' names.
     pub fn of(transport: Transport) -> Option<Net> {
         match transport {
-            Transport::Socket => Some(Net::Socket),
-            Transport::HostStaged => Some(Net::Ib),
-            Transport::GdrPeerMem | Transport::GdrDmabuf => Some(Net::IbGdr),
+            Transport::Socket => Some(Net::SOCKET),
+            Transport::HostStaged => Some(Net::IB),
+            Transport::GdrPeerMem | Transport::GdrDmabuf => Some(Net::IB_GDR),
             _ => None,
+        }
+    }
+
+    /// As [`Net::of`], named by `NCCL_NET` where the process's environment
+    /// selects an RDMA network by name (NCCL uses that network or none).
+    pub fn of_evidence(transport: Transport, env: &BTreeMap<String, String>) -> Option<Net> {
+        let net = Net::of(transport)?;
+        let Some(name) = env.get("NCCL_NET").map(|n| n.trim()).filter(|n| !n.is_empty()) else {
+            return Some(net);
+        };
+        let plugin = Plugin::of_name(name);
+        if net.plugin == Plugin::Socket || matches!(plugin, Plugin::Socket) {
+            return Some(net);
+        }
+        // NCCL matches the name without case; a plugin prints its own spelling.
+        let name = match plugin {
+            Plugin::Ib => "IB",
+            Plugin::Ofi => OFI_NAMES
+                .into_iter()
+                .find(|o| o.eq_ignore_ascii_case(name))
+                .unwrap_or(name),
+            _ => name,
+        };
+        Some(Net::new(plugin, crate::intern::intern(name), net.gdr))
+    }
+
+    /// What a cause calls this network: its name, and who provides it.
+    fn text(self) -> String {
+        match self.plugin {
+            Plugin::Ofi => format!("{} (aws-ofi-nccl)", self.name()),
+            Plugin::IbExt => format!("{} (nccl-rdma-sharp-plugins)", self.name()),
+            Plugin::CollNet => format!("{} (CollNet, in-network reduction)", self.name()),
+            Plugin::Other => format!("{} (a network plugin)", self.name()),
+            _ => self.name().to_string(),
         }
     }
 }
 
-/// Reports name the path; an unknown name reads as none, never as an error.
+impl Serialize for Net {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// Reports name the path; a name that is no network reads as none, never
+/// as an error.
 fn net_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Net>, D::Error> {
     let name = Option::<String>::deserialize(d)?;
-    Ok(name.and_then(|n| Net::ALL.into_iter().find(|x| x.name() == n)))
+    Ok(name.and_then(|n| Net::of_via(&n)))
 }
 
 /// Where a process's NCCL peers are and which networks this host offers:
@@ -201,6 +317,10 @@ pub struct Verdict {
 pub struct LogAgreement {
     pub nccl_says: String,
     pub agrees: bool,
+    /// NCCL's network where the tracer's verdict names none: what NCCL
+    /// says and what the tracer saw (neither confirmed nor contradicted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unseen: Option<String>,
 }
 
 fn n(e: &Evidence, op: &str) -> u64 {
@@ -227,16 +347,31 @@ fn rdma_text(net: &Network) -> String {
     }
 }
 
-/// Why NET/IB staged through host buffers instead of GPUDirect RDMA.
-fn ib_staged(env: &BTreeMap<String, String>) -> String {
+/// Why NCCL's network (`net`) staged through host buffers instead of
+/// GPUDirect RDMA: the variables apply to every network, since NCCL
+/// decides GPUDirect RDMA per GPU and NIC before any plugin runs.
+fn net_staged(env: &BTreeMap<String, String>, net: Net) -> String {
+    let name = net.text();
     if let Some(v) = env.get("NCCL_NET_GDR_LEVEL") {
         format!(
-            "NCCL_NET_GDR_LEVEL={v} in the process environment limits GPUDirect RDMA by GPU-NIC distance: NET/IB stages through host buffers"
+            "NCCL_NET_GDR_LEVEL={v} in the process environment limits GPUDirect RDMA by GPU-NIC distance: {name} stages through host buffers"
         )
     } else if env.get("NCCL_NET_GDR_READ").is_some_and(|v| v == "0") {
-        "NCCL_NET_GDR_READ=0 in the process environment: NCCL sends from host buffers (NET/IB without GPUDirect RDMA reads)".into()
+        format!(
+            "NCCL_NET_GDR_READ=0 in the process environment: NCCL sends from host buffers ({name} without GPUDirect RDMA reads)"
+        )
     } else {
-        "NET/IB without GPUDirect RDMA: NCCL stages through host buffers (no peer-memory client or dma-buf support, or the GPU and NIC are too far apart; `gdrtrace explain` names which)".into()
+        match net.plugin {
+            Plugin::Ofi => format!(
+                "{name} without GPUDirect RDMA: NCCL copies GPU data into host buffers that libfabric sends (the provider has no FI_HMEM support for GPU memory, the instance's EFA has no GPUDirect RDMA, or aws-ofi-nccl turned it off: its `NET/OFI` lines in NCCL's log say which); on EFA instances with GPUDirect RDMA (p4d, p5) use the efa provider with libfabric 1.18 or later and aws-ofi-nccl's RDMA protocol"
+            ),
+            Plugin::Other => format!(
+                "{name} without GPUDirect RDMA: NCCL stages GPU data through host buffers (the plugin does not take GPU memory, NCCL_PTR_CUDA, or NCCL's GPU-NIC distance rule turned it off)"
+            ),
+            _ => format!(
+                "{name} without GPUDirect RDMA: NCCL stages through host buffers (no peer-memory client or dma-buf support, or the GPU and NIC are too far apart; `gdrtrace explain` names which)"
+            ),
+        }
     }
 }
 
@@ -245,12 +380,17 @@ fn ib_staged(env: &BTreeMap<String, String>) -> String {
 /// ([`CauseKind::id`]) both name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CauseKind {
-    /// `NCCL_NET_GDR_LEVEL` limits GPUDirect RDMA by distance (NET/IB staged).
+    /// `NCCL_NET_GDR_LEVEL` limits GPUDirect RDMA by distance (the network staged).
     IbGdrLevel,
-    /// `NCCL_NET_GDR_READ=0` (NET/IB sends from host buffers).
+    /// `NCCL_NET_GDR_READ=0` (the network sends from host buffers).
     IbGdrRead,
-    /// NET/IB without GPUDirect RDMA, no variable forced it.
+    /// NET/IB (or another verbs network: IBext, CollNet) without GPUDirect
+    /// RDMA, no variable forced it.
     IbNoGdr,
+    /// aws-ofi-nccl (libfabric, EFA) without GPUDirect RDMA.
+    OfiNoGdr,
+    /// Another network plugin without GPUDirect RDMA.
+    PluginNoGdr,
     /// `NCCL_NET=Socket` chose NCCL's socket network.
     NetSocketForced,
     /// `NCCL_IB_DISABLE=1` left only sockets.
@@ -279,6 +419,8 @@ impl CauseKind {
             CauseKind::IbGdrLevel => "env-nccl-net-gdr-level",
             CauseKind::IbGdrRead => "env-nccl-net-gdr-read",
             CauseKind::IbNoGdr => "ib-without-gdr",
+            CauseKind::OfiNoGdr => "ofi-without-gdr",
+            CauseKind::PluginNoGdr => "net-plugin-without-gdr",
             CauseKind::NetSocketForced => "env-nccl-net-socket",
             CauseKind::IbDisabled => "env-nccl-ib-disable",
             CauseKind::NoRdmaDevice => "no-rdma-device",
@@ -292,10 +434,12 @@ impl CauseKind {
     }
 
     /// Every kind (the label's vocabulary, for docs and tests).
-    pub const ALL: [CauseKind; 12] = [
+    pub const ALL: [CauseKind; 14] = [
         CauseKind::IbGdrLevel,
         CauseKind::IbGdrRead,
         CauseKind::IbNoGdr,
+        CauseKind::OfiNoGdr,
+        CauseKind::PluginNoGdr,
         CauseKind::NetSocketForced,
         CauseKind::IbDisabled,
         CauseKind::NoRdmaDevice,
@@ -307,14 +451,19 @@ impl CauseKind {
         CauseKind::P2pNotPossible,
     ];
 
-    /// The report's sentence for this cause, with the values it names.
-    fn text(self, env: &BTreeMap<String, String>, net: &Network) -> String {
+    /// The report's sentence for this cause, with the values it names and
+    /// the network (`net`) that carried the traffic.
+    fn text(self, env: &BTreeMap<String, String>, network: &Network, net: Net) -> String {
         match self {
-            CauseKind::IbGdrLevel | CauseKind::IbGdrRead | CauseKind::IbNoGdr => ib_staged(env),
+            CauseKind::IbGdrLevel
+            | CauseKind::IbGdrRead
+            | CauseKind::IbNoGdr
+            | CauseKind::OfiNoGdr
+            | CauseKind::PluginNoGdr => net_staged(env, net),
             CauseKind::NetSocketForced => "NCCL_NET=Socket in the process environment selected NCCL's socket network: traffic between its ranks goes over TCP (NET/Socket), not RDMA".into(),
             CauseKind::IbDisabled => "NCCL_IB_DISABLE=1 in the process environment disabled InfiniBand/RoCE: traffic between its ranks goes over TCP sockets (NET/Socket)".into(),
             CauseKind::NoRdmaDevice | CauseKind::RdmaUnused => {
-                format!("inter-node traffic over TCP sockets (NET/Socket): {}", rdma_text(net))
+                format!("inter-node traffic over TCP sockets ({}): {}", net.text(), rdma_text(network))
             }
             CauseKind::P2pDisabled => {
                 "NCCL_P2P_DISABLE=1 in the process environment disabled P2P: NCCL fell back to shared memory through the host".into()
@@ -322,8 +471,9 @@ impl CauseKind {
             CauseKind::P2pShmDisabled => "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1 in the process environment: NCCL fell back to the socket transport through host memory".into(),
             CauseKind::ShmDisabled => "NCCL_SHM_DISABLE=1 in the process environment, and P2P was not possible".into(),
             CauseKind::NetBetweenLocalRanks => format!(
-                "NCCL used its network (NET/Socket) with P2P and SHM allowed, which it does only between ranks it places on different hosts (host hash: NCCL_HOSTID, else host name and boot id) or without a shared /dev/shm; over TCP because {}",
-                rdma_text(net)
+                "NCCL used its network ({}) with P2P and SHM allowed, which it does only between ranks it places on different hosts (host hash: NCCL_HOSTID, else host name and boot id) or without a shared /dev/shm; over TCP because {}",
+                net.text(),
+                rdma_text(network)
             ),
             CauseKind::P2pNotPossible => {
                 "no NCCL_*_DISABLE variable set: P2P was not possible between these GPUs (check topology, ACS/IOMMU, driver)".into()
@@ -344,20 +494,34 @@ fn socket_forced_kind(env: &BTreeMap<String, String>) -> Option<CauseKind> {
 }
 
 /// Why a process ended on a host-staged transport, from its environment and
-/// where its peers are (None: not host-staged, or no cause known).
-pub fn cause_kind(env: &BTreeMap<String, String>, transport: Transport, net: &Network) -> Option<CauseKind> {
+/// where its peers are (None: not host-staged, or no cause known), on the
+/// network its evidence names ([`Net::of_evidence`]).
+pub fn cause_kind(env: &BTreeMap<String, String>, transport: Transport, network: &Network) -> Option<CauseKind> {
+    cause_kind_on(env, transport, network, Net::of_evidence(transport, env))
+}
+
+/// As [`cause_kind`], on the network `net` (the one NCCL's log names).
+pub fn cause_kind_on(
+    env: &BTreeMap<String, String>,
+    transport: Transport,
+    network: &Network,
+    net: Option<Net>,
+) -> Option<CauseKind> {
     let p2p_off = env_set(env, "NCCL_P2P_DISABLE");
     let shm_off = env_set(env, "NCCL_SHM_DISABLE");
-    let rdma = || match net.rdma_devices.as_deref() {
+    let rdma = || match network.rdma_devices.as_deref() {
         Some(d) if !d.is_empty() => CauseKind::RdmaUnused,
         _ => CauseKind::NoRdmaDevice,
     };
+    let plugin = net.map(|n| n.plugin);
     Some(match transport {
         Transport::HostStaged if env.contains_key("NCCL_NET_GDR_LEVEL") => CauseKind::IbGdrLevel,
         Transport::HostStaged if env.get("NCCL_NET_GDR_READ").is_some_and(|v| v == "0") => CauseKind::IbGdrRead,
+        Transport::HostStaged if plugin == Some(Plugin::Ofi) => CauseKind::OfiNoGdr,
+        Transport::HostStaged if plugin == Some(Plugin::Other) => CauseKind::PluginNoGdr,
         Transport::HostStaged => CauseKind::IbNoGdr,
         // Between hosts P2P and SHM are not the question: the network is.
-        Transport::Socket if net.other_hosts.is_some() => socket_forced_kind(env).unwrap_or_else(rdma),
+        Transport::Socket if network.other_hosts.is_some() => socket_forced_kind(env).unwrap_or_else(rdma),
         Transport::Shm if p2p_off => CauseKind::P2pDisabled,
         Transport::Socket if shm_off && p2p_off => CauseKind::P2pShmDisabled,
         Transport::Socket if shm_off => CauseKind::ShmDisabled,
@@ -368,8 +532,19 @@ pub fn cause_kind(env: &BTreeMap<String, String>, transport: Transport, net: &Ne
 }
 
 /// The cause's sentence in the report (see [`cause_kind`]).
-pub fn cause(env: &BTreeMap<String, String>, transport: Transport, net: &Network) -> Option<String> {
-    cause_kind(env, transport, net).map(|k| k.text(env, net))
+pub fn cause(env: &BTreeMap<String, String>, transport: Transport, network: &Network) -> Option<String> {
+    cause_on(env, transport, network, Net::of_evidence(transport, env))
+}
+
+/// As [`cause`], on the network `net` (the one NCCL's log names).
+pub fn cause_on(
+    env: &BTreeMap<String, String>,
+    transport: Transport,
+    network: &Network,
+    net: Option<Net>,
+) -> Option<String> {
+    let on = net.or_else(|| Net::of(transport)).unwrap_or(Net::SOCKET);
+    cause_kind_on(env, transport, network, net).map(|k| k.text(env, network, on))
 }
 
 /// Whether a call label is a libnccl row's.
@@ -377,13 +552,121 @@ pub fn is_nccl(label: &str) -> bool {
     uapi::row_named(label).is_some_and(|r| r.lib == uapi::Lib::Nccl)
 }
 
+/// What the set-up evidence says of one kind of a process's connections:
+/// those to ranks of its own host ([`local_part`]) or NCCL's network
+/// ([`network_part`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Part {
+    pub transport: Transport,
+    pub host_staged: bool,
+    pub evidence: Vec<String>,
+}
+
+impl Part {
+    fn new(transport: Transport, host_staged: bool, evidence: String) -> Part {
+        Part {
+            transport,
+            host_staged,
+            evidence: vec![evidence],
+        }
+    }
+}
+
+/// Buffer exports and imports: (peer checks, imports, exports).
+fn sharing(e: &Evidence) -> (u64, u64, u64) {
+    (
+        n(e, "cuDeviceCanAccessPeer"),
+        n(e, "cuMemImportFromShareableHandle") + n(e, "cuIpcOpenMemHandle"),
+        n(e, "cuMemExportToShareableHandle") + n(e, "cuIpcGetMemHandle"),
+    )
+}
+
+/// Connections to ranks of its own host: peer access and imported peer
+/// buffers (P2P), or shared buffers without a peer check (SHM).
+pub fn local_part(e: &Evidence) -> Option<Part> {
+    let (peer, import, export) = sharing(e);
+    if peer > 0 && import > 0 {
+        let mut p = Part::new(
+            Transport::P2pPcie,
+            false,
+            format!(
+                "cuDeviceCanAccessPeer x{peer} and {import} peer buffer imports (cuMemImportFromShareableHandle/cuIpcOpenMemHandle): GPU memory of the peer is mapped into this process"
+            ),
+        );
+        if e.nvlink != Some(false) {
+            p.transport = Transport::P2pNvlink;
+        }
+        if e.nvlink == Some(true) {
+            p.evidence.push("the GPUs are joined by NVLink (topology)".into());
+        }
+        Some(p)
+    } else if import > 0 || export > 0 {
+        Some(Part::new(
+            Transport::Shm,
+            true,
+            format!(
+                "{export} exports and {import} imports of shareable buffers but no peer-access check: the shared buffers are host memory (NCCL SHM transport)"
+            ),
+        ))
+    } else {
+        None
+    }
+}
+
+/// Connections through NCCL's network: memory registered with an RDMA NIC
+/// (GPU memory with GPUDirect RDMA, host staging buffers without), else
+/// pinned host staging buffers alone (sockets).
+pub fn network_part(e: &Evidence) -> Option<Part> {
+    if !e.calls.keys().any(|k| is_nccl(k)) {
+        return None;
+    }
+    let host_alloc = n(e, "cuMemHostAlloc") + n(e, "cuMemAllocHost");
+    let reg = |k: &str| e.registrations.get(k).copied().unwrap_or(0);
+    let (host_mr, gpu_mr, dmabuf_mr) = (reg("host"), reg("gpu/peer-mem"), reg("gpu/dma-buf"));
+    if host_mr + gpu_mr + dmabuf_mr > 0 {
+        // NCCL's RDMA networks register their buffers with the NIC: GPU
+        // memory when GPUDirect RDMA is on, host staging buffers when not.
+        let mrs = format!(
+            "memory registered with an RDMA NIC: {gpu_mr} MRs on GPU memory through peer memory, {dmabuf_mr} through dma-buf, {host_mr} on host memory"
+        );
+        Some(if dmabuf_mr > 0 {
+            Part::new(
+                Transport::GdrDmabuf,
+                false,
+                format!("{mrs}: the NIC reads and writes GPU memory (NCCL NET/IB/GDRDMA, dma-buf)"),
+            )
+        } else if gpu_mr > 0 {
+            Part::new(
+                Transport::GdrPeerMem,
+                false,
+                format!("{mrs}: the NIC reads and writes GPU memory (NCCL NET/IB/GDRDMA, peer memory)"),
+            )
+        } else {
+            Part::new(
+                Transport::HostStaged,
+                true,
+                format!(
+                    "{mrs} only, {host_alloc} pinned host staging buffers: data goes GPU -> host -> NIC (NCCL NET/IB without GPUDirect RDMA)"
+                ),
+            )
+        })
+    } else if host_alloc > 0 {
+        Some(Part::new(
+            Transport::Socket,
+            true,
+            format!(
+                "no buffer export/import, {host_alloc} pinned host staging buffers (cuMemHostAlloc/cuMemAllocHost): data goes GPU -> host -> socket (NCCL NET/Socket)"
+            ),
+        ))
+    } else {
+        None
+    }
+}
+
 /// The verdict for one process, or None when it shows no GPU communication.
 pub fn verdict(e: &Evidence) -> Option<Verdict> {
     let nccl = e.calls.keys().any(|k| is_nccl(k));
-    let peer = n(e, "cuDeviceCanAccessPeer");
-    let import = n(e, "cuMemImportFromShareableHandle") + n(e, "cuIpcOpenMemHandle");
-    let export = n(e, "cuMemExportToShareableHandle") + n(e, "cuIpcGetMemHandle");
-    let host_alloc = n(e, "cuMemHostAlloc") + n(e, "cuMemAllocHost");
+    let (_, import, export) = sharing(e);
     if !nccl && import == 0 && export == 0 {
         return None;
     }
@@ -417,65 +700,32 @@ pub fn verdict(e: &Evidence) -> Option<Verdict> {
             paths: Vec::new(),
         });
     }
-    let reg = |k: &str| e.registrations.get(k).copied().unwrap_or(0);
-    let (host_mr, gpu_mr, dmabuf_mr) = (reg("host"), reg("gpu/peer-mem"), reg("gpu/dma-buf"));
     let mut evidence = Vec::new();
     // Ranks on other hosts reach each other only through NCCL's network: its
     // path decides, whatever P2P or SHM joins this rank to ranks of its own host.
-    let mrs = host_mr + gpu_mr + dmabuf_mr;
-    let net_first = nccl && e.network.other_hosts.is_some() && (mrs > 0 || host_alloc > 0);
+    let network = network_part(e);
+    let net_first = e.network.other_hosts.is_some() && network.is_some();
     if net_first && (import > 0 || export > 0) {
         evidence.push(format!(
             "{export} exports and {import} imports of shareable buffers: P2P or SHM to ranks of its own host; between hosts NCCL's network carries the traffic"
         ));
     }
-    let (transport, staged) = if peer > 0 && import > 0 && !net_first {
-        evidence.push(format!(
-            "cuDeviceCanAccessPeer x{peer} and {import} peer buffer imports (cuMemImportFromShareableHandle/cuIpcOpenMemHandle): GPU memory of the peer is mapped into this process"
-        ));
-        match e.nvlink {
-            Some(true) => {
-                evidence.push("the GPUs are joined by NVLink (topology)".into());
-                (Transport::P2pNvlink, false)
-            }
-            Some(false) => (Transport::P2pPcie, false),
-            None => (Transport::P2pNvlink, false),
+    let part = if net_first { network } else { local_part(e).or(network) };
+    let (transport, staged) = match part {
+        Some(p) => {
+            evidence.extend(p.evidence);
+            (p.transport, p.host_staged)
         }
-    } else if (import > 0 || export > 0) && !net_first {
-        evidence.push(format!(
-            "{export} exports and {import} imports of shareable buffers but no peer-access check: the shared buffers are host memory (NCCL SHM transport)"
-        ));
-        (Transport::Shm, true)
-    } else if nccl && mrs > 0 {
-        // NET/IB registers its buffers with the NIC: GPU memory when
-        // GPUDirect RDMA is on, host staging buffers when it is not.
-        let mrs = format!(
-            "memory registered with an RDMA NIC: {gpu_mr} MRs on GPU memory through peer memory, {dmabuf_mr} through dma-buf, {host_mr} on host memory"
-        );
-        if dmabuf_mr > 0 {
-            evidence.push(format!(
-                "{mrs}: the NIC reads and writes GPU memory (NCCL NET/IB/GDRDMA, dma-buf)"
-            ));
-            (Transport::GdrDmabuf, false)
-        } else if gpu_mr > 0 {
-            evidence.push(format!(
-                "{mrs}: the NIC reads and writes GPU memory (NCCL NET/IB/GDRDMA, peer memory)"
-            ));
-            (Transport::GdrPeerMem, false)
-        } else {
-            evidence.push(format!("{mrs} only, {host_alloc} pinned host staging buffers: data goes GPU -> host -> NIC (NCCL NET/IB without GPUDirect RDMA)"));
-            (Transport::HostStaged, true)
+        None => {
+            evidence.push("NCCL calls seen, but no buffer set-up evidence (attached after set-up?)".into());
+            (Transport::Unknown, false)
         }
-    } else if nccl && host_alloc > 0 {
-        evidence.push(format!(
-            "no buffer export/import, {host_alloc} pinned host staging buffers (cuMemHostAlloc/cuMemAllocHost): data goes GPU -> host -> socket (NCCL NET/Socket)"
-        ));
-        (Transport::Socket, true)
-    } else {
-        evidence.push("NCCL calls seen, but no buffer set-up evidence (attached after set-up?)".into());
-        (Transport::Unknown, false)
     };
-    let net = if nccl { Net::of(transport) } else { None };
+    let net = if nccl {
+        Net::of_evidence(transport, &e.env)
+    } else {
+        None
+    };
     if net.is_some()
         && let Some(why) = &e.network.other_hosts
     {

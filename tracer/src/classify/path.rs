@@ -101,6 +101,42 @@ impl PeerKind {
     }
 }
 
+/// Which of an NCCL communicator's peers a path reaches, by the transport
+/// NCCL's channel lines name for them (`--nccl-log`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PeerGroup {
+    /// Ranks of its own host: P2P, SHM, NVLS.
+    Local,
+    /// Ranks NCCL reaches through its network (`NET/...`).
+    Remote,
+    /// CollNet's switches, which reduce the data in the network (`COLLNET/...`).
+    Switch,
+}
+
+impl PeerGroup {
+    /// The group of the peer one of NCCL's `via` strings reaches.
+    pub fn of_via(via: &str) -> Option<PeerGroup> {
+        if via.starts_with("P2P") || via.starts_with("SHM") || via == "NVLS" {
+            Some(PeerGroup::Local)
+        } else if via.starts_with("NET/") {
+            Some(PeerGroup::Remote)
+        } else if via.starts_with("COLLNET/") {
+            Some(PeerGroup::Switch)
+        } else {
+            None
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerGroup::Local => "local peers",
+            PeerGroup::Remote => "remote peers",
+            PeerGroup::Switch => "CollNet switches",
+        }
+    }
+}
+
 /// One path of one process, judged.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Path {
@@ -110,6 +146,13 @@ pub struct Path {
     pub peer_kind: PeerKind,
     /// The peer: the endpoint or communicator handle, the file.
     pub peer: String,
+    /// An NCCL communicator's path to some of its peers only (NCCL's log
+    /// listed its connections): which ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_group: Option<PeerGroup>,
+    /// Their ranks (none for CollNet's switches).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peer_ranks: Vec<u32>,
     pub op: OpClass,
     /// `cuda`, `host` or `unknown`: the memory of the path's buffers.
     pub memory: String,
@@ -156,6 +199,8 @@ impl Path {
             comm: String::new(),
             peer_kind,
             peer,
+            peer_group: None,
+            peer_ranks: Vec::new(),
             op,
             memory: memory.to_string(),
             transport: Transport::Unknown,
@@ -184,8 +229,22 @@ impl Path {
     pub fn label(&self) -> String {
         let peer = match self.peer_kind {
             PeerKind::UcxEndpoint => format!("ucx endpoint {}", self.peer),
-            PeerKind::NcclCommunicator => format!("communicator {}", self.peer),
-            PeerKind::Remote => "its peers' requests".to_string(),
+            PeerKind::NcclCommunicator => match self.peer_group {
+                Some(g) if self.peer_ranks.is_empty() => format!("communicator {} {}", self.peer, g.name()),
+                Some(g) => format!(
+                    "communicator {} {} (ranks {})",
+                    self.peer,
+                    g.name(),
+                    self.peer_ranks
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                None => format!("communicator {}", self.peer),
+            },
+            PeerKind::Remote if self.op == OpClass::Served => "its peers' requests".to_string(),
+            PeerKind::Remote => "its peers".to_string(),
             PeerKind::File => format!("file {}", self.peer),
         };
         format!("pid {} {} {} ({})", self.pid, self.op.name(), peer, self.memory)

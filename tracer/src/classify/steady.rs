@@ -280,7 +280,7 @@ pub fn verdict(s: &Steady, cx: &Context) -> Option<Verdict> {
         cause: comm::cause(&s.env, transport, &s.network),
         cause_kind: comm::cause_kind(&s.env, transport, &s.network),
         nccl_log: None,
-        net: comm::Net::of(transport),
+        net: comm::Net::of_evidence(transport, &s.env),
         other_hosts: s.network.other_hosts.clone(),
         paths: Vec::new(),
     })

@@ -314,6 +314,7 @@ pub struct Attached {
     pub files: super::run::Outputs,
     latency: std::time::Duration,
     pre_existing: Vec<PreExisting>,
+    scope: Scope,
 }
 
 /// The processes the flags name (`--pid`, `--cgroup`, `--comm`), before
@@ -392,17 +393,88 @@ fn add_targets(
     (attached, pre_existing)
 }
 
+/// What `attach` attached to, as the user is told and the report says.
+enum Scope {
+    /// The targets named by the flags (and their descendants) alive when
+    /// the probes went live.
+    Targets(Vec<u32>),
+    /// Every process (`--all`): how many were running, and those that
+    /// map a library of the probe table.
+    All { running: usize, with_libraries: Vec<u32> },
+}
+
+/// At most this many processes are named in the line that says the probes
+/// are live.
+const NAMED: usize = 8;
+
+impl Scope {
+    /// `--all`: every process running now but this one, and those whose
+    /// libraries the planner attached.
+    fn all(trace: &Trace) -> Self {
+        let me = std::process::id();
+        Scope::All {
+            running: process_table().iter().filter(|(p, _)| *p != me).count(),
+            with_libraries: trace
+                .session
+                .planner
+                .proc_libs
+                .iter()
+                .filter(|(p, ids)| !ids.is_empty() && **p != me && counters::running(**p))
+                .map(|(p, _)| *p)
+                .collect(),
+        }
+    }
+
+    /// "2 process(es): 1079 python3, 1080 python3", or for `--all` "every
+    /// process (312 running; 2 map a traced library: ...)".
+    fn describe(&self) -> String {
+        let named = |pids: &[u32]| {
+            let mut names: Vec<String> = pids
+                .iter()
+                .take(NAMED)
+                .map(|p| {
+                    format!("{p} {}", counters::comm(*p).unwrap_or_default())
+                        .trim_end()
+                        .to_string()
+                })
+                .collect();
+            if pids.len() > NAMED {
+                names.push(format!("and {} more", pids.len() - NAMED));
+            }
+            names.join(", ")
+        };
+        match self {
+            Scope::Targets(pids) if pids.is_empty() => "0 process(es)".into(),
+            Scope::Targets(pids) => format!("{} process(es): {}", pids.len(), named(pids)),
+            Scope::All {
+                running,
+                with_libraries,
+            } if with_libraries.is_empty() => {
+                format!("every process ({running} running; none maps libcuda, libibverbs, libnccl or UCX yet)")
+            }
+            Scope::All {
+                running,
+                with_libraries,
+            } => format!(
+                "every process ({running} running; {} map a traced library: {})",
+                with_libraries.len(),
+                named(with_libraries)
+            ),
+        }
+    }
+}
+
 /// Tells the user the probes are live, and what was noted on the way.
-fn announce(trace: &Trace, all: bool, live: usize, latency: std::time::Duration, notes: &[String]) {
+fn announce(trace: &Trace, scope: &Scope, latency: std::time::Duration, notes: &[String]) {
     errln!(
-        "gdrtrace: attached to {} process(es) in {:.1} ms (all probes live); events before that moment are not seen: state that existed then is reported as pre-existing (VmPin at attach)",
-        live,
+        "gdrtrace: attached to {} in {:.1} ms (all probes live); events before that moment are not seen: state that existed then is reported as pre-existing (VmPin at attach)",
+        scope.describe(),
         latency.as_secs_f64() * 1e3
     );
     for n in notes {
         errln!("gdrtrace: note: {n}");
     }
-    if !all && trace.session.planner.libs.is_empty() {
+    if matches!(scope, Scope::Targets(_)) && trace.session.planner.libs.is_empty() {
         errln!(
             "gdrtrace: note: no target maps libcuda, libibverbs or libnccl (yet); kernel and syscall probes still apply"
         );
@@ -433,6 +505,7 @@ pub fn open(cmd: &str, targets_args: &TargetArgs, t: &TraceArgs, extra: &[Option
     let session = Session::open(&session_options(all, t)?)?;
     let mut trace = Trace::new(session);
     trace.outputs(t.record.as_deref(), t.transfers.as_deref(), t.trace_event.is_some())?;
+    trace.nccl_ras = t.nccl_ras.as_deref().map(|a| crate::identity::ras::Asker::new(a, None));
     let (attached, pre_existing) = add_targets(&mut trace, &targets, &parents, &mut notes);
     if all {
         // Copies of the libraries that running processes map outside the
@@ -468,7 +541,12 @@ pub fn open(cmd: &str, targets_args: &TargetArgs, t: &TraceArgs, extra: &[Option
         let _guard = rt.enter();
         Box::pin(super::stop_signal(t.duration)?)
     };
-    announce(&trace, all, live.len(), latency, &notes);
+    let scope = if all {
+        Scope::all(&trace)
+    } else {
+        Scope::Targets(live.clone())
+    };
+    announce(&trace, &scope, latency, &notes);
     trace.stop_when_targets_exit = !all;
     Ok(Attached {
         trace,
@@ -479,6 +557,7 @@ pub fn open(cmd: &str, targets_args: &TargetArgs, t: &TraceArgs, extra: &[Option
         files,
         latency,
         pre_existing,
+        scope,
     })
 }
 
@@ -497,7 +576,16 @@ impl Attached {
             "attach": {
                 "latency_ms": self.latency.as_secs_f64() * 1e3,
                 "uprobe_mode": self.trace.session.planner.uprobes.mode(),
+                "all": matches!(self.scope, Scope::All { .. }),
                 "targets": self.live,
+                "running": match &self.scope {
+                    Scope::All { running, .. } => Some(*running),
+                    Scope::Targets(_) => None,
+                },
+                "with_libraries": match &self.scope {
+                    Scope::All { with_libraries, .. } => Some(with_libraries),
+                    Scope::Targets(_) => None,
+                },
                 "notes": self.notes,
                 "missing_before_attach": "calls made before the probes were live (NCCL set-up, MRs registered earlier); pre_existing lists what /proc showed at attach, and a job past its set-up gets a steady-state verdict (socket syscalls, NVLink counters)",
                 "pre_existing": self.pre_existing,

@@ -2,7 +2,7 @@
 use std::path::PathBuf;
 
 use crate::{
-    classify::{Transport, comm},
+    classify::comm,
     cli::{ExplainArgs, Format},
     error::{Error, Result},
     explain,
@@ -198,19 +198,7 @@ pub fn rejudge(r: &mut Report, had_facts: bool, log: Option<&str>) -> Vec<String
         }
     }
     let Some(log) = log else { return notes };
-    for v in &mut r.verdicts {
-        v.nccl_log = None;
-    }
-    comm::corroborate(&mut r.verdicts, &comm::parse_nccl_log(log));
-    let verdicts = &r.verdicts;
-    let collectives = &r.collectives;
-    let per = comm::nccl_log_against(log, &|pid, handle| {
-        collectives
-            .iter()
-            .find(|c| c.pid == pid && c.communicator == handle)
-            .map(|c| Transport::from_name(c.transport).name())
-            .or_else(|| verdicts.iter().find(|v| v.pid == pid).map(|v| v.transport.name()))
-    });
-    r.nccl_log = Some(per);
+    crate::report::judged::corroborate_verdicts(r, log);
+    r.nccl_log = Some(crate::report::judged::nccl_log_agreement(log, r));
     notes
 }

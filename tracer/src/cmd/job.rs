@@ -1,5 +1,6 @@
 //! `gdrtrace job FILE...`: one view per NCCL communicator across the
-//! reports (or recordings) of several nodes (`crate::job`).
+//! reports (or recordings) of several nodes, or `serve`'s series in
+//! Prometheus (`--prometheus`) (`crate::job`).
 use crate::{
     cli::{Format, JobArgs},
     error::{Error, Result},
@@ -7,14 +8,19 @@ use crate::{
 };
 
 pub fn job(args: &JobArgs) -> Result<i32> {
-    let mut reports = Vec::with_capacity(args.files.len());
     let mut damaged = Vec::new();
-    for f in &args.files {
-        let loaded = super::explain::load(f, None, None, args.damage)?;
-        damaged.extend(loaded.damaged);
-        reports.push((f.display().to_string(), loaded.report));
-    }
-    let view = job::join(&reports);
+    let view = match &args.prometheus {
+        Some(url) => job::prometheus::job(url, &args.selector).map_err(Error::Input)?,
+        None => {
+            let mut reports = Vec::with_capacity(args.files.len());
+            for f in &args.files {
+                let loaded = super::explain::load(f, None, None, args.damage)?;
+                damaged.extend(loaded.damaged);
+                reports.push((f.display().to_string(), loaded.report));
+            }
+            job::join(&reports)
+        }
+    };
     match args.format {
         Format::Text => {
             out!("{}", job::render(&view));

@@ -3,6 +3,7 @@ pub mod attach;
 pub mod baseline;
 pub mod bench;
 pub mod compare;
+pub mod completions;
 pub mod doctor;
 pub mod drive;
 pub mod explain;
@@ -41,6 +42,8 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
         Command::Compare(a) => compare::compare(&a),
         Command::Bench(b) => bench::bench(&b),
         Command::Serve(a) => serve::serve(&a),
+        Command::Completions(a) => completions::completions(&a),
+        Command::Man(a) => completions::man(&a),
     }
 }
 

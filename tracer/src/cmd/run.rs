@@ -19,6 +19,7 @@ use crate::{
     input,
     loader::{self, LoadOptions},
     output::{self, Named, OutputFile},
+    probes::Status,
     report::{Report, text},
     session::{Session, SessionOptions},
     signals::{Received, Signals},
@@ -39,7 +40,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     // command started: the command, then the files.
     spawn::resolve(&args.command[0])?;
     let mut files = Outputs::open(&args.trace, &[])?;
-    let mut out = trace_command(&args.trace, &args.command)?;
+    let mut out = trace_command(&args.trace, &args.command, Announce::Banner)?;
     let mut errors = std::mem::take(&mut out.errors);
     files.recording = out.recording.take();
     if let Err(e) = emit(&args.trace, files, &out.report, out.timeline.take()) {
@@ -221,10 +222,32 @@ enum Stop {
     Abandoned(Received),
 }
 
+/// Whether `trace_command` says on stderr what it traces before the command
+/// runs (`run`; validate prints its own progress lines).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Announce {
+    Banner,
+    Quiet,
+}
+
+/// The line `run` prints once its probes are in, before the command runs,
+/// as perf and bpftrace say `Attaching N probes...`.
+fn banner(session: &Session, argv0: &std::ffi::OsStr, pid: u32) -> String {
+    let rows = &session.planner.coverage;
+    let attached = rows.iter().filter(|c| c.status == Status::Attached).count();
+    format!(
+        "gdrtrace: tracing {} (pid {pid}) and its children: {attached} of {} probe points and {} uprobes in {} library file(s) attached; Ctrl-C passes on to the command, twice reports at once",
+        argv0.to_string_lossy(),
+        rows.len(),
+        session.planner.uprobes.points(),
+        session.planner.libs.len(),
+    )
+}
+
 /// Starts `argv` held, adds it to the target set, releases it, and traces
 /// until it exits, `--duration` passes, or a second signal (see the module
 /// documentation).
-pub fn trace_command<S: AsRef<std::ffi::OsStr>>(t: &TraceArgs, argv: &[S]) -> Result<Outcome> {
+pub fn trace_command<S: AsRef<std::ffi::OsStr>>(t: &TraceArgs, argv: &[S], announce: Announce) -> Result<Outcome> {
     spawn::resolve(&argv[0])?;
     // Handlers first: a signal while the programs load must not be lost.
     let signals = Signals::install().map_err(|e| Error::io("installing the SIGINT and SIGTERM handlers", e))?;
@@ -232,6 +255,7 @@ pub fn trace_command<S: AsRef<std::ffi::OsStr>>(t: &TraceArgs, argv: &[S]) -> Re
     let session = Session::open(&opts)?;
     let mut trace = Trace::new(session);
     trace.outputs(t.record.as_deref(), t.transfers.as_deref(), t.trace_event.is_some())?;
+    trace.nccl_ras = t.nccl_ras.as_deref().map(|a| crate::identity::ras::Asker::new(a, None));
     let rt = super::runtime()?;
     let stopped = Cell::new(None::<Stop>);
     let (pid, child) = rt.block_on(async {
@@ -248,6 +272,9 @@ pub fn trace_command<S: AsRef<std::ffi::OsStr>>(t: &TraceArgs, argv: &[S]) -> Re
             unsafe { libc::kill(gpid as i32, libc::SIGKILL) };
             spawn::wait(gpid);
             return Err(e);
+        }
+        if announce == Announce::Banner {
+            errln!("{}", banner(&trace.session, argv[0].as_ref(), gpid));
         }
         let mut child = gated.release()?;
         let pid = child.pid;

@@ -52,6 +52,8 @@ fn trace_args(args: &TopArgs) -> TraceArgs {
         trace_event: args.trace_event.clone(),
         no_installed_libraries: false,
         collectives: args.collectives,
+        input: args.input.clone(),
+        nccl_ras: None,
     }
 }
 

@@ -115,7 +115,9 @@ fn verbs(trace: &TraceArgs, exe: &std::path::Path, reports: &mut Vec<(String, Re
 /// Traces `argv` as validate's step `name`: stderr says what is running
 /// and for how long (`progress`).
 fn traced(trace: &TraceArgs, argv: &[String], name: &str) -> Result<super::run::Outcome> {
-    crate::progress::step(format!("validate: {name}"), || super::run::trace_command(trace, argv))
+    crate::progress::step(format!("validate: {name}"), || {
+        super::run::trace_command(trace, argv, super::run::Announce::Quiet)
+    })
 }
 
 /// Traces a workload that writes `--summary FILE`; returns its judged

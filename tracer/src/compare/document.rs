@@ -130,7 +130,7 @@ pub fn record(runs: Vec<Run>, reports: &[Report], source: String) -> (Baseline, 
     (
         Baseline {
             schema: SCHEMA.into(),
-            tool_version: env!("CARGO_PKG_VERSION").into(),
+            tool_version: crate::version::VERSION.into(),
             recorded_unix_s,
             source,
             profile,

@@ -196,7 +196,8 @@ pub fn of_reports(reports: &[Report]) -> (Profile, Option<String>) {
     if let Some(first) = reports.first() {
         p.kernel = first.host.kernel.clone();
         p.lockdown = first.host.lockdown.clone();
-        p.tool_version = first.tool_version.to_string();
+        // Builds of one release compare alike: the revision is build metadata.
+        p.tool_version = crate::version::release_of(first.tool_version).to_string();
         p.probes = probes_of(first);
     }
     let here = read_trim("/proc/sys/kernel/osrelease").unwrap_or_default();

@@ -107,6 +107,8 @@ const PATH_RULES: &[&str] = &[
     "dmabuf-unsupported",
     "nccl-env-forced",
     "nccl-no-rdma-device",
+    "nccl-net-plugin-failed",
+    "nccl-net-plugin-no-gdr",
     "gpu-nic-far",
     "acs-iommu-blocks-p2p",
     "host-memory-registered",

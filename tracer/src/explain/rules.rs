@@ -1,7 +1,10 @@
 //! The rule table: each rule names what it reads of the report and the
 //! cause it stands for; its check returns the findings per process.
 use super::*;
-use crate::{classify::comm::LogProcess, model::Backing};
+use crate::{
+    classify::comm::{LogProcess, Net, Plugin},
+    model::Backing,
+};
 
 fn on_gpu(b: &Backing) -> bool {
     matches!(b, Backing::Gpu { .. })
@@ -223,6 +226,72 @@ pub(super) fn no_rdma_device(r: &Report) -> Hits {
             None => ev.extend(log_hosts(r)),
         }
         out.push((pid, ev));
+    }
+    out
+}
+
+/// Whether a network is a plugin's (not NCCL's own IB or socket network).
+fn is_plugin(net: Net) -> bool {
+    !matches!(net.plugin, Plugin::Socket | Plugin::Ib | Plugin::Nvls)
+}
+
+/// A plugin's own lines on GPUDirect RDMA: aws-ofi-nccl's `NET/OFI` lines
+/// on GDR, FI_HMEM and dma-buf, and NCCL's `NET/<plugin> : GPU Direct RDMA
+/// Disabled` lines for a plugin's NICs.
+fn plugin_gdr_lines(l: &LogProcess) -> impl Iterator<Item = String> + '_ {
+    let ofi = l.net_lines.iter().filter(|x| {
+        x.starts_with("NET/OFI")
+            && (x.contains("GDR") || x.contains("HMEM") || x.contains("DMA-BUF registrations: false"))
+    });
+    let disabled = l.gdr_lines.iter().filter(|x| {
+        x.contains("GPU Direct RDMA Disabled") && x.split(" : ").next().and_then(Net::of_via).is_some_and(is_plugin)
+    });
+    ofi.chain(disabled).map(|x| format!("NCCL log: {x}"))
+}
+
+pub(super) fn plugin_no_gdr(r: &Report) -> Hits {
+    let mut out = Vec::new();
+    for v in &r.verdicts {
+        // A plugin's network without GDRDMA: staged, or its own lines say GDR is off.
+        if !v.net.is_some_and(|n| is_plugin(n) && !n.gdr) {
+            continue;
+        }
+        let mut ev: Vec<String> = log_process(r, v.pid).map_or(Vec::new(), |l| plugin_gdr_lines(l).collect());
+        if !v.host_staged && ev.is_empty() {
+            continue;
+        }
+        ev.insert(0, format!("transport verdict {}{}", v.transport.name(), net_of(v)));
+        if let Some(l) = &v.nccl_log {
+            ev.push(format!("NCCL log: via {}", l.nccl_says));
+        }
+        out.push((v.pid, ev));
+    }
+    out
+}
+
+pub(super) fn plugin_failed(r: &Report) -> Hits {
+    let mut out = Vec::new();
+    for v in r.verdicts.iter().filter(|v| v.transport == Transport::Socket) {
+        let Some(l) = log_process(r, v.pid).filter(|l| !l.failed_plugins.is_empty()) else {
+            continue;
+        };
+        let mut ev = vec![format!("transport verdict socket{}", net_of(v))];
+        ev.extend(
+            l.failed_plugins
+                .iter()
+                .map(|p| format!("NCCL log: Failed to initialize NET plugin {p}")),
+        );
+        // The plugin's own warnings say why (aws-ofi-nccl: `NET/OFI ...`).
+        ev.extend(
+            l.warnings
+                .iter()
+                .filter(|w| w.contains("NET/"))
+                .map(|w| format!("NCCL log: WARN {w}")),
+        );
+        if let Some(n) = &l.network {
+            ev.push(format!("NCCL log: Using network {n}"));
+        }
+        out.push((v.pid, ev));
     }
     out
 }
@@ -501,6 +570,18 @@ pub static RULES: &[Rule] = &[
         looks_at: "verdicts (socket, net, other_hosts), facts.rdma_devices, ibv_* calls, nccl_log processes (NET/IB : No device found., Using network, NET/Socket lines, NCCL_HOSTID), processes[].env",
         cause: "Traffic between hosts over TCP sockets: NCCL found no usable RDMA device (no InfiniBand/RoCE NIC, or none it could open), so its network transport is NET/Socket and every byte goes through host memory and the kernel's TCP stack. Give the hosts an RDMA NIC with its driver and libibverbs (ibv_devices lists it); ranks that share one machine can share a host identity (NCCL_HOSTID) and use P2P or SHM instead.",
         check: no_rdma_device,
+    },
+    Rule {
+        id: "nccl-net-plugin-failed",
+        looks_at: "verdicts (socket), nccl_log processes (Failed to initialize NET plugin NAME, the plugin's WARN lines, Using network)",
+        cause: "NCCL found a network plugin (libnccl-net.so: aws-ofi-nccl on EFA, the SHARP plugin on InfiniBand) but it failed to initialize, so NCCL fell back to its socket network: traffic between hosts goes over TCP through host memory. The plugin's own lines in NCCL's log say why (aws-ofi-nccl: no EFA device or libfabric provider, a libfabric or CUDA it cannot use); fix that, or set NCCL_NET to the plugin's name so that NCCL fails instead of falling back.",
+        check: plugin_failed,
+    },
+    Rule {
+        id: "nccl-net-plugin-no-gdr",
+        looks_at: "verdicts (host-staged, net of a network plugin: NET/Libfabric, NET/AWS Libfabric, NET/OFI, NET/IBext, COLLNET, others), nccl_log processes (NET/OFI lines on GDR, FI_HMEM and dma-buf; NET/<plugin> : GPU Direct RDMA Disabled)",
+        cause: "NCCL's network plugin moved GPU data through host buffers instead of GPUDirect RDMA. For aws-ofi-nccl on EFA: use an instance type with GPUDirect RDMA (p4d, p5 and later), the efa provider with libfabric 1.18 or later (FI_HMEM for CUDA), and a peer-memory client or dma-buf; its NET/OFI lines in NCCL's log say which was missing. For the IBext/SHARP plugin and others, what NET/IB needs applies: a peer-memory client or dma-buf, and a NIC close to the GPU.",
+        check: plugin_no_gdr,
     },
     Rule {
         id: "gpu-nic-far",

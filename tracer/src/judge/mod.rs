@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 pub mod paths;
+mod peers;
 
 use crate::classify::{
     Transport,
@@ -42,6 +43,9 @@ pub struct Inputs {
     /// Where each process's bytes went while which of its paths ran.
     #[serde(default)]
     pub windows: Vec<crate::stats::windows::Window>,
+    /// Each rank's connections per peer, from NCCL's log when one is given.
+    #[serde(skip)]
+    pub nccl_peers: comm::LogPeers,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -152,6 +156,7 @@ impl Inputs {
             facts,
             ucx: crate::stats::ucx::report(agg, &BTreeMap::new()),
             windows: agg.windows(),
+            nccl_peers: Default::default(),
         }
     }
 
@@ -176,6 +181,24 @@ impl Inputs {
             socket_bytes: p.socket.bytes_sent + p.socket.bytes_received,
             env: p.env.clone(),
             sampled_share: (!p.collectives_sampled.is_exact()).then(|| p.collectives_sampled.share()),
+            network,
+        }
+    }
+
+    /// What the probes saw of one process's set-up, for `comm::verdict`.
+    fn evidence(&self, p: &ProcessIn, network: comm::Network) -> Evidence {
+        Evidence {
+            pid: p.pid,
+            comm: p.comm.clone(),
+            calls: p.calls.clone(),
+            env: p.env.clone(),
+            nvlink: self.facts.as_ref().and_then(|f| f.nvlink),
+            nccl_ranks: p.nccl_ranks.clone(),
+            registrations: p
+                .churn
+                .as_ref()
+                .map(|c| c.by_backing.iter().map(|(k, v)| (k.clone(), v.registrations)).collect())
+                .unwrap_or_default(),
             network,
         }
     }
@@ -235,28 +258,12 @@ pub fn judge(i: &Inputs) -> (Vec<Verdict>, Vec<crate::classify::path::Path>) {
 
 /// The verdicts of NCCL processes: set-up calls first, else the steady state.
 fn setup_or_steady(i: &Inputs) -> Vec<Verdict> {
-    let nvlink = i.facts.as_ref().and_then(|f| f.nvlink);
     let networks = i.networks();
     let network = |pid: u32| networks.get(&pid).cloned().unwrap_or_default();
     let setup: BTreeMap<u32, Verdict> = i
         .processes
         .iter()
-        .filter_map(|p| {
-            comm::verdict(&Evidence {
-                pid: p.pid,
-                comm: p.comm.clone(),
-                calls: p.calls.clone(),
-                env: p.env.clone(),
-                nvlink,
-                nccl_ranks: p.nccl_ranks.clone(),
-                registrations: p
-                    .churn
-                    .as_ref()
-                    .map(|c| c.by_backing.iter().map(|(k, v)| (k.clone(), v.registrations)).collect())
-                    .unwrap_or_default(),
-                network: network(p.pid),
-            })
-        })
+        .filter_map(|p| comm::verdict(&i.evidence(p, network(p.pid))))
         .map(|v| (v.pid, v))
         .collect();
     let decided: BTreeMap<u32, Transport> = setup
@@ -350,7 +357,7 @@ mod tests {
             for x in &v {
                 assert_eq!(
                     (x.transport, x.host_staged, x.net),
-                    (Transport::Socket, true, Some(comm::Net::Socket)),
+                    (Transport::Socket, true, Some(comm::Net::SOCKET)),
                     "{x:?}"
                 );
                 assert_eq!(x.basis == comm::Basis::SetUp, setup);

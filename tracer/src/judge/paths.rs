@@ -26,6 +26,9 @@ use crate::{
 /// its path bytes: smaller ones (notifications, wire-up) are listed but do
 /// not make a process `mixed`.
 const SIGNIFICANT: f64 = 0.01;
+/// Host-memory bytes of at least this share of a direct path's bytes,
+/// moved in its time, keep it from being called direct.
+pub(super) const HOST_CONTRADICTS: f64 = 0.1;
 /// A process served its peers when GPU or socket bytes of at least this
 /// much moved with no call of its own.
 const SERVED_MIN: u64 = 1 << 20;
@@ -189,13 +192,27 @@ fn ucx_paths(i: &Inputs, p: &ProcessIn, u: &UcxProcess, ux: &UcxReport, windows:
     if let Some(e) = served.filter(|e| e.host_copy + e.device_copy + e.unknown_copy + e.socket >= SERVED_MIN) {
         let gpu = e.host_copy + e.device_copy + e.unknown_copy > 0;
         let memory = if gpu { "cuda" } else { "host" };
-        let mut path = Path::new(p.pid, PeerKind::Remote, "peers".into(), OpClass::Served, memory);
+        // Traced from its start, a process with no data call of its own
+        // served its peers; attached later, its calls may just not have
+        // been seen: the class is then not known.
+        let (op, why) = if u.traced_from_start || u.data_calls + u.receives > 0 {
+            (
+                OpClass::Served,
+                "no UCX data call of its own moved these bytes: its worker served its peers' requests (the target of their GETs or PUTs)",
+            )
+        } else {
+            (
+                OpClass::Other,
+                "no UCX data call was seen (attached after set-up, or its calls not counted yet): the bytes the process moved while mapping UCX are judged as one path, its class unknown",
+            )
+        };
+        let mut path = Path::new(p.pid, PeerKind::Remote, "peers".into(), op, memory);
         path.bytes = (e.host_copy + e.device_copy + e.unknown_copy).max(e.socket);
         let mut p2 = judge_ucx(u, &base, &path, &e);
-        p2.evidence.insert(
-            0,
-            "no UCX data call of its own moved these bytes: its worker served its peers' requests (the target of their GETs or PUTs)".into(),
-        );
+        p2.evidence.insert(0, why.into());
+        if !u.traced_from_start {
+            p2.basis = comm::Basis::SteadyState;
+        }
         out.push(p2);
     }
     out
@@ -262,7 +279,7 @@ fn nccl_paths(i: &Inputs, p: &ProcessIn, v: Option<&Verdict>, windows: &[&Window
         ..Evidence::default()
     };
     let ev = evidence(&cands, windows, Some(&whole));
-    cands
+    let paths = cands
         .into_iter()
         .zip(ev)
         .map(|(c, e)| {
@@ -284,7 +301,7 @@ fn nccl_paths(i: &Inputs, p: &ProcessIn, v: Option<&Verdict>, windows: &[&Window
                 None => path.evidence.push("no verdict for the process: its set-up was not seen and its steady state does not decide".into()),
             }
             let host = e.host();
-            if path.direct() && host as f64 >= 0.1 * path.bytes.max(1) as f64 {
+            if path.direct() && host as f64 >= HOST_CONTRADICTS * path.bytes.max(1) as f64 {
                 path.evidence.push(format!(
                     "but {host} bytes went through host memory (sockets, host copies) while this communicator's calls ran: its bytes did not all stay in GPU memory"
                 ));
@@ -292,7 +309,8 @@ fn nccl_paths(i: &Inputs, p: &ProcessIn, v: Option<&Verdict>, windows: &[&Window
             }
             path
         })
-        .collect()
+        .collect();
+    super::peers::by_peer_group(i, p, v, paths)
 }
 
 /// NCCL's name of a verdict's transport (`P2P`, `SHM`, `NET/Socket`...).

@@ -270,11 +270,14 @@ impl Row {
     }
 
     /// Calls that change what backs a process's addresses (allocations,
-    /// frees, registrations, mappings, peer access, contexts' devices):
-    /// each return starts a new epoch of copy rows (`op_flags::REGION`).
+    /// frees, registrations, mappings, peer access): each return starts a
+    /// new epoch of copy rows (`op_flags::REGION`). Not the contexts'
+    /// set-up: a context's device is fixed, and a library may retain the
+    /// primary context around every copy (UCX's cuda_copy), which would
+    /// make every copy a row of its own.
     pub const fn changes_regions(&self) -> bool {
         !self.entry_only()
-            && (matches!(
+            && matches!(
                 self.kind,
                 Kind::GpuAlloc
                     | Kind::GpuFree
@@ -285,7 +288,7 @@ impl Row {
                     | Kind::IpcImport
                     | Kind::Map
                     | Kind::PeerAccess
-            ) || (matches!(self.kind, Kind::Setup) && matches!(self.lib, Lib::Cuda)))
+            )
     }
 
     /// Traps per call: one for entry-only rows, two with a return probe
@@ -839,13 +842,14 @@ pub static TABLE: &[Row] = &[
     // Contexts, so allocations get their device and peer access its device
     // pair (appended: earlier rows keep their op codes).
     // CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
-    row(
+    // UCX's cuda_copy transport retains the context around every copy.
+    budgeted(row(
         Lib::Cuda,
         "cuDevicePrimaryCtxRetain",
         "cuDevicePrimaryCtxRetain",
         Kind::Setup,
         &[Out, Int],
-    ),
+    )),
     // CUresult cuCtxSetCurrent(CUcontext ctx);  cuCtxPushCurrent_v2(CUcontext ctx);
     hot_setup(row(
         Lib::Cuda,
@@ -1068,8 +1072,10 @@ pub fn config_of(row: &Row) -> OpConfig {
     if row.sample_first {
         flags |= op_flags::SAMPLE_FIRST;
     }
-    if matches!(row.group(), super::uprobes::Group::Sampled) {
-        flags |= op_flags::SAMPLED;
+    match row.group() {
+        super::uprobes::Group::Sampled => flags |= op_flags::SAMPLED,
+        super::uprobes::Group::Setup => flags |= op_flags::SETUP,
+        super::uprobes::Group::Steady => {}
     }
     if row.changes_regions() {
         flags |= op_flags::REGION;

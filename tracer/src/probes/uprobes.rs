@@ -402,6 +402,11 @@ impl UprobeLinks {
 
     /// The on phase the sampled links attached last belong to (the one
     /// whose traps count: `control::SAMPLE_GEN`).
+    /// Uprobe points attached now (every link's).
+    pub fn points(&self) -> usize {
+        self.held.iter().map(|h| h.points).sum()
+    }
+
     pub fn generation(&self) -> u32 {
         self.generation
     }

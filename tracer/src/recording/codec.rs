@@ -361,6 +361,11 @@ impl Line for Stepped {
     const TYPE: &'static str = "stepped";
 }
 
+/// An `nccl-ras` line: what NCCL's RAS service answered (`--nccl-ras`).
+impl Line for crate::identity::RasQuery {
+    const TYPE: &'static str = "nccl-ras";
+}
+
 /// When a `tick`, `alive-check` or `setup-closed` line was written (read
 /// back it is not needed: the input is the line's type).
 #[derive(Clone, Debug, Serialize)]

@@ -53,6 +53,13 @@ pub struct Header {
     /// The clock of every `*_ns` field (`CLOCK_MONOTONIC`), and its value at the start.
     pub clock: String,
     pub started_ns: u64,
+    /// The `ncclCommInitRank*` events carry the hashes of the id the rank
+    /// passed in `args[4]` and `args[5]` (0 where it was not read). Absent
+    /// (false) in recordings before 2026-12-06, whose id slots may hold
+    /// what the registers held (the tracer read no id before 2026-12-02):
+    /// they are read as unread.
+    #[serde(default)]
+    pub nccl_id_hashes: bool,
 }
 
 impl Header {
@@ -60,11 +67,12 @@ impl Header {
     pub fn now() -> Self {
         Header {
             schema: SCHEMA.into(),
-            tool_version: env!("CARGO_PKG_VERSION").into(),
+            tool_version: crate::version::VERSION.into(),
             host: crate::host::host(),
             facts: HostFacts::read(),
             clock: "CLOCK_MONOTONIC".into(),
             started_ns: monotonic_ns(),
+            nccl_id_hashes: true,
         }
     }
 }

@@ -217,8 +217,24 @@ pub(super) fn input(line: &str, ty: &str) -> std::result::Result<Option<Input>, 
                 rows: s.rows,
             }
         }
+        "nccl-ras" => Input::NcclRas(Box::new(typed(line, "nccl-ras")?)),
         _ => return Ok(None),
     }))
+}
+
+/// Clears the id slots of the `ncclCommInitRank*` events of a recording
+/// whose header does not say they hold hashes: a register's value read as
+/// a hash gave every rank an identity of its own (issue 48).
+fn unread_ids(inputs: &mut [(Input, Vec<Fact>)]) {
+    use tracer_common::nccl_id::{HASH_ARG, LEGACY_HASH_ARG};
+    for (i, _) in inputs.iter_mut() {
+        if let Input::Event(e) = i
+            && crate::probes::uapi::row_of(e.op).is_some_and(|(_, r)| r.unique_id.is_some())
+        {
+            e.args[HASH_ARG] = 0;
+            e.args[LEGACY_HASH_ARG] = 0;
+        }
+    }
 }
 
 /// Parses a recording line by line from `r` (the text is never held whole:
@@ -269,7 +285,7 @@ pub fn read(r: &mut dyn std::io::BufRead) -> std::result::Result<Recording, Stri
             }
         }
         match ty {
-            "process" | "env" | "sample" | "gone" | "space" => {
+            "process" | "env" | "sample" | "gone" | "space" | "connections" => {
                 let f = fact(line, ty).map_err(at)?;
                 match inputs.last_mut() {
                     Some((_, facts)) => facts.push(f),
@@ -283,6 +299,9 @@ pub fn read(r: &mut dyn std::io::BufRead) -> std::result::Result<Recording, Stri
                 }
             }
         }
+    }
+    if !header.nccl_id_hashes {
+        unread_ids(&mut inputs);
     }
     let Some(footer) = footer_line else {
         let last = damage

@@ -172,6 +172,7 @@ impl Observer for Recorder {
                 pid: Pid(*pid),
                 rows: rows.clone(),
             }),
+            Input::NcclRas(q) => self.input(q.as_ref()),
         }
     }
 

@@ -14,7 +14,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
     let signals = signals(&inputs.coverage, inputs.pins.delta.is_some());
     Report {
         schema: SCHEMA,
-        tool_version: env!("CARGO_PKG_VERSION"),
+        tool_version: crate::version::VERSION,
         host: inputs.host,
         command: inputs.command,
         duration_s: inputs.duration_s,
@@ -44,6 +44,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         facts: inputs.facts,
         overrides: overrides(agg),
         nccl_log: None,
+        nccl_ras: agg.nccl_ras_answer().cloned(),
         explain: Default::default(),
         workloads: Vec::new(),
         gpu_links: inputs.gpu_links,

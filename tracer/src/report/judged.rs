@@ -71,13 +71,17 @@ impl Report {
     }
 
     fn judge_verdicts(&mut self, nccl_log: Option<&str>) {
-        let inputs = inputs_of(self);
+        let mut inputs = inputs_of(self);
+        // NCCL's log lists each rank's peers: a communicator's path splits by them.
+        if let Some(text) = nccl_log {
+            inputs.nccl_peers = crate::classify::comm::LogPeers::of_log(text);
+        }
         (self.verdicts, self.paths) = crate::judge::judge(&inputs);
         // The UCX endpoints take their path's transport; staged bytes of
         // the paths go into the process accounting.
         judge_ucx(self, &inputs);
         if let Some(text) = nccl_log {
-            crate::classify::comm::corroborate(&mut self.verdicts, &crate::classify::comm::parse_nccl_log(text));
+            corroborate_verdicts(self, text);
         }
         // Collective bytes take their process's transport; bytes of a
         // host-staged transport count as staged.
@@ -117,6 +121,7 @@ pub fn inputs_of(r: &Report) -> Inputs {
         facts: Some(r.facts.clone()),
         ucx: r.ucx.clone(),
         windows: r.windows.clone(),
+        nccl_peers: Default::default(),
     }
 }
 
@@ -148,14 +153,41 @@ fn judge_ucx(r: &mut Report, inputs: &Inputs) {
     }
 }
 
+/// Attaches NCCL's view of each process (its log) to the verdicts, with
+/// the processes' environments and the host's RDMA devices for the causes.
+pub fn corroborate_verdicts(r: &mut Report, text: &str) {
+    use crate::classify::comm;
+    for v in &mut r.verdicts {
+        v.nccl_log = None;
+    }
+    let cx = comm::Context {
+        env: r.processes.iter().map(|p| (p.pid, p.env.clone())).collect(),
+        rdma_devices: Some(r.facts.rdma_devices.clone()),
+    };
+    comm::corroborate(&mut r.verdicts, &comm::parse_nccl_log(text), &cx);
+}
+
 /// Parses channel, communicator and GPUDirect lines and compares each
-/// communicator with what the tracer concluded.
+/// communicator with what the tracer concluded: its paths' transports,
+/// else its collectives', else its process's.
 pub fn nccl_log_agreement(text: &str, r: &Report) -> NcclLog {
+    use crate::classify::{Transport, path::PeerKind};
     crate::classify::comm::nccl_log_against(text, &|pid, comm| {
+        let paths: Vec<Transport> = r
+            .paths
+            .iter()
+            .filter(|p| p.pid == pid && p.peer_kind == PeerKind::NcclCommunicator && p.peer == comm)
+            .map(|p| p.transport)
+            .collect();
+        if !paths.is_empty() {
+            return paths;
+        }
         r.collectives
             .iter()
             .find(|x| x.pid == pid && x.communicator == comm)
-            .map(|x| x.transport)
-            .or_else(|| r.verdicts.iter().find(|v| v.pid == pid).map(|v| v.transport.name()))
+            .map(|x| Transport::from_name(x.transport))
+            .or_else(|| r.verdicts.iter().find(|v| v.pid == pid).map(|v| v.transport))
+            .into_iter()
+            .collect()
     })
 }

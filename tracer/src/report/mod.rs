@@ -331,6 +331,10 @@ pub struct Report {
     /// NCCL's own log, per communicator, against the tracer's verdicts (`--nccl-log`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_log: Option<crate::classify::comm::NcclLog>,
+    /// What NCCL's RAS service answered (`--nccl-ras`) and what it told of
+    /// the communicators whose set-up was not traced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_ras: Option<crate::identity::ras::NcclRas>,
     /// Root causes of staged or unexpected paths (the explain stage's
     /// rules, `crate::explain::fill`).
     #[serde(default)]

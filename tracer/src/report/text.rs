@@ -83,10 +83,15 @@ pub fn verdicts(vs: &[crate::classify::comm::Verdict], indent: &str) -> String {
                 crate::classify::Transport::Unknown | crate::classify::Transport::Ambiguous => {
                     "the tracer did not decide"
                 }
+                _ if l.agrees && l.unseen.is_some() => "agrees where the tracer saw it",
                 _ if l.agrees => "agrees",
+                _ if l.unseen.is_some() => "not seen by the tracer",
                 _ => "DISAGREES",
             };
             let _ = writeln!(o, "{indent}  NCCL log: via {} ({agree})", l.nccl_says);
+            if let Some(u) = &l.unseen {
+                let _ = writeln!(o, "{indent}  NCCL log: {u}");
+            }
         }
     }
     o

@@ -332,7 +332,7 @@ pub fn render(tl: &Timeline, report: &Report) -> String {
     out.push_str("\n],\"displayTimeUnit\":\"ns\",\"otherData\":");
     let other = json!({
         "schema": SCHEMA,
-        "tool_version": env!("CARGO_PKG_VERSION"),
+        "tool_version": crate::version::VERSION,
         "clock": "CLOCK_MONOTONIC",
         "command": report.command,
         "slices": tl.slices.len(),

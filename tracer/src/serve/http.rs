@@ -132,6 +132,36 @@ fn text(status: StatusCode, body: impl Into<Bytes>, content_type: &str) -> Respo
 
 const PLAIN: &str = "text/plain; charset=utf-8";
 
+/// Whether `Accept-Encoding` takes gzip (Prometheus sends `gzip`): named
+/// without `q=0`.
+fn wants_gzip(accept_encoding: Option<&str>) -> bool {
+    accept_encoding.into_iter().flat_map(|v| v.split(',')).any(|coding| {
+        let mut parts = coding.split(';').map(str::trim);
+        let name = parts.next().unwrap_or("");
+        let refused = parts.any(|p| {
+            p.strip_prefix("q=")
+                .and_then(|q| q.parse::<f64>().ok())
+                .is_some_and(|q| q <= 0.0)
+        });
+        (name.eq_ignore_ascii_case("gzip") || name.eq_ignore_ascii_case("x-gzip")) && !refused
+    })
+}
+
+/// The exposition gzip-compressed (a tenth of its size on the wire), as
+/// Prometheus client libraries serve it; plain if compressing fails.
+fn gzipped(body: String, content_type: &str) -> Response<Full<Bytes>> {
+    use std::io::Write as _;
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let Ok(zipped) = enc.write_all(body.as_bytes()).and_then(|()| enc.finish()) else {
+        return text(StatusCode::OK, body, content_type);
+    };
+    let mut r = text(StatusCode::OK, zipped, content_type);
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_ENCODING, header::HeaderValue::from_static("gzip"));
+    h.insert(header::VARY, header::HeaderValue::from_static("Accept-Encoding"));
+    r
+}
+
 async fn handle(
     req: Request<Incoming>,
     scrapes: mpsc::Sender<Scrape>,
@@ -161,8 +191,10 @@ async fn handle(
             let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok());
             let format = Format::negotiate(accept);
             let (reply, rx) = oneshot::channel();
+            let gzip = wants_gzip(req.headers().get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()));
             match scrapes.send(Scrape { format, reply }).await {
                 Ok(()) => match tokio::time::timeout(SCRAPE_TIMEOUT, rx).await {
+                    Ok(Ok(body)) if gzip => gzipped(body, format.content_type()),
                     Ok(Ok(body)) => text(StatusCode::OK, body, format.content_type()),
                     Ok(Err(_)) => text(StatusCode::SERVICE_UNAVAILABLE, "agent stopping\n", PLAIN),
                     Err(_) => text(
@@ -241,10 +273,10 @@ async fn accept_loop(
     }
 }
 
-/// Binds `addr` (so a taken port fails at start, with one line) and serves
+/// Binds `listen` (so a taken port fails at start, with one line) and serves
 /// on a thread of its own; returns the bound address.
 pub fn spawn(
-    addr: SocketAddr,
+    listen: Listen,
     scrapes: mpsc::Sender<Scrape>,
     health: Arc<Health>,
     web: Option<WebConfig>,
@@ -262,7 +294,7 @@ pub fn spawn(
                 }
             };
             rt.block_on(async move {
-                let listener = match TcpListener::bind(addr).await.and_then(|l| Ok((l.local_addr()?, l))) {
+                let listener = match bind(listen).await.and_then(|l| Ok((l.local_addr()?, l))) {
                     Ok((local, l)) => {
                         let _ = tx.send(Ok(local));
                         l
@@ -279,9 +311,81 @@ pub fn spawn(
         .unwrap_or_else(|_| Err(std::io::Error::other("the HTTP thread exited")))
 }
 
+/// What `--listen` takes: `HOST:PORT`, or `:PORT` for every interface, as
+/// node_exporter and other Go exporters read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listen {
+    Addr(SocketAddr),
+    AnyHost(u16),
+}
+
+impl std::str::FromStr for Listen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(port) = s.strip_prefix(':') {
+            return port
+                .parse()
+                .map(Listen::AnyHost)
+                .map_err(|_| format!("{s:?}: the port after ':' is not a number from 0 to 65535"));
+        }
+        s.parse().map(Listen::Addr).map_err(|_| {
+            format!("{s:?} is not an address to listen on: HOST:PORT (127.0.0.1:9464, [::1]:9464) or :PORT (every interface)")
+        })
+    }
+}
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listen::Addr(a) => write!(f, "{a}"),
+            Listen::AnyHost(p) => write!(f, ":{p}"),
+        }
+    }
+}
+
+/// `:PORT` binds the IPv6 wildcard, which takes IPv4 too (Linux's default
+/// `bindv6only=0`, as Go's listener does), or IPv4's where IPv6 is off.
+async fn bind(listen: Listen) -> std::io::Result<TcpListener> {
+    match listen {
+        Listen::Addr(a) => TcpListener::bind(a).await,
+        Listen::AnyHost(port) => match TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, port)).await {
+            Err(e) if e.kind() != std::io::ErrorKind::AddrInUse => {
+                TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, port)).await
+            }
+            r => r,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listen_takes_host_port_and_a_bare_port() {
+        assert_eq!(":9464".parse(), Ok(Listen::AnyHost(9464)));
+        assert_eq!(
+            "0.0.0.0:9464".parse(),
+            Ok(Listen::Addr("0.0.0.0:9464".parse().expect("an address")))
+        );
+        assert_eq!(
+            "[::1]:80".parse::<Listen>().map(|l| l.to_string()),
+            Ok("[::1]:80".into())
+        );
+        for bad in [":", ":http", ":70000", "9464", "localhost"] {
+            assert!(bad.parse::<Listen>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn gzip_only_when_the_scraper_takes_it() {
+        assert!(wants_gzip(Some("gzip")));
+        assert!(wants_gzip(Some("deflate, GZIP;q=0.5")));
+        assert!(!wants_gzip(Some("gzip;q=0")));
+        assert!(!wants_gzip(Some("identity")));
+        assert!(!wants_gzip(None));
+    }
 
     #[test]
     fn health_fails_when_the_loop_or_the_reader_stalls_and_not_before_ready() {

@@ -53,7 +53,8 @@ pub fn remove_target(ebpf: &mut Ebpf, pid: u32) -> Result<()> {
     }
 }
 
-/// Deletes the aggregation rows of forgotten processes; returns how many.
+/// Deletes the aggregation and copy rows of forgotten processes; returns
+/// how many.
 pub fn drop_aggregate_rows(ebpf: &mut Ebpf, pids: &BTreeSet<u32>) -> Result<usize> {
     let map = ebpf.map_mut("AGGREGATE").ok_or(Error::MissingMap("AGGREGATE"))?;
     let mut m: PerCpuHashMap<&mut MapData, AggKey, AggValue> =
@@ -66,7 +67,17 @@ pub fn drop_aggregate_rows(ebpf: &mut Ebpf, pids: &BTreeSet<u32>) -> Result<usiz
     for k in &doomed {
         let _ = m.remove(k);
     }
-    Ok(doomed.len())
+    let map = ebpf.map_mut("COPY_ROWS").ok_or(Error::MissingMap("COPY_ROWS"))?;
+    let mut copies: HashMap<&mut MapData, AggKey, AggValue> = HashMap::try_from(map).map_err(map_err("COPY_ROWS"))?;
+    let copy_rows: Vec<AggKey> = copies
+        .keys()
+        .filter_map(|k| k.ok())
+        .filter(|k| pids.contains(&k.tgid))
+        .collect();
+    for k in &copy_rows {
+        let _ = copies.remove(k);
+    }
+    Ok(doomed.len() + copy_rows.len())
 }
 
 /// Deletes in-flight entries of processes that are not `live` (killed
@@ -101,6 +112,10 @@ pub fn fill(ebpf: &Ebpf, name: &'static str) -> Option<(u64, u64)> {
         }
         "INFLIGHT" => {
             let m: HashMap<&MapData, InflightKey, Inflight> = HashMap::try_from(map).ok()?;
+            m.keys().count()
+        }
+        "COPY_ROWS" => {
+            let m: HashMap<&MapData, AggKey, AggValue> = HashMap::try_from(map).ok()?;
             m.keys().count()
         }
         _ => {

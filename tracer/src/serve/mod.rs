@@ -21,7 +21,6 @@ pub mod webconfig;
 use std::{
     collections::{BTreeMap, BTreeSet},
     future::Future,
-    net::SocketAddr,
     path::PathBuf,
     time::{Duration, Instant},
 };
@@ -50,9 +49,10 @@ use crate::{
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// Address of the metrics endpoint (`/metrics`).
-    #[arg(long, default_value = "127.0.0.1:9464")]
-    pub listen: SocketAddr,
+    /// Address of the metrics endpoint (`/metrics`): HOST:PORT, or :PORT
+    /// for every interface.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
+    pub listen: http::Listen,
     /// The `node` label (default: $NODE_NAME, else the host name).
     #[arg(long)]
     pub node: Option<String>,
@@ -118,7 +118,18 @@ pub struct ServeArgs {
     /// not run for this long.
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     pub stall_after: Duration,
+    /// Ask NCCL's RAS service (NCCL 2.24+) at HOST:PORT (default
+    /// localhost:28028) for the identity of communicators whose set-up the
+    /// agent did not see, at most once a minute while there are any. Off
+    /// unless given: RAS queries run through every process of a job.
+    #[arg(long, value_name = "HOST:PORT", num_args = 0..=1, require_equals = true,
+          default_missing_value = crate::identity::ras::DEFAULT_ADDR)]
+    pub nccl_ras: Option<String>,
 }
+
+/// How often `serve --nccl-ras` may ask NCCL's RAS service again while
+/// communicators without identity are tracked.
+const RAS_EVERY: Duration = Duration::from_secs(60);
 
 /// What a per-process series set is labelled by (`--labels`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -277,23 +288,8 @@ struct Agent {
     /// when the last one was forgotten.
     retired: BTreeMap<Group, (ProcessFigures, Instant)>,
     nvml_available: bool,
-}
-
-fn agent_cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the struct we own.
-    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut r) };
-    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
-    t(r.ru_utime) + t(r.ru_stime)
-}
-
-fn agent_rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| crate::counters::parse_status_kib(&s, "VmRSS:"))
-        .unwrap_or(0)
-        * 1024
+    /// NCCL's RAS service (`--nccl-ras`).
+    nccl_ras: Option<crate::identity::ras::Asker>,
 }
 
 /// The node label: `--node`, else `$NODE_NAME` (the DaemonSet sets it from
@@ -398,6 +394,10 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         ignored: BTreeMap::new(),
         retired: BTreeMap::new(),
         nvml_available: crate::topo::nvlink_traffic().is_some(),
+        nccl_ras: args
+            .nccl_ras
+            .as_deref()
+            .map(|a| crate::identity::ras::Asker::new(a, Some(RAS_EVERY))),
     };
     let rt = crate::signals::runtime()?;
     let (tx, rx) = mpsc::channel(8);

@@ -293,6 +293,7 @@ impl Agent {
             pod,
             discovered_by: discover::reason_name(meta.reason),
             exited: p.exited,
+            nccl_hostid: crate::classify::comm::host_id(&p.env).unwrap_or_default().to_string(),
             processes: 1,
             verdict,
             comm_verdicts,
@@ -411,13 +412,12 @@ impl Agent {
                 .collect(),
             forgotten: self.forgotten,
             events: self.agg.events() + self.discover_events,
-            maps: ["TARGETS", "AGGREGATE", "INFLIGHT"]
+            maps: ["TARGETS", "AGGREGATE", "COPY_ROWS", "INFLIGHT"]
                 .into_iter()
                 .filter_map(|m| kernel::fill(ebpf, m).map(|(n, max)| (m, n, max)))
                 .collect(),
             node_pins: crate::counters::FollPin::read(),
-            agent_cpu_seconds: agent_cpu_seconds(),
-            agent_rss_bytes: agent_rss_bytes(),
+            agent: metrics::AgentProcess::read(),
             cpu_budget: self.budget.limit,
             shed_level: self.budget.level,
             tracked: self.agg.procs().len() as u64,

@@ -131,7 +131,7 @@ impl Agent {
 
     pub(super) fn on_tick(&mut self) {
         let now = Instant::now();
-        if let Some(level) = self.budget.update(now, agent_cpu_seconds()) {
+        if let Some(level) = self.budget.update(now, metrics::AgentProcess::cpu_seconds_now()) {
             log::info!(
                 "CPU budget {:.1}% of a CPU: shed level {level}",
                 self.budget.limit * 100.0
@@ -151,6 +151,12 @@ impl Agent {
         }
         self.forget_expired(now);
         self.trim();
+        if let Some(ras) = &mut self.nccl_ras {
+            ras.due(|| !self.agg.unidentified().is_empty());
+            if let Some(q) = ras.poll(self.agg.live_pids()) {
+                self.agg.nccl_ras(q);
+            }
+        }
     }
 
     pub(super) fn rescan_due(&mut self, now: Instant) {

@@ -96,7 +96,7 @@ impl Aggregator {
     fn classified(&mut self, e: &Event) -> Option<(classify::Call, bool)> {
         // A process first seen by its calls (attach --all) was running before.
         if !self.procs.contains_key(&e.pid) {
-            self.first_sight(e.pid);
+            self.discovered(e.pid);
         }
         // The first call of an aggregated row: a sample of its arguments,
         // not a call (the kernel counts those).

@@ -43,6 +43,9 @@ pub struct CopyRows {
     pub classes: BTreeMap<RowKey, Class>,
     /// The kernel's totals per row (cumulative), as counted.
     kernel: BTreeMap<KernelRow, (u64, u64)>,
+    /// The final totals of the rows the kernel's table no longer holds
+    /// (reclaimed: `Session::reclaim_copy_rows`), per class.
+    retired: BTreeMap<RowKey, (u64, u64)>,
 }
 
 /// The class key of a call: (pid, label, verdict).
@@ -80,15 +83,26 @@ impl CopyRows {
         key
     }
 
-    /// The kernel's totals of every copy row (cumulative).
+    /// The kernel's totals of every copy row (cumulative). A row no
+    /// longer there was reclaimed once no call could reach it: its last
+    /// totals were final, and its class keeps them.
     pub fn set_kernel(&mut self, rows: BTreeMap<KernelRow, (u64, u64)>) {
-        self.kernel = rows;
+        for (row, (c, b)) in std::mem::replace(&mut self.kernel, rows) {
+            if self.kernel.contains_key(&row) {
+                continue;
+            }
+            if let Some(k) = self.rows.remove(&row) {
+                let r = self.retired.entry(k).or_default();
+                r.0 += c;
+                r.1 += b;
+            }
+        }
     }
 
     /// Calls and bytes per class as the kernel counted them (rows whose
     /// first call has not arrived yet wait for it).
     pub fn counted(&self) -> BTreeMap<RowKey, (u64, u64)> {
-        let mut out: BTreeMap<RowKey, (u64, u64)> = BTreeMap::new();
+        let mut out = self.retired.clone();
         for (row, (c, b)) in &self.kernel {
             if let Some(k) = self.rows.get(row) {
                 let e = out.entry(k.clone()).or_default();
@@ -142,6 +156,7 @@ impl CopyRows {
         self.rows.retain(|(p, _, _), _| *p != pid);
         self.kernel.retain(|(p, _, _), _| *p != pid);
         self.classes.retain(|(p, _, _), _| *p != pid);
+        self.retired.retain(|(p, _, _), _| *p != pid);
     }
 }
 
@@ -315,6 +330,51 @@ mod tests {
         );
         assert_eq!(a.calls_of(P, "cuMemcpyHtoDAsync"), 12);
         assert_eq!(a.procs[&P].staged_bytes, 12 * N);
+    }
+
+    /// A row the kernel's table no longer holds (reclaimed once no call can
+    /// reach it) keeps its last totals in its class: the figures never go
+    /// back, and a row of the same copy made anew adds to them.
+    #[test]
+    fn reclaimed_rows_keep_their_totals() {
+        let mut a = job();
+        let row = |handle: u64, calls: u64| {
+            (
+                AggKey {
+                    tgid: P,
+                    op: op_code("cuMemcpyHtoDAsync").unwrap(),
+                    handle,
+                },
+                AggValue {
+                    calls,
+                    bytes: calls * N,
+                },
+            )
+        };
+        let first = |a: &mut Aggregator, handle: u64| {
+            a.push(&event(
+                kind::ROW_FIRST,
+                "cuMemcpyHtoDAsync",
+                &[DEV, PAGEABLE, N, 0],
+                handle as i64,
+                10_000,
+            ))
+        };
+        first(&mut a, 9);
+        a.set_aggregates(0, &[row(9, 40)]);
+        assert_eq!(a.calls_of(P, "cuMemcpyHtoDAsync"), 40);
+        // Reclaimed: gone from the table, its 40 copies stay.
+        a.set_aggregates(0, &[]);
+        assert_eq!(a.calls_of(P, "cuMemcpyHtoDAsync"), 40);
+        // The same copy under a new tag: a new row, its first call evented.
+        first(&mut a, 11);
+        a.set_aggregates(0, &[row(11, 2)]);
+        a.set_aggregates(0, &[row(11, 7)]);
+        a.settle();
+        assert_eq!(a.calls_of(P, "cuMemcpyHtoDAsync"), 47);
+        assert_eq!(a.procs[&P].staged_bytes, 47 * N);
+        assert_eq!(a.copies.classes.len(), 1, "one class");
+        assert_eq!(a.copies.rows.len(), 1, "the reclaimed row is forgotten");
     }
 
     /// A copy loop whose probes closed makes its copies up to its exit: the

@@ -57,6 +57,9 @@ pub enum Input {
         pid: u32,
         rows: Vec<String>,
     },
+    /// What NCCL's RAS service answered (`--nccl-ras`): the identities of
+    /// communicators whose set-up was not traced (`identity::ras`).
+    NcclRas(Box<crate::identity::RasQuery>),
 }
 
 /// Sees every input of the aggregator and every fact its process source

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tracer_common::{AggKey, AggValue};
 
-use super::{Aggregator, RowKey, SocketTotals, copies::KernelRow, feed::Input, sampled_rows, source::Fact};
+use super::{Aggregator, RowKey, SocketTotals, copies::KernelRow, feed::Input, sampled_rows};
 use crate::classify::transfer;
 
 /// A process and an op's name.
@@ -62,6 +62,7 @@ impl Aggregator {
             fds,
         } = self.count_rows(rows);
         self.processes_of_collectives();
+        self.read_connections();
         for ((pid, name), calls) in socket_calls {
             if let Some(p) = self.procs.get_mut(&pid) {
                 p.calls.insert(name, calls);
@@ -136,14 +137,7 @@ impl Aggregator {
             .filter(|pid| !self.procs.contains_key(pid))
             .collect();
         for pid in new {
-            let l = self.source.look(pid);
-            self.note(Fact::Process {
-                pid,
-                parent: l.parent,
-                comm: l.comm.clone(),
-                env: l.env.clone(),
-            });
-            self.add_looked(pid, l.parent, Some(l));
+            self.discovered(pid);
         }
     }
 

@@ -43,6 +43,27 @@ impl Aggregator {
         }
     }
 
+    /// A process that no target set announced, first seen by what it does
+    /// (`attach --all`: its calls, collectives or copies): its row, name,
+    /// environment and parent, as for a target.
+    /// A look that found nothing (the process is gone, or a recording from
+    /// before such looks has no answer) leaves its environment to be read
+    /// at its first call, as then.
+    pub(super) fn discovered(&mut self, pid: u32) {
+        let l = self.source.look(pid);
+        self.note(Fact::Process {
+            pid,
+            parent: l.parent,
+            comm: l.comm.clone(),
+            env: l.env.clone(),
+        });
+        let found = l.comm.is_some();
+        self.add_looked(pid, l.parent, Some(l));
+        if !found && let Some(p) = self.procs.get_mut(&pid) {
+            p.env_read = false;
+        }
+    }
+
     /// What predates the trace of a process seen for the first time: its
     /// address space, when CUDA state (NVIDIA device mappings) is there.
     pub(super) fn first_sight(&mut self, pid: u32) {

@@ -6,12 +6,14 @@
 //!
 //! The steps, a file each: processes coming and going (`lifecycle.rs`), a
 //! call into every figure (`calls.rs`), the kernel's aggregated rows and
-//! the duty cycle's estimates (`kernel.rs`); what is kept per process
-//! (`process.rs`) and the transfer records (`transfers.rs`).
+//! the duty cycle's estimates (`kernel.rs`), who the communicators are
+//! where their set-up was not traced (`identity.rs`); what is kept per
+//! process (`process.rs`) and the transfer records (`transfers.rs`).
 mod calls;
 pub mod copies;
 pub mod duty;
 pub mod feed;
+mod identity;
 mod kernel;
 mod lifecycle;
 mod process;
@@ -140,6 +142,8 @@ pub struct Aggregator {
     ucx: classify::ucx::Tracker,
     /// Where each process's bytes went while which paths ran (`windows.rs`).
     windows: windows::Windows,
+    /// NCCL's RAS answer and what it told (`identity.rs`).
+    nccl_ras: Option<crate::identity::ras::NcclRas>,
 }
 
 impl Default for Aggregator {
@@ -172,6 +176,7 @@ impl Aggregator {
             reg_latency: BTreeMap::new(),
             ucx: Default::default(),
             windows: Default::default(),
+            nccl_ras: None,
         }
     }
 
@@ -209,6 +214,7 @@ impl Aggregator {
             Input::Duty { off_us, rest: true, .. } => self.duty_rest(*off_us),
             Input::TrapCost(c) => self.trap_cost(*c),
             Input::Stepped { pid, rows } => self.stepped(*pid, rows),
+            Input::NcclRas(q) => self.nccl_ras((**q).clone()),
         }
     }
 

@@ -49,6 +49,14 @@ pub struct ProcInfo {
     /// rank of one communicator shares (`comm_id`), in order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub communicators: Vec<Communicator>,
+    /// Its established TCP connections, read where one of its NCCL
+    /// communicators had no identity (`identity::connections`): ranks
+    /// holding the two ends of one connection are one job.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub connections: Vec<crate::identity::Connection>,
+    /// Whether `connections` was read.
+    #[serde(skip)]
+    pub connections_read: bool,
     /// Time traced while the sampled rows' duty cycle ran, and the part of
     /// it they counted in (absent when every call was counted): where it is
     /// less, the process's collective figures are estimates (`stats/duty.rs`).
@@ -66,7 +74,9 @@ pub struct ProcInfo {
 pub struct Communicator {
     /// The local `ncclComm_t` (as `collectives[].communicator` names it).
     pub communicator: String,
-    /// The init call (`ncclCommInitRank`, `ncclCommInitRankConfig`, ...).
+    /// The init call (`ncclCommInitRank`, `ncclCommInitRankConfig`, ...);
+    /// empty where it was not traced (the identity came from elsewhere).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub init: String,
     /// The hash of the `ncclUniqueId` every rank passed, as NCCL 2.26+
     /// prints it (`commId 0x...` in its `Init START`/`Init COMPLETE` lines):
@@ -78,6 +88,9 @@ pub struct Communicator {
     /// was DJB2a).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub comm_id_legacy: Option<String>,
+    /// Where `comm_id` came from: the init call, or NCCL's RAS service.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_id_source: Option<crate::identity::IdSource>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rank: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -93,10 +106,9 @@ pub fn crosses_devices(nranks: Option<u32>) -> bool {
 }
 
 impl Communicator {
-    /// A hash as NCCL prints it (`%lx` after `0x`, here zero-padded to 16
-    /// digits so that every id has one spelling).
+    /// A hash as NCCL prints it ([`crate::identity::hex_id`]).
     pub fn hex(hash: u64) -> String {
-        format!("{hash:#018x}")
+        crate::identity::hex_id(hash)
     }
 
     /// The communicator a successful `ncclCommInitRank*` call made, from
@@ -113,6 +125,7 @@ impl Communicator {
             init: row.name.to_string(),
             comm_id: id.then(|| Self::hex(h)),
             comm_id_legacy: id.then(|| Self::hex(legacy)),
+            comm_id_source: id.then_some(crate::identity::IdSource::InitCall),
             // ncclCommInitAll(comms, ndev, devlist): one process holds every rank.
             rank: (!all).then_some(e.args[2] as u32),
             nranks: Some(e.args[1] as u32),

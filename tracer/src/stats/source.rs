@@ -1,7 +1,7 @@
 //! Where the aggregator learns facts about processes that events do not
 //! carry (command name, environment, pinned memory, CPU time, whether a task
-//! is a process or a thread, whether it is still alive): `/proc` while
-//! tracing, the recording's `process`/`env`/`sample`/`gone` lines on replay.
+//! is a process or a thread, whether it is still alive, its TCP
+//! connections): `/proc` while tracing, the recording's fact lines on replay.
 use std::{cell::RefCell, collections::BTreeMap, rc::Rc};
 
 use serde::{Deserialize, Serialize};
@@ -42,6 +42,13 @@ pub enum Fact {
     /// Its address space when first seen, written only when NVIDIA devices
     /// were mapped then: its CUDA state predates the trace (attach).
     Space { pid: u32, space: AddressSpace },
+    /// Its established TCP connections, read once where one of its NCCL
+    /// communicators had no identity (`identity::connections`).
+    Connections {
+        pid: u32,
+        #[serde(default)]
+        connections: Vec<crate::identity::Connection>,
+    },
 }
 
 impl Fact {
@@ -51,7 +58,8 @@ impl Fact {
             | Fact::Env { pid, .. }
             | Fact::Sample { pid, .. }
             | Fact::Gone { pid }
-            | Fact::Space { pid, .. } => *pid,
+            | Fact::Space { pid, .. }
+            | Fact::Connections { pid, .. } => *pid,
         }
     }
 }
@@ -83,6 +91,8 @@ pub trait ProcSource: std::fmt::Debug {
     /// The address space of a process seen for the first time, when it has
     /// NVIDIA devices mapped (`/proc/PID/maps`, VmPin).
     fn space(&mut self, pid: u32) -> Option<AddressSpace>;
+    /// Its established TCP connections (`/proc/PID/fd`, `/proc/PID/net/tcp*`).
+    fn connections(&mut self, pid: u32) -> Vec<crate::identity::Connection>;
 }
 
 /// The live source: `/proc`.
@@ -125,6 +135,10 @@ impl ProcSource for LiveProc {
 
     fn space(&mut self, pid: u32) -> Option<AddressSpace> {
         counters::address_space(pid)
+    }
+
+    fn connections(&mut self, pid: u32) -> Vec<crate::identity::Connection> {
+        crate::identity::connections::of_process(pid)
     }
 }
 
@@ -191,6 +205,13 @@ impl ProcSource for Recorded {
         match self.take(pid, |f| matches!(f, Fact::Space { .. })) {
             Some(Fact::Space { space, .. }) => Some(space),
             _ => None,
+        }
+    }
+
+    fn connections(&mut self, pid: u32) -> Vec<crate::identity::Connection> {
+        match self.take(pid, |f| matches!(f, Fact::Connections { .. })) {
+            Some(Fact::Connections { connections, .. }) => connections,
+            _ => Vec::new(),
         }
     }
 }

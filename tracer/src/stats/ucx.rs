@@ -14,12 +14,16 @@ use crate::{
     probes::uapi::Lib,
 };
 
-/// The UCX view of one process so far (None: no UCX activity).
-pub fn process(t: &Tracker, agg: &Aggregator, pid: u32) -> Option<UcxProcess> {
+/// The UCX view of one process so far (None: no UCX activity). A process
+/// that maps libucp counts too when it moved bytes (copies or sockets)
+/// though no UCX call was seen: attached after its set-up, its data calls
+/// not (yet) counted, its paths come from the steady state.
+pub fn process(t: &Tracker, agg: &Aggregator, pid: u32, maps_ucx: bool) -> Option<UcxProcess> {
     let p = agg.procs.get(&pid)?;
     let ucx_calls = p.calls.keys().any(|k| is_ucx_op(k));
     let s = t.procs.get(&pid);
-    if !ucx_calls && s.is_none_or(|s| s.workers + s.endpoints + s.regs + s.gets == 0) {
+    let moved = s.is_some_and(|s| s.copies.total() > 0) || p.socket.bytes_sent + p.socket.bytes_received > 0;
+    if !ucx_calls && !(maps_ucx && moved) && s.is_none_or(|s| s.workers + s.endpoints + s.regs + s.gets == 0) {
         return None;
     }
     let default = State::default();
@@ -117,7 +121,11 @@ pub fn report(
     let mut processes = Vec::new();
     let mut endpoints = Vec::new();
     for pid in agg.procs.keys() {
-        let Some(mut u) = process(&agg.ucx, agg, *pid) else {
+        let maps_ucx = libraries.get(pid).is_some_and(|l| {
+            l.iter()
+                .any(|l| l.lib == Lib::Ucp && l.status == crate::probes::Status::Attached)
+        });
+        let Some(mut u) = process(&agg.ucx, agg, *pid, maps_ucx) else {
             continue;
         };
         // Registrations outside every GPU allocation of a process traced

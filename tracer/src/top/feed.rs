@@ -304,18 +304,34 @@ impl Feed {
                         )
                     }),
                     causes,
+                    // Every path of the process with its transport, then what
+                    // explain says of the staged or undecided ones.
                     paths: r
-                        .explain
                         .paths
                         .iter()
                         .filter(|x| x.pid == p.pid)
                         .map(|x| {
+                            format!(
+                                "{} {}: {} via {}, {}{}",
+                                x.op.name(),
+                                x.peer,
+                                x.transport.name(),
+                                x.via,
+                                crate::units::bytes(x.bytes),
+                                if x.host_bytes > 0 {
+                                    format!(" ({} through host memory)", crate::units::bytes(x.host_bytes))
+                                } else {
+                                    String::new()
+                                }
+                            )
+                        })
+                        .chain(r.explain.paths.iter().filter(|x| x.pid == p.pid).map(|x| {
                             if x.explained_by.is_empty() {
                                 format!("{} (no rule recognised a cause)", x.what)
                             } else {
                                 format!("{} (explained by {})", x.what, x.explained_by.join(", "))
                             }
-                        })
+                        }))
                         .fold(Vec::new(), |mut seen: Vec<String>, x| {
                             // explain lists a path once per copy class.
                             if !seen.contains(&x) {

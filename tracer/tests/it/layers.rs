@@ -14,6 +14,7 @@ use std::{
 const STAGES: &[&str] = &[
     // Ground floor: printing, errors, units, progress lines, names, input
     // files, host facts.
+    "version",
     "error",
     "output",
     "intern",
@@ -24,6 +25,9 @@ const STAGES: &[&str] = &[
     "spawn",
     "topo",
     "host",
+    // Where a communicator's identity comes from besides its init call:
+    // NCCL's RAS service, TCP connections (/proc).
+    "identity",
     // The loader, the probe table and the ring buffer.
     "loader",
     "probes",

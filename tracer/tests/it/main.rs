@@ -3,5 +3,6 @@
 //! One binary, a module per area.
 mod golden;
 mod layers;
+mod nccl_plugins;
 mod probe_declarations;
 mod replays;

@@ -355,14 +355,48 @@ fn copy_loop_begun_late_is_a_lower_bound() {
     }
 }
 
+/// Rules that read NCCL's log: (rule, recording, the log it fires with
+/// under `tests/fixtures/logs`, a log of the same recording it must not).
+const LOG_RULE_CASES: &[(&str, &str, &str, &str)] = &[
+    (
+        "nccl-net-plugin-no-gdr",
+        "standin-nccl-nodes-staged",
+        "nccl-net-aws-libfabric",
+        "nccl-net-ib",
+    ),
+    (
+        "nccl-net-plugin-failed",
+        "standin-nccl-nodes",
+        "nccl-net-libfabric-failed",
+        "nccl-net-socket",
+    ),
+];
+
 #[test]
 fn every_rule_has_a_triggering_and_a_quiet_fixture() {
     for rule in gdrtrace::explain::RULES {
         assert!(
-            RULE_CASES.iter().any(|(id, _, _)| *id == rule.id),
+            RULE_CASES.iter().any(|(id, _, _)| *id == rule.id) || LOG_RULE_CASES.iter().any(|(id, ..)| *id == rule.id),
             "rule {} has no fixture test",
             rule.id
         );
+    }
+    let log = |name: &str| {
+        std::fs::read_to_string(dir().join(format!("../logs/{name}.log"))).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    for (id, rec, fires, quiet) in LOG_RULE_CASES {
+        let (_, e) = replay_fixture_with_log(rec, Some(&log(fires)));
+        let f = e
+            .findings
+            .iter()
+            .find(|f| f.rule == *id)
+            .unwrap_or_else(|| panic!("{id} did not fire on {rec} with {fires}: {:?}", e.findings));
+        assert!(!f.evidence.is_empty() && f.pid.is_some(), "{id}: {f:?}");
+        let (_, e) = replay_fixture_with_log(rec, Some(&log(quiet)));
+        assert!(!e.fired(id), "{id} fired on {rec} with {quiet}: {:?}", e.findings);
+        // Without a log neither fires: they read NCCL's own lines.
+        let (_, e) = replay_fixture(rec);
+        assert!(!e.fired(id), "{id} fired on {rec} without a log: {:?}", e.findings);
     }
     for (id, fires, quiet) in RULE_CASES {
         let (_, e) = replay_fixture(fires);

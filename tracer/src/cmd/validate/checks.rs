@@ -387,7 +387,7 @@ pub fn nodes_checks(r: &Report, v: Option<&NcclReport>, label: &str) -> Vec<Chec
             && r.verdicts.iter().all(|x| {
                 x.transport == crate::classify::Transport::Socket
                     && x.host_staged
-                    && x.net == Some(crate::classify::comm::Net::Socket)
+                    && x.net == Some(crate::classify::comm::Net::SOCKET)
             }),
         format!("verdicts {got:?} for {ranks} ranks"),
     )];

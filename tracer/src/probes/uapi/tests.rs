@@ -72,17 +72,21 @@ fn copy_rows_are_keyed_by_addresses_and_sampled() {
     // dst, dctx, src, sctx; not the size or the stream.
     let peer = config_of(by("cuMemcpyPeerAsync"));
     assert_eq!((peer.key_args, peer.count_arg), (0b1111, 4));
-    for s in [
-        "cuMemHostAlloc",
-        "cuMemHostRegister",
-        "cuMemFree",
-        "cuMemAlloc",
-        "cuDevicePrimaryCtxRetain",
-    ] {
+    for s in ["cuMemHostAlloc", "cuMemHostRegister", "cuMemFree", "cuMemAlloc"] {
         assert_ne!(config_of(by(s)).flags & op_flags::REGION, 0, "{s}");
     }
-    // Context switches are entry-only: they never move the epoch.
+    // Context switches are entry-only, and a primary context's retain,
+    // which UCX's cuda_copy makes around every copy, is in the budgeted
+    // set-up link: neither moves the epoch.
     assert_eq!(config_of(by("cuCtxSetCurrent")).flags & op_flags::REGION, 0);
+    let retain = by("cuDevicePrimaryCtxRetain");
+    assert_eq!(config_of(retain).flags & op_flags::REGION, 0);
+    assert_eq!(retain.group(), crate::probes::uprobes::Group::Setup);
+    assert_ne!(
+        config_of(retain).flags & op_flags::SETUP,
+        0,
+        "switched off with its link"
+    );
     assert_eq!(config_of(by("ncclAllReduce")).flags & op_flags::REGION, 0);
 }
 

@@ -67,11 +67,15 @@ fn nccl_log(o: &mut String, r: &Report) {
     }
     let _ = writeln!(o, "\nNCCL log, per communicator");
     for c in comms {
-        let agree = match c.agrees {
+        let mut agree = match c.agrees {
             Some(true) => "agrees",
             Some(false) => "DISAGREES",
             None => "not compared",
-        };
+        }
+        .to_string();
+        if !c.unseen.is_empty() {
+            agree += &format!("; not seen by the tracer: {}", c.unseen.join(", "));
+        }
         let gdr = match c.gdr {
             Some(true) => " GDR 1",
             Some(false) => " GDR 0",

@@ -149,8 +149,14 @@ fn gauge(v: i64) -> ConstGauge<i64> {
     ConstGauge::new(v)
 }
 
-pub(super) fn register(reg: &mut Registry, s: &Snapshot) {
+/// `root` takes the `process_*` families as they are; the rest go under the
+/// `gdrtrace` prefix and the `node` label.
+pub(super) fn register(root: &mut Registry, s: &Snapshot) {
     let mut n = 0;
+    agent_process(root, &s.agent, &mut n);
+    let reg = root
+        .sub_registry_with_prefix("gdrtrace")
+        .sub_registry_with_labels([("node".into(), s.node.clone().into())].into_iter());
     process_families(reg, s, &mut n);
     node_families(reg, s, &mut n);
     agent_families(reg, s, &mut n);
@@ -165,12 +171,69 @@ pub(super) fn register(reg: &mut Registry, s: &Snapshot) {
     );
 }
 
+/// What every Prometheus client library exports about its own process
+/// (client_golang's process collector: names, types, units and help; the
+/// encoder ends each help with its own period).
+fn agent_process(reg: &mut Registry, a: &AgentProcess, n: &mut usize) {
+    single(
+        reg,
+        n,
+        "process_cpu",
+        "Total user and system CPU time spent in seconds",
+        Some(Unit::Seconds),
+        counter_f(a.cpu_seconds),
+    );
+    for (name, help, unit, v) in [
+        (
+            "process_resident_memory",
+            "Resident memory size in bytes",
+            Some(Unit::Bytes),
+            a.resident_bytes as f64,
+        ),
+        (
+            "process_virtual_memory",
+            "Virtual memory size in bytes",
+            Some(Unit::Bytes),
+            a.virtual_bytes as f64,
+        ),
+        (
+            "process_open_fds",
+            "Number of open file descriptors",
+            None,
+            a.open_fds as f64,
+        ),
+        (
+            "process_max_fds",
+            "Maximum number of open file descriptors",
+            None,
+            a.max_fds as f64,
+        ),
+        (
+            "process_start_time",
+            "Start time of the process since unix epoch in seconds",
+            Some(Unit::Seconds),
+            a.start_time_seconds,
+        ),
+    ] {
+        single(reg, n, name, help, unit, ConstGauge::new(v));
+    }
+}
+
 fn process_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
     let mut info = Family::new(
         "process_info",
-        "A tracked GPU or RDMA process that moved or registered bytes (value 1): how it was discovered and whether it exited (kept until --exited-retention); with --labels pod, the number of such processes of the pod",
+        "A tracked GPU or RDMA process that moved or registered bytes (value 1): how it was discovered and whether it exited (kept until --exited-retention); with --labels pod, one per pod (and per command outside pods), whose process count is gdrtrace_processes",
         None,
     );
+    let mut count = Family::new(
+        "processes",
+        "Tracked processes that moved or registered bytes behind these labels: 1 per process, with --labels pod the pod's (or the command's outside pods); sum() counts them in either mode",
+        None,
+    );
+    for p in &s.processes {
+        count.add(proc_labels(p), gauge(p.processes.max(1) as i64));
+    }
+    count.register(reg, n);
     for p in &s.processes {
         let labels = if p.pid == 0 {
             proc_labels(p)
@@ -180,10 +243,11 @@ fn process_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
                 &[
                     ("discovered_by", p.discovered_by),
                     ("exited", if p.exited { "true" } else { "false" }),
+                    ("nccl_hostid", &p.nccl_hostid),
                 ],
             )
         };
-        info.add(labels, gauge(p.processes.max(1) as i64));
+        info.add(labels, gauge(1));
     }
     info.register(reg, n);
 
@@ -548,8 +612,18 @@ fn node_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
 }
 
 fn agent_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
-    let mut build = Family::new("build_info", "The agent's version (value 1)", None);
-    build.add(vec![("version", env!("CARGO_PKG_VERSION").to_string())], gauge(1));
+    let mut build = Family::new(
+        "build_info",
+        "The agent's build (value 1): its release and the git revision it was built from",
+        None,
+    );
+    build.add(
+        vec![
+            ("version", crate::version::RELEASE.to_string()),
+            ("revision", crate::version::REVISION.to_string()),
+        ],
+        gauge(1),
+    );
     build.register(reg, n);
     let mut discovered = Family::new(
         "targets_discovered",
@@ -634,7 +708,7 @@ fn agent_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
         "agent_cpu",
         "CPU time the agent used (user + system)",
         Some(Unit::Seconds),
-        counter_f(s.agent_cpu_seconds),
+        counter_f(s.agent.cpu_seconds),
     );
     single(
         reg,
@@ -642,7 +716,7 @@ fn agent_families(reg: &mut Registry, s: &Snapshot, n: &mut usize) {
         "agent_resident_memory",
         "Resident memory of the agent (VmRSS)",
         Some(Unit::Bytes),
-        gauge(s.agent_rss_bytes as i64),
+        gauge(s.agent.resident_bytes as i64),
     );
     single(
         reg,

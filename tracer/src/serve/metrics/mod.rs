@@ -191,6 +191,9 @@ pub struct ProcessFigures {
     pub pod: Option<PodLabels>,
     pub discovered_by: &'static str,
     pub exited: bool,
+    /// The process's `NCCL_HOSTID` (NCCL's host identity; empty when unset):
+    /// `gdrtrace job --prometheus` counts hosts as NCCL does.
+    pub nccl_hostid: String,
     /// Tracked processes summed here (1 for a process).
     pub processes: u64,
     /// The process's verdict: its series when it has no communicator.
@@ -358,8 +361,9 @@ pub struct Snapshot {
     /// (map, entries, max entries).
     pub maps: Vec<(&'static str, u64, u64)>,
     pub node_pins: Option<FollPin>,
-    pub agent_cpu_seconds: f64,
-    pub agent_rss_bytes: u64,
+    /// The agent's own process (`gdrtrace_agent_*` and the `process_*`
+    /// families Prometheus client libraries export).
+    pub agent: AgentProcess,
     pub cpu_budget: f64,
     pub shed_level: u8,
     pub tracked: u64,
@@ -392,6 +396,7 @@ impl Snapshot {
                 }),
                 discovered_by: "libnccl",
                 exited: false,
+                nccl_hostid: String::new(),
                 processes: 1,
                 verdict: Some(VerdictFigures {
                     transport: "shm",
@@ -470,8 +475,14 @@ impl Snapshot {
                 acquired: 16,
                 released: 16,
             }),
-            agent_cpu_seconds: 0.5,
-            agent_rss_bytes: 1 << 24,
+            agent: AgentProcess {
+                cpu_seconds: 0.5,
+                resident_bytes: 1 << 24,
+                virtual_bytes: 1 << 30,
+                open_fds: 40,
+                max_fds: 1024,
+                start_time_seconds: 1.7649e9,
+            },
             cpu_budget: 0.05,
             shed_level: 0,
             tracked: 2,
@@ -480,6 +491,78 @@ impl Snapshot {
             nvml_available: false,
         }
     }
+}
+
+/// The agent's own process, as Prometheus client libraries describe theirs
+/// (client_golang's process collector: the same names and sources).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgentProcess {
+    /// User + system CPU time (getrusage).
+    pub cpu_seconds: f64,
+    /// VmRSS and VmSize of /proc/self/status.
+    pub resident_bytes: u64,
+    pub virtual_bytes: u64,
+    /// Entries of /proc/self/fd, and the soft RLIMIT_NOFILE.
+    pub open_fds: u64,
+    pub max_fds: u64,
+    /// Since the epoch: the boot time (/proc/stat `btime`) plus the
+    /// process's start in clock ticks after boot (/proc/self/stat field 22).
+    pub start_time_seconds: f64,
+}
+
+impl AgentProcess {
+    /// The CPU time alone (the CPU budget reads it every beat).
+    pub fn cpu_seconds_now() -> f64 {
+        // SAFETY: getrusage fills the struct we own.
+        let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut r) };
+        let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+        t(r.ru_utime) + t(r.ru_stime)
+    }
+
+    /// This process, now; a figure that cannot be read is 0.
+    pub fn read() -> Self {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit fills the struct we own.
+        let max_fds = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+            lim.rlim_cur
+        } else {
+            0
+        };
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let kib = |key| crate::counters::parse_status_kib(&status, key).unwrap_or(0) * 1024;
+        Self {
+            cpu_seconds: Self::cpu_seconds_now(),
+            resident_bytes: kib("VmRSS:"),
+            virtual_bytes: kib("VmSize:"),
+            open_fds: std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64),
+            max_fds,
+            start_time_seconds: start_time_seconds().unwrap_or(0.0),
+        }
+    }
+}
+
+/// When this process started, in seconds since the epoch.
+fn start_time_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which may hold spaces and ')'; the
+    // start time is field 22, the 20th after it.
+    let after = &stat[stat.rfind(')')? + 1..];
+    let ticks: f64 = after.split_whitespace().nth(19)?.parse().ok()?;
+    let btime: f64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| btime + ticks / hz as f64)
 }
 
 /// The wire format of a scrape.
@@ -509,7 +592,9 @@ impl Format {
 
 /// Renders a snapshot.
 pub fn render(s: &Snapshot, format: Format) -> String {
-    let mut reg = Registry::with_prefix_and_labels("gdrtrace", [("node".into(), s.node.clone().into())].into_iter());
+    // The `process_*` families carry neither the prefix nor the node label,
+    // as every Prometheus client library exports them.
+    let mut reg = Registry::default();
     register(&mut reg, s);
     let mut out = String::new();
     let r = match format {

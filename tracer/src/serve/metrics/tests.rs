@@ -208,7 +208,10 @@ fn a_pod_sums_its_processes_and_only_active_ones_have_series() {
         Format::Text,
     );
     assert!(
-        text.contains("gdrtrace_process_info{node=\"\",namespace=\"team-a\",pod=\"trainer-0\",container=\"worker\"} 2"),
+        text.contains("gdrtrace_processes{node=\"\",namespace=\"team-a\",pod=\"trainer-0\",container=\"worker\"} 2")
+            && text.contains(
+                "gdrtrace_process_info{node=\"\",namespace=\"team-a\",pod=\"trainer-0\",container=\"worker\"} 1"
+            ),
         "{text}"
     );
     assert!(!text.contains("pid=\""), "no pid label at pod level:\n{text}");
