@@ -888,7 +888,7 @@ fn smaller_items() {
     let _ = target.wait();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("--interval 1ms is shorter than the sampling tick"),
+        stderr(&o).contains("--interval 1ms raised to 250ms: the smallest interval"),
         "{}",
         stderr(&o)
     );
