@@ -152,7 +152,7 @@ mod tests {
 
     #[test]
     fn ipv4_mapped_ipv6_reads_as_ipv4() {
-        let mapped: [u8; 16] = Ipv6Addr::from(Ipv4Addr::new(192, 0, 2, 7).to_ipv6_mapped()).octets();
+        let mapped: [u8; 16] = Ipv4Addr::new(192, 0, 2, 7).to_ipv6_mapped().octets();
         let hex: String = mapped
             .chunks(4)
             .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
