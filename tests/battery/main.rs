@@ -266,7 +266,7 @@ fn prepare(dir: &Path) -> Files {
     let mut x = typed.clone();
     x.schema = "something/v1";
     wt("wrong-schema.json", &x);
-    // Values no typed report can hold, written into the raw JSON on purpose.
+    // untyped: values no typed report can hold, written into the raw JSON on purpose.
     let mut x = v.clone();
     x["operations"][0]["calls"] = serde_json::json!(-200);
     w("negated.json", x.to_string().as_bytes());
@@ -311,7 +311,7 @@ fn prepare(dir: &Path) -> Files {
         rec.replace("\"gdrtrace\"", "\"e\\u001b]0;PWN\\u0007\\u001b[2J\"")
             .as_bytes(),
     );
-    // Values no typed recording can hold, written into its raw lines on purpose.
+    // untyped: values no typed recording can hold, written into its raw lines on purpose.
     let edit_rec = |ty: &str, field: &str, value: serde_json::Value| -> String {
         let mut done = false;
         rec.lines()
@@ -352,7 +352,7 @@ fn prepare(dir: &Path) -> Files {
     p.registrations = u64::MAX;
     x.processes.push(p);
     wt("overflow.json", &x);
-    // Wrong types, written into the raw JSON on purpose.
+    // untyped: wrong types, written into the raw JSON on purpose.
     let mut x = v.clone();
     x["loss"] = serde_json::json!([1]);
     w("loss-array.json", x.to_string().as_bytes());

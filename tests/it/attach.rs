@@ -95,9 +95,8 @@ fn attach_by_pid_follows_fork_and_exec() {
         .find(|x| x.parent == Some(target_pid) && regs(x) == Some(40))
         .unwrap_or_else(|| panic!("forked child not followed: {procs:?}"));
     assert!(child.pid != target_pid);
-    // The report keeps its workloads' sections untyped (serde_json::Value).
-    let latency = r.workloads[0]["attach"]["latency_ms"].as_f64();
-    assert!(latency.is_some_and(|ms| ms > 0.0), "{:?}", r.workloads);
+    let latency = integration_tests::attach_section(&r).latency_ms;
+    assert!(latency > 0.0, "{:?}", r.workloads);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -273,19 +273,13 @@ fn attach_all_to_a_busy_job_names_every_process() {
     let first = err.lines().next().unwrap_or("");
     assert!(first.contains("attached to every process ("), "{err}");
     // The line names the first few; the report lists them all.
-    let attached = report
-        .workloads
-        .iter()
-        .find_map(|w| w.get("attach"))
-        .expect("the attach section");
-    assert_eq!(attached["all"], true);
-    assert!(attached["running"].as_u64().is_some_and(|n| n >= 2), "{attached}");
+    let attached = integration_tests::attach_section(&report);
+    assert!(attached.all, "{attached:?}");
+    assert!(attached.running.is_some_and(|n| n >= 2), "{attached:?}");
     for pid in [job.server.id(), job.client.id()] {
         assert!(
-            attached["with_libraries"]
-                .as_array()
-                .is_some_and(|a| a.iter().any(|p| *p == u64::from(pid))),
-            "{pid} maps the libcuda stand-in and libucp: {attached}"
+            attached.with_libraries.as_ref().is_some_and(|a| a.contains(&pid)),
+            "{pid} maps the libcuda stand-in and libucp: {attached:?}"
         );
     }
     check(&job, &report, &events, &err);

@@ -1,16 +1,18 @@
 //! The benchmarks' own correctness (not their speed: timings are never
 //! asserted here). Each one checks that the tracer saw every call the
 //! benchmark made; these tests hold them to it.
-use integration_tests::{can_trace, run, stderr, stdout};
+use gdrtrace::cmd::bench::{PipelineResult, TrapCostResult, UprobeHitResult};
+use integration_tests::{can_trace, parse_as, run, stderr, stdout};
 
-fn json_line(o: &std::process::Output) -> serde_json::Value {
+/// The JSON line a `bench` command prints last, into its result type.
+fn json_line<T: serde::de::DeserializeOwned>(o: &std::process::Output) -> T {
     let out = stdout(o);
     let line = out
         .lines()
         .rev()
         .find(|l| l.starts_with('{'))
         .unwrap_or_else(|| panic!("no JSON line; stdout {out:?}, stderr {:?}", stderr(o)));
-    serde_json::from_str(line).expect("bench JSON")
+    parse_as("bench JSON", line)
 }
 
 #[test]
@@ -20,12 +22,12 @@ fn uprobe_hit_counts_every_probed_call_in_the_kernel() {
     }
     let o = run(&["bench", "uprobe-hit", "--calls", "20000", "--rounds", "3"]);
     assert!(o.status.success(), "stderr: {}", stderr(&o));
-    let v = json_line(&o);
+    let v: UprobeHitResult = json_line(&o);
     // 3 rounds of 20,000 calls plus the 2,001 warm-up calls.
-    assert_eq!(v["counted_calls"], 62_001, "{v}");
+    assert_eq!(v.counted_calls, 62_001, "{v:?}");
     // 2048 float32 per call: 8 KiB each.
-    assert_eq!(v["counted_bytes"], 62_001u64 * 8192, "{v}");
-    assert!(v["ns_per_hit"].as_f64().is_some_and(|x| x.is_finite()), "{v}");
+    assert_eq!(v.counted_bytes, 62_001u64 * 8192, "{v:?}");
+    assert!(v.ns_per_hit.is_finite(), "{v:?}");
 }
 
 #[test]
@@ -49,16 +51,13 @@ fn trap_cost_gives_every_figure() {
     ] {
         let o = run(args);
         assert!(o.status.success(), "{args:?}: {}", stderr(&o));
-        let v = json_line(&o);
-        for k in ["entry_ns", "pair_ns", "stepped_ns"] {
-            assert!(
-                v[k].as_f64().is_some_and(|x| x.is_finite() && x >= 0.0),
-                "{args:?}: {v}"
-            );
+        let v: TrapCostResult = json_line(&o);
+        for x in [v.entry_ns, v.pair_ns, v.stepped_ns] {
+            assert!(x.is_finite() && x >= 0.0, "{args:?}: {v:?}");
         }
         let evicting = args.len() > 2;
-        assert_eq!(v["evict_kib"].as_u64(), evicting.then_some(64), "{v}");
-        assert_eq!(v["median"]["pair_ns"].is_f64(), evicting, "{v}");
+        assert_eq!(v.evict_kib, evicting.then_some(64), "{v:?}");
+        assert_eq!(v.median.is_some(), evicting, "{v:?}");
     }
 }
 
@@ -78,8 +77,8 @@ fn pipeline_delivers_every_event_at_a_modest_rate() {
         "2",
     ]);
     assert!(o.status.success(), "stderr: {}", stderr(&o));
-    let v = json_line(&o);
-    assert_eq!(v["delivered"], 50_000, "{v}");
-    assert_eq!(v["ringbuf_drops"], 0, "{v}");
-    assert_eq!(v["complete"], true, "{v}");
+    let v: PipelineResult = json_line(&o);
+    assert_eq!(v.delivered, 50_000, "{v:?}");
+    assert_eq!(v.ringbuf_drops, 0, "{v:?}");
+    assert!(v.complete, "{v:?}");
 }

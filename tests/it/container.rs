@@ -43,7 +43,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{can_trace, field, gdrtrace_path, have, http_get, repo_root, yaml};
+use integration_tests::{
+    can_trace, field, gdrtrace_path, have, http_get,
+    k8s::{self, DaemonSet},
+    repo_root,
+};
 use serde_json::Value;
 
 const HOW: &str = "bash scripts/setup.sh --vm installs it";
@@ -69,48 +73,58 @@ struct PodSpec {
 }
 
 fn pod_spec() -> PodSpec {
-    let ds = &yaml(&repo_root().join("deploy/kubernetes/daemonset.yaml"))[0];
-    let spec = &ds["spec"]["template"]["spec"];
-    assert_eq!(spec["hostPID"], true, "the DaemonSet runs in the host PID namespace");
-    let c = &spec["containers"][0];
-    let strings = |v: &Value| -> Vec<String> {
-        v.as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|s| s.as_str().map(str::to_string))
-            .collect()
-    };
-    let sc = &c["securityContext"];
-    let host: BTreeMap<&str, &str> = spec["volumes"]
-        .as_array()
-        .expect("volumes")
+    let ds: DaemonSet = k8s::read(&repo_root().join("deploy/kubernetes/daemonset.yaml"));
+    let spec = &ds.spec.template.spec;
+    assert_eq!(
+        spec.host_pid,
+        Some(true),
+        "the DaemonSet runs in the host PID namespace"
+    );
+    let c = spec.container();
+    let sc = &c.security_context;
+    let host: BTreeMap<&str, &str> = spec
+        .volumes
         .iter()
-        .filter_map(|v| Some((v["name"].as_str()?, v["hostPath"]["path"].as_str()?)))
+        .filter_map(|v| Some((v.name.as_str(), v.host_path.as_ref()?.path.as_str())))
         .collect();
-    let mounts = c["volumeMounts"]
-        .as_array()
-        .expect("volumeMounts")
+    let mounts = c
+        .volume_mounts
         .iter()
         .map(|m| {
-            let name = m["name"].as_str().expect("a mount name");
-            assert_eq!(m["readOnly"], true, "{name} is mounted read-only");
+            let name = m.name.as_str();
+            assert_eq!(m.read_only, Some(true), "{name} is mounted read-only");
             let from = host
                 .get(name)
                 .unwrap_or_else(|| panic!("{name} is not a hostPath volume"));
-            (
-                from.to_string(),
-                m["mountPath"].as_str().expect("mountPath").to_string(),
-            )
+            (from.to_string(), m.mount_path.clone())
         })
         .collect();
     PodSpec {
-        args: strings(&c["args"]),
-        cap_add: strings(&sc["capabilities"]["add"]),
-        cap_drop: strings(&sc["capabilities"]["drop"]),
-        read_only: sc["readOnlyRootFilesystem"] == true,
-        seccomp: sc["seccompProfile"]["type"].as_str().unwrap_or("").to_string(),
+        args: c.args.clone(),
+        cap_add: sc.capabilities.add.clone(),
+        cap_drop: sc.capabilities.drop.clone(),
+        read_only: sc.read_only_root_filesystem == Some(true),
+        seccomp: sc.seccomp_profile.kind.clone(),
         mounts,
     }
+}
+
+/// A seccomp profile (containers/common's seccomp.json): the fields the
+/// test edits, and every other kept as it came.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SeccompProfile {
+    default_errno_ret: Option<u32>,
+    syscalls: Vec<SeccompRule>,
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SeccompRule {
+    names: Vec<String>,
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
 }
 
 /// containerd's default seccomp rules for the two calls the agent needs
@@ -120,26 +134,28 @@ fn pod_spec() -> PodSpec {
 /// which is generated in containerd's code and not shipped as a file.
 fn containerd_like_profile(dir: &Path) -> PathBuf {
     let text = std::fs::read_to_string("/usr/share/containers/seccomp.json").expect("podman's default seccomp profile");
-    let mut p: Value = serde_json::from_str(&text).expect("the profile is JSON");
+    let mut p: SeccompProfile = integration_tests::parse_as("podman's seccomp.json", &text);
     // containerd's default action is EPERM (podman's ENOSYS).
-    p["defaultErrnoRet"] = serde_json::json!(1);
+    p.default_errno_ret = Some(1);
     let gated = ["bpf", "perf_event_open"];
-    for rule in p["syscalls"].as_array_mut().expect("syscalls") {
-        let names = rule["names"].as_array_mut().expect("names");
-        names.retain(|n| !gated.contains(&n.as_str().unwrap_or("")));
+    for rule in &mut p.syscalls {
+        rule.names.retain(|n| !gated.contains(&n.as_str()));
     }
-    let rules = p["syscalls"].as_array_mut().expect("syscalls");
-    rules.retain(|r| r["names"].as_array().is_some_and(|n| !n.is_empty()));
+    p.syscalls.retain(|r| !r.names.is_empty());
     for (call, cap) in [
         ("bpf", "CAP_BPF"),
         ("bpf", "CAP_SYS_ADMIN"),
         ("perf_event_open", "CAP_PERFMON"),
         ("perf_event_open", "CAP_SYS_ADMIN"),
     ] {
-        rules.push(serde_json::json!({
-            "names": [call], "action": "SCMP_ACT_ALLOW", "args": [],
+        let rest = serde_json::json!({
+            "action": "SCMP_ACT_ALLOW", "args": [],
             "includes": {"caps": [cap]}, "excludes": {}
-        }));
+        });
+        p.syscalls.push(SeccompRule {
+            names: vec![call.to_string()],
+            rest: serde_json::from_value(rest).expect("an object"),
+        });
     }
     let out = dir.join("seccomp-containerd-like.json");
     std::fs::write(&out, serde_json::to_string_pretty(&p).expect("JSON")).expect("writing the profile");

@@ -19,8 +19,12 @@
 use std::{collections::BTreeSet, path::Path, process::Command};
 
 use gdrtrace::serve::metrics::{Format, Snapshot, render};
-use integration_tests::{documented_metrics, have, metric_names, promql_metric_names, repo_root, yaml};
-use serde_json::Value;
+use integration_tests::{
+    documented_metrics, have,
+    k8s::{self, DaemonSet, Kustomization, NetworkPolicy, PodMonitor, Service},
+    metric_names, promql_metric_names, read_as, repo_root,
+};
+use serde::Deserialize;
 
 const HOW: &str = "bash scripts/setup.sh --vm installs it";
 
@@ -244,9 +248,9 @@ fn every_manifest_is_in_a_kustomization() {
     let mut dirs = vec![root.clone()];
     dirs.extend(COMPONENTS.iter().map(|c| root.join("components").join(c)));
     for dir in &dirs {
-        let k = &yaml(&dir.join("kustomization.yaml"))[0];
-        for r in k["resources"].as_array().into_iter().flatten() {
-            let f = dir.join(r.as_str().expect("a resource path"));
+        let k: Kustomization = k8s::read(&dir.join("kustomization.yaml"));
+        for r in &k.resources {
+            let f = dir.join(r);
             assert!(
                 f.is_file(),
                 "{} names {}, which does not exist",
@@ -287,34 +291,20 @@ fn yaml_files(dir: &Path) -> Vec<std::path::PathBuf> {
 #[test]
 fn service_and_podmonitor_select_the_daemonset() {
     let root = repo_root().join("deploy/kubernetes");
-    let ds = &yaml(&root.join("daemonset.yaml"))[0];
-    let pod_labels = &ds["spec"]["template"]["metadata"]["labels"];
-    let container = &ds["spec"]["template"]["spec"]["containers"][0];
-    let port = &container["ports"][0];
-    assert_eq!(ds["spec"]["template"]["spec"]["hostPID"], true);
-    let security = &container["securityContext"];
-    assert_eq!(security["privileged"], false, "no privileged: true");
-    let added: Vec<&str> = security["capabilities"]["add"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c.as_str())
-        .collect();
-    assert!(!added.contains(&"SYS_ADMIN"), "{added:?}");
-    let args: Vec<&str> = container["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|a| a.as_str())
-        .collect();
+    let ds: DaemonSet = k8s::read(&root.join("daemonset.yaml"));
+    let pod = &ds.spec.template.spec;
+    let pod_labels = &ds.spec.template.metadata.labels;
+    let container = pod.container();
+    let port = container.port();
+    assert_eq!(pod.host_pid, Some(true));
+    let security = &container.security_context;
+    assert_eq!(security.privileged, Some(false), "no privileged: true");
+    let added = &security.capabilities.add;
+    assert!(!added.iter().any(|c| c == "SYS_ADMIN"), "{added:?}");
+    let args = &container.args;
     assert_eq!(args[0], "serve");
-    assert!(args.contains(&format!("--listen=:{}", port["containerPort"]).as_str()));
-    let mounts: BTreeSet<&str> = container["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["mountPath"].as_str())
-        .collect();
+    assert!(args.contains(&format!("--listen=:{}", port.container_port)));
+    let mounts: BTreeSet<&str> = container.volume_mounts.iter().map(|m| m.mount_path.as_str()).collect();
     for m in [
         "/sys/kernel/tracing",
         "/sys/fs/cgroup",
@@ -323,17 +313,15 @@ fn service_and_podmonitor_select_the_daemonset() {
     ] {
         assert!(mounts.contains(m), "no mount at {m}: {mounts:?}");
     }
-    assert!(args.contains(&"--kubelet-log-root=/host/var/log"));
-    assert!(
-        args.contains(&"--labels=pod"),
-        "pod-level series in the DaemonSet: {args:?}"
-    );
+    let has = |a: &str| args.iter().any(|x| x == a);
+    assert!(has("--kubelet-log-root=/host/var/log"));
+    assert!(has("--labels=pod"), "pod-level series in the DaemonSet: {args:?}");
     // Of the host's /var/log only the kubelet's pod directories.
-    let host_paths: Vec<&str> = ds["spec"]["template"]["spec"]["volumes"]
-        .as_array()
-        .unwrap()
+    let host_paths: Vec<&str> = pod
+        .volumes
         .iter()
-        .filter_map(|v| v["hostPath"]["path"].as_str())
+        .filter_map(|v| v.host_path.as_ref())
+        .map(|h| h.path.as_str())
         .collect();
     assert!(
         host_paths
@@ -341,46 +329,103 @@ fn service_and_podmonitor_select_the_daemonset() {
             .all(|p| *p == "/var/log/pods" || !p.starts_with("/var/log")),
         "{host_paths:?}"
     );
-    assert_eq!(security["seccompProfile"]["type"], "RuntimeDefault");
-    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
-    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
-    let env: Vec<&str> = container["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|e| e["name"].as_str())
-        .collect();
+    assert_eq!(security.seccomp_profile.kind, "RuntimeDefault");
+    let probe_path = |p: &Option<k8s::Probe>| p.as_ref().map(|p| p.http_get.path.clone());
+    assert_eq!(probe_path(&container.readiness_probe).as_deref(), Some("/readyz"));
+    assert_eq!(probe_path(&container.liveness_probe).as_deref(), Some("/healthz"));
+    let env: Vec<&str> = container.env.iter().map(|e| e.name.as_str()).collect();
     assert!(env.contains(&"NVIDIA_VISIBLE_DEVICES"), "NVML in the pod: {env:?}");
-    let terms = &ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        ["nodeSelectorTerms"];
+    let terms = &pod
+        .affinity
+        .as_ref()
+        .expect("a node affinity")
+        .node_affinity
+        .required_during_scheduling_ignored_during_execution
+        .node_selector_terms;
     assert!(
-        terms.to_string().contains("nvidia.com/gpu.present"),
-        "GPU node affinity: {terms}"
+        terms
+            .iter()
+            .flat_map(|t| &t.match_expressions)
+            .any(|e| e.key == "nvidia.com/gpu.present"),
+        "GPU node affinity: {terms:?}"
     );
 
-    let svc = &yaml(&root.join("service.yaml"))[0];
-    for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
-        assert_eq!(&pod_labels[k], v, "service selector {k}");
+    let svc: Service = k8s::read(&root.join("service.yaml"));
+    for (k, v) in &svc.spec.selector {
+        assert_eq!(pod_labels.get(k), Some(v), "service selector {k}");
     }
-    assert_eq!(svc["spec"]["ports"][0]["targetPort"], port["name"]);
-    let pm = &yaml(&root.join("components/podmonitor/podmonitor.yaml"))[0];
-    assert_eq!(pm["kind"], "PodMonitor");
-    for (k, v) in pm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
-        assert_eq!(&pod_labels[k], v, "podmonitor selector {k}");
+    assert!(
+        svc.spec.ports.first().is_some_and(|p| p.target_port.names(&port.name)),
+        "the Service targets the port {}: {:?}",
+        port.name,
+        svc.spec.ports
+    );
+    let pm: PodMonitor = k8s::read(&root.join("components/podmonitor/podmonitor.yaml"));
+    assert_eq!(pm.kind, "PodMonitor");
+    for (k, v) in &pm.spec.selector.match_labels {
+        assert_eq!(pod_labels.get(k), Some(v), "podmonitor selector {k}");
     }
-    assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["port"], port["name"]);
-    assert_eq!(pm["metadata"]["labels"]["release"], "kube-prometheus-stack");
-    let np = &yaml(&root.join("networkpolicy.yaml"))[0];
-    for (k, v) in np["spec"]["podSelector"]["matchLabels"].as_object().unwrap() {
-        assert_eq!(&pod_labels[k], v, "networkpolicy selector {k}");
+    assert_eq!(
+        pm.spec.pod_metrics_endpoints.first().map(|e| e.port.as_str()),
+        Some(port.name.as_str())
+    );
+    assert_eq!(
+        pm.metadata.labels.get("release").map(String::as_str),
+        Some("kube-prometheus-stack")
+    );
+    let np: NetworkPolicy = k8s::read(&root.join("networkpolicy.yaml"));
+    for (k, v) in &np.spec.pod_selector.match_labels {
+        assert_eq!(pod_labels.get(k), Some(v), "networkpolicy selector {k}");
     }
-    assert_eq!(np["spec"]["ingress"][0]["ports"][0]["port"], port["name"]);
-    assert_eq!(np["spec"]["egress"], serde_json::json!([]), "the agent needs no egress");
-    for doc in [ds, svc, pm, np] {
-        assert_eq!(doc["metadata"]["namespace"], "gdrtrace");
+    assert!(
+        np.spec
+            .ingress
+            .first()
+            .and_then(|i| i.ports.first())
+            .is_some_and(|p| p.port.names(&port.name)),
+        "the NetworkPolicy admits the port {}: {:?}",
+        port.name,
+        np.spec.ingress
+    );
+    assert_eq!(
+        np.spec.egress.as_ref().map(Vec::len),
+        Some(0),
+        "the agent needs no egress"
+    );
+    for meta in [&ds.metadata, &svc.metadata, &pm.metadata, &np.metadata] {
+        assert_eq!(meta.namespace.as_deref(), Some("gdrtrace"), "{}", meta.name);
     }
     let containerfile = std::fs::read_to_string(repo_root().join("deploy/Containerfile")).unwrap();
-    assert!(containerfile.contains(&format!("EXPOSE {}", port["containerPort"])));
+    assert!(containerfile.contains(&format!("EXPOSE {}", port.container_port)));
+}
+
+/// The parts of a Grafana dashboard the test reads.
+#[derive(Deserialize)]
+struct Dashboard {
+    panels: Vec<Panel>,
+    templating: Templating,
+}
+
+#[derive(Deserialize)]
+struct Panel {
+    title: String,
+    targets: Vec<Target>,
+}
+
+#[derive(Deserialize)]
+struct Target {
+    expr: String,
+}
+
+#[derive(Deserialize)]
+struct Templating {
+    list: Vec<Variable>,
+}
+
+#[derive(Deserialize)]
+struct Variable {
+    #[serde(default)]
+    definition: Option<String>,
 }
 
 #[test]
@@ -405,24 +450,21 @@ fn rules_and_dashboard_query_metrics_the_agent_exposes() {
         "rules.yaml queries metrics the agent does not expose: {missing:?}"
     );
 
-    let dash: Value = serde_json::from_str(
-        &std::fs::read_to_string(repo_root().join("deploy/grafana/gdrtrace-dashboard.json")).unwrap(),
-    )
-    .expect("the dashboard is JSON");
+    let dash: Dashboard = read_as(&repo_root().join("deploy/grafana/gdrtrace-dashboard.json"));
     let mut exprs = Vec::new();
-    for p in dash["panels"].as_array().expect("panels") {
-        assert!(p["title"].as_str().is_some_and(|t| !t.is_empty()));
-        for t in p["targets"].as_array().expect("targets") {
-            exprs.push(t["expr"].as_str().expect("expr").to_string());
+    for p in &dash.panels {
+        assert!(!p.title.is_empty());
+        for t in &p.targets {
+            exprs.push(t.expr.clone());
         }
     }
     assert!(exprs.len() >= 15, "{}", exprs.len());
     // Template variables: Grafana's label_values(metric, label).
-    let variables: Vec<&str> = dash["templating"]["list"]
-        .as_array()
-        .unwrap()
+    let variables: Vec<&str> = dash
+        .templating
+        .list
         .iter()
-        .filter_map(|v| v["definition"].as_str())
+        .filter_map(|v| v.definition.as_deref())
         .collect();
     let used: BTreeSet<String> = exprs
         .iter()

@@ -309,6 +309,7 @@ fn fixtures_are_read_and_edits_are_refused() {
     assert!(all.len() > 100, "{} paths", all.len());
     let _ = compare::document("r", bad);
     let mut neg = good;
+    // untyped: a value no typed report can hold, written on purpose.
     neg["operations"][0]["calls"] = serde_json::json!(-1);
     let e = compare::document("r", neg).expect_err("negative calls refused");
     assert!(e.contains("operations[0].calls"), "{e}");

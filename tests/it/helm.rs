@@ -14,7 +14,11 @@
 //! CRD schema (not available offline).
 use std::{collections::BTreeMap, path::Path, process::Command};
 
-use integration_tests::{have, repo_root, yaml};
+use integration_tests::{
+    have,
+    k8s::{self, Chart, DaemonSet, Head, Service, ServiceMonitor},
+    repo_root, yaml,
+};
 use serde_json::Value;
 
 use crate::deploy::kustomize;
@@ -43,7 +47,8 @@ fn helm(args: &[&str]) -> String {
     text
 }
 
-/// `helm template` with `--set` pairs, parsed: objects by kind.
+/// `helm template` with `--set` pairs, parsed: objects by kind (kept whole,
+/// to compare with the kustomize base; read through [`k8s`] types).
 fn render(dir: &Path, name: &str, sets: &[&str]) -> (std::path::PathBuf, BTreeMap<String, Value>) {
     let chart = chart();
     let mut args = vec!["template", "gdrtrace", chart.to_str().expect("UTF-8 path")];
@@ -60,7 +65,7 @@ fn by_kind(file: &Path) -> BTreeMap<String, Value> {
     yaml(file)
         .into_iter()
         .filter(|d| !d.is_null())
-        .map(|d| (d["kind"].as_str().expect("a kind").to_string(), d))
+        .map(|d| (k8s::of::<Head>("a rendered object", &d).kind, d))
         .collect()
 }
 
@@ -104,8 +109,9 @@ fn validate(file: &Path, what: &str) {
     }
 }
 
-fn container(objs: &BTreeMap<String, Value>) -> &Value {
-    &objs["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]
+/// The object of `kind`, into its type.
+fn typed<T: serde::de::DeserializeOwned>(objs: &BTreeMap<String, Value>, kind: &str) -> T {
+    k8s::of(kind, objs.get(kind).unwrap_or_else(|| panic!("no {kind} rendered")))
 }
 
 #[test]
@@ -127,10 +133,10 @@ fn the_chart_renders_the_kustomize_base_by_default() {
         "the same kinds"
     );
     for (kind, obj) in &chart_objs {
-        let labels = &obj["metadata"]["labels"];
+        let labels = k8s::of::<Head>(kind, obj).metadata.labels;
         assert!(
-            HELM_LABELS.iter().all(|l| labels.get(l).is_some()),
-            "{kind}: Helm's labels: {labels}"
+            HELM_LABELS.iter().all(|l| labels.contains_key(*l)),
+            "{kind}: Helm's labels: {labels:?}"
         );
         assert_eq!(
             without_helm_labels(obj),
@@ -139,14 +145,12 @@ fn the_chart_renders_the_kustomize_base_by_default() {
         );
     }
     let release = gdrtrace::version::RELEASE;
-    let meta = &yaml(&chart().join("Chart.yaml"))[0];
+    let meta: Chart = k8s::read(&chart().join("Chart.yaml"));
+    assert_eq!((meta.version.as_str(), meta.app_version.as_str()), (release, release));
+    let ds: DaemonSet = typed(&base, "DaemonSet");
     assert_eq!(
-        (meta["version"].as_str(), meta["appVersion"].as_str()),
-        (Some(release), Some(release))
-    );
-    assert_eq!(
-        container(&base)["image"].as_str(),
-        Some(format!("localhost/gdrtrace:{release}").as_str()),
+        ds.spec.template.spec.container().image,
+        format!("localhost/gdrtrace:{release}"),
         "the image scripts/release.sh builds"
     );
     validate(&file, "default values");
@@ -178,76 +182,70 @@ fn each_value_of_the_chart_does_what_it_says() {
         ],
     );
     for (kind, obj) in &objs {
+        let meta = k8s::of::<Head>(kind, obj).metadata;
         let ns = if kind == "Namespace" {
-            &obj["metadata"]["name"]
+            Some(meta.name)
         } else {
-            &obj["metadata"]["namespace"]
+            meta.namespace
         };
-        assert_eq!(ns, "gpu-observability", "{kind}");
+        assert_eq!(ns.as_deref(), Some("gpu-observability"), "{kind}");
     }
     assert!(!objs.contains_key("NetworkPolicy"), "networkPolicy.enabled=false");
-    let sm = &objs["ServiceMonitor"];
-    assert_eq!(sm["metadata"]["labels"]["release"], "kube-prometheus-stack");
+    let sm: ServiceMonitor = typed(&objs, "ServiceMonitor");
+    let svc: Service = typed(&objs, "Service");
     assert_eq!(
-        sm["spec"]["endpoints"][0]["scheme"], "https",
+        sm.metadata.labels.get("release").map(String::as_str),
+        Some("kube-prometheus-stack")
+    );
+    assert_eq!(
+        sm.spec.endpoints.first().and_then(|e| e.scheme.as_deref()),
+        Some("https"),
         "TLS on: scraped over HTTPS"
     );
+    let name_label = "app.kubernetes.io/name";
+    let service_name = svc.metadata.labels.get(name_label).expect("the Service's name label");
     assert_eq!(
-        sm["spec"]["selector"]["matchLabels"],
-        objs["Service"]["metadata"]["labels"]["app.kubernetes.io/name"]
-            .as_str()
-            .map(|n| serde_json::json!({"app.kubernetes.io/name": n}))
-            .expect("the Service's name label"),
+        sm.spec.selector.match_labels,
+        k8s::Labels::from([(name_label.to_string(), service_name.clone())]),
         "the ServiceMonitor selects the Service"
     );
-    let pod = &objs["DaemonSet"]["spec"]["template"]["spec"];
-    assert_eq!(pod["nodeSelector"]["pool"], "a100");
-    assert!(pod["affinity"].is_object(), "the GPU affinity stays");
-    assert_eq!(pod["runtimeClassName"], "nvidia");
-    let c = container(&objs);
-    assert_eq!(c["image"], "registry.internal/obs/gdrtrace:0.1.0-rc1");
-    let args: Vec<&str> = c["args"]
-        .as_array()
-        .expect("args")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    assert!(
-        args.contains(&"--web-config-file=/etc/gdrtrace/web-config.yml"),
-        "{args:?}"
-    );
-    assert!(args.contains(&"--listen=:9500"), "{args:?}");
-    assert_eq!(c["ports"][0]["containerPort"], 9500);
-    assert_eq!(objs["Service"]["spec"]["ports"][0]["port"], 9500);
-    for probe in ["readinessProbe", "livenessProbe"] {
-        assert_eq!(c[probe]["httpGet"]["scheme"], "HTTPS", "{probe}");
+    let ds: DaemonSet = typed(&objs, "DaemonSet");
+    let pod = &ds.spec.template.spec;
+    assert_eq!(pod.node_selector.get("pool").map(String::as_str), Some("a100"));
+    assert!(pod.affinity.is_some(), "the GPU affinity stays");
+    assert_eq!(pod.runtime_class_name.as_deref(), Some("nvidia"));
+    let c = pod.container();
+    assert_eq!(c.image, "registry.internal/obs/gdrtrace:0.1.0-rc1");
+    let args = &c.args;
+    let has = |a: &str| args.iter().any(|x| x == a);
+    assert!(has("--web-config-file=/etc/gdrtrace/web-config.yml"), "{args:?}");
+    assert!(has("--listen=:9500"), "{args:?}");
+    assert_eq!(c.port().container_port, 9500);
+    assert_eq!(svc.spec.ports.first().map(|p| p.port), Some(9500));
+    for (probe, p) in [
+        ("readinessProbe", &c.readiness_probe),
+        ("livenessProbe", &c.liveness_probe),
+    ] {
+        assert_eq!(
+            p.as_ref().and_then(|p| p.http_get.scheme.as_deref()),
+            Some("HTTPS"),
+            "{probe}"
+        );
     }
     assert!(
-        c["volumeMounts"]
-            .as_array()
-            .expect("mounts")
-            .iter()
-            .any(|m| m["mountPath"] == "/etc/gdrtrace"),
+        c.volume_mounts.iter().any(|m| m.mount_path == "/etc/gdrtrace"),
         "the web-config Secret is mounted"
     );
     assert!(
-        pod["volumes"]
-            .as_array()
-            .expect("volumes")
-            .iter()
-            .any(|v| v["secret"]["secretName"] == "gdrtrace-web-config"),
+        pod.volumes.iter().any(|v| v
+            .secret
+            .as_ref()
+            .is_some_and(|s| s.secret_name == "gdrtrace-web-config")),
         "from tls.secretName"
     );
-    let sc = &c["securityContext"];
-    assert_eq!(sc["seccompProfile"]["type"], "Unconfined");
-    assert!(
-        sc["capabilities"]["add"]
-            .as_array()
-            .expect("caps")
-            .iter()
-            .any(|c| c == "SYS_ADMIN"),
-        "uprobesSysAdmin"
-    );
+    let sc = &c.security_context;
+    assert_eq!(sc.seccomp_profile.kind, "Unconfined");
+    assert!(sc.capabilities.add.iter().any(|c| c == "SYS_ADMIN"), "uprobesSysAdmin");
     validate(&file, "every value set");
     let _ = std::fs::remove_dir_all(&dir);
 }

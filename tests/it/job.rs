@@ -143,7 +143,7 @@ fn one_communicator_across_two_emulated_nodes() {
     let cs = &view.communicators;
     assert_eq!(cs.len(), 1, "one communicator: {view:?}");
     let c = &cs[0];
-    assert_eq!(hex(c.comm_id.as_deref().unwrap_or_default()), want);
+    assert_eq!(hex(c.comm_id.as_deref().expect("a commId")), want);
     assert_eq!(c.nranks, Some(2));
     assert_eq!(c.hosts, 2, "NCCL_HOSTID makes two hosts: {c:?}");
     assert!(c.missing.is_empty(), "{c:?}");

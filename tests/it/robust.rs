@@ -434,7 +434,7 @@ fn compare_cannot_be_fooled() {
     assert_eq!(o.status.code(), Some(1), "hollow report: {}", stdout(&o));
     assert!(stdout(&o).contains("calls missing"), "{}", stdout(&o));
     let mut negated = to_json(&report("pin-churn.json"));
-    // A value no typed report can hold, written on purpose.
+    // untyped: a value no typed report can hold, written on purpose.
     negated["operations"][0]["calls"] = serde_json::json!(-200);
     let o = bounded(&["compare", s(&base), s(&write("negated.json", negated))]);
     assert_one_line(

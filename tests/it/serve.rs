@@ -248,14 +248,14 @@ pub(crate) fn serve_child() -> PathBuf {
 }
 
 /// Prometheus started by scripts/prometheus.sh, scraping `target` every second.
-struct Prometheus {
+pub(crate) struct Prometheus {
     child: Child,
-    addr: String,
+    pub(crate) addr: String,
     dir: PathBuf,
 }
 
 impl Prometheus {
-    fn start(target: &str) -> Prometheus {
+    pub(crate) fn start(target: &str) -> Prometheus {
         let addr = format!("127.0.0.1:{}", free_port());
         let dir = scratch("prometheus");
         let child = Command::new("bash")
@@ -281,26 +281,16 @@ impl Prometheus {
     }
 
     /// An instant query: each result's labels and value.
-    fn query(&self, q: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    pub(crate) fn query(&self, q: &str) -> Vec<(BTreeMap<String, String>, f64)> {
         let (status, _, body) =
             http_get(&self.addr, &format!("/api/v1/query?query={}", url_encode(q)), None).expect("querying Prometheus");
         assert_eq!(status, 200, "{q}: {body}");
-        let v: serde_json::Value = serde_json::from_str(&body).expect("Prometheus's JSON");
-        assert_eq!(v["status"], "success", "{q}: {body}");
-        v["data"]["result"]
-            .as_array()
-            .expect("a vector")
-            .iter()
-            .map(|r| {
-                let labels = r["metric"]
-                    .as_object()
-                    .expect("a metric's labels")
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                    .collect();
-                let value = r["value"][1].as_str().and_then(|s| s.parse().ok()).unwrap_or(f64::NAN);
-                (labels, value)
-            })
+        let v: PromResponse<Vector> = integration_tests::parse_as(q, &body);
+        assert_eq!(v.status, "success", "{q}: {body}");
+        v.data
+            .result
+            .into_iter()
+            .map(|r| (r.metric, r.value.1.parse().unwrap_or(f64::NAN)))
             .collect()
     }
 
@@ -600,12 +590,11 @@ fn counters_stay_monotonic_through_a_verdict_change_and_estimates_follow_the_job
     }
     // resets() drops the metric name, so one query per counter.
     let (_, _, body) = http_get(&prom.addr, "/api/v1/label/__name__/values", None).expect("querying Prometheus");
-    let names: serde_json::Value = serde_json::from_str(&body).expect("Prometheus's JSON");
-    let counters: Vec<&str> = names["data"]
-        .as_array()
-        .expect("names")
+    let names: PromResponse<Vec<String>> = integration_tests::parse_as("label values", &body);
+    let counters: Vec<&str> = names
+        .data
         .iter()
-        .filter_map(|n| n.as_str())
+        .map(String::as_str)
         .filter(|n| n.starts_with("gdrtrace_") && n.ends_with("_total"))
         .collect();
     assert!(counters.len() >= 20, "{counters:?}");
@@ -945,13 +934,31 @@ fn a_process_in_a_pod_cgroup_gets_the_pod_labels() {
 
 /// The capabilities the DaemonSet adds, as `setpriv` names them.
 fn daemonset_capabilities() -> Vec<String> {
-    let ds = &integration_tests::yaml(&repo_root().join("deploy/kubernetes/daemonset.yaml"))[0];
-    ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"]
-        .as_array()
-        .expect("capabilities.add")
-        .iter()
-        .map(|c| c.as_str().expect("capabilities are strings").to_ascii_lowercase())
-        .collect()
+    let ds: integration_tests::k8s::DaemonSet =
+        integration_tests::k8s::read(&repo_root().join("deploy/kubernetes/daemonset.yaml"));
+    let add = &ds.spec.template.spec.container().security_context.capabilities.add;
+    assert!(!add.is_empty(), "capabilities.add");
+    add.iter().map(|c| c.to_ascii_lowercase()).collect()
+}
+
+/// A Prometheus HTTP API answer (prometheus.io/docs/prometheus/latest/querying/api/).
+#[derive(serde::Deserialize)]
+struct PromResponse<T> {
+    status: String,
+    data: T,
+}
+
+/// An instant query's `data`.
+#[derive(serde::Deserialize)]
+struct Vector {
+    result: Vec<Sample>,
+}
+
+#[derive(serde::Deserialize)]
+struct Sample {
+    metric: BTreeMap<String, String>,
+    /// (time, value as text).
+    value: (f64, String),
 }
 
 fn with_capabilities(caps: &[String]) -> Command {

@@ -547,7 +547,7 @@ fn reports_are_read_typed() {
         s(&base),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    // Values no typed report can hold, written into the raw JSON on purpose.
+    // untyped: values no typed report can hold, written into the raw JSON on purpose.
     type Edit = fn(&mut serde_json::Value);
     let cases: [(&str, Edit, &str); 4] = [
         ("loss [1]", |r| r["loss"] = serde_json::json!([1]), "`loss`"),
@@ -585,7 +585,7 @@ fn reports_are_read_typed() {
 fn replay_refuses_impossible_values() {
     let dir = scratch("impossible");
     let text = std::fs::read_to_string(fixture("recordings/pin-churn.rec")).expect("fixture");
-    // Values no typed recording can hold, written into its raw lines on purpose.
+    // untyped: values no typed recording can hold, written into its raw lines on purpose.
     let edit = |f: &dyn Fn(&mut serde_json::Value) -> bool| -> String {
         let mut done = false;
         let lines: Vec<String> = text

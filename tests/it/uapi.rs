@@ -130,6 +130,8 @@ fn versioned_and_suffixed_variants_are_resolved_and_attached() {
             "cuDevicePrimaryCtxRetain",
             "cuMemAlloc_v2",
             "cuMemFree_v2",
+            "cuMemHostRegister_v2",
+            "cuMemHostUnregister",
             "cuMemcpyAsync",
             "cuMemcpyDtoHAsync_v2",
             "cuMemcpyHtoD",

@@ -1,5 +1,6 @@
 //! Helpers for gdrtrace's root-only integration tests (run on this host by
 //! the README's test command; kernel-probe tests run in the VM tier).
+pub mod k8s;
 pub mod standin;
 pub mod trace_event;
 
@@ -476,4 +477,28 @@ pub fn assert_one_line(o: &Output, code: i32, expect: &[&str], what: &str) {
     for bug in ["panicked", "backtrace", "internal error"] {
         assert!(!err.contains(bug), "{what}: {err}");
     }
+}
+
+/// The `attach` section `gdrtrace attach` adds to a report's workloads, the
+/// fields the tests read. `Report::workloads` keeps each workload's section
+/// as open JSON (each command writes its own), so the section is read here
+/// into its type; a renamed field fails naming it.
+#[derive(Debug, serde::Deserialize)]
+pub struct AttachSection {
+    pub latency_ms: f64,
+    pub all: bool,
+    /// With `--all`: the processes running at attach, and those of them
+    /// that mapped a traced library.
+    pub running: Option<usize>,
+    pub with_libraries: Option<Vec<u32>>,
+}
+
+/// The report's `attach` section (a test fails if it has none).
+pub fn attach_section(r: &Report) -> AttachSection {
+    let v = r
+        .workloads
+        .iter()
+        .find_map(|w| w.get("attach"))
+        .unwrap_or_else(|| panic!("no attach section in {:?}", r.workloads));
+    parse_as("the attach section", &v.to_string())
 }

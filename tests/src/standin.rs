@@ -69,6 +69,7 @@ pub fn build_nccl_job(tmp: &Path, dir_name: &str, job_name: &str) -> NcclJob {
         "-fPIC",
         "-shared",
         "-Wall",
+        "-pthread",
         "-Wl,-soname,libnccl.so.2",
         "-o",
         &s(&nccl),

@@ -21,12 +21,21 @@
  * one id. NCCL_JOB_RANK=R starts rank R alone (of 2): one "node" of a job
  * whose other rank runs elsewhere; it copies through the host (no peer).
  * NCCL_JOB_INIT_DELAY_MS delays ncclCommInitRank after the library loads.
+ * NCCL_JOB_BOOTSTRAP=PORT joins two such ranks over TCP on 127.0.0.1:PORT
+ * before init, as NCCL's bootstrap does (rank 0 listens, rank 1 connects):
+ * the connection stays open for the job's life and carries its peer's
+ * data (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: two "nodes" over TCP); the
+ * first rank done ends the other one's loop. The ranks tell each other
+ * their pids over it ($STANDIN_NCCL_PEER_PID, which the stand-in's RAS
+ * service lists, as NCCL's RAS knows every rank's pid).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -68,6 +77,54 @@ static void make_id(void)
 		job_id.internal[i] = (char)((magic >> (8 * (i % 8))) ^ (unsigned)(i * 37));
 }
 
+/* The bootstrap connection: each rank's pid to the other. */
+static int swap_pids(int fd)
+{
+	int mine = (int)getpid(), peer = 0;
+	char s[16];
+
+	if (write(fd, &mine, sizeof mine) != sizeof mine || recv(fd, &peer, sizeof peer, MSG_WAITALL) != sizeof peer)
+		return -1;
+	snprintf(s, sizeof s, "%d", peer);
+	setenv("STANDIN_NCCL_PEER_PID", s, 1);
+	return 0;
+}
+
+/* NCCL_JOB_BOOTSTRAP: the TCP connection between two solo ranks, or -1. */
+static int bootstrap(int rank)
+{
+	const char *port = getenv("NCCL_JOB_BOOTSTRAP");
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int one = 1, fd;
+
+	if (!port)
+		return -1;
+	a.sin_port = htons((unsigned short)atoi(port));
+	if (rank == 0) {
+		int l = socket(AF_INET, SOCK_STREAM, 0);
+
+		if (l < 0 || setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+		    bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 1)) {
+			perror("bootstrap listen");
+			return -2;
+		}
+		fd = accept(l, NULL, NULL);
+		close(l);
+		return fd < 0 || swap_pids(fd) ? -2 : fd;
+	}
+	/* The peer may not listen yet: retry for up to a minute. */
+	for (int i = 0; i < 600; i++) {
+		fd = socket(AF_INET, SOCK_STREAM, 0);
+		if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+			return swap_pids(fd) ? -2 : fd;
+		if (fd >= 0)
+			close(fd);
+		usleep(100 * 1000);
+	}
+	perror("bootstrap connect");
+	return -2;
+}
+
 static int rank_main(const char *lib, int rank, int fd, double secs, size_t count)
 {
 	char fdstr[16];
@@ -75,6 +132,12 @@ static int rank_main(const char *lib, int rank, int fd, double secs, size_t coun
 	ncclUniqueId id = job_id;
 	long calls = 0;
 
+	int tcp = solo ? bootstrap(rank) : -1;
+
+	if (tcp == -2)
+		return 1;
+	if (tcp >= 0)
+		fd = tcp;
 	snprintf(fdstr, sizeof fdstr, "%d", fd);
 	setenv("STANDIN_NCCL_PEER_FD", fdstr, 1);
 	h = dlopen(lib, RTLD_NOW);
@@ -115,8 +178,12 @@ static int rank_main(const char *lib, int rank, int fd, double secs, size_t coun
 			break;
 		if ((rank == 0 || solo) && at < 0 && now_s() >= end)
 			__atomic_store_n(stop_at, calls + 1, __ATOMIC_SEQ_CST);
-		if (allreduce(s, r, count, 7, 0, comm, NULL))
+		if (allreduce(s, r, count, 7, 0, comm, NULL)) {
+			/* Over TCP, the peer that finished first closed it. */
+			if (tcp >= 0 && calls > 0)
+				break;
 			return 1;
+		}
 	}
 	destroy(comm);
 	printf("rank %d calls=%ld\n", rank, calls);

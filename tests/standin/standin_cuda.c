@@ -93,6 +93,21 @@ API CUresult cuMemcpyHtoD_v2_unknownsuffix(CUdeviceptr dst, const void *src, siz
 	return copy(dst, src, n) + (int)(n == (size_t)-5);
 }
 
+/* CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags):
+ * pinning is a no-op here; the libcufile stand-in registers its bounce
+ * buffer with it, as libcufile's compat mode does. */
+API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags)
+{
+	(void)flags;
+	return p && bytesize ? 0 : 1; /* CUDA_ERROR_INVALID_VALUE */
+}
+
+/* CUresult cuMemHostUnregister(void *p); */
+API CUresult cuMemHostUnregister(void *p)
+{
+	return p ? 0 : 1;
+}
+
 typedef void *CUcontext;
 
 /* CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev): one

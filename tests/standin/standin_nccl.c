@@ -20,8 +20,19 @@
  * they print is NCCL's (2.26+) hash of the 128-byte id the caller passed by
  * value, computed with NCCL's own `getHash` (copied below), so a test can
  * check what the tracer read at the call's entry against it.
+ * NCCL_RAS_ADDR=HOST:PORT (set explicitly; NCCL's default 28028 is never
+ * taken here): from init on, a thread answers clients there as NCCL's RAS
+ * service does (src/ras/client_support.cc, protocol 2: `CLIENT PROTOCOL 2`
+ * -> `SERVER PROTOCOL 2`, `SET FORMAT json` -> `OK`, `VERBOSE STATUS` ->
+ * the status in NCCL 2.28's JSON, then close), listing the communicator's
+ * hash, its size and its ranks: this one with getpid(), and the peer with
+ * $STANDIN_NCCL_PEER_PID when set (else as a missing rank). If the address
+ * is taken (another rank on this host serves it), no thread, as in NCCL.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +47,7 @@ typedef struct { char internal[128]; } ncclUniqueId;
 typedef struct standin_comm {
 	int rank, nranks, fd, socket;
 	long calls, socket_calls;
+	unsigned long long hash;
 } *ncclComm_t;
 
 enum { CHUNK = 64 << 10 };
@@ -88,6 +100,125 @@ static uint64_t nccl_get_hash(const void *bytes, size_t size)
 	return h;
 }
 
+/* The communicator RAS lists (the last one initialised), and its listener. */
+static ncclComm_t ras_comm;
+static int ras_fd = -1;
+
+static void ras_rank(FILE *f, int first, int rank, long pid, long calls)
+{
+	fprintf(f,
+		"%s        {\n          \"rank\": %d,\n          \"host\": \"127.0.0.1\",\n          \"pid\": %ld,\n"
+		"          \"cuda_dev\": 0,\n          \"nvml_dev\": 0,\n          \"collective_counts\": {\n"
+		"            \"AllReduce\": %ld\n          }\n        }",
+		first ? "" : ",\n", rank, pid, calls);
+}
+
+/* The status NCCL 2.28 writes for VERBOSE STATUS in JSON (the fields the
+ * tracer reads, in NCCL's layout). Ranks past the second are not known. */
+static void ras_status(FILE *f)
+{
+	ncclComm_t c = __atomic_load_n(&ras_comm, __ATOMIC_SEQ_CST);
+	const char *peer = getenv("STANDIN_NCCL_PEER_PID");
+	int known = peer && *peer;
+
+	fprintf(f, "{\n  \"nccl_version\": \"2.28.9\",\n  \"communicators_count\": %d,\n  \"communicators\": [\n", c ? 1 : 0);
+	if (c) {
+		/* The ranks step together: the peer made as many calls. */
+		long calls = __atomic_load_n(&c->calls, __ATOMIC_SEQ_CST);
+		int listed = 0, missing = 0;
+
+		fprintf(f, "    {\n      \"hash\": \"0x%llx\",\n      \"size\": %d,\n      \"ranks\": [\n", c->hash, c->nranks);
+		for (int r = 0; r < c->nranks; r++) {
+			if (r == c->rank)
+				ras_rank(f, listed++ == 0, r, (long)getpid(), calls);
+			else if (known && c->nranks == 2)
+				ras_rank(f, listed++ == 0, r, atol(peer), calls);
+		}
+		fprintf(f, "\n      ],\n      \"missing_ranks\": [\n");
+		for (int r = 0; r < c->nranks; r++) {
+			if (r != c->rank && !(known && c->nranks == 2))
+				fprintf(f, "%s        {\n          \"rank\": %d,\n          \"host\": \"unknown\",\n          \"pid\": -1\n        }",
+					missing++ ? ",\n" : "", r);
+		}
+		fprintf(f, "\n      ],\n      \"ranks_count\": %d,\n      \"missing_ranks_count\": %d\n    }\n", listed, missing);
+	}
+	fprintf(f, "  ],\n  \"ras\": {\n    \"collection_time_sec\": 0.000,\n    \"timeouts_count\": 0\n  }\n}\n");
+}
+
+static void *ras_serve(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		int fd = accept(ras_fd, NULL, NULL);
+
+		if (fd < 0)
+			continue;
+		FILE *in = fdopen(fd, "r"), *out = fdopen(dup(fd), "w");
+		char line[256];
+
+		if (!in || !out) {
+			if (in)
+				fclose(in);
+			else
+				close(fd);
+			if (out)
+				fclose(out);
+			continue;
+		}
+		while (fgets(line, sizeof line, in)) {
+			if (strncmp(line, "CLIENT PROTOCOL", 15) == 0) {
+				fprintf(out, "SERVER PROTOCOL 2\n");
+			} else if (strncmp(line, "SET FORMAT json", 15) == 0) {
+				fprintf(out, "OK\n");
+			} else if (strncmp(line, "VERBOSE STATUS", 14) == 0 || strncmp(line, "STATUS", 6) == 0) {
+				ras_status(out);
+				break;
+			} else {
+				fprintf(out, "ERROR\n");
+			}
+			fflush(out);
+		}
+		fclose(out);
+		fclose(in);
+	}
+	return NULL;
+}
+
+/* Starts the RAS thread on $NCCL_RAS_ADDR (HOST:PORT, an IPv4 host) once. */
+static void ras_start(ncclComm_t c)
+{
+	const char *addr = getenv("NCCL_RAS_ADDR");
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	char host[64];
+	int one = 1;
+	pthread_t t;
+
+	__atomic_store_n(&ras_comm, c, __ATOMIC_SEQ_CST);
+	if (!addr || ras_fd >= 0)
+		return;
+	const char *colon = strrchr(addr, ':');
+	if (!colon || (size_t)(colon - addr) >= sizeof host)
+		return;
+	memcpy(host, addr, (size_t)(colon - addr));
+	host[colon - addr] = 0;
+	a.sin_port = htons((unsigned short)atoi(colon + 1));
+	if (strcmp(host, "localhost") == 0)
+		strcpy(host, "127.0.0.1");
+	if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
+		return;
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (l < 0)
+		return;
+	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if (bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 4)) {
+		close(l); /* another process on this host serves RAS */
+		return;
+	}
+	ras_fd = l;
+	if (pthread_create(&t, NULL, ras_serve, NULL) == 0)
+		pthread_detach(t);
+}
+
 /* ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId); */
 API ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
@@ -107,6 +238,7 @@ API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id,
 		return 1;
 	c->rank = rank;
 	c->nranks = nranks;
+	c->hash = comm_id;
 	c->fd = fd ? atoi(fd) : -1;
 	c->socket = env_on("NCCL_P2P_DISABLE") && env_on("NCCL_SHM_DISABLE");
 	const char *sc = getenv("STANDIN_NCCL_SOCKET_CALLS");
@@ -124,6 +256,7 @@ API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id,
 		 (void *)c, rank, nranks, comm_id);
 	info(c, line);
 	*comm = c;
+	ras_start(c);
 	return 0;
 }
 
@@ -172,7 +305,7 @@ API ncclResult_t ncclAllReduce(const void *s, void *r, size_t count, int datatyp
 	}
 	int socket = comm->socket && (comm->socket_calls < 0 || comm->calls < comm->socket_calls);
 
-	comm->calls++;
+	__atomic_add_fetch(&comm->calls, 1, __ATOMIC_SEQ_CST);
 	if (socket && comm->nranks > 1) {
 		if (exchange(comm, s, peer, n))
 			return 2; /* ncclSystemError */
@@ -188,6 +321,11 @@ API ncclResult_t ncclAllReduce(const void *s, void *r, size_t count, int datatyp
 /* ncclResult_t ncclCommDestroy(ncclComm_t comm); */
 API ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
-	free(comm);
+	ncclComm_t listed = comm;
+
+	/* RAS lists no destroyed communicator; the one it may be reading is
+	 * left to the process's exit. */
+	if (!__atomic_compare_exchange_n(&ras_comm, &listed, NULL, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		free(comm);
 	return 0;
 }

@@ -105,6 +105,13 @@ pub mod op_flags {
     /// the entry hashes it into the arguments (`nccl_id`). Only the rare
     /// `ncclCommInitRank*` rows set it.
     pub const NCCL_ID: u32 = 256;
+    /// Aggregate-only rows with a return probe: a failed call (`ret < 0`)
+    /// is evented as a `CALL` instead of summed, so its error is counted
+    /// (cuFile reads and writes).
+    pub const FAIL_EVENTS: u32 = 1024;
+    /// Aggregate-only rows: `count_arg` points to the byte count (8 bytes
+    /// read from user memory at the call: `cuFileReadAsync`'s `size_p`).
+    pub const COUNT_DEREF: u32 = 2048;
     /// A row of the droppable `Setup` link (context switches, set-up
     /// calls a running library repeats): once `control::SETUP_OFF` is set
     /// its entries return at once, and a return whose entry came after
@@ -174,6 +181,21 @@ pub mod op {
     pub const SENDMSG: u32 = 3;
     pub const RECVFROM: u32 = 4;
     pub const RECVMSG: u32 = 5;
+    /// Positional file I/O and ioctls, aggregated per (process, fd) in the
+    /// kernel like the socket rows (bytes: the return value), and sampled
+    /// with the duty cycle's `control::SAMPLE_OFF`: cuFile's compat mode
+    /// moves a file's bytes with `pread`/`pwrite` through host bounce
+    /// buffers, and nvidia-fs is driven by ioctls on `/dev/nvidia-fsN`.
+    pub const PREAD64: u32 = 8;
+    pub const PWRITE64: u32 = 9;
+    pub const PREADV: u32 = 10;
+    pub const PWRITEV: u32 = 11;
+    pub const PREADV2: u32 = 12;
+    pub const PWRITEV2: u32 = 13;
+    pub const IOCTL: u32 = 14;
+    /// The range of those ops (`OP_CONFIG` is read at their entry).
+    pub const FILE_FIRST: u32 = PREAD64;
+    pub const FILE_LAST: u32 = IOCTL;
     /// Kernel pinning family (fentry/fexit or kprobe/kretprobe).
     pub const PIN_USER_PAGES: u32 = 16;
     pub const PIN_USER_PAGES_FAST: u32 = 17;
@@ -209,6 +231,10 @@ pub mod op {
     pub const DMA_BUF_UNMAP_ATTACHMENT: u32 = 67;
     pub const DMA_BUF_UNMAP_ATTACHMENT_UNLOCKED: u32 = 68;
     pub const DMA_BUF_DETACH: u32 = 69;
+    /// PCI peer-to-peer DMA mapping (cuFile's P2PDMA mode: NVMe to GPU
+    /// memory without nvidia-fs), aggregated per process.
+    pub const P2PDMA_MAP_SEGMENT: u32 = 72;
+    pub const P2PDMA_MAP_TYPE: u32 = 73;
     /// First op code of library (uprobe) operations.
     pub const USER_BASE: u32 = 128;
 }
@@ -366,7 +392,8 @@ pub struct OpConfig {
     /// replaced by the 8 bytes it points to (allocated address, fd, handle).
     pub deref_args: u32,
     /// Unless `u32::MAX`: at return, read 8 bytes of user memory at
-    /// `ret + ret_read_offset` into `args[5]` (e.g. `struct ibv_mr` keys).
+    /// `ret + ret_read_offset` into `args[5]` (e.g. `struct ibv_mr` keys),
+    /// or at `args[read_arg] + ret_read_offset` where `read_arg` is set.
     pub ret_read_offset: u32,
     /// For aggregate-only ops: argument indices of the element count, the
     /// NCCL data type and the communicator handle (`NO_ARG` when absent).
@@ -383,7 +410,11 @@ pub struct OpConfig {
     /// it). The entry hashes it into `args[nccl_id::HASH_ARG]` and
     /// `args[nccl_id::LEGACY_HASH_ARG]`.
     pub id_src: u8,
-    pub _pad: [u8; 3],
+    /// With `ret_read_offset`: the argument (as the entry saw it) whose
+    /// pointee is read instead of the returned pointer's (`NO_ARG`: the
+    /// return value), e.g. the fd in `cuFileHandleRegister`'s descriptor.
+    pub read_arg: u8,
+    pub _pad: [u8; 2],
 }
 const _: () = assert!(core::mem::size_of::<OpConfig>() == 20);
 

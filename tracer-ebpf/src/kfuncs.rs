@@ -28,6 +28,10 @@
 //! struct dma_buf_attachment *dma_buf_dynamic_attach(struct dma_buf *dmabuf,
 //!         struct device *dev, const struct dma_buf_attach_ops *importer_ops,
 //!         void *importer_priv);
+//! enum pci_p2pdma_map_type pci_p2pdma_map_segment(struct pci_p2pdma_map_state *state,
+//!         struct device *dev, struct scatterlist *sg);            /* 6.2 - 6.16 */
+//! enum pci_p2pdma_map_type pci_p2pdma_map_type(struct dev_pagemap *pgmap,
+//!         struct device *dev);                                    /* 5.10 - 6.1, 6.17+ */
 //! ```
 //! For fentry/fexit the arguments come from `bpf_get_func_arg` and the return
 //! value from `bpf_get_func_ret` (both 5.17+), which do not depend on the
@@ -131,4 +135,6 @@ kernel_functions! {
     dma_buf_unmap_attachment => op::DMA_BUF_UNMAP_ATTACHMENT;
     dma_buf_unmap_attachment_unlocked => op::DMA_BUF_UNMAP_ATTACHMENT_UNLOCKED;
     dma_buf_detach => op::DMA_BUF_DETACH;
+    pci_p2pdma_map_segment => op::P2PDMA_MAP_SEGMENT;
+    pci_p2pdma_map_type => op::P2PDMA_MAP_TYPE;
 }

@@ -77,19 +77,14 @@ pub fn on_entry_at<const UAPI: bool>(
     if op >= MAX_OPS {
         return Err(Skip::BadOp);
     }
-    // Only library rows are entry-only or sampled; kernel ops skip the lookup.
-    let config = if op >= tracer_common::op::USER_BASE {
+    // Only library rows and the file syscalls are entry-only or sampled;
+    // other kernel ops skip the lookup.
+    let config = if op >= tracer_common::op::USER_BASE || file_op(op) {
         OP_CONFIG.get(op).copied().unwrap_or_default()
     } else {
         OpConfig::default()
     };
-    // An off phase of the sampled rows' duty cycle (their links may still
-    // be closing: nothing they see counts), or a link of an earlier on
-    // phase that still waits to be closed (the current one counts).
-    if config.flags & op_flags::SAMPLED != 0
-        && let Some(c) = sample_skip(generation)
-    {
-        count(c);
+    if config.flags & op_flags::SAMPLED != 0 && sampled_off(op, generation) {
         return Err(Skip::SampleOff);
     }
     // The set-up link is closing: its calls count no more.
@@ -133,6 +128,31 @@ pub fn on_entry_at<const UAPI: bool>(
     Ok(0)
 }
 
+/// Whether `op` is one of the file syscalls (`op::FILE_FIRST..=FILE_LAST`).
+#[inline(always)]
+fn file_op(op: u32) -> bool {
+    (tracer_common::op::FILE_FIRST..=tracer_common::op::FILE_LAST).contains(&op)
+}
+
+/// Whether a call of a sampled row goes uncounted: for a library row an
+/// off phase of the duty cycle (its links may still be closing: nothing
+/// they see counts) or a link of an earlier on phase that still waits to
+/// be closed (the current one counts); for a file syscall, whose
+/// tracepoints stay attached, an off phase only, and not a trap to count.
+#[inline(always)]
+fn sampled_off(op: u32, generation: u32) -> bool {
+    if op < tracer_common::op::USER_BASE {
+        return CONTROL.get(control::SAMPLE_OFF).is_some_and(|v| *v != 0);
+    }
+    match sample_skip(generation) {
+        Some(c) => {
+            count(c);
+            true
+        }
+        None => false,
+    }
+}
+
 /// Records a call's return: latency slot always, an event unless the op is
 /// aggregate-only.
 #[inline(always)]
@@ -154,10 +174,7 @@ pub fn on_return_at(op: u32, generation: u32, ret: i64) -> Result<u32, Skip> {
     // The return of a sampled call in an off phase (its entry returned at
     // once), or on a link of an earlier on phase: neither recorded nor a
     // return without an entry.
-    if config.flags & op_flags::SAMPLED != 0
-        && let Some(c) = sample_skip(generation)
-    {
-        count(c);
+    if config.flags & op_flags::SAMPLED != 0 && sampled_off(op, generation) {
         return Err(Skip::SampleOff);
     }
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -173,7 +190,10 @@ pub fn on_return_at(op: u32, generation: u32, ret: i64) -> Result<u32, Skip> {
         // A set-up call that entered after its link was switched off
         // returns without an entry by design.
         _ => {
-            if traced((pid_tgid >> 32) as u32) && !(config.flags & op_flags::SETUP != 0 && setup_off()) {
+            // A sampled file syscall entered in an off phase returns in an
+            // on phase with no entry: skipped on purpose, not lost.
+            let skipped = config.flags & op_flags::SAMPLED != 0 && file_op(op);
+            if !skipped && traced((pid_tgid >> 32) as u32) && !(config.flags & op_flags::SETUP != 0 && setup_off()) {
                 count(counter::RETURN_WITHOUT_ENTRY);
             }
             return Err(Skip::NoEntry);
@@ -187,7 +207,9 @@ pub fn on_return_at(op: u32, generation: u32, ret: i64) -> Result<u32, Skip> {
         // SAFETY: per-CPU slot.
         unsafe { *p += 1 };
     }
-    if config.flags & op_flags::AGGREGATE_ONLY != 0 {
+    // A failed call of a row that asks for it is evented below, so its
+    // error is counted; every other aggregate-only call is summed.
+    if config.flags & op_flags::AGGREGATE_ONLY != 0 && !(config.flags & op_flags::FAIL_EVENTS != 0 && ret < 0) {
         aggregate(op, pid_tgid, &config, &entry.args, ret);
         return Ok(0);
     }
@@ -205,10 +227,21 @@ pub fn on_return_at(op: u32, generation: u32, ret: i64) -> Result<u32, Skip> {
             i += 1;
         }
     }
-    if config.ret_read_offset != u32::MAX && ret != 0 {
-        let at = (ret as u64).wrapping_add(config.ret_read_offset as u64);
-        // SAFETY: as above.
-        args[MAX_ARGS - 1] = unsafe { bpf_probe_read_user(at as *const u64) }.unwrap_or(0);
+    if config.ret_read_offset != u32::MAX {
+        // The pointee of an argument as the entry saw it, or of the result.
+        let mut base = ret as u64;
+        let mut i = 0;
+        while i < MAX_ARGS {
+            if i == config.read_arg as usize {
+                base = entry.args[i];
+            }
+            i += 1;
+        }
+        if base != 0 {
+            let at = base.wrapping_add(config.ret_read_offset as u64);
+            // SAFETY: as above.
+            args[MAX_ARGS - 1] = unsafe { bpf_probe_read_user(at as *const u64) }.unwrap_or(0);
+        }
     }
     emit(kind::CALL, op, pid_tgid, entry.start_ns, dur_ns, args, ret, false);
     if config.flags & op_flags::REGION != 0 {
@@ -356,6 +389,14 @@ fn aggregate(op: u32, pid_tgid: u64, config: &OpConfig, args: &[u64; MAX_ARGS], 
     };
     let bytes = if config.flags & op_flags::BYTES_FROM_RET != 0 {
         if ret > 0 { ret as u64 } else { 0 }
+    } else if config.flags & op_flags::COUNT_DEREF != 0 {
+        let at = arg(config.count_arg);
+        // SAFETY: reads user memory through the checked helper.
+        if at == 0 {
+            0
+        } else {
+            unsafe { bpf_probe_read_user(at as *const u64) }.unwrap_or(0)
+        }
     } else {
         arg(config.count_arg).wrapping_mul(nccl_dtype_size(arg(config.dtype_arg)))
     };

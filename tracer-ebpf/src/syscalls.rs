@@ -1,6 +1,7 @@
 //! Syscall tracepoints: the pinning entry points that exist on every kernel,
-//! kprobes or not, and the socket data syscalls that carry NCCL's socket
-//! transport (and any other host-staged socket traffic).
+//! kprobes or not, the socket data syscalls that carry NCCL's socket
+//! transport (and any other host-staged socket traffic), and the file I/O
+//! and ioctls that tell cuFile's compat mode from nvidia-fs.
 //!
 //! `io_uring_register(2)` with IORING_REGISTER_BUFFERS pins the buffers'
 //! pages with `pin_user_pages` (io_uring/rsrc.c, `io_sqe_buffer_register`),
@@ -196,12 +197,18 @@ pub fn sys_exit_io_uring_register(ctx: TracePointContext) -> u32 {
     }
 }
 
-/// Socket data syscalls. Every one of them has the socket fd at offset 16
-/// of its `sys_enter_*` record (`sendto`/`recvfrom`: fd, buff, len, flags,
-/// addr, addr_len; `sendmsg`/`recvmsg`: fd, msg, flags) and `long ret` at
-/// offset 16 of its `sys_exit_*` record. The ops are aggregate-only: the
-/// kernel sums calls and returned bytes per (process, op, fd).
-macro_rules! socket_pair {
+/// Syscalls summed per (process, fd), by each syscall's own tracepoints
+/// where the shared dispatch cannot attach. Every one of them has the fd at
+/// offset 16 of its `sys_enter_*` record and `long ret` at offset 16 of its
+/// `sys_exit_*` record:
+///
+/// - socket data syscalls (`sendto`/`recvfrom`: fd, buff, len, flags,
+///   addr, addr_len; `sendmsg`/`recvmsg`: fd, msg, flags): the kernel sums
+///   calls and returned bytes per (process, op, fd);
+/// - positional file I/O (`pread64`/`pwrite64`: fd, buf, count, pos;
+///   `preadv`/`pwritev`(2): fd, vec, vlen, pos_l, pos_h[, flags]) and
+///   `ioctl` (fd, cmd, arg), the same way, sampled with the duty cycle.
+macro_rules! fd_pair {
     ($enter:ident, $exit:ident, $op:expr) => {
         #[tracepoint]
         pub fn $enter(ctx: TracePointContext) -> u32 {
@@ -230,10 +237,17 @@ macro_rules! socket_pair {
     };
 }
 
-socket_pair!(sys_enter_sendto, sys_exit_sendto, op::SENDTO);
-socket_pair!(sys_enter_sendmsg, sys_exit_sendmsg, op::SENDMSG);
-socket_pair!(sys_enter_recvfrom, sys_exit_recvfrom, op::RECVFROM);
-socket_pair!(sys_enter_recvmsg, sys_exit_recvmsg, op::RECVMSG);
+fd_pair!(sys_enter_sendto, sys_exit_sendto, op::SENDTO);
+fd_pair!(sys_enter_sendmsg, sys_exit_sendmsg, op::SENDMSG);
+fd_pair!(sys_enter_recvfrom, sys_exit_recvfrom, op::RECVFROM);
+fd_pair!(sys_enter_recvmsg, sys_exit_recvmsg, op::RECVMSG);
+fd_pair!(sys_enter_pread64, sys_exit_pread64, op::PREAD64);
+fd_pair!(sys_enter_pwrite64, sys_exit_pwrite64, op::PWRITE64);
+fd_pair!(sys_enter_preadv, sys_exit_preadv, op::PREADV);
+fd_pair!(sys_enter_pwritev, sys_exit_pwritev, op::PWRITEV);
+fd_pair!(sys_enter_preadv2, sys_exit_preadv2, op::PREADV2);
+fd_pair!(sys_enter_pwritev2, sys_exit_pwritev2, op::PWRITEV2);
+fd_pair!(sys_enter_ioctl, sys_exit_ioctl, op::IOCTL);
 
 /// The pipeline benchmark's event source (never in the catalog): one event
 /// per `getppid(2)` of a traced process, through the same `emit` as every

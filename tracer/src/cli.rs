@@ -5,8 +5,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::{
     drive::{
-        copy_loop::CopyLoopOpts, cuda_copy::CudaCopyOpts, nccl::NcclOpts, nixl::NixlOpts, pin_churn::PinChurnOpts,
-        syscalls::SyscallsOpts, ucx::UcxOpts, verbs::VerbsOpts,
+        copy_loop::CopyLoopOpts, cuda_copy::CudaCopyOpts, gds::GdsOpts, nccl::NcclOpts, nixl::NixlOpts,
+        pin_churn::PinChurnOpts, syscalls::SyscallsOpts, ucx::UcxOpts, verbs::VerbsOpts,
     },
     units::parse_duration,
 };
@@ -335,6 +335,9 @@ pub struct ExplainArgs {
     /// corroborate the UCX paths with.
     #[arg(long, value_name = "FILE")]
     pub ucx_log: Option<PathBuf>,
+    /// cuFile's log (cufile.log) to corroborate the file paths with.
+    #[arg(long, value_name = "FILE")]
+    pub cufile_log: Option<PathBuf>,
     /// What to print on stdout (json: `gdrtrace.explain/v1`, docs/formats.md).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -551,6 +554,9 @@ pub enum Drive {
     /// Small asynchronous copies through a libcuda (the stand-in by
     /// default), host to device and back: `bench copies`' job.
     CopyLoop(CopyLoopOpts),
+    /// GPUDirect Storage: a GPU buffer written to a file and read back
+    /// through libcufile (cuFileWrite, cuFileRead), then checked.
+    Gds(GdsOpts),
 }
 
 #[derive(Debug, Subcommand)]

@@ -104,14 +104,18 @@ pub fn tgid(tid: u32) -> Option<u32> {
 }
 
 /// The communication-library variables (`NCCL_*`, `CUDA_*`, `UCX_*`,
-/// `NVSHMEM_*`) of a process's environment, as it was at exec.
+/// `NVSHMEM_*`, `CUFILE_*`) of a process's environment, as it was at exec.
 pub fn comm_env(pid: u32) -> std::collections::BTreeMap<String, String> {
     let Ok(raw) = fs::read(format!("/proc/{pid}/environ")) else {
         return Default::default();
     };
     raw.split(|b| *b == 0)
         .filter_map(|kv| std::str::from_utf8(kv).ok()?.split_once('='))
-        .filter(|(k, _)| ["NCCL_", "CUDA_", "UCX_", "NVSHMEM_"].iter().any(|p| k.starts_with(p)))
+        .filter(|(k, _)| {
+            ["NCCL_", "CUDA_", "UCX_", "NVSHMEM_", "CUFILE_"]
+                .iter()
+                .any(|p| k.starts_with(p))
+        })
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
@@ -188,9 +192,152 @@ pub struct GpuLinks {
     pub gpu_processes: Option<Vec<GpuProcess>>,
 }
 
+/// A file a process has open, as `/proc` shows it: what the file paths of
+/// GPUDirect Storage are judged by (its filesystem, its device, whether it
+/// was opened `O_DIRECT`, whether it is an nvidia-fs device).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct OpenFile {
+    /// The path (`/proc/PID/fd/N`'s link), inside the process's mount namespace.
+    pub path: String,
+    /// The file's identity: its device (`major:minor`) and inode.
+    pub dev: String,
+    pub ino: u64,
+    /// Its mount (`/proc/PID/mountinfo`): filesystem type, source device,
+    /// mount point and options (mount and superblock).
+    pub fs_type: String,
+    pub mount_source: String,
+    pub mount_point: String,
+    pub mount_options: String,
+    /// The open flags (`/proc/PID/fdinfo/N`, octal there).
+    pub flags: u32,
+    /// A character device (`/dev/nvidia-fs0`: nvidia-fs's).
+    pub char_device: bool,
+    /// An nvidia-fs device: a character device named `nvidia-fsN`, or of
+    /// the major number `/proc/devices` gives `nvidia-fs`.
+    pub nvfs: bool,
+}
+
+/// `O_DIRECT` on x86_64 (`include/uapi/asm-generic/fcntl.h`: 040000).
+pub const O_DIRECT: u32 = 0o40000;
+
+impl OpenFile {
+    /// The file's identity in reports and windows: `major:minor:inode`.
+    pub fn key(&self) -> String {
+        format!("{}:{}", self.dev, self.ino)
+    }
+
+    pub fn o_direct(&self) -> bool {
+        self.flags & O_DIRECT != 0
+    }
+}
+
+/// The file behind `fd` of process `pid`, while it is open.
+pub fn open_file(pid: u32, fd: i32) -> Option<OpenFile> {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let link = format!("/proc/{pid}/fd/{fd}");
+    let path = fs::read_link(&link).ok()?.to_string_lossy().into_owned();
+    let meta = fs::metadata(&link).ok()?;
+    let fdinfo = fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).ok()?;
+    let field = |k: &str| fdinfo.lines().find_map(|l| l.strip_prefix(k).map(str::trim));
+    let flags = field("flags:")
+        .and_then(|v| u32::from_str_radix(v, 8).ok())
+        .unwrap_or(0);
+    let mnt_id = field("mnt_id:").unwrap_or("");
+    let mountinfo = fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+    let mount = mountinfo
+        .lines()
+        .map(parse_mountinfo)
+        .find(|m| m.as_ref().is_some_and(|m| m.id == mnt_id))
+        .flatten()
+        .unwrap_or_default();
+    let dev = meta.dev();
+    let char_device = meta.file_type().is_char_device();
+    let name = path.rsplit('/').next().unwrap_or("");
+    let nvfs_name = name
+        .strip_prefix("nvidia-fs")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    let nvfs = char_device && (nvfs_name || char_major("nvidia-fs") == Some(libc::major(meta.rdev())));
+    Some(OpenFile {
+        path,
+        dev: format!("{}:{}", libc::major(dev), libc::minor(dev)),
+        ino: meta.ino(),
+        fs_type: mount.fs_type,
+        mount_source: mount.source,
+        mount_point: mount.point,
+        mount_options: mount.options,
+        flags,
+        char_device,
+        nvfs,
+    })
+}
+
+/// One line of `/proc/PID/mountinfo` (proc(5)): `36 35 98:0 /mnt1
+/// /mnt/parent rw,noatime master:1 - ext3 /dev/root rw,errors=continue`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Mount {
+    pub id: String,
+    pub point: String,
+    pub fs_type: String,
+    pub source: String,
+    /// Mount options, then the superblock's (`data=ordered` is there).
+    pub options: String,
+}
+
+pub fn parse_mountinfo(line: &str) -> Option<Mount> {
+    let (left, right) = line.split_once(" - ")?;
+    let l: Vec<&str> = left.split_whitespace().collect();
+    let r: Vec<&str> = right.split_whitespace().collect();
+    Some(Mount {
+        id: l.first()?.to_string(),
+        point: l.get(4)?.to_string(),
+        fs_type: r.first()?.to_string(),
+        source: r.get(1).unwrap_or(&"").to_string(),
+        options: format!("{},{}", l.get(5).unwrap_or(&""), r.get(2).unwrap_or(&"")),
+    })
+}
+
+/// The major number `/proc/devices` gives a character driver.
+pub fn char_major(driver: &str) -> Option<u32> {
+    let text = fs::read_to_string("/proc/devices").ok()?;
+    text.lines()
+        .skip_while(|l| !l.starts_with("Character devices"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .find_map(|l| {
+            let (n, name) = l.trim().split_once(' ')?;
+            (name.trim() == driver).then(|| n.parse().ok()).flatten()
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The file behind an fd of this process: its identity, mount and flags.
+    #[test]
+    fn open_files_by_fd() {
+        use std::os::unix::{fs::MetadataExt as _, io::AsRawFd as _};
+        let dir = std::env::temp_dir().join(format!("gdrtrace-openfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let path = dir.join("data.bin");
+        let f = std::fs::File::create(&path).expect("a file");
+        let o = open_file(std::process::id(), f.as_raw_fd()).expect("the open file");
+        let meta = std::fs::metadata(&path).expect("its metadata");
+        assert_eq!(o.ino, meta.ino());
+        assert_eq!(o.path, path.canonicalize().expect("a real path").to_string_lossy());
+        assert!(!o.fs_type.is_empty(), "{o:?}");
+        assert!(!o.o_direct() && !o.nvfs && !o.char_device, "{o:?}");
+        assert_eq!(open_file(std::process::id(), 1 << 20), None, "no such fd");
+        let _ = std::fs::remove_dir_all(&dir);
+        let m = parse_mountinfo("36 35 98:0 /mnt1 /mnt/parent rw,noatime master:1 - ext3 /dev/root rw,errors=continue")
+            .expect("a mountinfo line");
+        assert_eq!(
+            (m.id.as_str(), m.point.as_str(), m.fs_type.as_str(), m.source.as_str()),
+            ("36", "/mnt/parent", "ext3", "/dev/root")
+        );
+        assert_eq!(m.options, "rw,noatime,rw,errors=continue");
+    }
 
     #[test]
     fn vmstat_and_status() {

@@ -149,6 +149,47 @@ pub struct HostFacts {
     pub hostname: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub boot_id: String,
+    /// GPUDirect Storage's kernel side (None in reports older than it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gds: Option<GdsHost>,
+}
+
+/// nvidia-fs on this machine: what decides whether cuFile can leave compat mode.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct GdsHost {
+    /// `nvidia_fs` in `/proc/modules`.
+    pub nvidia_fs: bool,
+    /// Its device nodes (`/dev/nvidia-fs0` ...).
+    pub devices: Vec<String>,
+    /// `/proc/driver/nvidia-fs/version`, where readable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+impl GdsHost {
+    /// Reads it from this machine (`loaded`: the names in /proc/modules).
+    pub fn read(loaded: &[&str]) -> Self {
+        let mut devices: Vec<String> = crate::topo::dir_names(Path::new("/dev"))
+            .into_iter()
+            .filter(|n| n.starts_with("nvidia-fs"))
+            .map(|n| format!("/dev/{n}"))
+            .collect();
+        devices.sort();
+        GdsHost {
+            nvidia_fs: loaded.contains(&"nvidia_fs"),
+            devices,
+            version: std::fs::read_to_string("/proc/driver/nvidia-fs/version")
+                .ok()
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty()),
+        }
+    }
+
+    /// Whether nvidia-fs is there to drive GPUDirect Storage.
+    pub fn present(&self) -> bool {
+        self.nvidia_fs || !self.devices.is_empty()
+    }
 }
 
 impl HostFacts {
@@ -195,6 +236,7 @@ impl HostFacts {
             boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default(),
+            gds: Some(GdsHost::read(&loaded)),
         }
     }
 }

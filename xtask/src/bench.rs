@@ -27,10 +27,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::{
+    documents::{
+        AttachSigint, Detach, Duty, Host, PinChurn, Pipeline, PipelineRun, Ratios, Report, RunExit, UprobeHit,
+    },
+    util,
+};
 use anyhow::{Context as _, Result, bail};
-use serde_json::{Value, json};
-
-use crate::util;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -80,33 +83,19 @@ pub fn main(a: &Args) -> Result<std::process::ExitCode> {
         return Ok(std::process::ExitCode::SUCCESS);
     }
     let want = |s: &str| a.only.is_empty() || a.only.iter().any(|o| o == s);
-    let churn = if want("pin-churn") { pin_churn(a)? } else { Value::Null };
-    let pipeline = if want("pipeline") { pipeline(a)? } else { Value::Null };
-    let detach = if want("detach") { detach(a)? } else { Value::Null };
-    let hit = if want("uprobe-hit") {
-        uprobe_hit(a)?
-    } else {
-        Value::Null
+    let mut out = Host {
+        machine: machine(),
+        date: date.trim().to_string(),
+        pin_churn: want("pin-churn").then(|| pin_churn(a)).transpose()?,
+        pipeline: want("pipeline").then(|| pipeline(a)).transpose()?,
+        detach: want("detach").then(|| detach(a)).transpose()?,
+        uprobe_hit: want("uprobe-hit").then(|| uprobe_hit(a)).transpose()?,
+        attach_sigint: want("attach-sigint").then(|| attach_sigint(a)).transpose()?,
+        run_exit: want("run-exit").then(|| run_exit(a)).transpose()?,
+        duty: want("duty").then(|| duty(a)).transpose()?,
+        seconds: 0.0,
     };
-    let sigint = if want("attach-sigint") {
-        attach_sigint(a)?
-    } else {
-        Value::Null
-    };
-    let run_exit = if want("run-exit") { run_exit(a)? } else { Value::Null };
-    let duty = if want("duty") { duty(a)? } else { Value::Null };
-    let out = json!({
-        "machine": machine(),
-        "date": date.trim(),
-        "pin_churn": churn,
-        "pipeline": pipeline,
-        "detach": detach,
-        "uprobe_hit": hit,
-        "attach_sigint": sigint,
-        "run_exit": run_exit,
-        "duty": duty,
-        "seconds": started.elapsed().as_secs_f64(),
-    });
+    out.seconds = started.elapsed().as_secs_f64();
     let dir = util::target_dir()?.join("bench");
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("host.json"), serde_json::to_string_pretty(&out)?)?;
@@ -144,18 +133,26 @@ fn churn_elapsed(out: &str) -> Result<(f64, f64)> {
 
 /// One measured quantity over interleaved rounds: the medians, their
 /// ratio, and the median of per-round ratios.
-fn ratios(off: &[f64], on: &[f64]) -> Value {
+fn ratios(off: &[f64], on: &[f64]) -> Ratios {
     let (m_off, m_on) = (median(&mut off.to_vec()), median(&mut on.to_vec()));
     let mut per: Vec<f64> = on.iter().zip(off).map(|(a, b)| a / b).collect();
-    json!({
-        "untraced": off, "traced": on,
-        "median_untraced": m_off, "median_traced": m_on,
-        "ratio_of_medians": m_on / m_off,
-        "median_of_ratios": median(&mut per),
-    })
+    Ratios {
+        untraced: off.to_vec(),
+        traced: on.to_vec(),
+        median_untraced: m_off,
+        median_traced: m_on,
+        ratio_of_medians: m_on / m_off,
+        median_of_ratios: median(&mut per),
+    }
 }
 
-fn pin_churn(a: &Args) -> Result<Value> {
+/// A report gdrtrace wrote, read into the slice xtask uses.
+fn read_report(path: &std::path::Path) -> Result<Report> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing the report {}", path.display()))
+}
+
+fn pin_churn(a: &Args) -> Result<PinChurn> {
     let tmp = std::env::temp_dir().join(format!("xtask-bench-{}.json", std::process::id()));
     // (wall s, CPU s, events, drops) of one run.
     let churn = |traced: bool| -> Result<(f64, f64, u64, u64)> {
@@ -172,20 +169,14 @@ fn pin_churn(a: &Args) -> Result<Value> {
         if !traced {
             return Ok((wall, cpu, 0, 0));
         }
-        let r: Value = serde_json::from_str(&std::fs::read_to_string(&tmp)?)?;
-        let events: u64 = r["operations"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|o| o["name"].as_str().is_some_and(|n| n.starts_with("io_uring_register")))
-            .filter_map(|o| o["calls"].as_u64())
+        let r = read_report(&tmp)?;
+        let events: u64 = r
+            .operations
+            .iter()
+            .filter(|o| o.name.starts_with("io_uring_register"))
+            .map(|o| o.calls)
             .sum();
-        Ok((
-            wall,
-            cpu,
-            events,
-            r["loss"]["ringbuf_drops"].as_u64().unwrap_or(u64::MAX),
-        ))
+        Ok((wall, cpu, events, r.loss.ringbuf_drops))
     };
     let (mut wall, mut cpu) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
     let (mut events, mut drops) = (0, 0);
@@ -214,16 +205,18 @@ fn pin_churn(a: &Args) -> Result<Value> {
         );
     }
     let _ = std::fs::remove_file(&tmp);
-    Ok(json!({
-        "iterations": a.iterations, "rounds": a.rounds,
-        "wall_s": ratios(&wall.0, &wall.1),
-        "cpu_s": ratios(&cpu.0, &cpu.1),
-        "events_delivered": events, "ringbuf_drops": drops,
-        "expected_events": 2 * a.iterations as u64 * a.rounds as u64,
-    }))
+    Ok(PinChurn {
+        iterations: a.iterations,
+        rounds: a.rounds,
+        wall_s: ratios(&wall.0, &wall.1),
+        cpu_s: ratios(&cpu.0, &cpu.1),
+        events_delivered: events,
+        ringbuf_drops: drops,
+        expected_events: 2 * a.iterations as u64 * a.rounds as u64,
+    })
 }
 
-fn pipeline(a: &Args) -> Result<Value> {
+fn pipeline(a: &Args) -> Result<Pipeline> {
     let mut rows = Vec::new();
     let mut best = 0.0f64;
     // One generator thread at rising rates, then unpaced with one and with
@@ -240,7 +233,7 @@ fn pipeline(a: &Args) -> Result<Value> {
         } else {
             (rate * 2).max(1_000_000)
         };
-        let v = bench_json(Command::new(&a.bin).args([
+        let v: PipelineRun = bench_json(Command::new(&a.bin).args([
             "bench",
             "pipeline",
             "--calls",
@@ -252,46 +245,45 @@ fn pipeline(a: &Args) -> Result<Value> {
         ]))?;
         eprintln!(
             "xtask bench: pipeline at {rate}/s, {threads} thread(s): {:.0} events/s, {} drops",
-            v["events_per_s"].as_f64().unwrap_or(0.0),
-            v["ringbuf_drops"]
+            v.events_per_s, v.ringbuf_drops
         );
-        if v["ringbuf_drops"] == 0 && v["delivered"] == calls {
-            best = best.max(v["events_per_s"].as_f64().unwrap_or(0.0));
+        if v.ringbuf_drops == 0 && v.delivered == calls {
+            best = best.max(v.events_per_s);
         }
         rows.push(v);
     }
-    Ok(json!({"runs": rows, "best_lossless_events_per_s": best}))
+    Ok(Pipeline {
+        runs: rows,
+        best_lossless_events_per_s: best,
+    })
 }
 
 /// The JSON object a `gdrtrace bench ...` command prints last on stdout
-/// (its stderr line is dropped).
-fn bench_json(cmd: &mut Command) -> Result<Value> {
+/// (its stderr line is dropped), read into its row type.
+fn bench_json<T: serde::de::DeserializeOwned>(cmd: &mut Command) -> Result<T> {
     let out = util::run_output(cmd.stderr(Stdio::null()))?;
     let line = out
         .lines()
         .rev()
         .find(|l| l.starts_with('{'))
         .with_context(|| format!("no JSON from {cmd:?}"))?;
-    Ok(serde_json::from_str(line)?)
+    serde_json::from_str(line).with_context(|| format!("parsing the JSON of {cmd:?}: {line}"))
 }
 
 /// What one probed collective costs per call (`gdrtrace bench uprobe-hit`).
-fn uprobe_hit(a: &Args) -> Result<Value> {
-    let v = bench_json(Command::new(&a.bin).args(["bench", "uprobe-hit"]))?;
-    eprintln!(
-        "xtask bench: uprobe hit {:.0} ns per probed call",
-        v["ns_per_hit"].as_f64().unwrap_or(0.0)
-    );
+fn uprobe_hit(a: &Args) -> Result<UprobeHit> {
+    let v: UprobeHit = bench_json(Command::new(&a.bin).args(["bench", "uprobe-hit"]))?;
+    eprintln!("xtask bench: uprobe hit {:.0} ns per probed call", v.ns_per_hit);
     Ok(v)
 }
 
 /// What probed collectives cost a job of 20 us calls, every call trapped
 /// (`exact`) and duty-cycled (`auto`): `bench duty`, `--duty-pairs` pairs of
 /// 5 s windows each.
-fn duty(a: &Args) -> Result<Value> {
+fn duty(a: &Args) -> Result<Vec<Duty>> {
     let mut rows = Vec::new();
     for mode in ["exact", "auto"] {
-        let v = bench_json(Command::new(&a.bin).args([
+        let v: Duty = bench_json(Command::new(&a.bin).args([
             "bench",
             "duty",
             "--collectives",
@@ -301,15 +293,15 @@ fn duty(a: &Args) -> Result<Value> {
         ]))?;
         eprintln!(
             "xtask bench: duty {mode}: probed/unprobed {:.4}, {:.2}% of calls trapped",
-            v["ratio_of_sums"].as_f64().unwrap_or(0.0),
-            v["trapped_share"].as_f64().unwrap_or(0.0) * 100.0
+            v.ratio_of_sums,
+            v.trapped_share * 100.0
         );
         rows.push(v);
     }
-    Ok(Value::Array(rows))
+    Ok(rows)
 }
 
-fn detach(a: &Args) -> Result<Value> {
+fn detach(a: &Args) -> Result<Vec<Detach>> {
     let mut rows = Vec::new();
     for (points, per_point) in [(28, false), (200, false), (1000, false), (28, true)] {
         let mut cmd = Command::new(&a.bin);
@@ -317,15 +309,14 @@ fn detach(a: &Args) -> Result<Value> {
         if per_point {
             cmd.arg("--per-point");
         }
-        let v = bench_json(&mut cmd)?;
+        let v: Detach = bench_json(&mut cmd)?;
         eprintln!(
             "xtask bench: detach {points} points {}: close {:.0} ms",
-            v["mode"],
-            v["close_ms"].as_f64().unwrap_or(0.0)
+            v.mode, v.close_ms
         );
         rows.push(v);
     }
-    Ok(Value::Array(rows))
+    Ok(rows)
 }
 
 struct Reaped(Child);
@@ -336,7 +327,7 @@ impl Drop for Reaped {
     }
 }
 
-fn attach_sigint(a: &Args) -> Result<Value> {
+fn attach_sigint(a: &Args) -> Result<Vec<AttachSigint>> {
     let tmp = std::env::temp_dir().join(format!("xtask-bench-attach-{}.json", std::process::id()));
     let mut rows = Vec::new();
     for _ in 0..a.repeats {
@@ -373,29 +364,27 @@ fn attach_sigint(a: &Args) -> Result<Value> {
         stdout.read_to_end(&mut rest)?;
         tracer.wait()?;
         let exit = signalled.elapsed();
-        let r: Value = serde_json::from_str(&std::fs::read_to_string(&tmp)?)?;
+        let r = read_report(&tmp)?;
         let close = stderr
             .try_iter()
             .find(|(_, l)| l.contains("closed"))
             .map(|(_, l)| l)
             .unwrap_or_default();
-        rows.push(json!({
-            "signal_to_report_ms": report.as_secs_f64() * 1e3,
-            "signal_to_exit_ms": exit.as_secs_f64() * 1e3,
-            "ringbuf_drops": r["loss"]["ringbuf_drops"],
-            "complete": r["loss"]["complete"],
-            "close": close,
-        }));
-        eprintln!(
-            "xtask bench: attach+SIGINT: {}",
-            rows.last().map(|r| r.to_string()).unwrap_or_default()
-        );
+        let row = AttachSigint {
+            signal_to_report_ms: report.as_secs_f64() * 1e3,
+            signal_to_exit_ms: exit.as_secs_f64() * 1e3,
+            ringbuf_drops: r.loss.ringbuf_drops,
+            complete: r.loss.complete,
+            close,
+        };
+        eprintln!("xtask bench: attach+SIGINT: {}", serde_json::to_string(&row)?);
+        rows.push(row);
     }
     let _ = std::fs::remove_file(&tmp);
-    Ok(Value::Array(rows))
+    Ok(rows)
 }
 
-fn run_exit(a: &Args) -> Result<Value> {
+fn run_exit(a: &Args) -> Result<Vec<RunExit>> {
     let mut rows = Vec::new();
     for _ in 0..a.repeats {
         // The traced command says when it exits (a line on the shared stderr).
@@ -416,125 +405,121 @@ fn run_exit(a: &Args) -> Result<Value> {
         let (report, _) = stdout.recv_timeout(Duration::from_secs(60)).context("no report")?;
         tracer.wait()?;
         let done = Instant::now();
-        rows.push(json!({
-            "exit_to_report_ms": report.saturating_duration_since(exited).as_secs_f64() * 1e3,
-            "exit_to_tracer_exit_ms": done.saturating_duration_since(exited).as_secs_f64() * 1e3,
-        }));
+        rows.push(RunExit {
+            exit_to_report_ms: report.saturating_duration_since(exited).as_secs_f64() * 1e3,
+            exit_to_tracer_exit_ms: done.saturating_duration_since(exited).as_secs_f64() * 1e3,
+        });
     }
-    Ok(Value::Array(rows))
+    Ok(rows)
 }
 
-fn markdown(v: &Value) -> String {
-    let f = |x: &Value| x.as_f64().map_or("-".into(), |x| format!("{x:.3}"));
-    let mut s = format!(
-        "Host benchmarks, {} ({}):\n\n",
-        v["date"].as_str().unwrap_or(""),
-        v["machine"].as_str().unwrap_or("")
-    );
-    let c = &v["pin_churn"];
-    if !c.is_null() {
+fn markdown(v: &Host) -> String {
+    // A median of no rounds is NaN (null in host.json): printed as "-".
+    let f = |x: f64| {
+        if x.is_finite() { format!("{x:.3}") } else { "-".into() }
+    };
+    let mut s = format!("Host benchmarks, {} ({}):\n\n", v.date, v.machine);
+    if let Some(c) = &v.pin_churn {
         s += &format!(
             "- pin-churn ({} iterations, {} rounds interleaved; events {} of {}, ring-buffer drops {}):\n",
-            c["iterations"], c["rounds"], c["events_delivered"], c["expected_events"], c["ringbuf_drops"]
+            c.iterations, c.rounds, c.events_delivered, c.expected_events, c.ringbuf_drops
         );
-        for (key, what) in [("wall_s", "elapsed"), ("cpu_s", "CPU time")] {
-            let m = &c[key];
+        for (m, what) in [(&c.wall_s, "elapsed"), (&c.cpu_s, "CPU time")] {
             s += &format!(
                 "  - {what}: untraced median {} s, traced median {} s, ratio of medians {}, median of per-round ratios {}\n",
-                f(&m["median_untraced"]),
-                f(&m["median_traced"]),
-                f(&m["ratio_of_medians"]),
-                f(&m["median_of_ratios"]),
+                f(m.median_untraced),
+                f(m.median_traced),
+                f(m.ratio_of_medians),
+                f(m.median_of_ratios),
             );
         }
     }
-    if !v["pipeline"].is_null() {
+    if let Some(p) = &v.pipeline {
         s += "- pipeline (getppid through the syscall programs):\n\n  | asked/s | threads | delivered/s | delivered | drops | tracer CPU us/event |\n  |---|---|---|---|---|---|\n";
-        for r in v["pipeline"]["runs"].as_array().into_iter().flatten() {
+        for r in &p.runs {
             s += &format!(
                 "  | {} | {} | {:.0} | {} of {} | {} | {:.2} |\n",
-                if r["rate"] == 0 {
+                if r.rate == 0 {
                     "unpaced".to_string()
                 } else {
-                    r["rate"].to_string()
+                    r.rate.to_string()
                 },
-                r["threads"],
-                r["events_per_s"].as_f64().unwrap_or(0.0),
-                r["delivered"],
-                r["calls"],
-                r["ringbuf_drops"],
-                r["tracer_cpu_us_per_event"].as_f64().unwrap_or(0.0)
+                r.threads,
+                r.events_per_s,
+                r.delivered,
+                r.calls,
+                r.ringbuf_drops,
+                r.tracer_cpu_us_per_event
             );
         }
         s += &format!(
             "\n  highest lossless rate: {:.0} events/s\n",
-            v["pipeline"]["best_lossless_events_per_s"].as_f64().unwrap_or(0.0)
+            p.best_lossless_events_per_s
         );
     }
-    if !v["uprobe_hit"].is_null() {
-        let h = &v["uprobe_hit"];
+    if let Some(h) = &v.uprobe_hit {
         s += &format!(
             "- uprobe hit (entry-only, summed in the kernel, as a collective; {}): {} ns per probed call (rounds {}-{}), unprobed call {} ns; the kernel counted {} calls\n",
-            h["mode"].as_str().unwrap_or("?"),
-            f(&h["ns_per_hit"]),
-            f(&h["ns_per_hit_min"]),
-            f(&h["ns_per_hit_max"]),
-            f(&h["unprobed_ns_per_call"]),
-            h["counted_calls"]
+            h.mode,
+            f(h.ns_per_hit),
+            f(h.ns_per_hit_min),
+            f(h.ns_per_hit_max),
+            f(h.unprobed_ns_per_call),
+            h.counted_calls
         );
     }
-    if !v["detach"].is_null() {
+    if let Some(rows) = &v.detach {
         s += "- detach:\n\n  | points | mode | links | attach ms | close ms |\n  |---|---|---|---|---|\n";
-        for r in v["detach"].as_array().into_iter().flatten() {
+        for r in rows {
             s += &format!(
                 "  | {} | {} | {} | {} | {} |\n",
-                r["points"],
-                r["mode"].as_str().unwrap_or(""),
-                r["links"],
-                f(&r["attach_ms"]),
-                f(&r["close_ms"])
+                r.points,
+                r.mode,
+                r.links,
+                f(r.attach_ms),
+                f(r.close_ms)
             );
         }
     }
-    if !v["attach_sigint"].is_null() {
+    if let Some(rows) = &v.attach_sigint {
         s += "- attach to a pin-churn loop, SIGINT after 4 s:\n";
-        for r in v["attach_sigint"].as_array().into_iter().flatten() {
+        for r in rows {
             s += &format!(
                 "  - signal to report {} ms, to exit {} ms, drops {}, complete {}\n",
-                f(&r["signal_to_report_ms"]),
-                f(&r["signal_to_exit_ms"]),
-                r["ringbuf_drops"],
-                r["complete"]
+                f(r.signal_to_report_ms),
+                f(r.signal_to_exit_ms),
+                r.ringbuf_drops,
+                r.complete
             );
         }
     }
-    if !v["duty"].is_null() {
+    if let Some(rows) = &v.duty {
         s += "- duty (calls of 20 us, probed stand-in collective against an unprobed twin, alternating 5 s windows):
 
   | --collectives | link | probed/unprobed (all windows) | median of pairs | calls trapped | traps/s | off phases |
   |---|---|---|---|---|---|---|
 ";
-        for r in v["duty"].as_array().into_iter().flatten() {
+        for r in rows {
             s += &format!(
                 "  | {} | {} | {} | {} | {:.2}% of {} | {:.0} | {} |\n",
-                r["collectives"].as_str().unwrap_or(""),
-                r["link_mode"].as_str().unwrap_or(""),
-                f(&r["ratio_of_sums"]),
-                f(&r["median_pair_ratio"]),
-                r["trapped_share"].as_f64().unwrap_or(0.0) * 100.0,
-                r["probed_calls"],
-                r["traps_per_s"].as_f64().unwrap_or(0.0),
-                r["off_phases"]
+                r.collectives,
+                r.link_mode,
+                f(r.ratio_of_sums),
+                f(r.median_pair_ratio),
+                r.trapped_share * 100.0,
+                r.probed_calls,
+                r.traps_per_s,
+                r.off_phases
             );
         }
     }
-    if !v["run_exit"].is_null() {
+    if let Some(rows) = &v.run_exit {
         s += "- run: traced command's exit to the report / to the tracer's exit:\n";
-        for r in v["run_exit"].as_array().into_iter().flatten() {
+        for r in rows {
             s += &format!(
                 "  - {} ms / {} ms\n",
-                f(&r["exit_to_report_ms"]),
-                f(&r["exit_to_tracer_exit_ms"])
+                f(r.exit_to_report_ms),
+                f(r.exit_to_tracer_exit_ms)
             );
         }
     }

@@ -5,6 +5,7 @@
 //! virtme-ng and runs a command in it, `vm-test` runs `tests/vm/guest.sh`.
 
 mod bench;
+mod documents;
 mod kernels;
 mod matrix;
 mod progress;

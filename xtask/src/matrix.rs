@@ -5,53 +5,40 @@
 use std::{collections::BTreeMap, fmt::Write as _, fs, path::Path};
 
 use anyhow::{Context, Result};
-use serde_json::Value;
+
+use crate::documents::{Coverage, Doctor, Status};
 
 /// One coverage cell: `fentry/fexit`, or `unavailable: reason`.
-fn cell(row: &Value) -> (String, Option<String>) {
-    let status = row["status"].as_str().unwrap_or("?");
-    if status == "attached" {
-        // A fallback strategy: say why the preferred ones were refused.
-        let tried: Vec<String> = row["tried"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|t| {
-                        format!(
-                            "{} refused: {}",
-                            t["strategy"].as_str().unwrap_or("?"),
-                            t["error"].as_str().unwrap_or("?")
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        (
-            row["via"].as_str().unwrap_or("?").to_string(),
-            (!tried.is_empty()).then(|| tried.join("; ")),
-        )
-    } else {
-        let reason = row["reason"].as_str().filter(|r| !r.is_empty()).map(str::to_string);
-        ("unavailable".to_string(), reason)
+fn cell(row: &Coverage) -> (String, Option<String>) {
+    match row.status {
+        Status::Attached => {
+            // A fallback strategy: say why the preferred ones were refused.
+            let tried: Vec<String> = row
+                .tried
+                .iter()
+                .map(|t| format!("{} refused: {}", t.strategy, t.error))
+                .collect();
+            (
+                row.via.as_deref().unwrap_or("?").to_string(),
+                (!tried.is_empty()).then(|| tried.join("; ")),
+            )
+        }
+        Status::Unavailable => {
+            let reason = row.reason.clone().filter(|r| !r.is_empty());
+            ("unavailable".to_string(), reason)
+        }
     }
 }
 
 /// Builds the side-by-side matrix for `releases` (results under `dir`).
 /// Returns the Markdown text and the number of unexplained differences.
 pub fn build(dir: &Path, releases: &[String]) -> Result<(String, usize)> {
-    let mut cols: Vec<(String, BTreeMap<String, Value>)> = Vec::new();
+    let mut cols: Vec<(String, BTreeMap<String, Coverage>)> = Vec::new();
     for r in releases {
         let path = dir.join(r).join("doctor.json");
         let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let v: Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-        let rows = v["coverage"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|c| (c["point"].as_str().unwrap_or("?").to_string(), c.clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let v: Doctor = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let rows = v.coverage.into_iter().map(|c| (c.point.clone(), c)).collect();
         cols.push((r.clone(), rows));
     }
     let mut points: Vec<String> = Vec::new();

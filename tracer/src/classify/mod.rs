@@ -3,6 +3,7 @@
 //! `unknown` is an honest answer; a wrong verdict is not.
 pub mod comm;
 pub mod copy;
+pub mod gds;
 pub mod path;
 pub mod steady;
 pub mod transfer;
@@ -31,6 +32,10 @@ pub enum Transport {
     GdrPeerMem,
     #[serde(rename = "gpudirect-rdma/dma-buf")]
     GdrDmabuf,
+    /// DMA between storage and GPU memory (GPUDirect Storage: nvidia-fs or
+    /// PCI P2PDMA): not a GPU-GPU link, not a NIC, and no host memory.
+    #[serde(rename = "gpudirect-storage")]
+    GpuDirectStorage,
     #[serde(rename = "host-staged")]
     HostStaged,
     #[serde(rename = "p2p/nvlink")]
@@ -73,9 +78,10 @@ impl<'de> serde::Deserialize<'de> for Transport {
 }
 
 impl Transport {
-    pub const ALL: [Transport; 13] = [
+    pub const ALL: [Transport; 14] = [
         Transport::GdrPeerMem,
         Transport::GdrDmabuf,
+        Transport::GpuDirectStorage,
         Transport::HostStaged,
         Transport::P2pNvlink,
         Transport::P2pPcie,
@@ -101,6 +107,7 @@ impl Transport {
         match self {
             Transport::GdrPeerMem => "gpudirect-rdma/peer-mem",
             Transport::GdrDmabuf => "gpudirect-rdma/dma-buf",
+            Transport::GpuDirectStorage => "gpudirect-storage",
             Transport::HostStaged => "host-staged",
             Transport::P2pNvlink => "p2p/nvlink",
             Transport::P2pPcie => "p2p/pcie",
@@ -139,6 +146,7 @@ impl Transport {
             self,
             Transport::GdrPeerMem
                 | Transport::GdrDmabuf
+                | Transport::GpuDirectStorage
                 | Transport::P2pNvlink
                 | Transport::P2pPcie
                 | Transport::IpcSameDevice
@@ -375,7 +383,7 @@ fn library_call(e: &Event, registry: &Registry) -> Option<Call> {
 /// events as the probes deliver them, through the aggregator, into a
 /// judged report.
 #[cfg(test)]
-mod tests_support {
+pub(crate) mod tests_support {
     use tracer_common::{Event, kind};
 
     use crate::{
@@ -388,6 +396,7 @@ mod tests_support {
 
     pub struct Job {
         pub agg: Aggregator,
+        /// The next inputs' answers of the process source.
         pending: std::rc::Rc<std::cell::RefCell<Vec<Fact>>>,
         t: u64,
     }
@@ -435,9 +444,63 @@ mod tests_support {
             self
         }
 
+        /// The answers `/proc` would give to the next inputs.
+        pub fn facts(&mut self, facts: Vec<Fact>) -> &mut Self {
+            *self.pending.borrow_mut() = facts;
+            self
+        }
+
+        /// The first call of an aggregated row (`kind::ENTRY`), returning `ret`.
+        pub fn entry(&mut self, pid: u32, name: &str, args: &[u64], ret: i64) -> &mut Self {
+            let op = crate::probes::ops::op_code(name).unwrap_or_else(|| panic!("no op {name}"));
+            let mut e = Event {
+                kind: kind::ENTRY,
+                op,
+                pid,
+                tid: pid,
+                start_ns: self.t,
+                ret,
+                ..Default::default()
+            };
+            e.args[..args.len()].copy_from_slice(args);
+            self.t += 50_000;
+            self.agg.push(&e);
+            self
+        }
+
+        /// The kernel's cumulative rows: (pid, op, handle, calls, bytes).
+        pub fn aggregates(&mut self, rows: &[(u32, &str, u64, u64, u64)]) -> &mut Self {
+            let rows: Vec<_> = rows
+                .iter()
+                .map(|(pid, name, handle, calls, bytes)| {
+                    let op = crate::probes::ops::op_code(name).unwrap_or_else(|| panic!("no op {name}"));
+                    (
+                        tracer_common::AggKey {
+                            tgid: *pid,
+                            op,
+                            handle: *handle,
+                        },
+                        tracer_common::AggValue {
+                            calls: *calls,
+                            bytes: *bytes,
+                        },
+                    )
+                })
+                .collect();
+            self.t += 100_000_000;
+            self.agg.set_aggregates(self.t, &rows);
+            self
+        }
+
         /// The judged report.
         pub fn report(&self) -> Report {
+            self.report_with(crate::host::HostFacts::default())
+        }
+
+        /// The judged report, with the host facts of the machine.
+        pub fn report_with(&self, facts: crate::host::HostFacts) -> Report {
             let mut r = crate::report::tests_support::report_of(&self.agg);
+            r.facts = facts;
             r.judge_with(None, None);
             crate::explain::fill(&mut r);
             r

@@ -152,7 +152,11 @@ fn class_of_transport(t: Transport) -> &'static str {
         Transport::Socket => "socket",
         Transport::Shm => "shm",
         Transport::HostOnly => "rdma",
-        Transport::GpuHostDma | Transport::Ambiguous | Transport::Mixed | Transport::Unknown => "unknown",
+        Transport::GpuDirectStorage
+        | Transport::GpuHostDma
+        | Transport::Ambiguous
+        | Transport::Mixed
+        | Transport::Unknown => "unknown",
     }
 }
 

@@ -1,7 +1,7 @@
 //! `gdrtrace drive ...`: run a workload without tracing.
 use crate::{
     cli::Drive,
-    drive::{copy_loop, cuda_copy, nccl, nixl, pin_churn, syscalls, ucx, verbs},
+    drive::{copy_loop, cuda_copy, gds, nccl, nixl, pin_churn, syscalls, ucx, verbs},
     error::{Error, Result},
 };
 
@@ -80,6 +80,17 @@ pub fn drive(d: &Drive) -> Result<i32> {
         Drive::CopyLoop(o) => {
             let s = copy_loop::run(o).map_err(Error::Workload)?;
             report(&[s.line()], &s, o.summary.as_deref())?;
+            Ok(0)
+        }
+        Drive::Gds(o) => {
+            crate::output::check_writable("--summary", o.summary.as_deref())?;
+            let s = gds::run(o).map_err(Error::Workload)?;
+            report(&[s.line()], &s, o.summary.as_deref())?;
+            if !s.verified {
+                return Err(Error::Workload(
+                    "gds: the buffer read back differs from what was written (verified=false)".into(),
+                ));
+            }
             Ok(0)
         }
     }

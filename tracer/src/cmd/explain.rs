@@ -33,6 +33,11 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
         source,
         damaged,
     } = load(&path, log.as_deref(), ucx_log.as_deref(), args.damage)?;
+    if let Some(text) = args.cufile_log.as_deref().map(input::read_to_string).transpose()? {
+        let mut log = crate::classify::gds::log::parse(&text);
+        crate::classify::gds::log::corroborate(&mut log, &report.paths);
+        report.gds.get_or_insert_with(Default::default).log = Some(log);
+    }
     // Explained by this build's rules, whatever the saved report held.
     explain::fill(&mut report);
     if args.format == Format::Json {

@@ -12,6 +12,7 @@ use crate::{
     report::{Process, Report, accounting::RegistrationProcess},
 };
 
+mod gds;
 mod rules;
 mod ucx;
 
@@ -158,9 +159,17 @@ pub fn paths(r: &Report, findings: &[Finding]) -> Vec<Path> {
             }
             continue;
         }
-        for p in mine.into_iter().filter(|p| wants_cause(p.transport, p.host_staged)) {
+        for p in mine
+            .into_iter()
+            .filter(|p| wants_cause(p.transport, p.host_staged) || (p.peer_kind == PeerKind::File && p.cause.is_some()))
+        {
             let what = format!("path {}: {} via {}", p.label(), p.transport.name(), p.via);
-            out.push((v.pid, what, PATH_RULES));
+            let rules = if p.peer_kind == PeerKind::File {
+                gds::FILE_RULES
+            } else {
+                PATH_RULES
+            };
+            out.push((v.pid, what, rules));
         }
     }
     // Copies that a library's staged path made are that path's bytes.

@@ -174,3 +174,43 @@ fn connected_ranks_join_without_a_comm_id() {
         job.unjoined
     );
 }
+
+/// A rank attached with RAS and its peer attached without: the peer holds
+/// the other end of a connection of a rank with a commId, so it joins that
+/// communicator (source `connections`), at the rank RAS lists for its pid.
+#[test]
+fn a_rank_without_identity_joins_the_communicator_it_is_connected_to() {
+    let c = Connection {
+        local: "127.0.0.1:40000".parse().unwrap(),
+        remote: "127.0.0.1:51234".parse().unwrap(),
+    };
+    let mut with = replay_with("gpu-h100-nodes-attach-rank0", Some(gpu_ras()));
+    let mut without = replay_with("gpu-h100-nodes-attach-rank1", None);
+    with.processes[0].connections = vec![c];
+    without.processes[0].connections = vec![c.reversed()];
+    let reports = [("a".to_string(), with), ("b".to_string(), without)];
+    let job = join(&reports);
+    assert!(job.unjoined.is_empty(), "{}", render(&job));
+    assert_eq!(job.communicators.len(), 1, "{}", render(&job));
+    let g = &job.communicators[0];
+    assert_eq!(g.comm_id.as_deref(), Some("0xa2bd4a35a81cd717"));
+    assert_eq!(g.comm_id_sources, [IdSource::NcclRas, IdSource::Connections]);
+    assert_eq!(
+        g.ranks
+            .iter()
+            .map(|r| (r.rank, r.pid, r.comm_id_source))
+            .collect::<Vec<_>>(),
+        [
+            (Some(0), 1630, Some(IdSource::NcclRas)),
+            (Some(1), 1631, Some(IdSource::Connections))
+        ]
+    );
+    assert!(g.missing.is_empty(), "{}", render(&job));
+
+    // Not connected: it stays unjoined, and rank 1 is missing.
+    let mut reports = reports;
+    reports[1].1.processes[0].connections.clear();
+    let job = join(&reports);
+    assert_eq!(job.unjoined.len(), 1, "{}", render(&job));
+    assert_eq!(job.communicators[0].missing, [1]);
+}

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+mod files;
 pub mod paths;
 mod peers;
 
@@ -43,6 +44,9 @@ pub struct Inputs {
     /// Where each process's bytes went while which of its paths ran.
     #[serde(default)]
     pub windows: Vec<crate::stats::windows::Window>,
+    /// cuFile processes' evidence (the report's `gds` section).
+    #[serde(default)]
+    pub gds: Option<crate::classify::gds::GdsReport>,
     /// Each rank's connections per peer, from NCCL's log when one is given.
     #[serde(skip)]
     pub nccl_peers: comm::LogPeers,
@@ -156,6 +160,7 @@ impl Inputs {
             facts,
             ucx: crate::stats::ucx::report(agg, &BTreeMap::new()),
             windows: agg.windows(),
+            gds: crate::stats::gds::report(agg),
             nccl_peers: Default::default(),
         }
     }

@@ -313,6 +313,12 @@ fn nccl_paths(i: &Inputs, p: &ProcessIn, v: Option<&Verdict>, windows: &[&Window
     super::peers::by_peer_group(i, p, v, paths)
 }
 
+/// File paths (cuFile): one per file, direction and memory, judged from
+/// their windows (`judge/files.rs`).
+fn file_paths(i: &Inputs, p: &ProcessIn, windows: &[&Window]) -> Vec<Path> {
+    super::files::paths(i, p, windows)
+}
+
 /// NCCL's name of a verdict's transport (`P2P`, `SHM`, `NET/Socket`...).
 fn nccl_via(v: &Verdict) -> String {
     if let Some(n) = v.net {
@@ -342,6 +348,7 @@ pub fn judge(i: &Inputs, verdicts: &mut Vec<Verdict>) -> Vec<Path> {
         } else {
             nccl_paths(i, p, verdicts.iter().find(|v| v.pid == p.pid), &windows)
         };
+        paths.extend(file_paths(i, p, &windows));
         for x in &mut paths {
             x.comm = p.comm.clone();
         }

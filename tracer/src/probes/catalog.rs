@@ -32,6 +32,10 @@ pub enum Family {
     Nccl,
     /// UCX: libucp, libuct and libucs.
     Ucx,
+    /// Positional file I/O and ioctls, aggregated per (process, fd).
+    FileIo,
+    /// libcufile (GPUDirect Storage).
+    Gds,
 }
 
 impl Family {
@@ -49,6 +53,8 @@ impl Family {
             Family::Ibverbs => "ibverbs",
             Family::Nccl => "nccl",
             Family::Ucx => "ucx",
+            Family::FileIo => "file-io",
+            Family::Gds => "gds",
         }
     }
 }
@@ -180,12 +186,19 @@ const fn tp(
 /// The x86_64 number of the syscall behind a `sys_enter_X` tracepoint, for
 /// the syscall rows (arch/x86/entry/syscalls/syscall_64.tbl).
 pub const fn syscall_nr(tracepoint: &str) -> Option<u32> {
-    const ROWS: [(&str, u32); 6] = [
+    const ROWS: [(&str, u32); 13] = [
+        ("sys_enter_ioctl", 16),
+        ("sys_enter_pread64", 17),
+        ("sys_enter_pwrite64", 18),
         ("sys_enter_sendto", 44),
         ("sys_enter_recvfrom", 45),
         ("sys_enter_sendmsg", 46),
         ("sys_enter_recvmsg", 47),
         ("sys_enter_getppid", 110),
+        ("sys_enter_preadv", 295),
+        ("sys_enter_pwritev", 296),
+        ("sys_enter_preadv2", 327),
+        ("sys_enter_pwritev2", 328),
         ("sys_enter_io_uring_register", 427),
     ];
     let mut i = 0;
@@ -308,21 +321,107 @@ const SOCKETS: [ProbePoint; 4] = {
     ]
 };
 
+/// Positional file I/O and ioctls: optional, aggregate-only per (process,
+/// fd) like the sockets, and sampled (see [`kernel_config`]): a cuFile loop
+/// of small reads makes a syscall per read, which the duty cycle's off
+/// phases leave uncounted (and estimate) as they do its cuFile calls.
+const FILES: [ProbePoint; 7] = {
+    const fn file(name: &'static str, tp_name: &'static str, op: u32, programs: &'static [&'static str]) -> ProbePoint {
+        let mut p = tp(name, Family::FileIo, "syscalls", tp_name, op, programs);
+        p.required = false;
+        p
+    }
+    [
+        file(
+            "pread64",
+            "sys_enter_pread64",
+            op::PREAD64,
+            &["sys_enter_pread64", "sys_exit_pread64"],
+        ),
+        file(
+            "pwrite64",
+            "sys_enter_pwrite64",
+            op::PWRITE64,
+            &["sys_enter_pwrite64", "sys_exit_pwrite64"],
+        ),
+        file(
+            "preadv",
+            "sys_enter_preadv",
+            op::PREADV,
+            &["sys_enter_preadv", "sys_exit_preadv"],
+        ),
+        file(
+            "pwritev",
+            "sys_enter_pwritev",
+            op::PWRITEV,
+            &["sys_enter_pwritev", "sys_exit_pwritev"],
+        ),
+        file(
+            "preadv2",
+            "sys_enter_preadv2",
+            op::PREADV2,
+            &["sys_enter_preadv2", "sys_exit_preadv2"],
+        ),
+        file(
+            "pwritev2",
+            "sys_enter_pwritev2",
+            op::PWRITEV2,
+            &["sys_enter_pwritev2", "sys_exit_pwritev2"],
+        ),
+        file(
+            "ioctl",
+            "sys_enter_ioctl",
+            op::IOCTL,
+            &["sys_enter_ioctl", "sys_exit_ioctl"],
+        ),
+    ]
+};
+
 /// The eBPF-side configuration of kernel-side ops that need one (the
-/// uprobe table configures library ops itself).
+/// uprobe table configures library ops itself): rows per fd (argument 0),
+/// bytes from the return value; the file ops are also sampled.
 pub fn kernel_config(op_code: u32) -> Option<tracer_common::OpConfig> {
-    matches!(op_code, op::SENDTO | op::SENDMSG | op::RECVFROM | op::RECVMSG).then_some(tracer_common::OpConfig {
-        flags: tracer_common::op_flags::AGGREGATE_ONLY | tracer_common::op_flags::BYTES_FROM_RET,
+    use tracer_common::op_flags::{AGGREGATE_ONLY, BYTES_FROM_RET, SAMPLED};
+    let flags = match op_code {
+        op::SENDTO | op::SENDMSG | op::RECVFROM | op::RECVMSG => AGGREGATE_ONLY | BYTES_FROM_RET,
+        op::IOCTL => AGGREGATE_ONLY | SAMPLED,
+        op::P2PDMA_MAP_SEGMENT | op::P2PDMA_MAP_TYPE => AGGREGATE_ONLY,
+        o if file_direction(o).is_some() => AGGREGATE_ONLY | BYTES_FROM_RET | SAMPLED,
+        _ => return None,
+    };
+    Some(tracer_common::OpConfig {
+        flags,
         deref_args: 0,
         ret_read_offset: u32::MAX,
         count_arg: tracer_common::NO_ARG,
         dtype_arg: tracer_common::NO_ARG,
-        // Rows per socket: the fd is argument 0.
-        handle_arg: 0,
+        // Rows per fd (argument 0); the P2PDMA rows one per process.
+        handle_arg: if matches!(op_code, op::P2PDMA_MAP_SEGMENT | op::P2PDMA_MAP_TYPE) {
+            tracer_common::NO_ARG
+        } else {
+            0
+        },
         key_args: 0,
         id_src: tracer_common::NO_ARG,
-        _pad: [0; 3],
+        read_arg: tracer_common::NO_ARG,
+        _pad: [0; 2],
     })
+}
+
+/// Whether an op reads a file (`Some(false)`) or writes it (`Some(true)`):
+/// the positional file I/O syscalls.
+pub fn file_direction(op_code: u32) -> Option<bool> {
+    match op_code {
+        op::PWRITE64 | op::PWRITEV | op::PWRITEV2 => Some(true),
+        op::PREAD64 | op::PREADV | op::PREADV2 => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether an op's kernel rows are evidence of the file paths: file I/O and
+/// ioctls per fd, P2PDMA mappings per process.
+pub fn file_evidence_op(op_code: u32) -> bool {
+    matches!(op_code, op::IOCTL | op::P2PDMA_MAP_SEGMENT | op::P2PDMA_MAP_TYPE) || file_direction(op_code).is_some()
 }
 
 /// Whether an op counts socket bytes sent (`Some(true)`) or received.
@@ -377,22 +476,30 @@ const DMABUF: [ProbePoint; 6] = kernel_rows!(Family::DmaBuf,
     dma_buf_detach => op::DMA_BUF_DETACH,
 );
 
+/// PCI peer-to-peer DMA mapping of a block I/O's pages: where cuFile runs
+/// in P2PDMA mode, the NVMe driver maps GPU memory here (summed per process).
+const P2PDMA: [ProbePoint; 2] = kernel_rows!(Family::Gds,
+    pci_p2pdma_map_segment => op::P2PDMA_MAP_SEGMENT,
+    pci_p2pdma_map_type => op::P2PDMA_MAP_TYPE,
+);
+
 const COUNTERS: [ProbePoint; 2] = [
     procfs("vmstat:nr_foll_pin", "/proc/vmstat"),
     procfs("status:VmPin", "/proc/PID/status"),
 ];
 
-const LIBRARIES: [ProbePoint; 6] = [
+const LIBRARIES: [ProbePoint; 7] = [
     library("libcuda", Family::Cuda, super::uapi::Lib::Cuda),
     library("libibverbs", Family::Ibverbs, super::uapi::Lib::Ibverbs),
     library("libnccl", Family::Nccl, super::uapi::Lib::Nccl),
     library("libucp", Family::Ucx, super::uapi::Lib::Ucp),
     library("libuct", Family::Ucx, super::uapi::Lib::Uct),
     library("libucs", Family::Ucx, super::uapi::Lib::Ucs),
+    library("libcufile", Family::Gds, super::uapi::Lib::Cufile),
 ];
 
-const fn concat_catalog() -> [ProbePoint; 47] {
-    let mut out = [LIFECYCLE[0]; 47];
+const fn concat_catalog() -> [ProbePoint; 57] {
+    let mut out = [LIFECYCLE[0]; 57];
     let mut i = 0;
     macro_rules! push {
         ($arr:expr) => {{
@@ -406,18 +513,20 @@ const fn concat_catalog() -> [ProbePoint; 47] {
     }
     push!(LIFECYCLE);
     push!(SOCKETS);
+    push!(FILES);
     push!(PINNING);
     push!(VERBS);
     push!(PEERMEM);
     push!(DMABUF);
+    push!(P2PDMA);
     push!(COUNTERS);
     push!(LIBRARIES);
-    assert!(i == 47);
+    assert!(i == 57);
     out
 }
 
 /// Every probe point gdrtrace knows, in report order.
-pub static CATALOG: [ProbePoint; 47] = concat_catalog();
+pub static CATALOG: [ProbePoint; 57] = concat_catalog();
 
 /// The pipeline benchmark's event source (`gdrtrace bench pipeline`): not
 /// in the catalog, so no trace attaches it, but its events decode like any

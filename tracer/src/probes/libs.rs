@@ -89,6 +89,8 @@ pub fn installed() -> Vec<LibFile> {
         "/usr/lib",
         "/usr/local/nvidia/lib64",
         "/usr/local/cuda/lib64",
+        // The CUDA toolkit's libcufile.so.0, where no ld.so.conf names it.
+        "/usr/local/cuda/targets/x86_64-linux/lib",
     ] {
         if let Ok(entries) = fs::read_dir(dir) {
             paths.extend(entries.flatten().map(|e| e.path()));

@@ -20,10 +20,21 @@ pub enum Lib {
     Uct,
     /// UCX's services (the registration cache).
     Ucs,
+    /// cuFile, GPUDirect Storage's library (`libcufile.so.0`: the CUDA
+    /// toolkit's, and the copy Python wheels ship in `nvidia/cu13/lib`).
+    Cufile,
 }
 
 impl Lib {
-    pub const ALL: [Lib; 6] = [Lib::Cuda, Lib::Ibverbs, Lib::Nccl, Lib::Ucp, Lib::Uct, Lib::Ucs];
+    pub const ALL: [Lib; 7] = [
+        Lib::Cuda,
+        Lib::Ibverbs,
+        Lib::Nccl,
+        Lib::Ucp,
+        Lib::Uct,
+        Lib::Ucs,
+        Lib::Cufile,
+    ];
 
     /// File-name stem (`libcuda.so`, `libcuda.so.1`, `libcuda.so.580.1` match).
     pub fn stem(self) -> &'static str {
@@ -34,6 +45,7 @@ impl Lib {
             Lib::Ucp => "libucp.so",
             Lib::Uct => "libuct.so",
             Lib::Ucs => "libucs.so",
+            Lib::Cufile => "libcufile.so",
         }
     }
 
@@ -45,6 +57,7 @@ impl Lib {
             Lib::Ucp => "libucp",
             Lib::Uct => "libuct",
             Lib::Ucs => "libucs",
+            Lib::Cufile => "libcufile",
         }
     }
 
@@ -55,6 +68,7 @@ impl Lib {
             Lib::Ibverbs => Family::Ibverbs,
             Lib::Nccl => Family::Nccl,
             Lib::Ucp | Lib::Uct | Lib::Ucs => Family::Ucx,
+            Lib::Cufile => Family::Gds,
         }
     }
 
@@ -148,6 +162,26 @@ pub enum Kind {
     /// UCX data calls (send, put, get, AM and stream send, receives
     /// posted): aggregated per (process, op, endpoint or worker).
     UcxData,
+    /// cuFile's driver: `cuFileDriverOpen` (compat mode or nvidia-fs is
+    /// decided here), `cuFileDriverClose`, `cuFileDriverGetProperties`.
+    CufileDriverOpen,
+    CufileDriverClose,
+    CufileProperties,
+    /// A file handle registered (`cuFileHandleRegister`: the fd behind it)
+    /// and deregistered.
+    CufileHandleRegister,
+    CufileHandleDeregister,
+    /// A GPU buffer registered with cuFile (`cuFileBufRegister`) and
+    /// released: an unregistered buffer is bounced through cuFile's own.
+    CufileBufRegister,
+    CufileBufDeregister,
+    /// cuFile reads and writes, synchronous and stream-ordered: aggregated
+    /// per (process, op, file handle).
+    CufileIo,
+    /// Batch I/O: set-up, submissions (aggregated per batch) and release.
+    CufileBatchSetUp,
+    CufileBatchSubmit,
+    CufileBatchDestroy,
 }
 
 /// What a function returns, and so how its return value says it succeeded.
@@ -160,6 +194,13 @@ pub enum Returns {
     /// A pointer to the object the call made, NULL on failure
     /// (`struct ibv_mr *`, `struct ibv_pd *`, `struct ibv_qp *`).
     Object,
+    /// cuFile's `CUfileError_t {CUfileOpError err; CUresult cu_err}`, eight
+    /// bytes returned in `rax`: `err` (the low half) is 0 on success.
+    CufileError,
+    /// A byte count, negative on failure (`ssize_t cuFileRead`).
+    Size,
+    /// Nothing (`void cuFileHandleDeregister`): never fails.
+    Void,
 }
 
 /// One row of the table.
@@ -203,6 +244,15 @@ pub struct Row {
     /// it into `args[nccl_id::HASH_ARG]` and `args[nccl_id::LEGACY_HASH_ARG]`
     /// (`tracer_common::nccl_id`), which the row leaves free.
     pub unique_id: Option<u8>,
+    /// Aggregated rows with a return probe: bytes are the return value
+    /// (what the call moved), failures are evented, and the kernel's
+    /// latency slots time every call (cuFile reads and writes).
+    pub ret_bytes: bool,
+    /// With `ret_read`: read behind this argument (as the entry saw it)
+    /// instead of behind the returned pointer.
+    pub read_arg: Option<u8>,
+    /// Aggregated rows: the count argument points to the byte count.
+    pub count_deref: bool,
 }
 
 impl Row {
@@ -212,6 +262,9 @@ impl Row {
         match self.returns {
             Returns::Status => ret == 0,
             Returns::Object => ret != 0,
+            Returns::CufileError => ret as i32 == 0,
+            Returns::Size => ret >= 0,
+            Returns::Void => true,
         }
     }
 
@@ -221,7 +274,7 @@ impl Row {
     pub const fn object(&self, args: &[u64; tracer_common::MAX_ARGS], ret: i64) -> u64 {
         match self.returns {
             Returns::Object => ret as u64,
-            Returns::Status => args[0],
+            Returns::Status | Returns::CufileError | Returns::Size | Returns::Void => args[0],
         }
     }
 
@@ -244,7 +297,7 @@ impl Row {
     /// No return probe: aggregated rows (counts and bytes are arguments)
     /// and context switches.
     pub const fn entry_only(&self) -> bool {
-        self.aggregate || self.hot_setup
+        (self.aggregate && !self.ret_bytes) || self.hot_setup
     }
 
     /// The link the row's offsets join: context switches and budgeted
@@ -331,6 +384,9 @@ const fn row(lib: Lib, symbol: &'static str, name: &'static str, kind: Kind, arg
         budgeted: false,
         sample_first: false,
         unique_id: None,
+        ret_bytes: false,
+        read_arg: None,
+        count_deref: false,
     }
 }
 
@@ -354,6 +410,59 @@ const fn ucx_data(mut r: Row, count: u8, handle: u8) -> Row {
     r.aggregate = true;
     r.sample_first = true;
     r.coll = Some((count, tracer_common::NO_ARG, handle));
+    r
+}
+
+/// A cuFile call that returns a `CUfileError_t`.
+const fn cufile(mut r: Row) -> Row {
+    r.returns = Returns::CufileError;
+    r
+}
+
+/// A call that returns nothing.
+const fn void(mut r: Row) -> Row {
+    r.returns = Returns::Void;
+    r
+}
+
+/// `ret_read` behind argument `arg` rather than the returned pointer.
+const fn read_behind(mut r: Row, arg: u8, offset: u32) -> Row {
+    r.ret_read = Some(offset);
+    r.read_arg = Some(arg);
+    r
+}
+
+/// A cuFile read or write: aggregated per (process, op, file handle) with
+/// the bytes it returned; the return probe stays (the kernel's latency
+/// slots time each call, a failure is evented) and the first call of each
+/// row is evented for its buffer, size and offsets.
+const fn cufile_io(mut r: Row) -> Row {
+    r.aggregate = true;
+    r.sample_first = true;
+    r.ret_bytes = true;
+    r.returns = Returns::Size;
+    r.coll = Some((2, tracer_common::NO_ARG, 0));
+    r
+}
+
+/// A stream-ordered cuFile read or write: aggregated at submission per
+/// (process, op, file handle), its bytes read behind `size_p`.
+const fn cufile_async(mut r: Row) -> Row {
+    r.aggregate = true;
+    r.sample_first = true;
+    r.count_deref = true;
+    r.returns = Returns::CufileError;
+    r.coll = Some((2, tracer_common::NO_ARG, 0));
+    r
+}
+
+/// A batch submission: aggregated per (process, batch), calls only (the
+/// sizes are in the `CUfileIOParams_t` array), its first call evented.
+const fn cufile_batch(mut r: Row) -> Row {
+    r.aggregate = true;
+    r.sample_first = true;
+    r.returns = Returns::CufileError;
+    r.coll = Some((tracer_common::NO_ARG, tracer_common::NO_ARG, 0));
     r
 }
 
@@ -1033,6 +1142,138 @@ pub static TABLE: &[Row] = &[
         Kind::UcxRegionInsert,
         &[Handle, Addr],
     ),
+    // cuFile (appended). Prototypes of `cufile.h` (libcufile 1.15, CUDA 13.0;
+    // unchanged since 1.0 for these calls). `CUfileError_t` is returned in rax.
+    // CUfileError_t cuFileDriverOpen(void);
+    cufile(row(
+        Lib::Cufile,
+        "cuFileDriverOpen",
+        "cuFileDriverOpen",
+        Kind::CufileDriverOpen,
+        &[],
+    )),
+    // CUfileError_t cuFileDriverClose(void);  (and cuFileDriverClose_v2)
+    cufile(row(
+        Lib::Cufile,
+        "cuFileDriverClose",
+        "cuFileDriverClose",
+        Kind::CufileDriverClose,
+        &[],
+    )),
+    // CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t *props);
+    // props->nvfs = {unsigned major, minor; size_t poll_thresh_size,
+    // max_direct_io_size; unsigned dstatusflags, dcontrolflags; ...}: the
+    // status and control flags (8 bytes at 24) read into args[5] at return.
+    cufile(read_behind(
+        row(
+            Lib::Cufile,
+            "cuFileDriverGetProperties",
+            "cuFileDriverGetProperties",
+            Kind::CufileProperties,
+            &[Addr],
+        ),
+        0,
+        24,
+    )),
+    // CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *descr);
+    // descr = {CUfileFileHandleType type; union {int fd; void *handle;} handle;
+    // const CUfileFSOps_t *fs_ops}: the fd (8 bytes at 8, low half) into args[5].
+    cufile(read_behind(
+        row(
+            Lib::Cufile,
+            "cuFileHandleRegister",
+            "cuFileHandleRegister",
+            Kind::CufileHandleRegister,
+            &[Out, Addr],
+        ),
+        1,
+        8,
+    )),
+    // void cuFileHandleDeregister(CUfileHandle_t fh);
+    void(row(
+        Lib::Cufile,
+        "cuFileHandleDeregister",
+        "cuFileHandleDeregister",
+        Kind::CufileHandleDeregister,
+        &[Handle],
+    )),
+    // CUfileError_t cuFileBufRegister(const void *bufPtr_base, size_t length, int flags);
+    cufile(row(
+        Lib::Cufile,
+        "cuFileBufRegister",
+        "cuFileBufRegister",
+        Kind::CufileBufRegister,
+        &[Addr, Bytes, Int],
+    )),
+    // CUfileError_t cuFileBufDeregister(const void *bufPtr_base);
+    cufile(row(
+        Lib::Cufile,
+        "cuFileBufDeregister",
+        "cuFileBufDeregister",
+        Kind::CufileBufDeregister,
+        &[Addr],
+    )),
+    // ssize_t cuFileRead(CUfileHandle_t fh, void *bufPtr_base, size_t size, off_t file_offset,
+    //                    off_t bufPtr_offset);
+    cufile_io(row(
+        Lib::Cufile,
+        "cuFileRead",
+        "cuFileRead",
+        Kind::CufileIo,
+        &[Handle, Addr, Bytes, Int, Int],
+    )),
+    // ssize_t cuFileWrite(CUfileHandle_t fh, const void *bufPtr_base, size_t size, off_t file_offset,
+    //                     off_t bufPtr_offset);
+    cufile_io(row(
+        Lib::Cufile,
+        "cuFileWrite",
+        "cuFileWrite",
+        Kind::CufileIo,
+        &[Handle, Addr, Bytes, Int, Int],
+    )),
+    // CUfileError_t cuFileReadAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *size_p,
+    //     off_t *file_offset_p, off_t *bufPtr_offset_p, ssize_t *bytes_read_p, CUstream_t stream);
+    cufile_async(row(
+        Lib::Cufile,
+        "cuFileReadAsync",
+        "cuFileReadAsync",
+        Kind::CufileIo,
+        &[Handle, Addr, Addr, Addr, Addr, Addr],
+    )),
+    // CUfileError_t cuFileWriteAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *size_p,
+    //     off_t *file_offset_p, off_t *bufPtr_offset_p, ssize_t *bytes_written_p, CUstream_t stream);
+    cufile_async(row(
+        Lib::Cufile,
+        "cuFileWriteAsync",
+        "cuFileWriteAsync",
+        Kind::CufileIo,
+        &[Handle, Addr, Addr, Addr, Addr, Addr],
+    )),
+    // CUfileError_t cuFileBatchIOSetUp(CUfileBatchHandle_t *batch_idp, unsigned nr);
+    cufile(row(
+        Lib::Cufile,
+        "cuFileBatchIOSetUp",
+        "cuFileBatchIOSetUp",
+        Kind::CufileBatchSetUp,
+        &[Out, Count],
+    )),
+    // CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch_idp, unsigned nr,
+    //                                   CUfileIOParams_t *iocbp, unsigned int flags);
+    cufile_batch(row(
+        Lib::Cufile,
+        "cuFileBatchIOSubmit",
+        "cuFileBatchIOSubmit",
+        Kind::CufileBatchSubmit,
+        &[Handle, Count, Addr, Int],
+    )),
+    // void cuFileBatchIODestroy(CUfileBatchHandle_t batch_idp);
+    void(row(
+        Lib::Cufile,
+        "cuFileBatchIODestroy",
+        "cuFileBatchIODestroy",
+        Kind::CufileBatchDestroy,
+        &[Handle],
+    )),
 ];
 
 /// Op code of a table row.
@@ -1090,6 +1331,12 @@ pub fn config_of(row: &Row) -> OpConfig {
     if row.unique_id.is_some() {
         flags |= op_flags::NCCL_ID;
     }
+    if row.ret_bytes {
+        flags |= op_flags::BYTES_FROM_RET | op_flags::FAIL_EVENTS;
+    }
+    if row.count_deref {
+        flags |= op_flags::COUNT_DEREF;
+    }
     OpConfig {
         flags,
         deref_args: deref,
@@ -1099,7 +1346,8 @@ pub fn config_of(row: &Row) -> OpConfig {
         handle_arg: row.coll.map_or(tracer_common::NO_ARG, |c| c.2),
         key_args,
         id_src: row.unique_id.unwrap_or(tracer_common::NO_ARG),
-        _pad: [0; 3],
+        read_arg: row.read_arg.unwrap_or(tracer_common::NO_ARG),
+        _pad: [0; 2],
     }
 }
 

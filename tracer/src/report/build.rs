@@ -49,6 +49,7 @@ pub fn build(agg: &Aggregator, inputs: Inputs) -> Report {
         workloads: Vec::new(),
         gpu_links: inputs.gpu_links,
         ucx: crate::stats::ucx::report(agg, &inputs.process_libraries),
+        gds: crate::stats::gds::report(agg),
         judged: false,
     }
 }

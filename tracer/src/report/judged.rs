@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::{Report, accounting};
 use crate::{
-    classify::comm::NcclLog,
+    classify::{Transport, comm::NcclLog},
     judge::{CollectiveIn, Inputs, ProcessIn},
 };
 
@@ -84,7 +84,9 @@ impl Report {
             corroborate_verdicts(self, text);
         }
         // Collective bytes take their process's transport; bytes of a
-        // host-staged transport count as staged.
+        // host-staged transport count as staged. A `mixed` process (a
+        // communicator split by peer group) counts its host-staged
+        // communicator paths' bytes instead.
         for c in &mut self.collectives {
             if let Some(v) = self.verdicts.iter().find(|v| v.pid == c.pid) {
                 c.transport = v.transport.name();
@@ -95,7 +97,23 @@ impl Report {
                 }
             }
         }
+        for v in self.verdicts.iter().filter(|v| v.transport == Transport::Mixed) {
+            let staged = nccl_staged(&self.paths, v.pid);
+            if let Some(p) = self.processes.iter_mut().find(|p| p.pid == v.pid) {
+                p.staged_bytes += staged;
+            }
+        }
     }
+}
+
+/// The staged bytes of a process's host-staged NCCL communicator paths.
+fn nccl_staged(paths: &[crate::classify::path::Path], pid: u32) -> u64 {
+    use crate::classify::path::PeerKind;
+    paths
+        .iter()
+        .filter(|p| p.pid == pid && p.host_staged && p.peer_kind == PeerKind::NcclCommunicator)
+        .map(|p| p.staged_bytes)
+        .sum()
 }
 
 /// The inputs a built report holds.
@@ -121,6 +139,7 @@ pub fn inputs_of(r: &Report) -> Inputs {
         facts: Some(r.facts.clone()),
         ucx: r.ucx.clone(),
         windows: r.windows.clone(),
+        gds: r.gds.clone(),
         nccl_peers: Default::default(),
     }
 }

@@ -349,6 +349,11 @@ pub struct Report {
     /// registrations and the registration cache (`classify/ucx/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ucx: Option<crate::classify::ucx::UcxReport>,
+    /// Processes that used libcufile (GPUDirect Storage): driver, file
+    /// handles, buffers, reads and writes per handle, and each file's
+    /// positional I/O and nvidia-fs ioctls (`classify/gds/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gds: Option<crate::classify::gds::GdsReport>,
     /// Whether `judge` ran (verdicts, staging and collective transfers are final).
     #[serde(skip)]
     pub judged: bool,
@@ -468,7 +473,12 @@ pub(crate) fn signals(coverage: &[Coverage], vmstat: bool) -> Vec<Signal> {
         (Family::Ibverbs, "libibverbs MR registration"),
         (Family::Nccl, "libnccl communicators and collectives"),
         (Family::Ucx, "UCX endpoints, registrations and data calls"),
+        (Family::Gds, "libcufile (GPUDirect Storage) files, buffers and I/O"),
     ] {
+        // Traces from before a family existed have no row of it.
+        if family == Family::Gds && !coverage.iter().any(|c| c.family == family) {
+            continue;
+        }
         let (ok, how) = attached(family);
         out.push(Signal {
             signal,

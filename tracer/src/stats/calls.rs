@@ -67,6 +67,10 @@ impl Aggregator {
         let (c, registered) = self.classified(e)?;
         let classified = c.clone();
         self.ucx.observe(e, c.transport, &self.registry);
+        if kind_is(Kind::HostRegister) && !c.failed {
+            self.gds.host_register(e.pid, c.bytes);
+        }
+        self.cufile_call(e);
         self.set_up(e, &c, kind_is(Kind::CommInit), kind_is(Kind::CommEnd));
         if registered {
             self.registration_latency(e, &c);
@@ -100,8 +104,13 @@ impl Aggregator {
         }
         // The first call of an aggregated row: a sample of its arguments,
         // not a call (the kernel counts those).
-        if e.kind == kind::ENTRY && uapi::row_of(e.op).is_some_and(|(_, r)| r.aggregate) {
-            self.ucx.sample(e, &self.registry);
+        if let Some((_, r)) = uapi::row_of(e.op).filter(|(_, r)| e.kind == kind::ENTRY && r.aggregate) {
+            if r.lib == uapi::Lib::Cufile {
+                self.cufile_process(e.pid);
+                self.gds.sample(e, &self.registry);
+            } else {
+                self.ucx.sample(e, &self.registry);
+            }
             return None;
         }
         if self.registry.nvlink.is_none() && uapi::row_of(e.op).is_some_and(|(_, r)| r.kind == Kind::Copy) {

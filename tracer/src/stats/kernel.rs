@@ -35,8 +35,11 @@ impl Aggregator {
     /// The counts of the duty cycle's last interval, read at `t_ns`.
     fn counts_read_at(&mut self, t_ns: u64) {
         self.estimator.clock(t_ns);
-        self.estimator
-            .counts(&sampled_rows(&self.collectives_counted, &self.copies.counted()));
+        self.estimator.counts(&sampled_rows(
+            &self.collectives_counted,
+            &self.copies.counted(),
+            &self.io_counted,
+        ));
     }
 
     /// Replaces the kernel-aggregated totals (they are cumulative) and
@@ -62,6 +65,7 @@ impl Aggregator {
             fds,
         } = self.count_rows(rows);
         self.processes_of_collectives();
+        self.io_rows_tick();
         self.read_connections();
         for ((pid, name), calls) in socket_calls {
             if let Some(p) = self.procs.get_mut(&pid) {
@@ -87,20 +91,46 @@ impl Aggregator {
                 let c = self.ucx.procs.get(pid).map(|s| &s.copies);
                 let copies = c.map_or([0; 3], |c| [c.gpu_host_bytes, c.gpu_gpu_bytes, c.unknown_bytes]);
                 let socket = p.socket.bytes_sent + p.socket.bytes_received;
-                (*pid, super::windows::Totals { copies, socket })
+                let (files, nvfs_ioctls) = self.file_totals(*pid);
+                let t = super::windows::Totals {
+                    copies,
+                    socket,
+                    files,
+                    nvfs_ioctls,
+                };
+                (*pid, t)
             })
             .collect();
-        self.windows.tick(&self.collectives, &totals);
+        self.windows.tick(self.collectives.iter().chain(&self.io), &totals);
     }
 
     /// The collective rows as counted (replaced); the other rows sorted
     /// out for their own figures.
     fn count_rows(&mut self, rows: &[(AggKey, AggValue)]) -> OtherRows {
         self.collectives_counted.clear();
+        self.io_counted.clear();
+        self.p2pdma.clear();
         let mut other = OtherRows::default();
         for (k, v) in rows {
             let name = crate::probes::ops::op_name(k.op);
-            if crate::probes::uapi::row_of(k.op).is_some_and(|(_, r)| r.copy_rows()) {
+            let row = crate::probes::uapi::row_of(k.op).map(|(_, r)| r);
+            // cuFile's rows and the file syscalls: the file paths' own rows.
+            if row.is_some_and(|r| r.lib == crate::probes::uapi::Lib::Cufile)
+                || crate::probes::catalog::file_evidence_op(k.op)
+            {
+                if matches!(
+                    k.op,
+                    tracer_common::op::P2PDMA_MAP_SEGMENT | tracer_common::op::P2PDMA_MAP_TYPE
+                ) {
+                    *self.p2pdma.entry(k.tgid).or_default() += v.calls;
+                } else {
+                    let e = self.io_counted.entry((k.tgid, name, k.handle)).or_default();
+                    e.0 += v.calls;
+                    e.1 += v.bytes;
+                }
+                continue;
+            }
+            if row.is_some_and(|r| r.copy_rows()) {
                 let e = other.copies.entry((k.tgid, k.op, k.handle)).or_default();
                 e.0 += v.calls;
                 e.1 += v.bytes;
@@ -149,8 +179,11 @@ impl Aggregator {
         for pid in done.into_iter().chain(std::mem::take(&mut self.exiting)) {
             self.estimator.exited(pid);
         }
-        self.estimator
-            .settle(&sampled_rows(&self.collectives_counted, &self.copies.counted()));
+        self.estimator.settle(&sampled_rows(
+            &self.collectives_counted,
+            &self.copies.counted(),
+            &self.io_counted,
+        ));
         self.scale_collectives();
         // One transfer record per copy class for the calls beyond its
         // first ones (which have their own), like the collectives' one per
@@ -181,8 +214,13 @@ impl Aggregator {
             .iter()
             .map(|(k, c)| (k.clone(), self.estimator.estimate(k, *c)))
             .collect();
+        self.io = self
+            .io_counted
+            .iter()
+            .map(|(k, c)| (k.clone(), self.estimator.estimate(k, *c)))
+            .collect();
         let mut per: BTreeMap<ProcOp, u64> = BTreeMap::new();
-        for ((pid, name, _), (calls, _)) in &self.collectives {
+        for ((pid, name, _), (calls, _)) in self.collectives.iter().chain(&self.io) {
             *per.entry((*pid, name.clone())).or_default() += calls;
         }
         for ((pid, name), calls) in per {

@@ -147,6 +147,10 @@ impl Aggregator {
         self.exiting.remove(&pid);
         self.credited.remove(&pid);
         self.windows.forget(pid);
+        self.io.retain(|(p, _, _), _| *p != pid);
+        self.io_counted.retain(|(p, _, _), _| *p != pid);
+        self.p2pdma.remove(&pid);
+        self.gds.forget(pid);
     }
 
     /// A process is gone: once the duty cycle has run, the interval it

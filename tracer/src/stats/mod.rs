@@ -13,6 +13,7 @@ mod calls;
 pub mod copies;
 pub mod duty;
 pub mod feed;
+pub mod gds;
 mod identity;
 mod kernel;
 mod lifecycle;
@@ -142,6 +143,15 @@ pub struct Aggregator {
     ucx: classify::ucx::Tracker,
     /// Where each process's bytes went while which paths ran (`windows.rs`).
     windows: windows::Windows,
+    /// cuFile reads and writes per (pid, op, handle) and the file I/O and
+    /// ioctls per (pid, op, fd), as the kernel counted them (sampled rows),
+    /// and with the duty cycle's estimates (`stats/gds.rs`).
+    io_counted: BTreeMap<RowKey, CallsBytes>,
+    io: BTreeMap<RowKey, CallsBytes>,
+    /// P2PDMA mappings per process (`pci_p2pdma_map_*`, counted).
+    p2pdma: BTreeMap<u32, u64>,
+    /// cuFile evidence per process (driver, handles, buffers, samples, fds).
+    gds: classify::gds::Tracker,
     /// NCCL's RAS answer and what it told (`identity.rs`).
     nccl_ras: Option<crate::identity::ras::NcclRas>,
 }
@@ -176,6 +186,10 @@ impl Aggregator {
             reg_latency: BTreeMap::new(),
             ucx: Default::default(),
             windows: Default::default(),
+            io_counted: BTreeMap::new(),
+            io: BTreeMap::new(),
+            p2pdma: BTreeMap::new(),
+            gds: Default::default(),
             nccl_ras: None,
         }
     }
@@ -272,7 +286,7 @@ impl Aggregator {
             p.collectives_sampled.sampled_us += on_us;
         }
         let procs = &self.procs;
-        let counted = sampled_rows(&self.collectives_counted, &self.copies.counted());
+        let counted = sampled_rows(&self.collectives_counted, &self.copies.counted(), &self.io_counted);
         self.estimator.interval(&counted, on_us, off_us, &cpu, |pid| {
             procs.get(&pid).is_some_and(|p| alive(pid, p))
         });
@@ -381,6 +395,12 @@ impl Aggregator {
             .any(|(k, _)| self.estimator.lower_bound(k))
     }
 
+    /// cuFile reads and writes per handle and the file I/O of cuFile
+    /// processes per fd, with the duty cycle's estimates.
+    pub fn io_rows(&self) -> &BTreeMap<RowKey, CallsBytes> {
+        &self.io
+    }
+
     /// The kernel-aggregated rows as counted.
     pub fn collectives_counted(&self) -> &BTreeMap<RowKey, CallsBytes> {
         &self.collectives_counted
@@ -449,13 +469,16 @@ impl Aggregator {
 }
 
 /// The rows of the duty-cycled group as counted: collectives, group and
-/// UCX data calls, and copies (their keys never collide: op names differ).
+/// UCX data calls, copies, cuFile reads and writes and the file syscalls
+/// (their keys never collide: op names differ).
 fn sampled_rows(
     collectives: &BTreeMap<RowKey, CallsBytes>,
     copies: &BTreeMap<RowKey, CallsBytes>,
+    io: &BTreeMap<RowKey, CallsBytes>,
 ) -> BTreeMap<RowKey, CallsBytes> {
     let mut all = collectives.clone();
     all.extend(copies.iter().map(|(k, v)| (k.clone(), *v)));
+    all.extend(io.iter().map(|(k, v)| (k.clone(), *v)));
     all
 }
 

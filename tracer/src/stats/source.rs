@@ -42,6 +42,22 @@ pub enum Fact {
     /// Its address space when first seen, written only when NVIDIA devices
     /// were mapped then: its CUDA state predates the trace (attach).
     Space { pid: u32, space: AddressSpace },
+    /// The file behind an fd of a cuFile process (`/proc/PID/fd`,
+    /// `fdinfo`, `mountinfo`), when its I/O or a handle registration first
+    /// named it; None when it could not be read (closed, or the process gone).
+    File {
+        pid: u32,
+        fd: i32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        file: Option<crate::counters::OpenFile>,
+    },
+    /// cuFile's configuration for a process (`cufile.json`), at its first
+    /// libcufile call; None when no file was found.
+    Cufile {
+        pid: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        config: Option<crate::classify::gds::CufileConfig>,
+    },
     /// Its established TCP connections, read once where one of its NCCL
     /// communicators had no identity (`identity::connections`).
     Connections {
@@ -59,6 +75,8 @@ impl Fact {
             | Fact::Sample { pid, .. }
             | Fact::Gone { pid }
             | Fact::Space { pid, .. }
+            | Fact::File { pid, .. }
+            | Fact::Cufile { pid, .. }
             | Fact::Connections { pid, .. } => *pid,
         }
     }
@@ -91,6 +109,12 @@ pub trait ProcSource: std::fmt::Debug {
     /// The address space of a process seen for the first time, when it has
     /// NVIDIA devices mapped (`/proc/PID/maps`, VmPin).
     fn space(&mut self, pid: u32) -> Option<AddressSpace>;
+    /// The file behind `fd` of `pid`, while it is open.
+    fn file(&mut self, pid: u32, fd: i32) -> Option<crate::counters::OpenFile>;
+    /// cuFile's configuration for `pid` (its environment given): the
+    /// `cufile.json` it reads, seen through its mount namespace.
+    fn cufile_config(&mut self, pid: u32, env: &BTreeMap<String, String>)
+    -> Option<crate::classify::gds::CufileConfig>;
     /// Its established TCP connections (`/proc/PID/fd`, `/proc/PID/net/tcp*`).
     fn connections(&mut self, pid: u32) -> Vec<crate::identity::Connection>;
 }
@@ -135,6 +159,22 @@ impl ProcSource for LiveProc {
 
     fn space(&mut self, pid: u32) -> Option<AddressSpace> {
         counters::address_space(pid)
+    }
+
+    fn file(&mut self, pid: u32, fd: i32) -> Option<crate::counters::OpenFile> {
+        counters::open_file(pid, fd)
+    }
+
+    fn cufile_config(
+        &mut self,
+        pid: u32,
+        env: &BTreeMap<String, String>,
+    ) -> Option<crate::classify::gds::CufileConfig> {
+        use crate::classify::gds::config;
+        let inside = |p: &str| format!("/proc/{pid}/root{p}");
+        let path = config::path_for(env, |p| std::path::Path::new(&inside(p)).exists())?;
+        let text = std::fs::read_to_string(inside(&path)).ok()?;
+        Some(config::parse(&path, &text))
     }
 
     fn connections(&mut self, pid: u32) -> Vec<crate::identity::Connection> {
@@ -204,6 +244,28 @@ impl ProcSource for Recorded {
     fn space(&mut self, pid: u32) -> Option<AddressSpace> {
         match self.take(pid, |f| matches!(f, Fact::Space { .. })) {
             Some(Fact::Space { space, .. }) => Some(space),
+            _ => None,
+        }
+    }
+
+    fn file(&mut self, pid: u32, fd: i32) -> Option<crate::counters::OpenFile> {
+        let mut pending = self.pending.borrow_mut();
+        let i = pending
+            .iter()
+            .position(|f| matches!(f, Fact::File { pid: p, fd: d, .. } if *p == pid && *d == fd))?;
+        match pending.remove(i) {
+            Fact::File { file, .. } => file,
+            _ => None,
+        }
+    }
+
+    fn cufile_config(
+        &mut self,
+        pid: u32,
+        _env: &BTreeMap<String, String>,
+    ) -> Option<crate::classify::gds::CufileConfig> {
+        match self.take(pid, |f| matches!(f, Fact::Cufile { .. })) {
+            Some(Fact::Cufile { config, .. }) => config,
             _ => None,
         }
     }

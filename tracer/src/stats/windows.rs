@@ -1,12 +1,15 @@
 //! Where each process's bytes went, tick by tick: the evidence that judges
 //! its paths. At every read of the kernel's totals, the process's path rows
-//! (collectives per communicator, UCX data calls per endpoint) that moved
-//! data in the tick are its carriers (a row with a tenth of the tick's
-//! bytes or more), and the bytes that moved meanwhile through host memory
-//! (copies between GPU and host, socket send/recv) or between devices
-//! (device-to-device copies) are added to the window of that carrier set.
+//! (collectives per communicator, UCX data calls per endpoint, cuFile reads
+//! and writes per handle) that moved data in the tick are its carriers (a
+//! row with a tenth of the tick's bytes or more), and the bytes that moved
+//! meanwhile through host memory (copies between GPU and host, socket
+//! send/recv, a cuFile process's positional file I/O per file) or between
+//! devices (device-to-device copies), and its nvidia-fs ioctls, are added
+//! to the window of that carrier set.
 //! A tick without calls of its own carries on the last set: a GET in
-//! flight moves its bytes after its call returned. A process that never
+//! flight moves its bytes after its call returned (not after synchronous
+//! cuFile reads and writes, whose bytes moved before they returned). A process that never
 //! called a path row has one window with no carriers: what it served for
 //! its peers. The judge (`judge/paths.rs`) gives each path the windows it
 //! carried alone, and calls ambiguous what moved while several did.
@@ -40,6 +43,19 @@ pub struct Window {
     pub unknown_copy_bytes: u64,
     /// Socket send/recv bytes.
     pub socket_bytes: u64,
+    /// Positional file I/O of a cuFile process, per file (`major:minor:inode`):
+    /// bytes read and written (compat mode's POSIX I/O through host memory).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub file_read_bytes: BTreeMap<String, u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub file_write_bytes: BTreeMap<String, u64>,
+    /// ioctls on nvidia-fs devices (nvidia-fs moving a file's bytes).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub nvfs_ioctls: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// The cumulative figures of one process at the last tick.
@@ -48,6 +64,8 @@ struct Last {
     rows: BTreeMap<String, CallsBytes>,
     copies: [u64; 3],
     socket: u64,
+    files: BTreeMap<String, [u64; 2]>,
+    nvfs_ioctls: u64,
     carriers: Vec<String>,
 }
 
@@ -63,25 +81,44 @@ pub fn row_key(op: &str, handle: u64) -> String {
     format!("{op}@{handle:#x}")
 }
 
-/// Whether an aggregated row defines a path (data calls per communicator or
-/// endpoint), not group brackets or sockets.
+/// Whether an aggregated row defines a path (data calls per communicator,
+/// endpoint or cuFile handle), not group brackets or sockets.
 pub fn is_path_op(op: &str) -> bool {
-    uapi::TABLE
-        .iter()
-        .any(|r| r.name == op && matches!(r.kind, Kind::Collective | Kind::PointToPoint | Kind::UcxData))
+    uapi::TABLE.iter().any(|r| {
+        r.name == op
+            && matches!(
+                r.kind,
+                Kind::Collective | Kind::PointToPoint | Kind::UcxData | Kind::CufileIo | Kind::CufileBatchSubmit
+            )
+    })
+}
+
+/// Whether a path row's calls move all their bytes before they return
+/// (synchronous cuFile reads and writes): no tail carries on after them.
+fn synchronous(row: &str) -> bool {
+    let op = row.split('@').next().unwrap_or(row);
+    uapi::row_named(op).is_some_and(|r| r.ret_bytes)
 }
 
 /// One process's cumulative figures at a tick.
+#[derive(Default)]
 pub struct Totals {
     /// Copies by side: GPU-host, GPU-GPU, unknown.
     pub copies: [u64; 3],
     pub socket: u64,
+    /// Positional file I/O per file: bytes read, written (cuFile processes).
+    pub files: BTreeMap<String, [u64; 2]>,
+    pub nvfs_ioctls: u64,
 }
 
 impl Windows {
     /// A tick: the kernel's rows (estimated where sampled) and each
     /// process's cumulative copies and socket bytes.
-    pub fn tick(&mut self, rows: &BTreeMap<RowKey, CallsBytes>, totals: &BTreeMap<u32, Totals>) {
+    pub fn tick<'a>(
+        &mut self,
+        rows: impl IntoIterator<Item = (&'a RowKey, &'a CallsBytes)>,
+        totals: &BTreeMap<u32, Totals>,
+    ) {
         let mut by_pid: BTreeMap<u32, BTreeMap<String, CallsBytes>> = BTreeMap::new();
         let mut path_op: BTreeMap<&str, bool> = BTreeMap::new();
         for ((pid, op, handle), v) in rows {
@@ -115,17 +152,31 @@ impl Windows {
             };
             if !carriers.is_empty() {
                 last.carriers = carriers;
+            } else if last.carriers.iter().all(|k| synchronous(k)) {
+                // Their bytes had moved when they returned: what moves now is not theirs.
+                last.carriers.clear();
             }
             let copies = t.map_or(last.copies, |t| t.copies);
             let socket = t.map_or(last.socket, |t| t.socket);
+            let files = t.map_or_else(|| last.files.clone(), |t| t.files.clone());
+            let nvfs = t.map_or(last.nvfs_ioctls, |t| t.nvfs_ioctls);
             let d = |now: u64, before: u64| now.saturating_sub(before);
             let deltas = [
                 d(copies[0], last.copies[0]),
                 d(copies[1], last.copies[1]),
                 d(copies[2], last.copies[2]),
                 d(socket, last.socket),
+                d(nvfs, last.nvfs_ioctls),
             ];
-            if total > 0 || deltas.iter().any(|x| *x > 0) {
+            let file_deltas: Vec<(&String, [u64; 2])> = files
+                .iter()
+                .map(|(k, v)| {
+                    let before = last.files.get(k).copied().unwrap_or_default();
+                    (k, [d(v[0], before[0]), d(v[1], before[1])])
+                })
+                .filter(|(_, v)| v[0] + v[1] > 0)
+                .collect();
+            if total > 0 || deltas.iter().any(|x| *x > 0) || !file_deltas.is_empty() {
                 let w = self
                     .windows
                     .entry((pid, last.carriers.clone()))
@@ -142,10 +193,21 @@ impl Windows {
                 w.device_copy_bytes += deltas[1];
                 w.unknown_copy_bytes += deltas[2];
                 w.socket_bytes += deltas[3];
+                w.nvfs_ioctls += deltas[4];
+                for (k, [r, wr]) in file_deltas {
+                    if r > 0 {
+                        *w.file_read_bytes.entry(k.clone()).or_default() += r;
+                    }
+                    if wr > 0 {
+                        *w.file_write_bytes.entry(k.clone()).or_default() += wr;
+                    }
+                }
             }
             last.rows = now_rows;
             last.copies = copies;
             last.socket = socket;
+            last.files = files;
+            last.nvfs_ioctls = nvfs;
         }
     }
 
@@ -179,6 +241,7 @@ mod tests {
                     Totals {
                         copies: *copies,
                         socket: *socket,
+                        ..Totals::default()
                     },
                 )
             })

@@ -331,3 +331,30 @@ fn collnet_is_a_path_to_the_switches() {
         assert!(p.label().contains("CollNet switches"), "{}", p.label());
     }
 }
+
+/// A `mixed` rank's host-staged communicator paths count in its staged
+/// bytes: the accounting agrees with the paths, whichever peer group
+/// staged.
+#[test]
+fn a_mixed_ranks_staged_paths_count_in_its_staged_bytes() {
+    use gdrtrace::classify::path::PeerKind;
+    for c in CASES.iter().filter(|c| c.transport == "mixed") {
+        let r = replay(c.recording, c.log);
+        for p in &r.processes {
+            let staged: u64 = r
+                .paths
+                .iter()
+                .filter(|x| x.pid == p.pid && x.host_staged && x.peer_kind == PeerKind::NcclCommunicator)
+                .map(|x| x.staged_bytes)
+                .sum();
+            assert!(
+                p.staged_bytes >= staged,
+                "{} on {}: pid {} staged {} < its paths' {staged}",
+                c.log,
+                c.recording,
+                p.pid,
+                p.staged_bytes
+            );
+        }
+    }
+}

@@ -1,5 +1,6 @@
 //! `gdrtrace bench ...`: the tracer's own cost, measured on the machine at
-//! hand. Each prints one JSON object on stdout (and a line on stderr);
+//! hand. Each prints one JSON object on stdout (its type is the `...Result`
+//! struct here, which the tests read back) and a line on stderr;
 //! `cargo xtask bench` runs the set and docs/perf.md holds the figures.
 use std::time::Instant;
 
@@ -21,10 +22,13 @@ use crate::{
 mod copies;
 mod uprobes;
 
-pub use self::copies::copies_in_report;
 use self::{
     copies::copies,
     uprobes::{duty, trap_cost, uprobe_hit},
+};
+pub use self::{
+    copies::copies_in_report,
+    uprobes::{DutyResult, TrapCostMedians, TrapCostResult, UprobeHitResult},
 };
 
 pub fn bench(b: &Bench) -> Result<i32> {
@@ -75,22 +79,22 @@ fn print<T: Serialize>(v: &T, line: String) -> Result<i32> {
     Ok(0)
 }
 
-#[derive(Serialize)]
-struct PipelineResult {
-    calls: u64,
-    threads: u32,
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct PipelineResult {
+    pub calls: u64,
+    pub threads: u32,
     /// Calls per second asked for (0: unpaced).
-    rate: u64,
-    ringbuf_bytes: u64,
-    wakeup_bytes: u64,
-    delivered: u64,
-    ringbuf_drops: u64,
-    complete: bool,
-    generator_s: f64,
+    pub rate: u64,
+    pub ringbuf_bytes: u64,
+    pub wakeup_bytes: u64,
+    pub delivered: u64,
+    pub ringbuf_drops: u64,
+    pub complete: bool,
+    pub generator_s: f64,
     /// Events delivered per second of the generator's run.
-    events_per_s: f64,
+    pub events_per_s: f64,
     /// CPU the tracer spent (all of it, not only decoding), per event.
-    tracer_cpu_us_per_event: f64,
+    pub tracer_cpu_us_per_event: f64,
 }
 
 fn pipeline(a: &BenchPipelineArgs) -> Result<i32> {
@@ -188,13 +192,13 @@ fn pipeline(a: &BenchPipelineArgs) -> Result<i32> {
     print(&r, line)
 }
 
-#[derive(Serialize)]
-struct DetachResult {
-    mode: String,
-    points: usize,
-    links: usize,
-    attach_ms: f64,
-    close_ms: f64,
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct DetachResult {
+    pub mode: String,
+    pub points: usize,
+    pub links: usize,
+    pub attach_ms: f64,
+    pub close_ms: f64,
 }
 
 fn detach(a: &BenchDetachArgs) -> Result<i32> {

@@ -4,19 +4,19 @@ use super::*;
 
 use crate::calibrate::{COLLECTIVE, call_loop, gdrtrace_bench_collective, gdrtrace_bench_unprobed};
 
-#[derive(Serialize)]
-struct UprobeHitResult {
-    mode: String,
-    calls_per_round: u64,
-    rounds: u32,
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct UprobeHitResult {
+    pub mode: String,
+    pub calls_per_round: u64,
+    pub rounds: u32,
     /// Median over rounds of (probed - unprobed) / calls.
-    ns_per_hit: f64,
-    ns_per_hit_min: f64,
-    ns_per_hit_max: f64,
-    unprobed_ns_per_call: f64,
+    pub ns_per_hit: f64,
+    pub ns_per_hit_min: f64,
+    pub ns_per_hit_max: f64,
+    pub unprobed_ns_per_call: f64,
     /// What the kernel summed for the stand-in's row (calls, bytes).
-    counted_calls: u64,
-    counted_bytes: u64,
+    pub counted_calls: u64,
+    pub counted_bytes: u64,
 }
 
 /// A bare session of this process with the stand-in collective probed as
@@ -27,16 +27,24 @@ fn probed_standin(mode: crate::probes::duty::Mode, group: Group) -> Result<(Sess
     Ok((session, ops[0]))
 }
 
-#[derive(Serialize)]
-struct TrapCostResult {
-    entry_ns: f64,
-    pair_ns: f64,
-    stepped_ns: f64,
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct TrapCostResult {
+    pub entry_ns: f64,
+    pub pair_ns: f64,
+    pub stepped_ns: f64,
     /// `--evict-kib`, and with it the medians of the rounds.
     #[serde(skip_serializing_if = "Option::is_none")]
-    evict_kib: Option<u64>,
+    pub evict_kib: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    median: Option<crate::calibrate::TrapCost>,
+    pub median: Option<TrapCostMedians>,
+}
+
+/// The medians of the `--evict-kib` rounds (the fields of `TrapCost`).
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct TrapCostMedians {
+    pub entry_ns: f64,
+    pub pair_ns: f64,
+    pub stepped_ns: f64,
 }
 
 pub(super) fn trap_cost(a: &BenchTrapCostArgs) -> Result<i32> {
@@ -58,7 +66,11 @@ pub(super) fn trap_cost(a: &BenchTrapCostArgs) -> Result<i32> {
             pair_ns: c.pair_ns,
             stepped_ns: c.stepped_ns,
             evict_kib: evicting.then_some(a.evict_kib),
-            median: evicting.then_some(m),
+            median: evicting.then_some(TrapCostMedians {
+                entry_ns: m.entry_ns,
+                pair_ns: m.pair_ns,
+                stepped_ns: m.stepped_ns,
+            }),
         },
         line,
     )
@@ -138,28 +150,28 @@ pub(super) fn uprobe_hit(a: &BenchUprobeHitArgs) -> Result<i32> {
     print(&r, line)
 }
 
-#[derive(Serialize)]
-struct DutyResult {
-    collectives: String,
-    link_mode: String,
-    work_ns: u64,
-    window_s: f64,
-    pairs: u32,
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct DutyResult {
+    pub collectives: String,
+    pub link_mode: String,
+    pub work_ns: u64,
+    pub window_s: f64,
+    pub pairs: u32,
     /// Calls to the probed stand-in, and how many the kernel counted.
-    probed_calls: u64,
-    counted_calls: u64,
+    pub probed_calls: u64,
+    pub counted_calls: u64,
     /// Share of the probed windows' calls that trapped.
-    trapped_share: f64,
-    traps_per_s: f64,
+    pub trapped_share: f64,
+    pub traps_per_s: f64,
     /// Per-call time of probed windows over unprobed ones: all windows
     /// summed, and the median of the pairs.
-    ratio_of_sums: f64,
-    median_pair_ratio: f64,
-    unprobed_ns_per_call: f64,
-    off_phases: u64,
-    sampled_s: f64,
+    pub ratio_of_sums: f64,
+    pub median_pair_ratio: f64,
+    pub unprobed_ns_per_call: f64,
+    pub off_phases: u64,
+    pub sampled_s: f64,
     /// Traps in off phases (links being attached or closed), not counted.
-    off_phase_traps: u64,
+    pub off_phase_traps: u64,
 }
 
 /// One window of calls: `work_ns` of spin, then the call.

@@ -77,6 +77,7 @@ pub(super) fn signals(o: &mut String, r: &Report) {
             let what = match f {
                 Family::Sched => "process tracking (fork, exec, exit)",
                 Family::Socket => "socket data syscalls (bytes per process)",
+                Family::FileIo => "file I/O syscalls and ioctls (bytes per fd)",
                 Family::Counters => "procfs counters",
                 _ => f.name(),
             };
