@@ -317,6 +317,16 @@ pub struct RunArgs {
     pub command: Vec<std::ffi::OsString>,
 }
 
+/// How a command reads recordings (`replay`, `explain`, `job`, `top --replay`).
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct DamageArgs {
+    /// Accept a recording with damaged lines (not text, not JSON, nested
+    /// too deep, no record type): each is still named on stderr and counted
+    /// in the report's loss, and the command exits 0 (without it, 2).
+    #[arg(long)]
+    pub skip_damaged: bool,
+}
+
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
     /// A JSON report from `run`, `attach`, `validate` or `replay` (--json
@@ -338,6 +348,8 @@ pub struct ExplainArgs {
     pub format: Format,
     #[command(flatten)]
     pub input: InputArgs,
+    #[command(flatten)]
+    pub damage: DamageArgs,
 }
 
 const JOB_HELP: &str = "Examples:
@@ -370,6 +382,8 @@ pub struct JobArgs {
     pub format: Format,
     #[command(flatten)]
     pub input: InputArgs,
+    #[command(flatten)]
+    pub damage: DamageArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -397,6 +411,8 @@ pub struct ReplayArgs {
     pub trace_event: Option<PathBuf>,
     #[command(flatten)]
     pub input: InputArgs,
+    #[command(flatten)]
+    pub damage: DamageArgs,
 }
 
 /// Which running processes to trace (`attach`, `top`).
@@ -489,6 +505,8 @@ pub struct TopArgs {
     pub collectives: Option<crate::probes::duty::Mode>,
     #[command(flatten)]
     pub input: InputArgs,
+    #[command(flatten)]
+    pub damage: DamageArgs,
 }
 
 /// A positive, finite playback factor.
