@@ -16,6 +16,7 @@ mod gds;
 mod habits;
 mod helm;
 mod host;
+mod input_limits;
 mod job;
 mod job_nodes;
 mod nccl_log;

@@ -320,6 +320,16 @@ pub struct RunArgs {
     pub command: Vec<std::ffi::OsString>,
 }
 
+/// How a command reads recordings (`replay`, `explain`, `job`, `top --replay`).
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct DamageArgs {
+    /// Accept a recording with damaged lines (not text, not JSON, nested
+    /// too deep, no record type): each is still named on stderr and counted
+    /// in the report's loss, and the command exits 0 (without it, 2).
+    #[arg(long)]
+    pub skip_damaged: bool,
+}
+
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
     /// A JSON report from `run`, `attach`, `validate` or `replay` (--json
@@ -341,6 +351,8 @@ pub struct ExplainArgs {
     pub format: Format,
     #[command(flatten)]
     pub input: InputArgs,
+    #[command(flatten)]
+    pub damage: DamageArgs,
 }
 
 const JOB_HELP: &str = "Examples:
@@ -373,6 +385,8 @@ pub struct JobArgs {
     pub format: Format,
     #[command(flatten)]
     pub input: InputArgs,
+    #[command(flatten)]
+    pub damage: DamageArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -400,6 +414,8 @@ pub struct ReplayArgs {
     pub trace_event: Option<PathBuf>,
     #[command(flatten)]
     pub input: InputArgs,
+    #[command(flatten)]
+    pub damage: DamageArgs,
 }
 
 /// Which running processes to trace (`attach`, `top`).
@@ -492,6 +508,8 @@ pub struct TopArgs {
     pub collectives: Option<crate::sampling::Mode>,
     #[command(flatten)]
     pub input: InputArgs,
+    #[command(flatten)]
+    pub damage: DamageArgs,
 }
 
 /// A positive, finite playback factor.

@@ -11,6 +11,7 @@
 #[macro_use]
 pub mod output;
 pub mod calibrate;
+pub mod clamp;
 pub mod classify;
 pub mod cli;
 pub mod cmd;

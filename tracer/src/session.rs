@@ -220,15 +220,10 @@ impl Session {
             read_errors: c[counter::READ_ERRORS as usize] + c[counter::AGGREGATE_FULL as usize],
             malformed_records: malformed,
             undecoded_events: undecoded,
+            damaged_lines: 0,
             complete: false,
         };
-        l.complete = l.ringbuf_drops
-            + l.inflight_full
-            + l.targets_full
-            + l.read_errors
-            + l.malformed_records
-            + l.undecoded_events
-            == 0;
+        l.settle();
         Ok(l)
     }
 

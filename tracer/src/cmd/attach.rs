@@ -492,6 +492,18 @@ impl Attached {
     }
 }
 
+/// An `--interval` (`attach`, live `top`): at least the sampling tick, the
+/// smallest interval records come at (said once on stderr when raised).
+pub fn interval_of(every: std::time::Duration) -> std::time::Duration {
+    crate::clamp::at_least(
+        "--interval",
+        every,
+        crate::trace::TICK,
+        crate::units::fmt_duration,
+        "the smallest interval",
+    )
+}
+
 pub fn attach(args: &AttachArgs) -> Result<i32> {
     let jsonl_flag = [Named::output("--jsonl", args.jsonl.as_deref())];
     let t = &args.trace;
@@ -500,6 +512,8 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     }
     // `--jsonl` is checked with the other files, before any BPF is loaded.
     crate::output::check_writable("--jsonl", args.jsonl.as_deref())?;
+    // Records come on the sampling tick: said before anything is loaded.
+    let interval = args.interval.map(interval_of);
     let mut a = open("attach", &args.targets, t, &jsonl_flag)?;
     let jsonl = OutputFile::open_opt("--jsonl", args.jsonl.as_deref())?.map(|file| {
         Rc::new(RefCell::new(Jsonl {
@@ -510,14 +524,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
     // A closed standard output (`attach --interval 1s | head -1`) ends the
     // trace as SIGPIPE would have, but the files are still written.
     let stdout_gone = Rc::new(tokio::sync::Notify::new());
-    if let Some(every) = args.interval {
-        if every < crate::trace::TICK {
-            errln!(
-                "gdrtrace: note: --interval {} is shorter than the sampling tick: a record every {} ms",
-                crate::units::fmt_duration(every),
-                crate::trace::TICK.as_millis()
-            );
-        }
+    if let Some(every) = interval {
         let jsonl = jsonl.clone();
         let gone = stdout_gone.clone();
         a.trace.interval = Some(Interval::new(

@@ -20,6 +20,8 @@ const STAGES: &[&str] = &[
     "intern",
     "units",
     "progress",
+    // Flags moved to the nearest value the tool supports, said on stderr.
+    "clamp",
     "input",
     "signals",
     "spawn",
