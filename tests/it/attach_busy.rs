@@ -41,8 +41,9 @@ use std::{
 
 use gdrtrace::{
     loader::LoadOptions,
-    probes::{duty::Mode, ops::op_code},
+    probes::ops::op_code,
     report::Report,
+    sampling::Mode,
     session::{Session, SessionOptions},
     stats::feed::Input,
     trace::Trace,

@@ -1,4 +1,4 @@
-//! The duty cycle of collectives (`--collectives`, `probes/duty.rs`) on
+//! The duty cycle of collectives (`--collectives`, `sampling/controller.rs`) on
 //! real probes: the libnccl **stand-in** job (`tests/standin/nccl_job.c`
 //! over `standin_nccl.c`: two rank processes calling `ncclAllReduce` in a
 //! loop, each printing how many calls it made), traced by `gdrtrace run`.

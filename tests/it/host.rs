@@ -38,7 +38,7 @@ fn session(ringbuf_bytes: u32) -> Session {
         },
         families: None,
         installed_libraries: false,
-        collectives: gdrtrace::probes::duty::Mode::Exact,
+        collectives: gdrtrace::sampling::Mode::Exact,
     };
     let mut s = Session::open(&opts).expect("opening a session");
     s.add_target(std::process::id()).expect("adding self to the target set");

@@ -17,6 +17,7 @@ mod gds;
 mod habits;
 mod helm;
 mod host;
+mod input_limits;
 mod job;
 mod job_nodes;
 mod nccl_log;

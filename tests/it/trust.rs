@@ -680,7 +680,8 @@ fn memory_is_bounded_by_the_input() {
     let dir = scratch("memory");
     let bomb = dir.join("bomb.json.gz");
     // 320 MiB of JSON (an array of ones), a few hundred KiB of gzip: parsed
-    // into a tree it would take ~5 GiB.
+    // into a tree it would take ~5 GiB. A report's `workloads` are JSON
+    // values, so the typed reader (explain) builds them too.
     {
         let file = std::fs::File::create(&bomb).expect("bomb file");
         let mut gz = Command::new("gzip")
@@ -691,7 +692,7 @@ fn memory_is_bounded_by_the_input() {
             .expect("gzip");
         let mut w = gz.stdin.take().expect("gzip stdin");
         use std::io::Write as _;
-        w.write_all(br#"{"schema":"gdrtrace.report/v1","operations":["#)
+        w.write_all(br#"{"schema":"gdrtrace.report/v1","workloads":["#)
             .expect("write");
         let chunk = "1,".repeat(1 << 20);
         for _ in 0..160 {
@@ -887,7 +888,7 @@ fn smaller_items() {
     let _ = target.wait();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("--interval 1ms is shorter than the sampling tick"),
+        stderr(&o).contains("--interval 1ms raised to 250ms: the smallest interval"),
         "{}",
         stderr(&o)
     );

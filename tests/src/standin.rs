@@ -243,7 +243,7 @@ pub fn session() -> Session {
         },
         families: None,
         installed_libraries: false,
-        collectives: gdrtrace::probes::duty::Mode::Exact,
+        collectives: gdrtrace::sampling::Mode::Exact,
     };
     Session::open(&opts).expect("opening a session")
 }

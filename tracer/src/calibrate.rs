@@ -9,7 +9,7 @@
 //! than the loop makes untraced. Where the calls are the loop's critical
 //! path (a launch-bound GPU loop, a data loader's copies: the rates at
 //! which traps matter at all), the untraced rate is the traced one with
-//! the traps' time taken out (`stats/duty.rs`). `gdrtrace bench
+//! the traps' time taken out (`sampling/estimator.rs`). `gdrtrace bench
 //! uprobe-hit` measures the entry cost the same way.
 //!
 //! A trap costs more where the kernel cannot emulate the probed
@@ -130,7 +130,7 @@ pub const COPY: Probe = Probe {
 
 /// A bare session of this process (its own maps: only the lifecycle
 /// probes) with `probes` attached in `group`; returns it and their ops.
-pub fn probed_standins(mode: crate::probes::duty::Mode, group: Group, probes: &[Probe]) -> Result<(Session, Vec<u32>)> {
+pub fn probed_standins(mode: crate::sampling::Mode, group: Group, probes: &[Probe]) -> Result<(Session, Vec<u32>)> {
     let mut session = Session::open(&SessionOptions {
         load: LoadOptions {
             targets_only: true,
@@ -209,7 +209,7 @@ fn low_quarter(mut v: Vec<f64>) -> f64 {
 }
 
 /// What it measures (defined with the estimates that use it).
-pub use crate::stats::duty::TrapCost;
+pub use crate::sampling::TrapCost;
 
 /// Measures [`TrapCost`] with the sampled group's link kind of this kernel
 /// (a few tens of milliseconds of calls, after the session's load).
@@ -221,7 +221,7 @@ pub fn measure() -> Result<TrapCost> {
 /// quarter's means, and the medians.
 pub fn measure_evicting(evict_kib: u64) -> Result<(TrapCost, TrapCost)> {
     let (mut session, _) = probed_standins(
-        crate::probes::duty::Mode::Exact,
+        crate::sampling::Mode::Exact,
         Group::Steady,
         &[COLLECTIVE, COPY, STEPPED],
     )?;

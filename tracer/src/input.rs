@@ -233,9 +233,9 @@ impl Input {
 
     /// Puts `prefix` back in front of what is left (a line read to decide
     /// what the input is).
-    pub fn unread(&mut self, prefix: String) {
+    pub fn unread(&mut self, prefix: Vec<u8>) {
         let rest = std::mem::replace(&mut self.reader, Box::new(io::empty()));
-        self.reader = Box::new(io::Cursor::new(prefix.into_bytes()).chain(rest));
+        self.reader = Box::new(io::Cursor::new(prefix).chain(rest));
     }
 
     /// The whole input as text.
@@ -250,28 +250,51 @@ impl Input {
     /// The next line (without its newline), at most `MAX_LINE` bytes;
     /// `None` at the end. Errors are plain strings, for parsers that add
     /// the line number; [`Input::error`] turns them into the final error.
-    pub fn next_line(&mut self, buf: &mut String) -> std::result::Result<Option<()>, String> {
+    pub fn next_line(&mut self, buf: &mut String) -> std::result::Result<Option<()>, LineError> {
         next_line(&mut self.reader, buf)
     }
 }
 
+/// Why [`next_line`] gave no line.
+#[derive(Debug, PartialEq, Eq)]
+pub enum LineError {
+    /// This line is not text or too long; it was read to its end, so the
+    /// next line can be read (a reader that skips damaged lines may).
+    Line(String),
+    /// The input itself failed (a read error, gzip, the size limit).
+    Read(String),
+}
+
+impl std::fmt::Display for LineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LineError::Line(e) | LineError::Read(e) => f.write_str(e),
+        }
+    }
+}
+
 /// The next line of `r` (see [`Input::next_line`]).
-pub fn next_line(r: &mut dyn BufRead, buf: &mut String) -> std::result::Result<Option<()>, String> {
+pub fn next_line(r: &mut dyn BufRead, buf: &mut String) -> std::result::Result<Option<()>, LineError> {
     buf.clear();
     let mut bytes = Vec::new();
+    let read = |e: io::Error| LineError::Read(gzip_hint(&e));
     let n = r
         .take(MAX_LINE as u64 + 1)
         .read_until(b'\n', &mut bytes)
-        .map_err(|e| gzip_hint(&e))?;
+        .map_err(read)?;
     if n == 0 {
         return Ok(None);
     }
     if bytes.last() == Some(&b'\n') {
         bytes.pop();
     } else if bytes.len() > MAX_LINE {
-        return Err(format!("a line longer than {}", bytes_limit(MAX_LINE as u64)));
+        r.skip_until(b'\n').map_err(read)?;
+        return Err(LineError::Line(format!(
+            "a line longer than {}",
+            bytes_limit(MAX_LINE as u64)
+        )));
     }
-    *buf = String::from_utf8(bytes).map_err(|_| "not text (not UTF-8)".to_string())?;
+    *buf = String::from_utf8(bytes).map_err(|_| LineError::Line("not text (not UTF-8)".into()))?;
     Ok(Some(()))
 }
 
@@ -323,101 +346,175 @@ pub fn schema_of(v: &serde_json::Value) -> &serde_json::Value {
     v.get("schema").unwrap_or(&serde_json::Value::Null)
 }
 
-/// What a JSON document (a report, a baseline) may take in memory while it
-/// is parsed, per byte of its text: real reports take about 17 (README,
-/// "the memory an input may take"), but an array of one-digit numbers takes
-/// 16 per byte in its values and up to twice that while its vector grows.
-pub const DOCUMENT_FACTOR: u64 = 40;
+/// The memory this process has, and what it may still take.
+#[derive(Clone, Copy, Debug)]
+pub struct Memory {
+    /// What the bound counts: its address space (`VmSize`) under an
+    /// RLIMIT_AS, else its resident memory.
+    pub used: u64,
+    /// What is left: to the RLIMIT_AS, else the machine's MemAvailable.
+    pub left: u64,
+    pub bound: &'static str,
+}
 
-/// The memory this process may still take, and what bounds it: its
-/// address-space limit (RLIMIT_AS, less what it maps now) where one is set,
-/// else the machine's available memory (MemAvailable). None: unknown.
-pub fn memory_room() -> Option<(u64, &'static str)> {
-    let status = std::fs::read_to_string("/proc/self/status").ok();
-    let kib = |text: &str, key: &str| -> Option<u64> {
-        let v = text.lines().find_map(|l| l.strip_prefix(key))?;
-        v.trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .map(|k| k * 1024)
-    };
+/// This process's memory now; None: unknown.
+pub fn memory() -> Option<Memory> {
+    // /proc/self/statm: size resident ... in pages.
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let mut pages = statm.split_whitespace().map(|f| f.parse::<u64>().ok());
+    // SAFETY: sysconf has no preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let (size, resident) = (pages.next()?? * page, pages.next()?? * page);
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes the limit into `lim`, which it may.
     if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } == 0 && lim.rlim_cur != libc::RLIM_INFINITY {
-        let mapped = status.as_deref().and_then(|t| kib(t, "VmSize:")).unwrap_or(0);
-        return Some((
-            lim.rlim_cur.saturating_sub(mapped),
-            "left under its address-space limit, RLIMIT_AS",
-        ));
+        return Some(Memory {
+            used: size,
+            left: lim.rlim_cur.saturating_sub(size),
+            bound: "under its address-space limit, RLIMIT_AS",
+        });
     }
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    kib(&meminfo, "MemAvailable:").map(|b| (b, "available on this machine, MemAvailable"))
+    let avail = meminfo.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?;
+    let kib = avail.trim().trim_end_matches("kB").trim().parse::<u64>().ok()?;
+    Some(Memory {
+        used: resident,
+        left: kib * 1024,
+        bound: "available on this machine, MemAvailable",
+    })
 }
 
-/// Counts a document's bytes against the memory its parse would take.
-struct Capped<'a> {
+/// How often, in bytes read, a document's parse looks at the memory.
+const MEMORY_EVERY: u64 = 256 << 10;
+/// What a parse may take between two looks (256 KiB of the worst JSON,
+/// arrays of one-digit numbers, is ~12 MiB of values), plus what a vector
+/// below glibc's largest mmap threshold (32 MiB) takes twice as it moves.
+const MEMORY_MARGIN: u64 = 80 << 20;
+
+/// A document's bytes, read while its parse can still grow: the parse has
+/// taken `grown` since it began, and a vector it holds (at most that) may
+/// grow by as much again at once. Past that, the read fails (one line,
+/// never an allocation abort).
+pub struct Guarded<'a> {
     inner: &'a mut Input,
-    left: u64,
-    hit: bool,
+    at_start: Option<Memory>,
+    since_look: u64,
+    /// Bytes read, and the memory when the read was stopped.
+    read: &'a Cell<u64>,
+    hit: &'a Cell<Option<(Memory, u64)>>,
 }
 
-impl Read for Capped<'_> {
+impl Read for Guarded<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        match self.left.checked_sub(n as u64) {
-            Some(l) => self.left = l,
-            None => {
-                self.hit = true;
-                return Err(io::Error::other("over the memory bound"));
+        self.read.set(self.read.get() + n as u64);
+        self.since_look += n as u64;
+        if self.since_look >= MEMORY_EVERY {
+            self.since_look = 0;
+            if let (Some(start), Some(now)) = (self.at_start, memory()) {
+                let grown = now.used.saturating_sub(start.used);
+                if now.left < grown + MEMORY_MARGIN {
+                    self.hit.set(Some((now, grown)));
+                    return Err(io::Error::other("over the memory bound"));
+                }
             }
         }
         Ok(n)
     }
 }
 
-/// Parses the rest of `input` as one JSON document; an empty, truncated or
-/// invalid document, the size limit and a document whose parse would not
-/// fit in the memory this process may take ([`memory_room`] /
-/// [`DOCUMENT_FACTOR`]) are one-line errors naming the file.
-pub fn json_of(input: &mut Input) -> Result<serde_json::Value> {
-    input.refuse_empty()?;
+/// The serde_json deserializer [`parse_json`] hands its reader.
+pub type JsonDe<'a> = serde_json::Deserializer<serde_json::de::IoRead<BufReader<Guarded<'a>>>>;
+
+/// Why [`parse_json`] read no document.
+#[derive(Debug)]
+pub enum JsonError {
+    /// The input failed, is not JSON or did not fit in memory: the final
+    /// one-line error, naming the file.
+    Input(Error),
+    /// The JSON is not what the reader reads: where (the field's path,
+    /// `.` for the whole) and why.
+    Data { path: String, error: serde_json::Error },
+}
+
+/// Parses the rest of `input` as one JSON document with `read`, streaming
+/// (a typed reader builds its values as it goes, no tree first). An empty,
+/// truncated or invalid document, the size limit and a document whose parse
+/// would not fit in the memory this process may take ([`Guarded`]) are
+/// one-line errors naming the file.
+pub fn parse_json<T>(
+    input: &mut Input,
+    read: impl FnOnce(&mut JsonDe<'_>) -> std::result::Result<T, serde_path_to_error::Error<serde_json::Error>>,
+) -> std::result::Result<T, JsonError> {
+    use serde_json::error::Category;
+    input.refuse_empty().map_err(JsonError::Input)?;
     let empty = input
         .fill_buf()
         .map(|b| b.iter().all(u8::is_ascii_whitespace) && b.len() < 4096)
         .unwrap_or(false);
-    let room = memory_room();
-    let cap = room.map_or(u64::MAX, |(b, _)| b / DOCUMENT_FACTOR);
-    let mut capped = Capped {
+    let (read_bytes, hit) = (Cell::new(0), Cell::new(None));
+    let guarded = Guarded {
         inner: &mut *input,
-        left: cap,
-        hit: false,
+        at_start: memory(),
+        since_look: 0,
+        read: &read_bytes,
+        hit: &hit,
     };
-    let mut de = serde_json::Deserializer::from_reader(&mut capped);
-    let v = serde::Deserialize::deserialize(&mut de).and_then(|v| de.end().map(|()| v));
-    let hit = capped.hit;
-    v.map_err(|e| {
-        use serde_json::error::Category;
-        let what = match e.classify() {
-            _ if input.over.get() => return input.error(""),
-            _ if hit => {
-                let (b, what) = room.unwrap_or((0, "unknown"));
-                format!(
-                    "is over {}, the largest JSON document this process can parse in the memory it may take ({} {what}; parsing may take up to {DOCUMENT_FACTOR} times a document's size): raise the limit or read a smaller report",
-                    bytes_limit(cap),
-                    bytes_limit(b)
-                )
+    // Buffered here: serde_json reads its input a byte at a time.
+    let mut de = serde_json::Deserializer::from_reader(BufReader::with_capacity(64 << 10, guarded));
+    let v = match read(&mut de) {
+        Ok(v) => de.end().map(|()| v).map_err(|e| (String::new(), e)),
+        Err(e) => Err((e.path().to_string(), e.into_inner())),
+    };
+    drop(de);
+    let (hit, read_bytes) = (hit.get(), read_bytes.get());
+    v.map_err(|(path, e)| {
+        if input.over.get() {
+            return JsonError::Input(input.error(""));
+        }
+        let what = if let Some((m, grown)) = hit {
+            format!(
+                "is too large to parse in the memory this process may take: the first {} took {}, and {} is left ({}): raise the limit or read a smaller report",
+                bytes_limit(read_bytes),
+                bytes_limit(grown),
+                bytes_limit(m.left),
+                m.bound
+            )
+        } else {
+            match e.classify() {
+                Category::Eof if empty && e.line() <= 1 && e.column() == 0 => "is empty".to_string(),
+                Category::Eof => format!("is truncated ({e})"),
+                Category::Io => return JsonError::Input(input.error(e)),
+                Category::Syntax => format!("is not valid JSON ({e})"),
+                Category::Data => return JsonError::Data { path, error: e },
             }
-            Category::Eof if empty && e.line() <= 1 && e.column() == 0 => "is empty".to_string(),
-            Category::Eof => format!("is truncated ({e})"),
-            Category::Io => return input.error(e),
-            Category::Syntax | Category::Data => format!("is not valid JSON ({e})"),
         };
-        Error::Input(format!("{} {what}", input.name))
+        JsonError::Input(Error::Input(format!("{} {what}", input.name)))
+    })
+}
+
+/// serde_json's message without the position it appends (`at line L column
+/// C`), for documents whose positions say nothing (a one-line record, a
+/// value already named by its field).
+pub fn json_message(e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    let at = format!(" at line {} column {}", e.line(), e.column());
+    match msg.strip_suffix(&at) {
+        Some(m) => m.to_string(),
+        None => msg,
+    }
+}
+
+/// Parses the rest of `input` as one JSON value (a tree: for documents
+/// kept as they are, baselines); errors as [`parse_json`]'s.
+pub fn json_of(input: &mut Input) -> Result<serde_json::Value> {
+    parse_json(input, |de| serde_path_to_error::deserialize(de)).map_err(|e| match e {
+        JsonError::Input(e) => e,
+        // A JSON value takes any JSON.
+        JsonError::Data { error, .. } => input.error(error),
     })
 }
 
@@ -487,12 +584,14 @@ mod tests {
 
     #[test]
     fn long_lines_are_cut_off() {
-        let mut r = io::Cursor::new(vec![b'x'; MAX_LINE + 2]);
+        let mut long = vec![b'x'; MAX_LINE + 2];
+        long.extend(b"\nnext\n");
+        let mut r = io::Cursor::new(long);
         let mut line = String::new();
-        assert!(
-            next_line(&mut r, &mut line)
-                .expect_err("too long")
-                .contains("longer than")
-        );
+        let e = next_line(&mut r, &mut line).expect_err("too long");
+        assert!(matches!(&e, LineError::Line(m) if m.contains("longer than")), "{e}");
+        // Read to its end: the next line is whole.
+        assert_eq!(next_line(&mut r, &mut line), Ok(Some(())));
+        assert_eq!(line, "next");
     }
 }

@@ -11,6 +11,7 @@
 #[macro_use]
 pub mod output;
 pub mod calibrate;
+pub mod clamp;
 pub mod classify;
 pub mod cli;
 pub mod cmd;
@@ -34,6 +35,7 @@ pub mod probes;
 pub mod progress;
 pub mod recording;
 pub mod report;
+pub mod sampling;
 pub mod serve;
 pub mod session;
 pub mod signals;

@@ -4,7 +4,7 @@ use std::{fs, path::PathBuf};
 use aya::{Ebpf, EbpfLoader};
 use tracer_common::{RINGBUF_BYTES, WAKEUP_BYTES, filter};
 
-use crate::error::{Error, Result, errno_of};
+use crate::error::{Error, Result, describe, errno_of};
 
 /// The eBPF object built by `build.rs` (aya-build) and embedded once.
 pub const BPF_ELF: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
@@ -151,6 +151,18 @@ pub fn load(opts: &LoadOptions) -> Result<Ebpf> {
             )),
             _ => Error::Load(e),
         })
+}
+
+/// A program of the loaded object, by name, as its type (`UProbe`,
+/// `TracePoint`...): one line saying what is wrong otherwise.
+pub fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    let p = ebpf
+        .program_mut(name)
+        .ok_or_else(|| Error::MissingProgram(name.to_string()).to_string())?;
+    p.try_into().map_err(|e: aya::programs::ProgramError| describe(&e))
 }
 
 #[cfg(test)]

@@ -9,21 +9,27 @@ use aya::{
     Ebpf,
     maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
 };
-use tracer_common::{
-    AggKey, AggValue, MAX_OPS, MAX_SLOTS, control, copy_row_tag, copy_tag_of, copy_tag_older, counter,
-};
+use tracer_common::{AggKey, AggValue, MAX_OPS, MAX_SLOTS, control, counter};
 
+mod closer;
+mod copy_rows;
+mod cpu;
+
+use self::{
+    closer::{Closer, close_in_parallel},
+    copy_rows::{COPY_FINAL_AFTER, COPY_RENEW_AFTER, CopyTags, is_copy_row},
+    cpu::CpuMarks,
+};
 use crate::{
     error::{Error, Result},
     events::EventStream,
     loader::{self, LoadOptions},
     probes::{
-        Family, Planner, Status,
-        duty::{self, DutyCycle, Switch},
-        libs, uapi,
+        Family, Planner, Status, libs, uapi,
         uprobes::{Closed, Group},
     },
     report::Loss,
+    sampling::{self, DutyCycle, Switch},
     stats::Aggregator,
 };
 
@@ -36,7 +42,7 @@ pub struct SessionOptions {
     pub installed_libraries: bool,
     /// How the sampled rows (collectives, group and UCX data calls) are
     /// traced (`--collectives`).
-    pub collectives: duty::Mode,
+    pub collectives: sampling::Mode,
 }
 
 pub struct Session {
@@ -70,168 +76,6 @@ pub struct Session {
     cpu: CpuMarks,
     /// The copy rows' tags, for their reclaim.
     copy_tags: CopyTags,
-}
-
-/// How long after a look at the copy rows' tags the rows tagged before are
-/// final: a call that read an older tag has added to its row long before.
-const COPY_FINAL_AFTER: Duration = Duration::from_millis(100);
-
-/// The least time between two renewals of the copy-row table: the rows of
-/// one are deleted two looks later, each at least [`COPY_FINAL_AFTER`] on.
-const COPY_RENEW_AFTER: Duration = Duration::from_secs(1);
-
-/// What the reclaim of copy rows keeps from one look to the next
-/// ([`Session::reclaim_copy_rows`]).
-struct CopyTags {
-    /// The tag each process's new copy rows had at the last look, and when.
-    seen: BTreeMap<u32, u16>,
-    at: Instant,
-    /// The table's generation (`control::COPY_GEN`), and when it last
-    /// moved on.
-    generation: u64,
-    renewed: Option<Instant>,
-}
-
-impl CopyTags {
-    fn new(at: Instant) -> Self {
-        Self {
-            seen: BTreeMap::new(),
-            at,
-            generation: 0,
-            renewed: None,
-        }
-    }
-
-    /// The copy rows no call can reach any more: tagged before the tag
-    /// their process had at the last look (which moves only forward).
-    fn done<'a>(&self, copies: impl Iterator<Item = &'a AggKey>) -> Vec<AggKey> {
-        copies
-            .filter(|k| {
-                self.seen
-                    .get(&k.tgid)
-                    .is_some_and(|now| copy_tag_older(copy_tag_of(k.handle), *now))
-            })
-            .copied()
-            .collect()
-    }
-
-    /// A look at each process's region epoch: the tag of its new rows.
-    fn look(&mut self, epochs: impl IntoIterator<Item = (u32, u64)>, at: Instant) {
-        let generation = self.generation;
-        self.seen = epochs
-            .into_iter()
-            .map(|(p, e)| (p, copy_row_tag(e, generation)))
-            .collect();
-        self.at = at;
-    }
-}
-
-/// Whether a kernel row is a copy row (`COPY_ROWS`).
-fn is_copy_row(k: &AggKey) -> bool {
-    uapi::row_of(k.op).is_some_and(|(_, r)| r.copy_rows())
-}
-
-/// The processes of sampled rows and their CPU clocks at the ends of the
-/// counting time (`host::process_cpu_ns`).
-#[derive(Default)]
-struct CpuMarks {
-    pids: Vec<u32>,
-    from: BTreeMap<u32, u64>,
-    until: Option<BTreeMap<u32, u64>>,
-}
-
-/// The most processes whose CPU clocks are read at each switch of the duty
-/// cycle (up to 20 a second): 0.3 us each on the development host.
-const CPU_WATCHED: usize = 64;
-
-impl CpuMarks {
-    /// The processes to read: those with sampled rows, then those that map
-    /// a library file the tracer attached (a loop's rows begin with its
-    /// first call, after its process started), at most [`CPU_WATCHED`].
-    fn watch(&mut self, rows: impl Iterator<Item = u32>, mapping: impl Iterator<Item = u32>) {
-        let mut pids: Vec<u32> = rows.collect();
-        let known: std::collections::BTreeSet<u32> = pids.iter().copied().collect();
-        pids.extend(mapping.filter(|p| !known.contains(p)));
-        pids.truncate(CPU_WATCHED);
-        self.pids = pids;
-    }
-
-    fn now(&self) -> BTreeMap<u32, u64> {
-        self.pids
-            .iter()
-            .filter_map(|p| crate::host::process_cpu_ns(*p).map(|ns| (*p, ns)))
-            .collect()
-    }
-
-    /// The CPU time (us) each process ran between `from` (`from_ns` on the
-    /// monotonic clock) and the marks `end`: from the mark at `from`, or
-    /// from nothing where the process started after it.
-    fn between(&self, from_ns: u64, end: &BTreeMap<u32, u64>) -> Vec<(u32, u64)> {
-        end.iter()
-            .filter_map(|(pid, e)| {
-                let start = match self.from.get(pid) {
-                    Some(s) => *s,
-                    None if crate::host::process_start_ns(*pid).is_some_and(|t| t >= from_ns) => 0,
-                    None => return None,
-                };
-                Some((*pid, e.saturating_sub(start) / 1000))
-            })
-            .collect()
-    }
-}
-
-/// Closes the links of ended on phases off the tracing loop, each
-/// phase's on a thread of its own, at once: closing takes ~45 ms a link
-/// behind its grace periods (docs/perf.md), which the loop draining the
-/// ring buffer must not wait for, and one phase's close must not wait for
-/// the last one's either. A link that waits still traps, uncounted in off
-/// phases, and in an on phase it ran its program beside the new link's
-/// (the calls are counted once, by the current link: `control::SAMPLE_GEN`).
-#[derive(Default)]
-struct Closer {
-    running: Vec<std::thread::JoinHandle<Duration>>,
-    /// How long each phase's links took to close, from the hand-over.
-    took: Vec<Duration>,
-    /// The most phases' links closing at once.
-    most: usize,
-}
-
-impl Closer {
-    fn close(&mut self, links: Vec<aya::programs::uprobe::UProbeLink>) {
-        if links.is_empty() {
-            return;
-        }
-        self.reap(false);
-        let handed = Instant::now();
-        let spawned = std::thread::Builder::new()
-            .name("gdrtrace-close".into())
-            .spawn(move || {
-                close_in_parallel(links);
-                handed.elapsed()
-            });
-        match spawned {
-            Ok(t) => {
-                self.running.push(t);
-                self.most = self.most.max(self.running.len());
-            }
-            // No thread: the links were dropped with it, closed here.
-            Err(e) => log::debug!("closing uprobe links on the tracing loop: {e}"),
-        }
-    }
-
-    /// Joins the closes that are done (every close with `all`).
-    fn reap(&mut self, all: bool) {
-        let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.running)
-            .into_iter()
-            .partition(|t| all || t.is_finished());
-        self.running = running;
-        self.took.extend(done.into_iter().filter_map(|t| t.join().ok()));
-    }
-
-    /// Waits for every link handed over to be closed.
-    fn join(&mut self) {
-        self.reap(true);
-    }
 }
 
 impl Session {
@@ -381,15 +225,10 @@ impl Session {
             read_errors: c[counter::READ_ERRORS as usize] + c[counter::AGGREGATE_FULL as usize],
             malformed_records: malformed,
             undecoded_events: undecoded,
+            damaged_lines: 0,
             complete: false,
         };
-        l.complete = l.ringbuf_drops
-            + l.inflight_full
-            + l.targets_full
-            + l.read_errors
-            + l.malformed_records
-            + l.undecoded_events
-            == 0;
+        l.settle();
         Ok(l)
     }
 
@@ -739,27 +578,6 @@ impl Session {
     }
 }
 
-/// Closes links on threads of their own: each `uprobe_multi` link waits
-/// out its own grace periods when it is released (~45 ms here), and those
-/// waits overlap across threads.
-fn close_in_parallel(links: Vec<aya::programs::uprobe::UProbeLink>) {
-    const THREADS: usize = 16;
-    let mut groups: Vec<Vec<_>> = (0..THREADS.min(links.len())).map(|_| Vec::new()).collect();
-    let n = groups.len();
-    for (i, l) in links.into_iter().enumerate() {
-        groups[i % n].push(l);
-    }
-    std::thread::scope(|s| {
-        for g in groups {
-            // A thread that cannot start drops its closure, and with it
-            // its links, here.
-            if let Err(e) = std::thread::Builder::new().spawn_scoped(s, move || drop(g)) {
-                log::debug!("closing uprobe links on this thread: {e}");
-            }
-        }
-    });
-}
-
 /// The sampled rows' counted traps per process (calls times the row's
 /// traps per call: a copy keeps its return probe), and their counted calls
 /// per op, all processes (which links to attach last).
@@ -813,52 +631,5 @@ pub fn report_close(session: &mut Session) {
             ms(took[took.len() - 1]),
             session.closer.most
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use tracer_common::{AggKey, MAX_ARGS, copy_row_handle, copy_row_tag};
-
-    use super::*;
-
-    fn row(tgid: u32, addr: u64, tag: u16) -> AggKey {
-        let op = crate::probes::ops::op_code("cuMemcpyAsync").expect("a copy row");
-        let mut args = [0; MAX_ARGS];
-        args[0] = addr;
-        AggKey {
-            tgid,
-            op,
-            handle: copy_row_handle(op, 0b11, &args, tag),
-        }
-    }
-
-    /// Rows tagged before the tag their process had at the last look are
-    /// done; the current tag's, a later one's, and those of a process not
-    /// looked at yet are not; the tags wrap around.
-    #[test]
-    fn copy_rows_are_done_once_their_tag_is_behind() {
-        let mut tags = CopyTags::new(Instant::now());
-        let rows = [
-            row(1, 0x1000, 4),
-            row(1, 0x1000, 5),
-            row(1, 0x2000, 6),
-            row(2, 0x1000, 0),
-        ];
-        assert!(tags.done(rows.iter()).is_empty(), "nothing looked at yet");
-        tags.look([(1, 5)], Instant::now());
-        assert_eq!(tags.done(rows.iter()), vec![rows[0]]);
-        // The table renewed: every row of the process falls behind.
-        tags.generation = 2;
-        tags.look([(1, 5), (2, 0)], Instant::now());
-        assert_eq!(tags.done(rows.iter()), rows.to_vec());
-        // Around the circle: u16::MAX is behind 1.
-        let wrapped = [row(3, 0x1000, u16::MAX), row(3, 0x1000, copy_row_tag(1, 0))];
-        tags.generation = 0;
-        tags.look([(3, 1)], Instant::now());
-        assert_eq!(tags.done(wrapped.iter()), vec![wrapped[0]]);
-        // The same copy under two tags is two rows.
-        assert_ne!(wrapped[0].handle, wrapped[1].handle);
-        assert!(is_copy_row(&wrapped[0]));
     }
 }

@@ -25,7 +25,7 @@ use crate::{
 };
 
 /// How often counters are sampled and target libraries rescanned.
-pub const TICK: Duration = crate::probes::duty::BEAT;
+pub const TICK: Duration = crate::sampling::BEAT;
 /// How often the ring buffer is drained between wake-ups: records are
 /// submitted without waking the reader until the buffer fills to
 /// `LoadOptions::wakeup_bytes`, so a quiet buffer is read on this beat.

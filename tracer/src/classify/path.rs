@@ -8,7 +8,7 @@
 //! of its paths: its one path's transport, or `mixed`.
 use serde::{Deserialize, Serialize};
 
-use super::{Transport, comm::Basis};
+use super::Transport;
 
 /// What a path's calls do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -184,7 +184,7 @@ pub struct Path {
     pub cause: Option<String>,
     /// What the library's own log says of the path (`--ucx-log`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub log: Option<super::ucx_log::Agreement>,
+    pub log: Option<Agreement>,
     /// Where the path went over TCP: its process's TCP figures (the
     /// report's `fabric.tcp`, counted per process and socket, not per path).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -283,4 +283,24 @@ pub struct Share {
     pub transport: Transport,
     /// Fraction of the process's path bytes, 0 to 1.
     pub share: f64,
+}
+
+/// What kind of evidence decided a verdict.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Basis {
+    /// The set-up calls the probes saw (peer checks, buffer exports and
+    /// imports, staging allocations around the communicator's creation).
+    #[default]
+    SetUp,
+    /// What the process did while running (socket bytes, GPU link
+    /// counters), for a process whose set-up happened before tracing.
+    SteadyState,
+}
+
+/// What the log says for one path, and whether it agrees.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Agreement {
+    pub ucx_says: String,
+    pub agrees: bool,
 }

@@ -22,8 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     Transport,
-    path::{OpClass, Path, PeerKind},
-    ucx::UcxReport,
+    path::{Agreement, OpClass, Path, PeerKind},
 };
 
 /// One protocol UCX selected for its largest messages.
@@ -72,13 +71,6 @@ pub struct LogProcess {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct UcxLog {
     pub processes: Vec<LogProcess>,
-}
-
-/// What the log says for one path, and whether it agrees.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Agreement {
-    pub ucx_says: String,
-    pub agrees: bool,
 }
 
 /// Splits `[ts] [host:pid:tid] [file.c:123  UCX  LEVEL  ]message` into the
@@ -329,9 +321,9 @@ fn agreement(p: &LogProcess, path: &Path) -> Option<Agreement> {
     })
 }
 
-/// Attaches the log to the UCX section (every process it mentions) and to
-/// each UCX path: what UCX said of it and whether it agrees.
-pub fn corroborate(ux: &mut UcxReport, paths: &mut [Path], text: &str) {
+/// Attaches the log to each UCX path (what UCX said of it and whether it
+/// agrees), and returns it for the UCX section (every process it mentions).
+pub fn corroborate(paths: &mut [Path], text: &str) -> UcxLog {
     let log = parse(text);
     for path in paths
         .iter_mut()
@@ -341,14 +333,15 @@ pub fn corroborate(ux: &mut UcxReport, paths: &mut [Path], text: &str) {
             path.log = agreement(p, path);
         }
     }
-    ux.log = Some(UcxLog {
+    UcxLog {
         processes: log.into_values().collect(),
-    });
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::classify::ucx::UcxReport;
 
     // Lines in the formats of UCX 1.13 (Debian ucx-utils) and 1.22 (PyPI
     // libucx-cu12), as openucx/ucx PR #7950/#8699 and issue threads show them.
@@ -486,7 +479,7 @@ mod tests {
             path(4243, Transport::P2pNvlink, "cuda", OpClass::Send),
             path(4243, Transport::Shm, "host", OpClass::Put),
         ];
-        corroborate(&mut ux, &mut paths, LOG_122);
+        ux.log = Some(corroborate(&mut paths, LOG_122));
         let a = paths[0].log.as_ref().unwrap();
         assert!(a.agrees, "{a:?}");
         assert!(a.ucx_says.contains("cuda_ipc/cuda"));

@@ -6,9 +6,9 @@ use crate::{
     cli::{ExplainArgs, Format},
     error::{Error, Result},
     explain,
-    input::{self, Input},
+    input::{self, Input, JsonError},
     judge,
-    report::Report,
+    report::{Keys, Report},
 };
 
 /// Explains a saved report (or a recording, replayed first; or a report on
@@ -28,7 +28,11 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
     };
     let log = args.nccl_log.as_deref().map(input::read_to_string).transpose()?;
     let ucx_log = args.ucx_log.as_deref().map(input::read_to_string).transpose()?;
-    let (mut report, source) = load(&path, log.as_deref(), ucx_log.as_deref())?;
+    let Loaded {
+        mut report,
+        source,
+        damaged,
+    } = load(&path, log.as_deref(), ucx_log.as_deref(), args.damage)?;
     if let Some(text) = args.cufile_log.as_deref().map(input::read_to_string).transpose()? {
         let mut log = crate::classify::gds::log::parse(&text);
         crate::classify::gds::log::corroborate(&mut log, &report.paths);
@@ -45,11 +49,11 @@ pub fn explain(args: &ExplainArgs) -> Result<i32> {
             findings: report.explain.findings,
         };
         crate::output::print_json("the explanation", &doc)?;
-        return Ok(0);
+    } else {
+        out!("{}", crate::report::text::verdicts(&report.verdicts, ""));
+        out!("{}", crate::report::text::explain(&report));
     }
-    out!("{}", crate::report::text::verdicts(&report.verdicts, ""));
-    out!("{}", crate::report::text::explain(&report));
-    Ok(0)
+    super::finish(0, damaged.into_iter().collect())
 }
 
 pub const SCHEMA: &str = "gdrtrace.explain/v1";
@@ -66,12 +70,27 @@ pub struct ExplainDoc {
     pub findings: Vec<explain::Finding>,
 }
 
+/// A report read by [`load`].
+pub struct Loaded {
+    pub report: Report,
+    /// The input's name (`standard input` for `-`).
+    pub source: String,
+    /// What the command ends with, when a recording had damaged lines the
+    /// user did not accept (`replay::damaged`).
+    pub damaged: Option<Error>,
+}
+
 /// A saved report or a recording (replayed), read into the typed report,
 /// its verdicts judged by this build (against `log`, an NCCL log, when
 /// given; UCX paths against `ucx_log`), with the input's name. One reader
 /// for both kinds (gzip, size limit, regular files): the first line tells a
 /// recording from a report.
-pub fn load(path: &std::path::Path, log: Option<&str>, ucx_log: Option<&str>) -> Result<(Report, String)> {
+pub fn load(
+    path: &std::path::Path,
+    log: Option<&str>,
+    ucx_log: Option<&str>,
+    read: crate::cli::DamageArgs,
+) -> Result<Loaded> {
     let mut input = Input::open(path)?;
     input.refuse_empty()?;
     // A report's schema is its first field: a compact report of any size
@@ -83,33 +102,37 @@ pub fn load(path: &std::path::Path, log: Option<&str>, ucx_log: Option<&str>) ->
         }
         Err(e) => return Err(input.error(e)),
     };
+    // Else the first line tells, put back after (a report of sorted keys
+    // has its schema last, and may be one line longer than MAX_LINE).
     let recording = if report_first {
         false
     } else {
-        let mut first = String::new();
-        input.next_line(&mut first).map_err(|e| input.error(e))?;
-        let recording = first.contains("\"gdrtrace.recording/");
-        input.unread(first + "\n");
+        let mut first = Vec::new();
+        std::io::BufRead::read_until(
+            &mut std::io::Read::take(&mut input, input::MAX_LINE as u64 + 1),
+            b'\n',
+            &mut first,
+        )
+        .map_err(|e| input.error(e))?;
+        let needle = b"\"gdrtrace.recording/";
+        let recording = first.windows(needle.len()).any(|w| w == needle);
+        input.unread(first);
         recording
     };
+    let mut damaged = None;
     let report = if recording {
-        let rec = crate::recording::read(&mut input).map_err(|e| input.error(e))?;
+        let rec = super::replay::read(&mut input)?;
+        damaged = super::replay::damaged(input.name(), &rec, read);
         let (mut report, _) = super::replay::rebuild(&rec, log).map_err(|e| input.error(e))?;
         if let Some(l) = ucx_log {
             report.corroborate_ucx(l);
         }
         report
     } else {
-        let v = input::json_of(&mut input)?;
-        let schema = input::schema_of(&v);
-        if *schema != *crate::report::SCHEMA {
-            return Err(Error::Input(format!(
-                "{} has schema {schema} (expected {} or a recording)",
-                input.name(),
-                crate::report::SCHEMA
-            )));
-        }
-        let (mut report, notes) = read_and_rejudge(v, log).map_err(|e| input.error(e))?;
+        let keys = Keys::default();
+        let mut report = input::parse_json(&mut input, |de| crate::report::read_typed_from(de, &keys))
+            .map_err(|e| refused(&input, e))?;
+        let notes = rejudge(&mut report, keys.borrow().contains("facts"), log);
         for note in notes {
             errln!("gdrtrace: note: {}: {note}", input.name());
         }
@@ -118,17 +141,37 @@ pub fn load(path: &std::path::Path, log: Option<&str>, ucx_log: Option<&str>) ->
         }
         report
     };
-    Ok((report, input.name().to_string()))
+    Ok(Loaded {
+        report,
+        source: input.name().to_string(),
+        damaged,
+    })
+}
+
+/// The one-line error of a document `explain` does not read as a report.
+fn refused(input: &Input, e: JsonError) -> Error {
+    let expected = format!("expected {} or a recording", crate::report::SCHEMA);
+    match e {
+        JsonError::Input(e) => e,
+        JsonError::Data { path, error } if path == "schema" => {
+            Error::Input(format!("{} {} ({expected})", input.name(), input::json_message(&error)))
+        }
+        // Read to its end without one (the report's first field is
+        // `schema`: serde names it first among those missing).
+        JsonError::Data { error, .. } if input::json_message(&error).starts_with("missing field `schema`") => {
+            Error::Input(format!("{} has schema null ({expected})", input.name()))
+        }
+        JsonError::Data { path, error } => input.error(format!("not a report this gdrtrace reads: `{path}`: {error}")),
+    }
 }
 
 /// A saved report, read into the typed report, with its verdicts judged
 /// again (`rejudge`); the notes say where this build judges differently.
 pub fn read_and_rejudge(v: serde_json::Value, log: Option<&str>) -> std::result::Result<(Report, Vec<String>), String> {
-    // Reports older than the `facts` section were judged without host facts.
-    let had_facts = v.get("facts").is_some();
-    let mut report: Report =
-        crate::report::read_typed(&v).map_err(|e| format!("not a report this gdrtrace reads: {e}"))?;
-    let notes = rejudge(&mut report, had_facts, log);
+    let keys = Keys::default();
+    let mut report = crate::report::read_typed_from(&v, &keys)
+        .map_err(|e| format!("not a report this gdrtrace reads: `{}`: {}", e.path(), e.inner()))?;
+    let notes = rejudge(&mut report, keys.borrow().contains("facts"), log);
     Ok((report, notes))
 }
 

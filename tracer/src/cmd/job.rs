@@ -8,13 +8,15 @@ use crate::{
 };
 
 pub fn job(args: &JobArgs) -> Result<i32> {
+    let mut damaged = Vec::new();
     let view = match &args.prometheus {
         Some(url) => job::prometheus::job(url, &args.selector).map_err(Error::Input)?,
         None => {
             let mut reports = Vec::with_capacity(args.files.len());
             for f in &args.files {
-                let (report, _) = super::explain::load(f, None, None)?;
-                reports.push((f.display().to_string(), report));
+                let loaded = super::explain::load(f, None, None, args.damage)?;
+                damaged.extend(loaded.damaged);
+                reports.push((f.display().to_string(), loaded.report));
             }
             job::join(&reports)
         }
@@ -29,5 +31,5 @@ pub fn job(args: &JobArgs) -> Result<i32> {
             outln!("{text}");
         }
     }
-    Ok(0)
+    super::finish(0, damaged)
 }

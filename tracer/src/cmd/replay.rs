@@ -4,7 +4,7 @@
 use std::{cell::RefCell, path::Path, rc::Rc};
 
 use crate::{
-    cli::ReplayArgs,
+    cli::{DamageArgs, ReplayArgs},
     error::{Error, Result},
     output::{self, Named, OutputFile, StreamFile},
     recording::{self, Recording},
@@ -67,7 +67,7 @@ impl Feeder {
     /// building, judging and explaining as the whole recording's, with the
     /// footer's host-side inputs.
     pub fn snapshot(&self, rec: &Recording, t_s: f64, nccl_log: Option<&str>) -> Report {
-        let mut inputs = recording::inputs_of(&rec.header, &rec.footer);
+        let mut inputs = rec.inputs();
         inputs.duration_s = t_s;
         let mut r = report::build(&self.agg, inputs);
         r.judge_with(nccl_log, rec.header.facts.nvlink);
@@ -117,8 +117,7 @@ pub fn rebuild_full(
 /// input is in.
 pub fn judged(rec: &Recording, agg: &mut Aggregator, nccl_log: Option<&str>) -> Report {
     agg.settle();
-    let inputs = recording::inputs_of(&rec.header, &rec.footer);
-    let mut r = report::build(agg, inputs);
+    let mut r = report::build(agg, rec.inputs());
     r.judge_with(nccl_log, rec.header.facts.nvlink);
     crate::explain::fill(&mut r);
     r.workloads = rec.workloads.clone();
@@ -127,11 +126,45 @@ pub fn judged(rec: &Recording, agg: &mut Aggregator, nccl_log: Option<&str>) -> 
 
 /// Reads and parses a recording through the one input reader (gzip by
 /// magic, size limit, regular files only), line by line; the error is one
-/// line naming the file.
+/// line naming the file. Damaged lines are said as in [`read`].
 pub fn load(path: &Path) -> Result<Recording> {
     let mut input = crate::input::Input::open(path)?;
     input.refuse_empty()?;
-    recording::read(&mut input).map_err(|e| input.error(e))
+    read(&mut input)
+}
+
+/// Parses a recording from `input`; each damaged line is said on stderr,
+/// with its number (the first `Damage::NAMED`, then how many more), as it
+/// is skipped. [`damaged`] says how the command ends.
+pub fn read(input: &mut crate::input::Input) -> Result<Recording> {
+    let rec = recording::read(input).map_err(|e| input.error(e))?;
+    let d = &rec.damage;
+    for x in &d.first {
+        errln!(
+            "gdrtrace: {}: line {} is damaged, skipped: {}",
+            input.name(),
+            x.line,
+            crate::error::cut_middle(&x.why, crate::error::MAX_LINE)
+        );
+    }
+    let more = d.lines - d.first.len() as u64;
+    if more > 0 {
+        errln!("gdrtrace: {}: {more} more damaged lines skipped", input.name());
+    }
+    Ok(rec)
+}
+
+/// The error a command that read `rec` from `name` ends with (exit 2, after
+/// its output) when lines were damaged, unless the user accepts them
+/// (`--skip-damaged`).
+pub fn damaged(name: &str, rec: &Recording, read: DamageArgs) -> Option<Error> {
+    let n = rec.damage.lines;
+    (n > 0 && !read.skip_damaged).then(|| {
+        Error::Input(format!(
+            "{name}: {n} damaged line{} skipped, counted in the report's loss (--skip-damaged accepts them: exit 0)",
+            if n == 1 { "" } else { "s" }
+        ))
+    })
 }
 
 pub fn replay(args: &ReplayArgs) -> Result<i32> {
@@ -150,6 +183,7 @@ pub fn replay(args: &ReplayArgs) -> Result<i32> {
     let json = OutputFile::open_opt("--json", args.json.as_deref())?;
     let trace_event = OutputFile::open_opt("--trace-event", args.trace_event.as_deref())?;
     let rec = load(&args.recording)?;
+    let damaged = damaged(&args.recording.display().to_string(), &rec, args.damage);
     let (report, mut agg, timeline) = rebuild_full(
         &rec,
         log.as_deref(),
@@ -169,5 +203,6 @@ pub fn replay(args: &ReplayArgs) -> Result<i32> {
     if let Err(e) = super::run::emit_with(json, Some(args.format), ucx_log.as_deref(), &report) {
         errors.push(e);
     }
+    errors.extend(damaged);
     super::finish(0, errors)
 }

@@ -88,6 +88,9 @@ enum End {
 
 fn live(args: &TopArgs) -> Result<i32> {
     let t = trace_args(args);
+    // Said before anything is loaded, on the terminal the view then takes
+    // (seen again once it ends).
+    let interval = super::attach::interval_of(args.interval);
     let mut a = super::attach::open("top", &args.targets, &t, &[])?;
     let mut what: Vec<String> = Vec::new();
     if !args.targets.pid.is_empty() {
@@ -108,14 +111,12 @@ fn live(args: &TopArgs) -> Result<i32> {
     let quit = Arc::new(tokio::sync::Notify::new());
     let ui = {
         let quit = quit.clone();
-        spawn_view(
-            App::new(source, crate::units::fmt_duration(args.interval)),
-            rx,
-            move || quit.notify_one(),
-        )?
+        spawn_view(App::new(source, crate::units::fmt_duration(interval)), rx, move || {
+            quit.notify_one()
+        })?
     };
     let feed = Rc::new(RefCell::new(Feed::default()));
-    let mut every = Interval::new(args.interval, Box::new(|_| {}));
+    let mut every = Interval::new(interval, Box::new(|_| {}));
     {
         let feed = feed.clone();
         let tx = tx.clone();
@@ -210,6 +211,7 @@ fn replay(args: &TopArgs, path: &Path) -> Result<i32> {
     let json = OutputFile::open_opt("--json", args.json.as_deref())?;
     let trace_event = OutputFile::open_opt("--trace-event", args.trace_event.as_deref())?;
     let rec = super::replay::load(path)?;
+    let damaged = super::replay::damaged(&path.display().to_string(), &rec, args.damage);
     let speed = if args.speed == 1.0 {
         String::new()
     } else {
@@ -272,5 +274,6 @@ fn replay(args: &TopArgs, path: &Path) -> Result<i32> {
         errors.push(e);
     }
     errors.extend(view_error);
+    errors.extend(damaged);
     super::finish(0, errors)
 }

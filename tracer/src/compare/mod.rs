@@ -18,6 +18,7 @@ pub mod render;
 pub mod sections;
 pub mod spread;
 pub mod thresholds;
+pub mod workload;
 
 pub use comparison::{Comparison, LostProbe, Numbers, Row, Status, TransportChange, WorkloadCmp};
 pub use document::{

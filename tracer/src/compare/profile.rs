@@ -171,7 +171,7 @@ pub fn probes_of(report: &Report) -> BTreeMap<String, String> {
 /// CUDA driver API version, the GPU name.
 fn from_summaries(reports: &[Report], p: &mut Profile) {
     for r in reports {
-        for w in super::document::workloads(r) {
+        for w in super::workload::workloads(r) {
             let s = &w.summary;
             if let Some(v) = &s.nccl_version {
                 p.nccl = Some(v.clone());

@@ -120,7 +120,7 @@ pub fn run(o: &CopyLoopOpts) -> Result<CopyLoopSummary, String> {
             std::mem::transmute::<*mut c_void, DtoH>(sym("cuMemcpyDtoHAsync_v2")?),
         )
     };
-    let n = o.bytes.max(1) as usize;
+    let n = crate::clamp::at_least("--bytes", o.bytes, 1, |n| n.to_string(), "the smallest copy") as usize;
     let mut dev = 0u64;
     // SAFETY: `dev` is a valid out-pointer.
     let rc = unsafe { alloc(&mut dev, n) };

@@ -44,7 +44,7 @@ impl SyscallsSummary {
 }
 
 pub fn run(o: &SyscallsOpts) -> SyscallsSummary {
-    let threads = o.threads.max(1);
+    let threads = crate::clamp::at_least("--threads", o.threads, 1, |n| n.to_string(), "the fewest threads");
     let per = o.calls / threads as u64;
     let started = Instant::now();
     std::thread::scope(|s| {

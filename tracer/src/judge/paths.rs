@@ -26,9 +26,6 @@ use crate::{
 /// its path bytes: smaller ones (notifications, wire-up) are listed but do
 /// not make a process `mixed`.
 const SIGNIFICANT: f64 = 0.01;
-/// Host-memory bytes of at least this share of a direct path's bytes,
-/// moved in its time, keep it from being called direct.
-pub(super) const HOST_CONTRADICTS: f64 = 0.1;
 /// A process served its peers when GPU or socket bytes of at least this
 /// much moved with no call of its own.
 const SERVED_MIN: u64 = 1 << 20;
@@ -301,7 +298,7 @@ fn nccl_paths(i: &Inputs, p: &ProcessIn, v: Option<&Verdict>, windows: &[&Window
                 None => path.evidence.push("no verdict for the process: its set-up was not seen and its steady state does not decide".into()),
             }
             let host = e.host();
-            if path.direct() && host as f64 >= HOST_CONTRADICTS * path.bytes.max(1) as f64 {
+            if path.direct() && host as f64 >= super::peers::HOST_CONTRADICTS * path.bytes.max(1) as f64 {
                 path.evidence.push(format!(
                     "but {host} bytes went through host memory (sockets, host copies) while this communicator's calls ran: its bytes did not all stay in GPU memory"
                 ));

@@ -9,12 +9,16 @@
 //! communicator keeps one path.
 use std::collections::BTreeMap;
 
-use super::{Inputs, ProcessIn, paths::HOST_CONTRADICTS};
+use super::{Inputs, ProcessIn};
 use crate::classify::{
     Transport,
     comm::{self, Basis, Group, Net, Part, Verdict},
     path::{Path, PeerGroup},
 };
+
+/// Host-memory bytes of at least this share of a direct path's bytes,
+/// moved in its time, keep it from being called direct.
+pub(super) const HOST_CONTRADICTS: f64 = 0.1;
 
 /// What the process's evidence says of each kind of its connections.
 struct Parts {

@@ -5,63 +5,7 @@
 use serde::Serialize;
 use tracer_common::op;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize, PartialOrd, Ord)]
-#[serde(rename_all = "kebab-case")]
-pub enum Family {
-    /// Process lifecycle (target-set maintenance).
-    Sched,
-    /// Syscall tracepoints on registration paths.
-    Syscall,
-    /// Socket data syscalls (send/recv), aggregated in the kernel.
-    Socket,
-    /// TCP retransmissions per (process, socket) and the sends that name
-    /// each socket's process, aggregated in the kernel.
-    Network,
-    /// Kernel page pinning (`pin_user_pages*`, `unpin_*`).
-    Pinning,
-    /// Kernel side of verbs memory registration.
-    Verbs,
-    /// NVIDIA peer memory (nvidia_p2p_*).
-    PeerMem,
-    /// dma-buf attach/map.
-    DmaBuf,
-    /// Counters read from procfs.
-    Counters,
-    /// libcuda driver API.
-    Cuda,
-    /// libibverbs.
-    Ibverbs,
-    /// libnccl.
-    Nccl,
-    /// UCX: libucp, libuct and libucs.
-    Ucx,
-    /// Positional file I/O and ioctls, aggregated per (process, fd).
-    FileIo,
-    /// libcufile (GPUDirect Storage).
-    Gds,
-}
-
-impl Family {
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::Sched => "sched",
-            Family::Syscall => "syscall",
-            Family::Socket => "socket",
-            Family::Network => "network",
-            Family::Pinning => "pinning",
-            Family::Verbs => "verbs",
-            Family::PeerMem => "peer-mem",
-            Family::DmaBuf => "dma-buf",
-            Family::Counters => "counters",
-            Family::Cuda => "cuda",
-            Family::Ibverbs => "ibverbs",
-            Family::Nccl => "nccl",
-            Family::Ucx => "ucx",
-            Family::FileIo => "file-io",
-            Family::Gds => "gds",
-        }
-    }
-}
+pub use super::kinds::Family;
 
 /// What a probe point is attached to.
 #[derive(Clone, Copy, Debug)]

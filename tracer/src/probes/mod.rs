@@ -2,8 +2,8 @@
 //! planner that attaches each point by the best strategy this kernel allows.
 pub mod catalog;
 pub mod coverage;
-pub mod duty;
 pub mod insn;
+pub mod kinds;
 pub mod libs;
 pub mod ops;
 pub mod planner;

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use tracer_common::{OpConfig, nccl_id, op, op_flags};
 
-use super::catalog::Family;
+use super::kinds::{Family, Group};
 
 /// Libraries the table covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize, PartialOrd, Ord)]
@@ -304,13 +304,13 @@ impl Row {
     /// set-up paths in the droppable `Setup` link; the rows a running job
     /// calls per transfer (collectives, group calls, UCX data calls and
     /// copies, all summed in the kernel) in the duty-cycled `Sampled` link.
-    pub const fn group(&self) -> super::uprobes::Group {
+    pub const fn group(&self) -> Group {
         if self.hot_setup || self.budgeted {
-            super::uprobes::Group::Setup
+            Group::Setup
         } else if self.aggregate || self.copy_rows() {
-            super::uprobes::Group::Sampled
+            Group::Sampled
         } else {
-            super::uprobes::Group::Steady
+            Group::Steady
         }
     }
 
@@ -1314,9 +1314,9 @@ pub fn config_of(row: &Row) -> OpConfig {
         flags |= op_flags::SAMPLE_FIRST;
     }
     match row.group() {
-        super::uprobes::Group::Sampled => flags |= op_flags::SAMPLED,
-        super::uprobes::Group::Setup => flags |= op_flags::SETUP,
-        super::uprobes::Group::Steady => {}
+        Group::Sampled => flags |= op_flags::SAMPLED,
+        Group::Setup => flags |= op_flags::SETUP,
+        Group::Steady => {}
     }
     if row.changes_regions() {
         flags |= op_flags::REGION;

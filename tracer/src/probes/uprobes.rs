@@ -15,7 +15,7 @@
 //! repeat on every API call or send) are one droppable link per file,
 //! closed by `Planner::drop_setup` when their hit rate goes over budget;
 //! `Sampled` rows (collectives, group and UCX data calls: a trap per
-//! transfer) are one link per file that the duty cycle (`probes/duty.rs`)
+//! transfer) are one link per file that the duty cycle (`sampling/controller.rs`)
 //! closes and opens again. Their files are kept open, so a link re-opened
 //! later goes to the same inode even when the path has since been replaced
 //! or the process whose `/proc/PID/root` named it has exited.
@@ -66,34 +66,7 @@ impl Mode {
     }
 }
 
-/// Which link of a file an offset joins.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Group {
-    Steady,
-    Setup,
-    Sampled,
-}
-
-impl Group {
-    /// As doctor and the docs name it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Group::Steady => "steady",
-            Group::Setup => "setup",
-            Group::Sampled => "sampled",
-        }
-    }
-
-    /// How the group's link is budgeted, one line.
-    pub fn budget(self) -> &'static str {
-        match self {
-            Group::Steady => "always attached (set-up and registration calls)",
-            Group::Setup => "closed for good over SETUP_BUDGET_HZ hits/s",
-            Group::Sampled => "summed in the kernel; duty-cycled over 1,000 traps/s per process (--collectives)",
-        }
-    }
-}
+pub use super::kinds::Group;
 
 /// One offset to probe.
 #[derive(Clone, Debug)]
@@ -207,7 +180,7 @@ impl UprobeLinks {
         let r = [entry, ret]
             .into_iter()
             .try_for_each(|name| {
-                let p: &mut UProbe = super::planner::program(ebpf, name)?;
+                let p: &mut UProbe = crate::loader::program(ebpf, name)?;
                 p.load().map_err(|e| describe(&e))
             })
             .map(|()| mode);
@@ -370,7 +343,7 @@ impl UprobeLinks {
         group: Group,
         points: &[&Point],
     ) -> Result<(), String> {
-        let p: &mut UProbe = super::planner::program(ebpf, program)?;
+        let p: &mut UProbe = crate::loader::program(ebpf, program)?;
         let at = points.iter().map(|pt| UProbeAttachPoint {
             location: UProbeAttachLocation::AbsoluteOffset(pt.offset),
             cookie: Some(tracer_common::sample_cookie(
@@ -427,7 +400,7 @@ impl UprobeLinks {
             .partition(|h| group.is_some_and(|g| g != h.group));
         self.held = keep;
         for h in take {
-            if let Ok(p) = super::planner::program::<UProbe>(ebpf, h.program)
+            if let Ok(p) = crate::loader::program::<UProbe>(ebpf, h.program)
                 && let Ok(link) = p.take_link(h.id)
             {
                 closed.links += 1;

@@ -384,11 +384,123 @@ impl Line for Workloads {
     const TYPE: &'static str = "workloads";
 }
 
-/// The `type` of a line (and nothing else of it).
-#[derive(Deserialize)]
+/// The `type` of a line, every other value of it walked to its end and
+/// dropped: serde_json's recursion limit (128 levels) applies to them, which
+/// it does not to values skipped as unknown fields (a line nested deeper
+/// than any reader of JSON values takes is damage, not a record).
 pub(super) struct Type<'a> {
-    #[serde(rename = "type", borrow, default)]
     pub ty: Option<std::borrow::Cow<'a, str>>,
+}
+
+impl<'de> Deserialize<'de> for Type<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Type<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Type<'de>, A::Error> {
+                let mut ty = None;
+                while let Some(key) = m.next_key::<TypeKey>()? {
+                    match key {
+                        TypeKey::Type if ty.is_none() => ty = Some(m.next_value::<Text<'de>>()?.0),
+                        _ => {
+                            m.next_value::<Walked>()?;
+                        }
+                    }
+                }
+                Ok(Type { ty })
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+/// A key of a line: `type` or another.
+enum TypeKey {
+    Type,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for TypeKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Key;
+        impl serde::de::Visitor<'_> for Key {
+            type Value = TypeKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E>(self, k: &str) -> Result<TypeKey, E> {
+                Ok(if k == "type" { TypeKey::Type } else { TypeKey::Other })
+            }
+        }
+        d.deserialize_identifier(Key)
+    }
+}
+
+/// A string, borrowed from the line where it has no escapes.
+struct Text<'a>(std::borrow::Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct S;
+        impl<'de> serde::de::Visitor<'de> for S {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(s.into()))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Text<'de>, E> {
+                Ok(Text(s.to_owned().into()))
+            }
+        }
+        d.deserialize_str(S)
+    }
+}
+
+/// Any JSON value, read through (not ignored: see [`Type`]) and dropped.
+struct Walked;
+
+impl<'de> Deserialize<'de> for Walked {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Any;
+        impl<'de> serde::de::Visitor<'de> for Any {
+            type Value = Walked;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Walked, E> {
+                Ok(Walked)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Walked, E> {
+                Ok(Walked)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Walked, E> {
+                Ok(Walked)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Walked, E> {
+                Ok(Walked)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Walked, E> {
+                Ok(Walked)
+            }
+            fn visit_unit<E>(self) -> Result<Walked, E> {
+                Ok(Walked)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut s: A) -> Result<Walked, A::Error> {
+                while s.next_element::<Walked>()?.is_some() {}
+                Ok(Walked)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Walked, A::Error> {
+                while m.next_entry::<serde::de::IgnoredAny, Walked>()?.is_some() {}
+                Ok(Walked)
+            }
+        }
+        d.deserialize_any(Any)
+    }
 }
 
 /// A line's JSON: the record with its `type`, keys in order (the form

@@ -9,6 +9,49 @@ pub struct Recording {
     pub inputs: Vec<(Input, Vec<Fact>)>,
     pub footer: Footer,
     pub workloads: Vec<Value>,
+    /// Lines that could not be read as records, skipped.
+    pub damage: Damage,
+}
+
+impl Recording {
+    /// The report inputs its header and footer hold, with the damaged lines
+    /// in the loss.
+    pub fn inputs(&self) -> Inputs {
+        let mut inputs = inputs_of(&self.header, &self.footer);
+        inputs.loss.damaged_lines = self.damage.lines;
+        inputs.loss.settle();
+        inputs
+    }
+}
+
+/// The damaged lines of a recording: lines that are not text, longer than
+/// `input::MAX_LINE`, not JSON, nested deeper than JSON readers take (128
+/// levels) or not an object with a `type`. A well-formed line of a type
+/// this build does not know is no damage: it is a later minor revision's,
+/// skipped as report fields are.
+#[derive(Clone, Debug, Default)]
+pub struct Damage {
+    pub lines: u64,
+    /// The first [`Damage::NAMED`], with why each is damaged.
+    pub first: Vec<Damaged>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Damaged {
+    pub line: usize,
+    pub why: String,
+}
+
+impl Damage {
+    /// Damaged lines named one by one; the rest are counted.
+    pub const NAMED: usize = 10;
+
+    fn add(&mut self, line: usize, why: String) {
+        self.lines += 1;
+        if self.first.len() < Self::NAMED {
+            self.first.push(Damaged { line, why });
+        }
+    }
 }
 
 /// Why a recording cannot be replayed: one line, with the line number.
@@ -23,10 +66,7 @@ fn typed<'a, T: serde::Deserialize<'a>>(line: &'a str, ty: &str) -> std::result:
         // The line number is the recording's (the caller adds it); serde's
         // own "at line 1 column N" of a one-line document says nothing more
         // than the field's path.
-        let inner = e.inner();
-        let msg = inner.to_string();
-        let at = format!(" at line {} column {}", inner.line(), inner.column());
-        let msg = msg.strip_suffix(&at).unwrap_or(&msg);
+        let msg = crate::input::json_message(e.inner());
         match e.path().to_string().as_str() {
             "." => format!("{ty}: {msg}"),
             path => format!("{ty} field {path}: {msg}"),
@@ -34,12 +74,21 @@ fn typed<'a, T: serde::Deserialize<'a>>(line: &'a str, ty: &str) -> std::result:
     })
 }
 
-/// The `type` of a line: `Ok(None)` for a JSON object without one.
-fn type_of(line: &str) -> std::result::Result<Option<String>, String> {
+/// The `type` of a line, or why the line is damaged.
+fn type_of(line: &str) -> std::result::Result<std::borrow::Cow<'_, str>, String> {
+    use serde_json::error::Category;
     match serde_json::from_str::<codec::Type>(line) {
-        Ok(t) => Ok(t.ty.map(|t| t.into_owned())),
-        Err(e) if e.classify() == serde_json::error::Category::Data => Ok(None),
-        Err(e) => Err(format!("not JSON ({e})")),
+        Ok(codec::Type { ty: Some(t) }) => Ok(t),
+        Ok(codec::Type { ty: None }) => Err("no \"type\"".into()),
+        Err(e) => {
+            // The line number is the recording's; serde's is always 1.
+            let msg = format!("{} at column {}", crate::input::json_message(&e), e.column());
+            Err(match e.classify() {
+                Category::Data => format!("not a record ({msg})"),
+                _ if msg.starts_with("recursion limit") => format!("nested deeper than JSON readers take ({msg})"),
+                _ => format!("not JSON ({msg})"),
+            })
+        }
     }
 }
 
@@ -166,7 +215,7 @@ pub(super) fn input(line: &str, ty: &str) -> std::result::Result<Option<Input>, 
                     return Err(format!("trap-cost {f} is not a non-negative number"));
                 }
             }
-            Input::TrapCost(crate::stats::duty::TrapCost {
+            Input::TrapCost(crate::sampling::TrapCost {
                 entry_ns: c.entry_ns,
                 pair_ns: c.pair_ns,
                 stepped_ns,
@@ -200,32 +249,43 @@ fn unread_ids(inputs: &mut [(Input, Vec<Fact>)]) {
 }
 
 /// Parses a recording line by line from `r` (the text is never held whole:
-/// recordings of long jobs are large). Lines are bounded (`input::MAX_LINE`).
+/// recordings of long jobs are large). Lines are bounded (`input::MAX_LINE`);
+/// damaged lines are skipped and kept in [`Recording::damage`] for the
+/// caller to say and count.
 pub fn read(r: &mut dyn std::io::BufRead) -> std::result::Result<Recording, String> {
     let mut n = 0usize;
     let mut buf = String::new();
-    // The next non-blank line and its number, or None at the end.
-    let mut next = |buf: &mut String| -> std::result::Result<Option<usize>, String> {
+    let mut damage = Damage::default();
+    // The next non-blank line and its number, or None at the end; a line
+    // that is not text or too long is damage.
+    let mut next = |buf: &mut String, damage: &mut Damage| -> std::result::Result<Option<usize>, String> {
         loop {
             n += 1;
             match crate::input::next_line(r, buf) {
                 Ok(None) => return Ok(None),
                 Ok(Some(())) if buf.trim().is_empty() => continue,
                 Ok(Some(())) => return Ok(Some(n)),
+                Err(crate::input::LineError::Line(e)) if n > 1 => damage.add(n, e),
                 Err(e) => return Err(format!("line {n}: {e}")),
             }
         }
     };
-    next(&mut buf)?.ok_or("empty file (no header line)")?;
+    next(&mut buf, &mut damage)?.ok_or("empty file (no header line)")?;
     let header = header(&buf)?;
     let mut inputs: Vec<(Input, Vec<Fact>)> = Vec::new();
     let mut footer_line = None;
     let mut workloads = Vec::new();
-    while let Some(n) = next(&mut buf)? {
+    while let Some(n) = next(&mut buf, &mut damage)? {
         let line = buf.as_str();
         let at = |e: String| format!("line {n}: {e}");
-        let ty = type_of(line).map_err(at)?.ok_or_else(|| at("no \"type\"".into()))?;
-        let ty = ty.as_str();
+        let ty = match type_of(line) {
+            Ok(ty) => ty,
+            Err(why) => {
+                damage.add(n, why);
+                continue;
+            }
+        };
+        let ty = ty.as_ref();
         if footer_line.is_some() {
             match ty {
                 "workloads" => {
@@ -254,9 +314,20 @@ pub fn read(r: &mut dyn std::io::BufRead) -> std::result::Result<Recording, Stri
     if !header.nccl_id_hashes {
         unread_ids(&mut inputs);
     }
-    let footer = footer_line.ok_or("truncated: no footer line (the recording was cut off before the trace ended)")?;
+    let Some(footer) = footer_line else {
+        let last = damage
+            .first
+            .last()
+            .filter(|d| d.line + 1 >= n)
+            .map(|d| format!(" (line {} is damaged: {})", d.line, d.why))
+            .unwrap_or_default();
+        return Err(format!(
+            "truncated: no footer line{last}: the recording was cut off before the trace ended"
+        ));
+    };
+    // A damaged line may have been an event.
     let seen = inputs.iter().filter(|(i, _)| matches!(i, Input::Event(_))).count() as u64;
-    if seen != footer.events {
+    if seen > footer.events || seen + damage.lines < footer.events {
         return Err(format!(
             "the footer counts {} events but the file holds {seen}: lines are missing",
             footer.events
@@ -267,5 +338,6 @@ pub fn read(r: &mut dyn std::io::BufRead) -> std::result::Result<Recording, Stri
         inputs,
         footer,
         workloads,
+        damage,
     })
 }

@@ -88,6 +88,58 @@ fn bad_recordings_are_refused_with_a_reason() {
     );
 }
 
+#[test]
+fn damaged_lines_are_skipped_and_counted() {
+    let header = serde_json::to_string(&serde_json::json!({
+        "type": "header", "schema": SCHEMA, "tool_version": "0", "host": {"kernel": "k", "lockdown": "none"},
+        "facts": {}, "clock": "CLOCK_MONOTONIC", "started_ns": 0
+    }))
+    .unwrap();
+    let ev = "{\"type\":\"event\",\"kind\":\"exit\",\"pid\":3,\"start_ns\":9}";
+    let footer = |events: u64| {
+        format!(
+            "{{\"type\":\"footer\",\"command\":[],\"duration_s\":1.0,\"events\":{events},\"loss\":{{}},\"pin_counters\":{{}},\"coverage\":[],\"kernel_slots\":[]}}"
+        )
+    };
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let lines = [
+        format!("{{\"type\":\"later\",\"v\":{deep}}}"),
+        deep.clone(),
+        "{\"type\": \"event\", \"pid\": ".to_string(),
+        "{\"no_type\": 1}".to_string(),
+        "[1, 2]".to_string(),
+    ];
+    let text = format!("{header}\n{ev}\n{}\n{ev}\n{}\n", lines.join("\n"), footer(3));
+    let rec = parse(&text).expect("damage is skipped");
+    assert_eq!(rec.inputs.len(), 2);
+    assert_eq!(rec.damage.lines, 5);
+    let why: Vec<_> = rec.damage.first.iter().map(|d| (d.line, d.why.as_str())).collect();
+    assert!(why[0].0 == 3 && why[0].1.starts_with("nested deeper"), "{why:?}");
+    // An array at the top is refused before its depth is seen.
+    assert!(why[1].0 == 4 && why[1].1.starts_with("not a record"), "{why:?}");
+    assert!(why[2].0 == 5 && why[2].1.starts_with("not JSON"), "{why:?}");
+    assert!(why[3].0 == 6 && why[3].1.contains("no \"type\""), "{why:?}");
+    assert!(why[4].0 == 7 && why[4].1.starts_with("not a record"), "{why:?}");
+    let inputs = rec.inputs();
+    assert_eq!(inputs.loss.damaged_lines, 5);
+    assert!(!inputs.loss.complete);
+    // Well-formed lines of a later type, and JSON within serde's depth, are no damage.
+    let shallow = format!("{}{}", "[".repeat(100), "]".repeat(100));
+    let later = format!("{{\"type\":\"later\",\"v\":{shallow},\"w\":{{\"x\":[1]}}}}");
+    let rec = parse(&format!("{header}\n{ev}\n{later}\n{}\n", footer(1))).expect("a later record");
+    assert_eq!(rec.damage.lines, 0);
+    // More events missing than damaged lines could have held.
+    let e = parse(&format!("{header}\n{ev}\n[\n{}\n", footer(3))).unwrap_err();
+    assert!(e.contains("lines are missing"), "{e}");
+    // Only the first few are named.
+    let many = vec!["x"; Damage::NAMED + 5].join("\n");
+    let rec = parse(&format!("{header}\n{ev}\n{many}\n{}\n", footer(1))).expect("skipped");
+    assert_eq!(rec.damage.lines, Damage::NAMED as u64 + 5);
+    assert_eq!(rec.damage.first.len(), Damage::NAMED);
+    // The header is no line to skip.
+    assert!(parse(&format!("[\n{ev}\n{}\n", footer(1))).is_err());
+}
+
 /// The typed records write every input line of the recorded fixtures
 /// (written by the recorder before it was derived) as it is: same fields,
 /// same values (`tick`, `alive-check` and `setup-closed` carry only their
@@ -156,15 +208,13 @@ fn fixture_lines_are_written_as_read() {
 #[test]
 fn trap_cost_and_stepped_lines() {
     let old = r#"{"type":"trap-cost","entry_ns":800.0,"pair_ns":1600.0}"#;
-    let Some(Input::TrapCost(crate::stats::duty::TrapCost { stepped_ns, .. })) =
-        reader::input(old, "trap-cost").unwrap()
+    let Some(Input::TrapCost(crate::sampling::TrapCost { stepped_ns, .. })) = reader::input(old, "trap-cost").unwrap()
     else {
         panic!("not a trap cost");
     };
     assert_eq!(stepped_ns, 800.0);
     let new = r#"{"type":"trap-cost","entry_ns":800.0,"pair_ns":1600.0,"stepped_ns":9400.0}"#;
-    let Some(Input::TrapCost(crate::stats::duty::TrapCost { stepped_ns, .. })) =
-        reader::input(new, "trap-cost").unwrap()
+    let Some(Input::TrapCost(crate::sampling::TrapCost { stepped_ns, .. })) = reader::input(new, "trap-cost").unwrap()
     else {
         panic!("not a trap cost");
     };

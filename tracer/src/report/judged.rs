@@ -67,7 +67,8 @@ impl Report {
     /// the paths stay as the evidence decided them. The caller explains the
     /// report again (`crate::explain::fill`): the UCX rules read the log.
     pub fn corroborate_ucx(&mut self, log: &str) {
-        crate::classify::ucx_log::corroborate(self.ucx.get_or_insert_with(Default::default), &mut self.paths, log);
+        let log = crate::classify::ucx_log::corroborate(&mut self.paths, log);
+        self.ucx.get_or_insert_with(Default::default).log = Some(log);
     }
 
     fn judge_verdicts(&mut self, nccl_log: Option<&str>) {

@@ -6,6 +6,7 @@ pub mod fabric;
 pub mod findings;
 pub mod judged;
 mod shape;
+pub use shape::Keys;
 pub mod text;
 pub mod timeline;
 
@@ -236,8 +237,31 @@ pub struct Loss {
     pub read_errors: u64,
     pub malformed_records: u64,
     pub undecoded_events: u64,
+    /// Lines of the recording a replay skipped as damaged (not JSON, too
+    /// deep, no record type): what they held is missing. Absent when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub damaged_lines: u64,
     /// True when nothing was lost.
     pub complete: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Loss {
+    /// Sets `complete` from the counts (`return_without_entry` is
+    /// informational: calls in flight at attach).
+    pub fn settle(&mut self) {
+        self.complete = self.ringbuf_drops
+            + self.inflight_full
+            + self.targets_full
+            + self.read_errors
+            + self.malformed_records
+            + self.undecoded_events
+            + self.damaged_lines
+            == 0;
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -250,7 +274,7 @@ pub struct PinCounters {
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Report {
-    #[serde(deserialize_with = "crate::intern::str")]
+    #[serde(deserialize_with = "schema")]
     pub schema: crate::intern::Name,
     #[serde(deserialize_with = "crate::intern::str")]
     pub tool_version: crate::intern::Name,
@@ -264,6 +288,7 @@ pub struct Report {
     /// aggregated ops included): what the probes cost, in traps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probe_hits: Vec<ProbeHits>,
+    #[serde(deserialize_with = "shape::checked_seq")]
     pub processes: Vec<Process>,
     pub pin_counters: PinCounters,
     pub loss: Loss,
@@ -389,12 +414,31 @@ pub struct Inputs {
 /// (`processes[0].errors: "12"`, `kernel_histograms[0].calls: "12"`) is an
 /// error naming its field. A section that must be an object and is an
 /// array (`"loss": [1]`, which serde would read as the struct's fields in
-/// order) is refused too: the typed report is walked alongside what was
-/// read (`shape::check`, no copy of either is made).
+/// order) is refused too (`shape`). `de` is read as it comes: from a file
+/// no tree is built first. The top-level keys it had are kept in `keys`.
+pub fn read_typed_from<'de, D: serde::Deserializer<'de>>(
+    de: D,
+    keys: &shape::Keys,
+) -> std::result::Result<Report, serde_path_to_error::Error<D::Error>> {
+    let mut track = serde_path_to_error::Track::new();
+    let tracked = serde_path_to_error::Deserializer::new(de, &mut track);
+    shape::strict(tracked, Some(keys)).map_err(|e| serde_path_to_error::Error::new(track.path(), e))
+}
+
+/// [`read_typed_from`] a JSON value, the error one line naming the field.
 pub fn read_typed(v: &serde_json::Value) -> std::result::Result<Report, String> {
-    let report: Report = serde_path_to_error::deserialize(v).map_err(|e| format!("`{}`: {}", e.path(), e.inner()))?;
-    shape::check(&report, v)?;
-    Ok(report)
+    read_typed_from(v, &shape::Keys::default()).map_err(|e| format!("`{}`: {}", e.path(), e.inner()))
+}
+
+/// A report's `schema`: this one, or the report is read no further (its
+/// other fields would be taken for what they are not).
+fn schema<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<crate::intern::Name, D::Error> {
+    let s = serde_json::Value::deserialize(d)?;
+    if s == SCHEMA {
+        Ok(SCHEMA)
+    } else {
+        Err(serde::de::Error::custom(format!("has schema {s}")))
+    }
 }
 
 /// Which signals came from probes and which from counters, and whether each

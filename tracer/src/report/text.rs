@@ -369,9 +369,15 @@ fn pins_and_loss(o: &mut String, r: &Report) {
         }
     }
     let l = &r.loss;
+    // Only replays skip lines: a live report's line stays as it was.
+    let damaged = if l.damaged_lines > 0 {
+        format!(", damaged recording lines {}", l.damaged_lines)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         o,
-        "Loss: ring buffer drops {}, in-flight table full {}, returns without entry {}, target set full {}, read errors {}, malformed {}, undecoded {} ({})\n",
+        "Loss: ring buffer drops {}, in-flight table full {}, returns without entry {}, target set full {}, read errors {}, malformed {}, undecoded {}{damaged} ({})\n",
         l.ringbuf_drops,
         l.inflight_full,
         l.return_without_entry,

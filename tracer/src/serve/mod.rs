@@ -96,7 +96,7 @@ pub struct ServeArgs {
     /// gdrtrace_collective_sampled_ratio the share of time sampled),
     /// `auto:HZ`, `exact`, or `ON/PERIOD` (e.g. 1s/10s).
     #[arg(long, value_name = "MODE", default_value = "auto")]
-    pub collectives: crate::probes::duty::Mode,
+    pub collectives: crate::sampling::Mode,
     /// Series per `process` (pid and comm labels) or per `pod` (namespace,
     /// pod and container; processes outside pods by comm): `pod` keeps the
     /// series count at the node's pods, not its pids.

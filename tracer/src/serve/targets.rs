@@ -307,7 +307,7 @@ impl Agent {
         // The duty cycle's own beat, as `run` and `attach` tick: a process
         // over budget has its sampled links closed within 250 ms, and short
         // on phases begin on it.
-        let mut beat = tokio::time::interval(crate::probes::duty::BEAT);
+        let mut beat = tokio::time::interval(crate::sampling::BEAT);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

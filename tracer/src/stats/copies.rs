@@ -8,7 +8,7 @@
 //! with a new first call, classified after that change.
 //!
 //! Rows are summed per (process, copy, verdict), a *class*: the duty
-//! cycle's estimates (`stats/duty.rs`) are made per class, since rows come
+//! cycle's estimates (`sampling/estimator.rs`) are made per class, since rows come
 //! and go with epochs and addresses while a class's rate holds. What the
 //! aggregator adds for a class is its estimated calls and bytes less those
 //! of its evented first calls.
@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 
 use tracer_common::Event;
 
-use super::duty::RowKey;
 use crate::classify::{Call, Transport};
+use crate::sampling::RowKey;
 
 /// A kernel row: (pid, op, handle).
 pub type KernelRow = (u32, u32, u64);

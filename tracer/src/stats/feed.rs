@@ -31,7 +31,7 @@ pub enum Input {
     /// The set-up uprobe links were closed over budget: threads' context
     /// switches are no longer seen.
     SetupClosed,
-    /// One tick of the sampled rows' duty cycle (`probes/duty.rs`): of the
+    /// One tick of the sampled rows' duty cycle (`sampling/controller.rs`): of the
     /// microseconds since the last, `on_us` in which the rows counted and
     /// `off_us` in which they did not (an off phase, or the attach that
     /// began an on phase). Only where the cycle can switch (not
@@ -49,7 +49,7 @@ pub enum Input {
     /// What a trapped call costs the caller on this machine
     /// (`calibrate.rs`): the duty cycle's on-phase rates are corrected by
     /// it from here on.
-    TrapCost(super::duty::TrapCost),
+    TrapCost(crate::sampling::TrapCost),
     /// The rows of a process probed on a first instruction the kernel
     /// single-steps (`probes/insn.rs`), in the library files it maps;
     /// given again when they change.

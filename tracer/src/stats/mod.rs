@@ -11,7 +11,6 @@
 //! process (`process.rs`) and the transfer records (`transfers.rs`).
 mod calls;
 pub mod copies;
-pub mod duty;
 pub mod feed;
 pub mod gds;
 mod identity;
@@ -30,20 +29,21 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use tracer_common::Event;
 
-pub use self::{
-    duty::RowKey,
-    net::{TcpSocket, TcpSockets},
-    process::{Communicator, DutyTotals, ProcInfo, SampledTime, SocketTotals, crosses_devices},
-    transfers::{TransferGroup, Transfers},
-};
 use self::{
     feed::{Input, Observer},
     source::{Fact, LiveProc, ProcSource},
 };
+pub use self::{
+    net::{TcpSocket, TcpSockets},
+    process::{Communicator, DutyTotals, ProcInfo, SampledTime, SocketTotals, crosses_devices},
+    transfers::{TransferGroup, Transfers},
+};
+pub use crate::sampling::RowKey;
 use crate::{
     classify::{self, Transport, transfer::PairDetector},
     model::Registry,
     probes::Family,
+    sampling,
 };
 
 /// Latency bounds: 1 ns to 1 hour, 3 significant digits.
@@ -109,7 +109,7 @@ pub struct Aggregator {
     undecoded: u64,
     /// Aggregate-only calls from the kernel per (pid, op name, handle),
     /// with the estimate of the time the duty cycle did not count them
-    /// (`stats/duty.rs`); what every report and verdict reads.
+    /// (`sampling/estimator.rs`); what every report and verdict reads.
     collectives: BTreeMap<RowKey, CallsBytes>,
     /// The same rows as the kernel counted them (monotonic: `serve`'s counters).
     collectives_counted: BTreeMap<RowKey, CallsBytes>,
@@ -119,7 +119,7 @@ pub struct Aggregator {
     /// The sampled rows' duty cycle over the trace.
     duty: DutyTotals,
     /// Their estimates for the time they were not counted.
-    estimator: duty::Estimator,
+    estimator: sampling::Estimator,
     /// Processes that exited since the duty cycle's last tick, and those
     /// that exited in the tick before it: the tick a process exited in
     /// still counts it ([`Aggregator::duty`]).
@@ -179,7 +179,7 @@ impl Aggregator {
             collectives_counted: BTreeMap::new(),
             copies: Default::default(),
             duty: DutyTotals::default(),
-            estimator: duty::Estimator::default(),
+            estimator: sampling::Estimator::default(),
             exiting: Default::default(),
             credited: Default::default(),
             source,
@@ -240,7 +240,7 @@ impl Aggregator {
     /// One tick of the duty cycle: `on_us` in which the sampled rows
     /// counted and `off_us` in which they did not, for every live process,
     /// and the CPU time some of them ran in `on_us` (pid, microseconds);
-    /// the uncounted time is estimated row by row (`stats/duty.rs`).
+    /// the uncounted time is estimated row by row (`sampling/estimator.rs`).
     pub fn duty(&mut self, on_us: u64, off_us: u64, cpu: &[(u32, u64)]) {
         self.observe(|| Input::Duty {
             on_us,
@@ -273,10 +273,10 @@ impl Aggregator {
             rest: true,
             cpu: Vec::new(),
         });
-        self.interval(0, off_us, duty::Cpu::new());
+        self.interval(0, off_us, sampling::Cpu::new());
     }
 
-    fn interval(&mut self, on_us: u64, off_us: u64, cpu: duty::Cpu) {
+    fn interval(&mut self, on_us: u64, off_us: u64, cpu: sampling::Cpu) {
         let d = &mut self.duty;
         d.on_us += on_us;
         d.off_us += off_us;
@@ -302,7 +302,7 @@ impl Aggregator {
 
     /// What a trapped call costs the caller (`calibrate.rs`): the duty
     /// cycle's on-phase rates are corrected by it from here on.
-    pub fn trap_cost(&mut self, c: duty::TrapCost) {
+    pub fn trap_cost(&mut self, c: sampling::TrapCost) {
         self.observe(|| Input::TrapCost(c));
         self.estimator.trap_cost(c);
     }
@@ -382,7 +382,7 @@ impl Aggregator {
     }
 
     /// Whether a sampled row's estimate is a lower bound
-    /// ([`duty::Estimator::lower_bound`]).
+    /// ([`sampling::Estimator::lower_bound`]).
     pub fn lower_bound(&self, key: &RowKey) -> bool {
         self.estimator.lower_bound(key)
     }

@@ -59,7 +59,7 @@ pub struct ProcInfo {
     pub connections_read: bool,
     /// Time traced while the sampled rows' duty cycle ran, and the part of
     /// it they counted in (absent when every call was counted): where it is
-    /// less, the process's collective figures are estimates (`stats/duty.rs`).
+    /// less, the process's collective figures are estimates (`sampling/estimator.rs`).
     #[serde(skip_serializing_if = "SampledTime::is_exact")]
     pub collectives_sampled: SampledTime,
     /// Whether `env` was read since the last exec (an empty environment is an answer too).

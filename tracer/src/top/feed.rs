@@ -357,6 +357,7 @@ impl Feed {
             ("read errors", loss.read_errors),
             ("malformed", loss.malformed_records),
             ("undecoded", loss.undecoded_events),
+            ("damaged recording lines", loss.damaged_lines),
         ]
         .into_iter()
         .filter(|(_, n)| *n > 0)

@@ -20,6 +20,8 @@ const STAGES: &[&str] = &[
     "intern",
     "units",
     "progress",
+    // Flags moved to the nearest value the tool supports, said on stderr.
+    "clamp",
     "input",
     "signals",
     "spawn",
@@ -32,6 +34,9 @@ const STAGES: &[&str] = &[
     "loader",
     "probes",
     "events",
+    // Sampling of the busy rows: the controller (when their probes are on)
+    // and the estimator (their calls while off), docs/sampling.md.
+    "sampling",
     // The pipeline: registry, counters, per-call verdicts, aggregation,
     // judging, the report, and explaining the report (its rules read the
     // typed report).
@@ -102,7 +107,7 @@ fn module_of(root: &Path, file: &Path) -> String {
 
 /// The text with comments blanked (line structure kept) and string
 /// literals emptied, so that only code is scanned.
-fn code_of(text: &str) -> String {
+pub(super) fn code_of(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let b: Vec<char> = text.chars().collect();
     let mut i = 0;
@@ -149,7 +154,7 @@ fn code_of(text: &str) -> String {
 /// Code outside `#[cfg(test)]` items (inline modules and functions are
 /// blanked to their closing brace), and the names of `#[cfg(test)] mod x;`
 /// files the text declares.
-fn without_tests(code: &str) -> (String, Vec<String>) {
+pub(super) fn without_tests(code: &str) -> (String, Vec<String>) {
     let mut out = String::with_capacity(code.len());
     let mut test_files = Vec::new();
     let mut rest = code;

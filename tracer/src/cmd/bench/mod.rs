@@ -51,7 +51,7 @@ fn bare_session(load: LoadOptions) -> Result<Session> {
         load,
         families: Some(vec![Family::Sched]),
         installed_libraries: false,
-        collectives: crate::probes::duty::Mode::Exact,
+        collectives: crate::sampling::Mode::Exact,
     })
 }
 
@@ -100,11 +100,22 @@ pub struct PipelineResult {
 }
 
 fn pipeline(a: &BenchPipelineArgs) -> Result<i32> {
+    let ringbuf_bytes = loader::check_ringbuf_size(a.ringbuf_bytes)?;
+    // The loader wakes the reader before the buffer is a quarter full.
+    let (show, quarter) = (|n: u64| n.to_string(), u64::from(ringbuf_bytes / 4));
+    let wakeup_bytes = crate::clamp::at_least("--wakeup-bytes", a.wakeup_bytes, 1, show, "the smallest fill level");
+    let wakeup_bytes = crate::clamp::at_most(
+        "--wakeup-bytes",
+        wakeup_bytes,
+        quarter,
+        show,
+        "a quarter of the ring buffer, the largest fill level",
+    );
     let load = LoadOptions {
-        ringbuf_bytes: loader::check_ringbuf_size(a.ringbuf_bytes)?,
+        ringbuf_bytes,
         targets_only: true,
-        wakeup_bytes: u32::try_from(a.wakeup_bytes)
-            .map_err(|_| Error::Usage(format!("--wakeup-bytes {} is too large", a.wakeup_bytes)))?,
+        // At most a quarter of a ring buffer of at most 1 GiB.
+        wakeup_bytes: wakeup_bytes as u32,
         ..LoadOptions::default()
     };
     let mut session = bare_session(load)?;
@@ -168,7 +179,7 @@ fn pipeline(a: &BenchPipelineArgs) -> Result<i32> {
         threads: a.threads,
         rate: a.rate,
         ringbuf_bytes: a.ringbuf_bytes,
-        wakeup_bytes: a.wakeup_bytes,
+        wakeup_bytes,
         delivered,
         ringbuf_drops: report.loss.ringbuf_drops,
         complete: report.loss.complete,

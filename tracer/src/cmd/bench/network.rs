@@ -69,7 +69,7 @@ fn round(a: &crate::cli::BenchNetworkArgs, network: bool, summary: &std::path::P
         },
         families: Some(families),
         installed_libraries: false,
-        collectives: crate::probes::duty::Mode::Exact,
+        collectives: crate::sampling::Mode::Exact,
     })?;
     let mut trace = Trace::new(session);
     let exe = std::env::current_exe().map_err(|e| Error::io("locating this executable", e))?;

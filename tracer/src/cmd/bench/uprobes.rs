@@ -22,7 +22,7 @@ pub struct UprobeHitResult {
 /// A bare session of this process with the stand-in collective probed as
 /// table row ncclAllReduce is (entry-only, summed in the kernel), in
 /// `group`; returns the session and the row's op.
-fn probed_standin(mode: crate::probes::duty::Mode, group: Group) -> Result<(Session, u32)> {
+fn probed_standin(mode: crate::sampling::Mode, group: Group) -> Result<(Session, u32)> {
     let (session, ops) = crate::calibrate::probed_standins(mode, group, &[COLLECTIVE])?;
     Ok((session, ops[0]))
 }
@@ -80,7 +80,7 @@ pub(super) fn uprobe_hit(a: &BenchUprobeHitArgs) -> Result<i32> {
     if a.calls == 0 || a.rounds == 0 {
         return Err(Error::Usage("--calls and --rounds must be at least 1".into()));
     }
-    let (mut session, op) = probed_standin(crate::probes::duty::Mode::Exact, Group::Steady)?;
+    let (mut session, op) = probed_standin(crate::sampling::Mode::Exact, Group::Steady)?;
     let mode = link_mode(&session);
     let (probed, unprobed): (extern "C" fn(u64, u64, u64, u64, u64, u64) -> u32, _) =
         (gdrtrace_bench_collective, gdrtrace_bench_unprobed);

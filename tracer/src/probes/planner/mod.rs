@@ -22,7 +22,7 @@ use super::{
     uapi::{self, Lib},
     uprobes::{self, Point, UprobeLinks},
 };
-use crate::error::{Error, describe};
+use crate::{error::describe, loader::program};
 
 pub use super::coverage::{Attempt, Coverage, LibAttachment, ProcessLibrary, Status};
 
@@ -52,7 +52,7 @@ pub struct Planner {
     /// Why the set-up links were closed, once they were.
     pub setup_dropped: Option<String>,
     /// How the sampled rows were traced, once their duty cycle first
-    /// closed them (`probes/duty.rs`): the coverage detail of their files.
+    /// closed them (`sampling/controller.rs`): the coverage detail of their files.
     pub sampling_note: Option<String>,
     /// The shared syscall program pairs tried so far (`tp_btf`, then raw
     /// tracepoint), and how each went; at most one is ever attached.
@@ -335,16 +335,6 @@ fn procfs_row(point: &ProbePoint, path: &str) -> Coverage {
         Err(e) => Err(format!("{check}: {e}")),
     };
     row(point, result, Vec::new())
-}
-
-pub(super) fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
-where
-    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
-{
-    let p = ebpf
-        .program_mut(name)
-        .ok_or_else(|| Error::MissingProgram(name.to_string()).to_string())?;
-    p.try_into().map_err(|e: aya::programs::ProgramError| describe(&e))
 }
 
 fn unload<'a, T>(ebpf: &'a mut Ebpf, name: &str)
