@@ -2,7 +2,8 @@
 //! the release binary. Ratios are taken inside one run (traced and untraced
 //! rounds interleaved, alternating which goes first), never asserted: these
 //! machines are noisy. Results go to `target/bench/host.json` and a Markdown
-//! summary to stdout (docs/perf.md holds dated copies).
+//! summary to stdout (docs/perf.md holds the current figures,
+//! docs/validation/2026-12-perf-history.md the dated ones).
 //!
 //! Scenarios:
 //! - pin-churn: `drive pin-churn` untraced vs under `run`, its own elapsed
