@@ -310,6 +310,9 @@ fn two_nodes_under_serve_read_back_through_prometheus() {
     let reports = attach_all(&dir, &ranks, "ras", true);
     let url = format!("http://{}", prom.addr);
     let from_prom = job_of(&["--prometheus", &url, "--match", &matcher]);
+    // The text view too, while the agent serves: once it stops, its
+    // series go stale in Prometheus.
+    let text = stdout(&run(&["job", "--prometheus", &url, "--match", &matcher]));
     println!(
         "serve, Prometheus and the attaches: {:.1} s",
         t0.elapsed().as_secs_f64()
@@ -327,7 +330,6 @@ fn two_nodes_under_serve_read_back_through_prometheus() {
     assert_eq!(p.transports, a.transports, "{p:#?}\n{a:#?}");
     assert_eq!(p.missing, a.missing);
     assert!(p.ranks.iter().all(|r| r.calls > 0), "each rank's calls: {p:#?}");
-    let text = stdout(&run(&["job", "--prometheus", &url, "--match", &matcher]));
     println!("{text}{}", stdout(&run(&["job", &reports[0], &reports[1]])));
     assert!(
         text.contains(&format!(

@@ -398,11 +398,18 @@ fn track_ctx(op: u32, pid_tgid: u64, args: [u64; MAX_ARGS]) {
     emit(kind::ENTRY, op, pid_tgid, now, 0, args, 0, false);
 }
 
+const _: () = assert!(MAX_ARGS <= 8);
+
 /// Adds one call (and its bytes) to the per-(process, op, communicator) row;
 /// the call that creates a row is evented when the op asks for a sample.
 #[inline(always)]
 fn aggregate(op: u32, pid_tgid: u64, config: &OpConfig, args: &[u64; MAX_ARGS], ret: i64) {
-    let arg = |i: u8| if (i as usize) < MAX_ARGS { args[i as usize] } else { 0 };
+    // Eight slots read by a masked index: a bound the verifier keeps on
+    // every kernel (6.1 lost `i < MAX_ARGS` across a spill of `i`). The
+    // slots past MAX_ARGS are 0, as is NO_ARG's (0xff & 7).
+    let mut slots = [0u64; 8];
+    slots[..MAX_ARGS].copy_from_slice(args);
+    let arg = |i: u8| slots[(i & 7) as usize];
     let key = AggKey {
         tgid: (pid_tgid >> 32) as u32,
         op,

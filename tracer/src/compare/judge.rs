@@ -311,6 +311,9 @@ fn fabric_rows(a: &Metrics, b: &Metrics, l: &Limits, rows: &mut Vec<Row>) {
 /// CPU per GB sent over TCP (the network against a fallback), over every
 /// run of each side like the other measured numbers.
 fn tcp_cpu_row(a: &[Metrics], b: &[Metrics], l: &Limits) -> Option<Row> {
+    if !a.iter().chain(b).all(Metrics::cpu_judgeable) {
+        return None;
+    }
     let v = |m: &[Metrics]| m.iter().filter_map(Metrics::tcp_cpu_per_gb).collect::<Vec<_>>();
     numeric::Measure {
         metric: "CPU per GB sent over TCP".into(),

@@ -226,6 +226,13 @@ impl Metrics {
         (self.moved_bytes > 0).then(|| self.staged_bytes as f64 * 100.0 / self.moved_bytes as f64)
     }
 
+    /// Whether the CPU time of the run is enough to judge CPU per GB: see
+    /// [`MIN_CPU_SECONDS`]. Runs that moved too little to have a figure count as enough.
+    pub fn cpu_judgeable(&self) -> bool {
+        (self.moved_bytes < 1 << 20 || self.cpu_seconds >= MIN_CPU_SECONDS)
+            && (self.tcp_sent_bytes < 1 << 20 || self.tcp_cpu_seconds >= MIN_CPU_SECONDS)
+    }
+
     /// CPU seconds of the traced processes per GB moved (with at least 1 MiB moved).
     pub fn cpu_per_gb(&self) -> Option<f64> {
         (self.moved_bytes >= 1 << 20 && self.cpu_seconds > 0.0)
@@ -262,3 +269,10 @@ impl Metrics {
             .join(", ")
     }
 }
+
+/// The least CPU time a run's CPU per GB is judged on. Process CPU clocks
+/// move by scheduler ticks (10 ms at 100 Hz): under 0.2 s one tick is over
+/// 5% of the figure, and the ticks of short runs alone crossed the 25%
+/// threshold between unchanged runs on the 2-vCPU host (one tick more:
+/// +25.0%). Where any run on either side has less, the row is left out.
+pub const MIN_CPU_SECONDS: f64 = 0.2;

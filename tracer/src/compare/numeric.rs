@@ -150,6 +150,9 @@ pub fn registration_rows(a: &[Metrics], b: &[Metrics], l: &Limits, rows: &mut Ve
 
 /// CPU seconds of the traced processes per GB moved.
 pub fn cpu_row(a: &[Metrics], b: &[Metrics], l: &Limits) -> Option<Row> {
+    if !a.iter().chain(b).all(Metrics::cpu_judgeable) {
+        return None;
+    }
     let v = |m: &[Metrics]| m.iter().filter_map(Metrics::cpu_per_gb).collect::<Vec<_>>();
     Measure {
         metric: "CPU per GB moved (traced processes)".into(),

@@ -387,3 +387,19 @@ fn a_fallback_in_any_current_run_fails() {
         c.workloads[0].rows
     );
 }
+
+/// CPU per GB is not judged on runs with less CPU time than the clock's
+/// ticks can tell apart: one tick more is no regression.
+#[test]
+fn cpu_per_gb_needs_enough_cpu_time_to_be_judged() {
+    let judge = |a: Value, b: Value| compare(&doc(a), &doc(b), &Thresholds::default(), false).expect("same profile");
+    let ticks = judge(tcp_report(0, 0.04), tcp_report(0, 0.05));
+    assert!(
+        !ticks.workloads[0]
+            .rows
+            .iter()
+            .any(|r| r.metric.starts_with("CPU per GB")),
+        "{:?}",
+        ticks.workloads[0].rows
+    );
+}
