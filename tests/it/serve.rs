@@ -809,7 +809,8 @@ fn idle_short_lived_targets_leave_a_bounded_series_count() {
     }
     let after = wait_for(
         "the agent to forget the quiet children",
-        Duration::from_secs(120),
+        // A loaded CI host (the VM tier's guests beside it) took over 120 s.
+        Duration::from_secs(300),
         || {
             let m = agent.metrics();
             (v(&m, "gdrtrace_targets_forgotten_total", &[]) - forgotten0 >= N as f64
