@@ -4,8 +4,10 @@
 //! `UCX_TLS=tcp` makes of a shared-memory transfer) still fails it.
 //!
 //! Pairs: `GDRTRACE_QUIET_PAIRS` (default 3; the figure is ten,
-//! run by hand: `GDRTRACE_QUIET_PAIRS=10 cargo test -p integration-tests
-//! --test it quiet_gate -- --nocapture`).
+//! run by hand on a quiet host: `GDRTRACE_QUIET_PAIRS=10 cargo test -p
+//! integration-tests --test it quiet_gate -- --nocapture`). In the suite,
+//! beside other tests, timing metrics are printed, not judged; with
+//! `GDRTRACE_QUIET_PAIRS` set every metric is.
 use std::path::{Path, PathBuf};
 
 use gdrtrace::compare::{Baseline, json::CompareDoc};
@@ -79,14 +81,18 @@ fn unchanged_pairs_pass_and_a_forced_fallback_fails() {
                 m.workload, m.metric, m.text.baseline, m.text.current, m.text.change, m.text.threshold, m.verdict
             );
         }
-        // The loopback's spurious retransmissions on a loaded 2-vCPU host
-        // (TCG guests of the VM tier beside it) are that host's, not the
-        // gate's noise model: fabric's own tests judge them.
+        // Timing metrics (latency, throughput, CPU time per GB) and the
+        // loopback's spurious retransmissions follow the load other tests put
+        // on this host between the two records: the suite runs beside them,
+        // so it judges only what does not depend on time (transports, bytes,
+        // counts, shares). A deliberate run on a quiet host
+        // (GDRTRACE_QUIET_PAIRS set) judges every metric.
+        let measured = std::env::var_os("GDRTRACE_QUIET_PAIRS").is_some();
         let others = doc
             .metrics
             .iter()
             .filter(|m| m.verdict == gdrtrace::compare::Status::Regression)
-            .filter(|m| m.metric != "TCP retransmissions per GB sent")
+            .filter(|m| measured || !depends_on_time(m))
             .count();
         codes.push(if others == 0 { 0 } else { doc.exit_code });
         last = Some((base, cur));
@@ -118,6 +124,15 @@ fn unchanged_pairs_pass_and_a_forced_fallback_fails() {
         "{:?}",
         doc.transport_changes
     );
+}
+
+/// Whether a metric's value follows the host's load: its unit is a time,
+/// a rate or time per byte, or it counts the loopback's retransmissions.
+fn depends_on_time(m: &gdrtrace::compare::json::Metric) -> bool {
+    matches!(
+        m.unit.as_deref(),
+        Some("ns" | "us" | "ms" | "s" | "GB/s" | "s/GB" | "1/s")
+    ) || m.metric.contains("retransmissions")
 }
 
 /// The shipped upgrade-gate workflow parses, and every gdrtrace command it

@@ -101,13 +101,19 @@ impl Tmux {
         String::from_utf8_lossy(&o.stdout).trim() == "1"
     }
 
-    /// The first capture for which `ok` holds, within `limit`.
+    /// The first settled capture for which `ok` holds, within `limit`: one
+    /// the next capture, 150 ms later, repeats (on a loaded host a capture
+    /// can land in the middle of a redraw).
     fn wait(&self, limit: Duration, what: &str, ok: impl Fn(&str) -> bool) -> String {
         let until = Instant::now() + limit;
         loop {
             let c = self.capture();
             if ok(&c) {
-                return c;
+                std::thread::sleep(Duration::from_millis(150));
+                if self.capture() == c || Instant::now() >= until {
+                    return c;
+                }
+                continue;
             }
             assert!(
                 Instant::now() < until,
@@ -175,7 +181,7 @@ fn live_view_of_pin_churn_refreshes_and_q_restores_the_terminal() {
     let t = Tmux::start("live");
     let marker = "before-top-7f3a";
     t.line(&format!("echo {marker}"));
-    t.wait(Duration::from_secs(10), "the shell", |c| c.lines().any(|l| l == marker));
+    t.wait(Duration::from_secs(30), "the shell", |c| c.lines().any(|l| l == marker));
     let dir = integration_tests::scratch("top-live");
     let json = dir.join("top.json");
     t.line(&format!(
@@ -228,7 +234,7 @@ fn live_view_of_pin_churn_refreshes_and_q_restores_the_terminal() {
     assert!(row.registrations > 0, "{row:?}");
     // A prompt is back after the echo: the shell reads lines again.
     t.line("echo shell-is-back");
-    t.wait(Duration::from_secs(10), "the shell", |c| {
+    t.wait(Duration::from_secs(30), "the shell", |c| {
         c.lines().any(|l| l == "shell-is-back")
     });
     drop(churn);
@@ -283,10 +289,10 @@ fn replay_shows_the_verdicts(name: &str, detail: &str, quit: &str) {
     // The first row (the most staged) in the detail pane: its verdict's
     // evidence and cause.
     t.keys(&["Enter"]);
-    let pane = t.wait(Duration::from_secs(10), "the detail pane", |c| c.contains("evidence: "));
+    let pane = t.wait(Duration::from_secs(30), "the detail pane", |c| c.contains("evidence: "));
     assert!(pane.contains(detail), "{name}: the pane shows {detail:?}:\n{pane}");
     t.keys(&[quit]);
-    let after = t.wait(Duration::from_secs(10), "top to exit", exited);
+    let after = t.wait(Duration::from_secs(30), "top to exit", exited);
     assert!(after.lines().any(|l| l == "top-exited-0"), "{quit} quits: {after}");
     assert!(!t.alternate_on(), "{quit} leaves the alternate screen");
 }
@@ -372,7 +378,7 @@ fn eighty_columns_show_whole_headers_and_question_mark_helps() {
     }
     assert!(screen.contains("? help"), "the keys line offers help:\n{screen}");
     t.keys(&["?"]);
-    let help = t.wait(Duration::from_secs(10), "the help", |c| {
+    let help = t.wait(Duration::from_secs(30), "the help", |c| {
         c.contains("help (? or Esc closes)")
     });
     assert!(
@@ -380,8 +386,8 @@ fn eighty_columns_show_whole_headers_and_question_mark_helps() {
         "the help names the columns left out:\n{help}"
     );
     t.keys(&["Escape"]);
-    t.wait(Duration::from_secs(10), "the table again", |c| c.contains(" PID "));
+    t.wait(Duration::from_secs(30), "the table again", |c| c.contains(" PID "));
     t.keys(&["q"]);
-    let after = t.wait(Duration::from_secs(10), "top to exit", exited);
+    let after = t.wait(Duration::from_secs(30), "top to exit", exited);
     assert!(after.lines().any(|l| l == "top-exited-0"), "{after}");
 }

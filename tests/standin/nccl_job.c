@@ -21,6 +21,9 @@
  * one id. NCCL_JOB_RANK=R starts rank R alone (of 2): one "node" of a job
  * whose other rank runs elsewhere; it copies through the host (no peer).
  * NCCL_JOB_INIT_DELAY_MS delays ncclCommInitRank after the library loads.
+ * NCCL_JOB_SLOT_MS=S: each rank also prints "rank R slots=N,N,..." after
+ * its count, its calls in each S ms of its loop (the last slot partial),
+ * so a test can tell how steady the job's own rate was.
  * NCCL_JOB_BOOTSTRAP=PORT joins two such ranks over TCP on 127.0.0.1:PORT
  * before init, as NCCL's bootstrap does (rank 0 listens, rank 1 connects):
  * the connection stays open for the job's life and carries its peer's
@@ -171,7 +174,12 @@ static int rank_main(const char *lib, int rank, int fd, double secs, size_t coun
 	const char *warm = getenv("NCCL_JOB_WARMUP_MS");
 	if (warm)
 		usleep(atoi(warm) * 1000);
-	double end = now_s() + secs;
+	const char *slot_env = getenv("NCCL_JOB_SLOT_MS");
+	double slot = slot_env ? atoi(slot_env) / 1000.0 : 0;
+	enum { SLOTS = 4096 };
+	static long slots[SLOTS];
+	long used = 0;
+	double begin = now_s(), end = begin + secs;
 	for (;; calls++) {
 		long at = __atomic_load_n(stop_at, __ATOMIC_SEQ_CST);
 		if (at >= 0 && calls >= at)
@@ -184,9 +192,23 @@ static int rank_main(const char *lib, int rank, int fd, double secs, size_t coun
 				break;
 			return 1;
 		}
+		if (slot > 0) {
+			long i = (long)((now_s() - begin) / slot);
+			if (i >= 0 && i < SLOTS) {
+				slots[i]++;
+				if (i + 1 > used)
+					used = i + 1;
+			}
+		}
 	}
 	destroy(comm);
 	printf("rank %d calls=%ld\n", rank, calls);
+	if (slot > 0) {
+		printf("rank %d slots=", rank);
+		for (long i = 0; i < used; i++)
+			printf(i ? ",%ld" : "%ld", slots[i]);
+		printf("\n");
+	}
 	fflush(stdout);
 	return 0;
 }
