@@ -17,8 +17,13 @@
 //! again as new data, not as a retransmission.
 use std::process::Command;
 
-use integration_tests::{can_trace, gdrtrace, gdrtrace_path, have, path_str, read_json, scratch, stderr, stdout};
-use serde_json::Value;
+use gdrtrace::{
+    drive::tcp::TcpSummary,
+    report::{Report, fabric::TcpProcess},
+};
+use integration_tests::{
+    can_trace, gdrtrace, gdrtrace_path, have, path_str, read_as, read_json, read_report, scratch, stderr, stdout,
+};
 
 const PORT: u16 = 5555;
 const BYTES: &str = "128M";
@@ -112,58 +117,53 @@ impl Drop for Netns {
 }
 
 /// The sender's TCP row of a report, and the kernel's count from the workload.
-fn sender(report: &Value, summary: &Value) -> (Value, u64) {
-    let pid = summary["pid"].as_u64().expect("the workload's pid");
-    let row = report["fabric"]["tcp"]["processes"]
-        .as_array()
-        .and_then(|ps| ps.iter().find(|p| p["pid"].as_u64() == Some(pid)))
-        .unwrap_or_else(|| panic!("no TCP row for the sender {pid}: {}", report["fabric"]))
-        .clone();
-    (
-        row,
-        summary["segments_retransmitted"]
-            .as_u64()
-            .expect("segments_retransmitted"),
-    )
+fn sender<'r>(report: &'r Report, summary: &TcpSummary) -> (&'r TcpProcess, u64) {
+    let pid = summary.pid;
+    let row = report
+        .fabric
+        .tcp
+        .processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .unwrap_or_else(|| panic!("no TCP row for the sender {pid}: {:?}", report.fabric));
+    (row, summary.segments_retransmitted)
 }
 
-fn fired(report: &Value, rule: &str, pid: u64) -> bool {
-    report["explain"]["findings"]
-        .as_array()
-        .is_some_and(|f| f.iter().any(|x| x["rule"] == rule && x["pid"].as_u64() == Some(pid)))
+fn fired(report: &Report, rule: &str, pid: u32) -> bool {
+    report
+        .explain
+        .findings
+        .iter()
+        .any(|x| x.rule == rule && x.pid == Some(pid))
 }
 
 /// Checks one traced transfer: its bytes, its retransmissions against the
 /// kernel's, and explain.
-fn check(report: &Value, summary: &Value, drop: bool) {
-    assert_eq!(
-        report["fabric"]["tcp"]["available"], true,
-        "{}",
-        report["fabric"]["tcp"]
-    );
+fn check(report: &Report, summary: &TcpSummary, drop: bool) {
+    let tcp = &report.fabric.tcp;
+    assert!(tcp.available, "{tcp:?}");
     let (row, kernel) = sender(report, summary);
-    let pid = summary["pid"].as_u64().expect("the summary's pid");
-    assert!(
-        row["bytes_sent"].as_u64().expect("bytes_sent") >= summary["bytes"].as_u64().expect("the summary's bytes"),
-        "{row}"
-    );
-    let retransmits = row["retransmits"].as_u64().expect("retransmits");
+    let pid = summary.pid;
+    assert!(row.bytes_sent >= summary.bytes, "{row:?}");
+    let retransmits = row.retransmits;
     assert!(
         retransmits <= kernel,
         "{retransmits} retransmissions counted, the kernel's {kernel} segments"
     );
     if drop {
-        assert!(retransmits > 0, "drops, and no retransmission counted: {row}");
-        let socket = report["fabric"]["tcp"]["sockets"]
-            .as_array()
-            .and_then(|s| s.iter().find(|s| s["retransmits"].as_u64() > Some(0)))
-            .unwrap_or_else(|| panic!("no socket retransmitted: {}", report["fabric"]["tcp"]));
-        assert_eq!(socket["remote"], format!("127.0.0.1:{PORT}"), "{socket}");
-        assert!(fired(report, "network-lost-packets", pid), "{}", report["explain"]);
+        assert!(retransmits > 0, "drops, and no retransmission counted: {row:?}");
+        let socket = tcp
+            .sockets
+            .iter()
+            .find(|s| s.retransmits > 0)
+            .unwrap_or_else(|| panic!("no socket retransmitted: {tcp:?}"));
+        let remote = format!("127.0.0.1:{PORT}");
+        assert_eq!(socket.remote.as_deref(), Some(remote.as_str()), "{socket:?}");
+        assert!(fired(report, "network-lost-packets", pid), "{:?}", report.explain);
     } else if kernel < 10 {
         // A clean loopback on a busy host still sees the odd spurious
         // timeout (2 segments in one run here): below the rule's noise floor.
-        assert!(!fired(report, "network-lost-packets", pid), "{}", report["explain"]);
+        assert!(!fired(report, "network-lost-packets", pid), "{:?}", report.explain);
     }
     println!("{retransmits} retransmissions counted, the kernel's {kernel} segments (drops: {drop})");
 }
@@ -186,14 +186,13 @@ fn run_case(test: &str, drop: bool) {
         .output()
         .expect("spawning gdrtrace run");
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    let (report, s) = (read_json(&json), read_json(&summary));
-    check(&report, &s, drop);
+    check(&read_report(&json), &read_as(&summary), drop);
     let r = gdrtrace()
         .args(["replay", path_str(&rec), "--json", path_str(&replayed)])
         .output()
         .expect("spawning gdrtrace replay");
     assert!(r.status.success(), "{}", stderr(&r));
-    assert_eq!(report, read_json(&replayed), "live and replayed reports differ");
+    assert_eq!(read_json(&json), read_json(&replayed), "live and replayed reports differ");
 }
 
 #[test]
@@ -256,7 +255,7 @@ fn tcp_retransmissions_of_a_lossy_loopback_attach() {
     assert!(target.wait().expect("waiting for the target").success());
     // attach stops once its last target exits.
     assert!(tracer.wait().expect("waiting for the tracer").success());
-    check(&read_json(&json), &read_json(&summary), true);
+    check(&read_report(&json), &read_as(&summary), true);
 }
 
 /// `gdrtrace serve` exports the retransmissions of a process it discovered
@@ -298,8 +297,8 @@ fn serve_exports_the_retransmissions_of_a_lossy_sender() {
         .output()
         .expect("spawning the workload");
     assert!(o.status.success(), "{}", stderr(&o));
-    let s = read_json(&summary);
-    let pid = s["pid"].as_u64().expect("the workload's pid").to_string();
+    let s: TcpSummary = read_as(&summary);
+    let pid = s.pid.to_string();
     let metric = |exposition: &str, name: &str| -> Option<f64> {
         exposition
             .lines()
@@ -323,11 +322,11 @@ fn serve_exports_the_retransmissions_of_a_lossy_sender() {
     assert!(agent.wait().expect("waiting for the agent").success());
     let retransmits = metric(&exposition, "gdrtrace_tcp_retransmits_total");
     let sent = metric(&exposition, "gdrtrace_tcp_sent_bytes_total");
-    let kernel = s["segments_retransmitted"].as_f64().expect("segments_retransmitted");
+    let kernel = s.segments_retransmitted as f64;
     println!("serve: {retransmits:?} retransmissions, {sent:?} bytes sent; the kernel's {kernel} segments");
     assert!(
         retransmits.is_some_and(|r| r > 0.0 && r <= kernel),
         "{retransmits:?} of {kernel}"
     );
-    assert!(sent.is_some_and(|b| b >= s["bytes"].as_f64().unwrap()), "{sent:?}");
+    assert!(sent.is_some_and(|b| b >= s.bytes as f64), "{sent:?}");
 }
