@@ -192,7 +192,11 @@ fn run_case(test: &str, drop: bool) {
         .output()
         .expect("spawning gdrtrace replay");
     assert!(r.status.success(), "{}", stderr(&r));
-    assert_eq!(read_json(&json), read_json(&replayed), "live and replayed reports differ");
+    assert_eq!(
+        read_json(&json),
+        read_json(&replayed),
+        "live and replayed reports differ"
+    );
 }
 
 #[test]

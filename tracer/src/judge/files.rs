@@ -225,7 +225,17 @@ fn judge(
     // nvidia-fs ioctls in its time, or in the process's with no file I/O of its own.
     let nvfs = e.nvfs_ioctls > 0 || (g.files.iter().any(|f| f.nvfs() && f.ioctls > 0) && !big(file_io));
     let p2pdma_on = g.config.as_ref().and_then(|c| c.use_pci_p2pdma) == Some(true) || g.p2pdma_maps > 0;
-    let gpu = path.memory == "cuda";
+    // A buffer allocated before tracing began has memory `unknown`; copies
+    // between GPU and host memory in its path's time carried its bytes, so
+    // they were GPU memory's, staged through host buffers.
+    let copied_unknown = path.memory == "unknown" && big(e.host_copy);
+    let gpu = path.memory == "cuda" || copied_unknown;
+    if copied_unknown {
+        path.evidence.push(
+            "its buffer's memory was not seen (allocated before tracing began); the copies between GPU and host memory in its time carried its bytes"
+                .to_string(),
+        );
+    }
     if big(e.host_copy) || (big(file_io) && !gpu) {
         // Through host memory: the bounce buffers' copies, with the file's
         // POSIX I/O (or POSIX I/O on a host buffer).
