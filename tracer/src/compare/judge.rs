@@ -37,7 +37,6 @@ fn compare_runs(name: &str, base: &[&Report], cur: &[&Report], l: &Limits) -> Re
         path_rows(name, a0, bk, &mut r, &mut c);
         operation_rows(a0, bk, &mut r);
         r.extend(staged_row(a0, bk, l));
-        fabric_rows(a0, bk, l, &mut r);
         if k == 0 {
             (rows, changes) = (r, c);
             continue;
@@ -60,6 +59,7 @@ fn compare_runs(name: &str, base: &[&Report], cur: &[&Report], l: &Limits) -> Re
     // Measured numbers: every run of each side, against the baseline's spread.
     numeric::registration_rows(&a, &b, l, &mut rows);
     rows.extend(numeric::cpu_row(&a, &b, l));
+    fabric_rows(&a, &b, l, &mut rows);
     rows.extend(tcp_cpu_row(&a, &b, l));
     numeric::bandwidth_rows(&a, &b, l, &mut rows);
     numeric::latency_rows(&a, &b, l, &mut rows);
@@ -251,61 +251,91 @@ fn staged_row(a: &Metrics, b: &Metrics, l: &Limits) -> Option<Row> {
     })
 }
 
-/// A loss rate of the network where up is bad: a regression once the
-/// current run's is above the network's noise (`lossy`) and grew more than
-/// the limit, or was at the noise floor before.
-fn loss_row(metric: &str, a: f64, b: f64, lossy: (bool, bool), pct: f64, fmt: impl Fn(f64) -> String) -> Row {
-    let c = pct_change(a, b);
-    let status = match c {
-        _ if lossy.1 && !lossy.0 => Status::Regression,
-        Some(c) if lossy.1 && c > pct => Status::Regression,
-        _ if lossy.0 && !lossy.1 => Status::Better,
-        _ => Status::Ok,
-    };
-    Row {
-        metric: metric.into(),
-        baseline: fmt(a),
-        current: fmt(b),
-        change: fmt_pct(c),
-        limit: format!("above the noise and +{pct}%"),
-        status,
-        num: None,
+/// One loss measure of the network: its name, its value in a run, and
+/// whether a run lost packets above any network's noise (explain's floor).
+struct Loss<'a> {
+    metric: &'static str,
+    unit: &'static str,
+    value: &'a dyn Fn(&Metrics) -> Option<f64>,
+    lossy: &'a dyn Fn(&Metrics) -> bool,
+    fmt: &'a dyn Fn(f64) -> String,
+}
+
+impl Loss<'_> {
+    /// Over every run of each side: a regression where every current run
+    /// lost packets (`lossy`) and every one is past the baseline's range by
+    /// the margin of the other measured numbers (a loopback's spurious
+    /// retransmissions vary 0-77 between unchanged runs on the development
+    /// host); better where every baseline run lost packets and no current
+    /// run did.
+    fn row(&self, a: &[Metrics], b: &[Metrics], l: &Limits) -> Option<Row> {
+        let values = |m: &[Metrics]| m.iter().filter_map(|x| (self.value)(x)).collect::<Vec<_>>();
+        let (sa, sb) = (Sample::of(&values(a))?, Sample::of(&values(b))?);
+        let rule = numeric::rule(l.retransmits_increase_pct, l);
+        let (verdict, bound) = rule.judge(&sa, &sb, Worse::Up);
+        let all_lossy = |m: &[Metrics]| !m.is_empty() && m.iter().all(|x| (self.lossy)(x));
+        let none_lossy = |m: &[Metrics]| m.iter().all(|x| !(self.lossy)(x));
+        let status = match verdict {
+            Some(true) if all_lossy(b) => Status::Regression,
+            _ if all_lossy(a) && none_lossy(b) => Status::Better,
+            _ => Status::Ok,
+        };
+        let shown = |s: &Sample| {
+            if s.runs > 1 && s.min != s.max {
+                format!(
+                    "{} ({}..{})",
+                    (self.fmt)(s.median),
+                    (self.fmt)(s.min),
+                    (self.fmt)(s.max)
+                )
+            } else {
+                (self.fmt)(s.median)
+            }
+        };
+        let change_pct = pct_change(sa.median, sb.median);
+        let limit = match bound {
+            super::spread::Bound::Max(x) | super::spread::Bound::Min(x) => {
+                format!("above the noise and <= {}", (self.fmt)(x))
+            }
+        };
+        Some(Row {
+            metric: self.metric.into(),
+            baseline: shown(&sa),
+            current: shown(&sb),
+            change: fmt_pct(change_pct),
+            limit,
+            status,
+            num: Some(Numbers {
+                unit: self.unit.into(),
+                baseline: Some(sa),
+                current: Some(sb),
+                change_pct,
+                bound: Some(bound),
+            }),
+        })
     }
 }
 
 /// The network's losses (TCP retransmissions, RDMA port retries), each
-/// with its own noise floor: judged like the paths, the baseline's first
-/// run against each current run.
-fn fabric_rows(a: &Metrics, b: &Metrics, l: &Limits, rows: &mut Vec<Row>) {
+/// with its own noise floor, over every run of each side (`Loss::row`).
+fn fabric_rows(a: &[Metrics], b: &[Metrics], l: &Limits, rows: &mut Vec<Row>) {
     use crate::report::fabric::{port_lossy, tcp_lossy};
-    if let (Some(x), Some(y)) = (a.retransmits_per_gb(), b.retransmits_per_gb()) {
-        let lossy = (
-            tcp_lossy(a.tcp_retransmits, a.tcp_sent_bytes),
-            tcp_lossy(b.tcp_retransmits, b.tcp_sent_bytes),
-        );
-        rows.push(loss_row(
-            "TCP retransmissions per GB sent",
-            x,
-            y,
-            lossy,
-            l.retransmits_increase_pct,
-            |v| format!("{v:.1}/GB"),
-        ));
-    }
-    if let (Some(x), Some(y)) = (a.retry_share(), b.retry_share()) {
-        let lossy = (
-            port_lossy(a.port_retries, a.port_packets),
-            port_lossy(b.port_retries, b.port_packets),
-        );
-        rows.push(loss_row(
-            "RDMA port retries per packet",
-            x,
-            y,
-            lossy,
-            l.retransmits_increase_pct,
-            |v| format!("{:.4}%", v * 100.0),
-        ));
-    }
+    let tcp = Loss {
+        metric: "TCP retransmissions per GB sent",
+        unit: "1/GB",
+        value: &Metrics::retransmits_per_gb,
+        lossy: &|m| tcp_lossy(m.tcp_retransmits, m.tcp_sent_bytes),
+        fmt: &|v| format!("{v:.1}/GB"),
+    };
+    let port = Loss {
+        metric: "RDMA port retries per packet",
+        unit: "ratio",
+        value: &Metrics::retry_share,
+        lossy: &|m| port_lossy(m.port_retries, m.port_packets),
+        fmt: &|v| format!("{:.4}%", v * 100.0),
+    };
+    rows.extend(tcp.row(a, b, l));
+    rows.extend(port.row(a, b, l));
 }
 
 /// CPU per GB sent over TCP (the network against a fallback), over every

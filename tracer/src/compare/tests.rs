@@ -293,6 +293,28 @@ fn a_path_that_changed_transport_is_a_regression() {
     );
 }
 
+/// A loopback's spurious retransmissions vary between unchanged runs (0-77
+/// in 52 MB on the development host, 2026-12-07): every current run above
+/// the noise floor but within the baseline's range is no regression; every
+/// current run past the range by the margin is.
+#[test]
+fn retransmissions_are_judged_against_the_baseline_runs() {
+    let runs = |v: &[u64]| doc_runs(&v.iter().map(|n| tcp_report(*n, 0.5)).collect::<Vec<_>>());
+    let status = |a: &[u64], b: &[u64]| {
+        let c = compare(&runs(a), &runs(b), &Thresholds::default(), false).expect("same profile");
+        c.workloads[0]
+            .rows
+            .iter()
+            .find(|r| r.metric == "TCP retransmissions per GB sent")
+            .map(|r| r.status)
+            .unwrap_or_else(|| panic!("no row: {:?}", c.workloads[0].rows))
+    };
+    assert_eq!(status(&[39, 0, 8], &[30, 20, 19]), Status::Ok, "within the range");
+    assert_eq!(status(&[4, 1, 21], &[12, 38, 1]), Status::Ok, "one current run quiet");
+    assert_eq!(status(&[4, 1, 21], &[400, 450, 500]), Status::Regression);
+    assert_eq!(status(&[400, 450, 500], &[0, 1, 2]), Status::Better);
+}
+
 /// A document whose one workload ran once per report given.
 fn doc_runs(runs: &[Value]) -> Document {
     let mut d = doc(runs[0].clone());
