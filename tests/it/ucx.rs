@@ -265,16 +265,27 @@ fn attach_after_set_up_gives_the_transport_in_the_first_interval() {
     let _ = job.wait();
     assert!(status.success(), "attach failed: {}", out.join("\n"));
     let text = std::fs::read_to_string(&jsonl).unwrap();
-    let first: IntervalRecord = parse_as(
-        "the first interval record",
-        text.lines().next().expect("an interval record"),
-    );
-    let procs = &first.processes;
-    let perftests: Vec<_> = procs.iter().filter(|p| p.comm == "ucx_perftest").collect();
-    assert_eq!(perftests.len(), 2, "{procs:?}");
+    // The first record's interval began while the probes were attaching (a
+    // path's window there can hold bytes moved before its probes, and a
+    // loaded host once judged one rank's send path apart from its recv
+    // path: `mixed`); the second is the first whole interval after attach.
+    // Set-up was never seen: the transport must be known by then.
+    let records: Vec<IntervalRecord> = text
+        .lines()
+        .take(2)
+        .map(|l| parse_as("an interval record", l))
+        .collect();
+    assert!(!records.is_empty(), "no interval record");
+    let socket = |r: &IntervalRecord| {
+        let perftests: Vec<_> = r.processes.iter().filter(|p| p.comm == "ucx_perftest").collect();
+        perftests.len() == 2 && perftests.iter().all(|p| p.verdict == Some("socket"))
+    };
+    let at = records.iter().position(socket);
+    println!("ucx attach: both ranks socket from interval {at:?}");
     assert!(
-        perftests.iter().all(|p| p.verdict == Some("socket")),
-        "first interval: {perftests:?}"
+        at.is_some(),
+        "first intervals: {:?}",
+        records.iter().map(|r| &r.processes).collect::<Vec<_>>()
     );
     let _ = std::fs::remove_file(jsonl);
 }
