@@ -51,18 +51,22 @@ fn build(test: &str) -> Job {
     )
 }
 
-/// Each rank's own count (`rank R calls=N` lines) by rank.
-fn rank_calls(out: &str) -> Vec<u64> {
-    let mut calls: Vec<(u32, u64)> = out
+/// The value of each `rank R KEY=VALUE` line of the job, by rank.
+fn by_rank<'a>(out: &'a str, key: &str) -> Vec<&'a str> {
+    let mut v: Vec<(u32, &str)> = out
         .lines()
         .filter_map(|l| {
-            let rest = l.strip_prefix("rank ")?;
-            let (rank, n) = rest.split_once(" calls=")?;
-            Some((rank.parse().ok()?, n.trim().parse().ok()?))
+            let (rank, value) = l.strip_prefix("rank ")?.split_once(&format!(" {key}="))?;
+            Some((rank.parse().ok()?, value.trim()))
         })
         .collect();
-    calls.sort();
-    calls.into_iter().map(|(_, n)| n).collect()
+    v.sort_by_key(|x| x.0);
+    v.into_iter().map(|(_, x)| x).collect()
+}
+
+/// Each rank's own count (`rank R calls=N` lines) by rank.
+fn rank_calls(out: &str) -> Vec<u64> {
+    by_rank(out, "calls").iter().filter_map(|n| n.parse().ok()).collect()
 }
 
 /// The slot the job counts its own calls in (`rank R slots=...`): a beat.
@@ -74,20 +78,16 @@ const SLOT_MS: u64 = 250;
 /// on rates the job had in some slots and stands for what it did in
 /// others, so its error is at most this share (docs/sampling.md).
 fn rate_spread(out: &str) -> Vec<f64> {
-    let mut spreads: Vec<(u32, f64)> = out
-        .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("rank ")?;
-            let (rank, list) = rest.split_once(" slots=")?;
+    by_rank(out, "slots")
+        .iter()
+        .map(|list| {
             let mut v: Vec<f64> = list.split(',').filter_map(|n| n.trim().parse().ok()).collect();
             v.pop();
             let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
             let (lo, hi) = v.iter().fold((f64::MAX, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-            Some((rank.parse().ok()?, if mean > 0.0 { (hi - lo) / mean } else { 1.0 }))
+            if mean > 0.0 { (hi - lo) / mean } else { 1.0 }
         })
-        .collect();
-    spreads.sort_by_key(|s| s.0);
-    spreads.into_iter().map(|(_, s)| s).collect()
+        .collect()
 }
 
 /// The all-reduce rows of the report, per rank process (by pid order, which

@@ -280,18 +280,6 @@ impl Loss<'_> {
             _ if all_lossy(a) && none_lossy(b) => Status::Better,
             _ => Status::Ok,
         };
-        let shown = |s: &Sample| {
-            if s.runs > 1 && s.min != s.max {
-                format!(
-                    "{} ({}..{})",
-                    (self.fmt)(s.median),
-                    (self.fmt)(s.min),
-                    (self.fmt)(s.max)
-                )
-            } else {
-                (self.fmt)(s.median)
-            }
-        };
         let change_pct = pct_change(sa.median, sb.median);
         let limit = match bound {
             super::spread::Bound::Max(x) | super::spread::Bound::Min(x) => {
@@ -300,8 +288,8 @@ impl Loss<'_> {
         };
         Some(Row {
             metric: self.metric.into(),
-            baseline: shown(&sa),
-            current: shown(&sb),
+            baseline: numeric::shown(&sa, self.fmt),
+            current: numeric::shown(&sb, self.fmt),
             change: fmt_pct(change_pct),
             limit,
             status,

@@ -31,7 +31,7 @@ pub fn missing(metric: String, baseline: String, num: Option<Numbers>) -> Row {
 
 /// A number as the text shows it: the median, and the range when there
 /// was more than one run (`5.6us (5.1us..6.3us)`).
-fn shown(s: &Sample, fmt: &dyn Fn(f64) -> String) -> String {
+pub(super) fn shown(s: &Sample, fmt: &dyn Fn(f64) -> String) -> String {
     if s.runs > 1 && s.min != s.max {
         format!("{} ({}..{})", fmt(s.median), fmt(s.min), fmt(s.max))
     } else {
