@@ -268,6 +268,10 @@ fn attach_all_to_a_busy_job_names_every_process() {
     if !can_trace(test) || !perftest(test) {
         return;
     }
+    // `--all` traces every process of the host: no other test's traced
+    // workload (busy copy loops, socket floods) runs beside it, as on a
+    // node whose one busy job is this one.
+    let _alone = integration_tests::exclusive_bpf();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let job = Job::start("busy-all");
     let (report, events, err) = attach(&job, &["--all"]);

@@ -17,7 +17,7 @@ use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -101,6 +101,7 @@ pub fn main(args: &Args) -> Result<ExitCode> {
         out: out.as_deref(),
         env: &env,
         command: &args.command,
+        prefix: None,
     };
     let outcome = run(&req)?;
     crate::progress::eprintln_beside!(
@@ -134,12 +135,30 @@ pub struct RunRequest<'a> {
     pub out: Option<&'a Path>,
     pub env: &'a [(String, String)],
     pub command: &'a [String],
+    /// Written before each line of the echoed console (VMs run side by
+    /// side); None: the console is echoed as it comes.
+    pub prefix: Option<&'a str>,
 }
 
 pub struct Outcome {
     /// The guest command's exit status.
     pub code: i32,
     pub wall: Duration,
+}
+
+/// `--kvm auto` resolved once, for VMs about to boot side by side (one
+/// probe boot, not one per VM racing for the cache).
+pub fn resolve_kvm(opts: &VmOpts, kernel: &Kernel) -> Result<VmOpts> {
+    let mut opts = opts.clone();
+    if opts.kvm == KvmMode::Auto {
+        let vng = which("vng").context("`vng` not found on PATH; run scripts/install-vm-deps.sh")?;
+        opts.kvm = if kvm_usable(&vng, kernel, &opts)? {
+            KvmMode::On
+        } else {
+            KvmMode::Off
+        };
+    }
+    Ok(opts)
 }
 
 /// Boots the VM and runs the command; `Err` when the VM itself failed or
@@ -210,7 +229,7 @@ pub fn run(req: &RunRequest) -> Result<Outcome> {
             req.command.join(" ")
         );
         let start = Instant::now();
-        let res = supervise(cmd, Duration::from_secs(req.opts.timeout), log, true)?;
+        let res = supervise(cmd, Duration::from_secs(req.opts.timeout), log, Some(req.prefix))?;
         let wall = start.elapsed();
         let status = fs::read_to_string(&status_file).ok();
         let silent = console
@@ -276,7 +295,8 @@ struct Supervised {
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
-static SUPERVISING: AtomicBool = AtomicBool::new(false);
+/// VMs being supervised now (several run side by side under `vm-test --jobs`).
+static SUPERVISING: AtomicUsize = AtomicUsize::new(0);
 
 /// Installs the SIGINT/SIGTERM handler once: while a VM runs it asks the
 /// supervisor to kill the VM's process group; otherwise it exits at once.
@@ -285,7 +305,7 @@ fn install_interrupt_handler() {
     ONCE.get_or_init(|| {
         // If another handler is already installed we simply do without ours.
         let _ = ctrlc::set_handler(|| {
-            if SUPERVISING.load(Ordering::SeqCst) {
+            if SUPERVISING.load(Ordering::SeqCst) > 0 {
                 STOP.store(true, Ordering::SeqCst);
             } else {
                 std::process::exit(130);
@@ -296,16 +316,18 @@ fn install_interrupt_handler() {
 
 /// Runs `cmd` in its own process group, copying its output to ours (if
 /// `echo`) and to `log`, and kills the group on timeout or interrupt.
-fn supervise(mut cmd: Command, timeout: Duration, log: Option<File>, echo: bool) -> Result<Supervised> {
+/// `echo`: copy the output to ours, each line after the prefix if one is
+/// given; None: to `log` only.
+fn supervise(mut cmd: Command, timeout: Duration, log: Option<File>, echo: Option<Option<&str>>) -> Result<Supervised> {
     install_interrupt_handler();
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
     let what = crate::util::describe(&cmd);
-    SUPERVISING.store(true, Ordering::SeqCst);
+    SUPERVISING.fetch_add(1, Ordering::SeqCst);
     let res = supervise_inner(&mut cmd, &what, timeout, log, echo);
-    SUPERVISING.store(false, Ordering::SeqCst);
+    SUPERVISING.fetch_sub(1, Ordering::SeqCst);
     res
 }
 
@@ -314,16 +336,19 @@ fn supervise_inner(
     what: &str,
     timeout: Duration,
     log: Option<File>,
-    echo: bool,
+    echo: Option<Option<&str>>,
 ) -> Result<Supervised> {
     let mut child = cmd.spawn().with_context(|| format!("cannot start `{what}`"))?;
     let log = log.map(|f| Arc::new(Mutex::new(f)));
     let mut pumps = Vec::new();
+    let prefix = echo.flatten().map(str::to_string);
     if let Some(out) = child.stdout.take() {
-        pumps.push(pump(out, log.clone(), echo.then(|| Box::new(std::io::stdout()) as _)));
+        let sink = echo.map(|_| Box::new(std::io::stdout()) as _);
+        pumps.push(pump(out, log.clone(), sink, prefix.clone()));
     }
     if let Some(err) = child.stderr.take() {
-        pumps.push(pump(err, log.clone(), echo.then(|| Box::new(std::io::stderr()) as _)));
+        let sink = echo.map(|_| Box::new(std::io::stderr()) as _);
+        pumps.push(pump(err, log.clone(), sink, prefix));
     }
 
     let deadline = Instant::now() + timeout;
@@ -365,21 +390,50 @@ fn kill_group(child: &mut Child) {
 
 type Sink = Box<dyn Write + Send>;
 
-fn pump(mut src: impl Read + Send + 'static, log: Option<Arc<Mutex<File>>>, mut echo: Option<Sink>) -> JoinHandle<()> {
+/// Copies `src` to `log` and to `echo`; with a prefix, `echo` gets whole
+/// lines, each after the prefix (the rest of a last line at the end).
+fn pump(
+    mut src: impl Read + Send + 'static,
+    log: Option<Arc<Mutex<File>>>,
+    mut echo: Option<Sink>,
+    prefix: Option<String>,
+) -> JoinHandle<()> {
     thread::spawn(move || {
         let mut buf = [0u8; 8192];
-        while let Ok(n) = src.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
+        let mut line = Vec::new();
+        loop {
+            let n = match src.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
             if let Some(e) = echo.as_mut() {
-                crate::progress::beside_status(&mut **e, &buf[..n]);
+                match &prefix {
+                    None => crate::progress::beside_status(&mut **e, &buf[..n]),
+                    Some(p) => {
+                        for &b in &buf[..n] {
+                            line.push(b);
+                            if b == b'\n' {
+                                let mut whole = p.as_bytes().to_vec();
+                                whole.append(&mut line);
+                                crate::progress::beside_status(&mut **e, &whole);
+                            }
+                        }
+                    }
+                }
             }
             if let Some(l) = &log
                 && let Ok(mut f) = l.lock()
             {
                 let _ = f.write_all(&buf[..n]);
             }
+        }
+        if let (Some(e), Some(p)) = (echo.as_mut(), &prefix)
+            && !line.is_empty()
+        {
+            let mut whole = p.as_bytes().to_vec();
+            whole.append(&mut line);
+            whole.push(b'\n');
+            crate::progress::beside_status(&mut **e, &whole);
         }
     })
 }
@@ -423,7 +477,7 @@ fn kvm_usable(vng: &Path, kernel: &Kernel, opts: &VmOpts) -> Result<bool> {
     let exec = format!("echo {KVM_PROBE_MARKER}");
     let cmd = vng_command(vng, kernel, &probe_opts, false, &[], &exec);
     let t = Instant::now();
-    let res = supervise(cmd, KVM_PROBE_TIMEOUT, Some(log), false)?;
+    let res = supervise(cmd, KVM_PROBE_TIMEOUT, Some(log), None)?;
     let output = fs::read_to_string(&log_path).unwrap_or_default();
     let ok = res.status.success() && !res.timed_out && output.contains(KVM_PROBE_MARKER);
     let reason = if ok {

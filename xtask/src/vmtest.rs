@@ -28,6 +28,11 @@ pub struct Args {
     /// repeatable. Default: all of tests/vm/checks/*.sh.
     #[arg(long = "check", value_name = "NAME")]
     checks: Vec<String>,
+    /// Kernels booted at once: 2 boots both side by side, their console
+    /// lines each after the kernel's name (on a 2-core host under software
+    /// emulation, the tier in the time of its slower kernel).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    jobs: usize,
     #[command(flatten)]
     vm: VmOpts,
 }
@@ -74,63 +79,41 @@ pub fn main(args: &Args) -> Result<ExitCode> {
         env.push(("VM_CHECKS".to_string(), args.checks.join(" ")));
     }
     let command = vec!["sh".to_string(), GUEST_SCRIPT.to_string()];
-    let mut rows = Vec::new();
-    for k in &kernels {
-        let out = target_dir()?.join("vm-results").join(&k.release);
-        if out.exists() {
-            fs::remove_dir_all(&out).with_context(|| format!("cannot clear {}", out.display()))?;
-        }
-        eprintln!("vm-test: === {} ({}): started ===", k.series.name(), k.release);
+    let jobs = args.jobs.clamp(1, kernels.len().max(1));
+    let rows: Vec<Row> = if jobs == 1 {
+        kernels
+            .iter()
+            .map(|k| one_kernel(k, &args.vm, &env, &command, None))
+            .collect::<Result<_>>()?
+    } else {
+        // Side by side: one KVM decision for all, each console line after
+        // its kernel's name; the rows in the order of the kernels.
+        let opts = vm::resolve_kvm(&args.vm, &kernels[0])?;
         let started = std::time::Instant::now();
-        let live = crate::progress::live(format!("vm-test: {} ({})", k.series.name(), k.release), started);
-        let req = RunRequest {
-            kernel: k,
-            opts: &args.vm,
-            out: Some(&out),
-            env: &env,
-            command: &command,
-        };
-        // A guest that stops answering (the VM killed at its timeout, as a
-        // Debian 6.1 guest under software emulation once did during its
-        // first BPF check) is booted once more; the verdict says so. A
-        // check that fails is never retried.
-        let mut retried = "";
-        let mut result = vm::run(&req);
-        if let Err(e) = &result {
-            eprintln!("vm-test: {}: {e:#}; booting it once more", k.release);
-            if out.exists() {
-                fs::remove_dir_all(&out).with_context(|| format!("cannot clear {}", out.display()))?;
+        let live = crate::progress::live(format!("vm-test: {} kernels side by side", kernels.len()), started);
+        let rows = std::thread::scope(|scope| {
+            let mut rows = Vec::new();
+            for chunk in kernels.chunks(jobs) {
+                let handles: Vec<_> = chunk
+                    .iter()
+                    .map(|k| {
+                        let (opts, env, command) = (&opts, &env, &command);
+                        let prefix = format!("[{}] ", k.series.name());
+                        scope.spawn(move || one_kernel(k, opts, env, command, Some(&prefix)))
+                    })
+                    .collect();
+                for h in handles {
+                    rows.push(
+                        h.join()
+                            .unwrap_or_else(|_| Err(anyhow::anyhow!("a VM thread panicked"))),
+                    );
+                }
             }
-            retried = " (after a VM that stopped answering: booted twice)";
-            result = vm::run(&req);
-        }
-        let (verdict, wall) = match result {
-            Ok(o) if o.code == 0 => (format!("PASS{retried}"), Some(o.wall)),
-            Ok(o) => (format!("FAIL (exit {}){retried}", o.code), Some(o.wall)),
-            Err(e) => {
-                eprintln!("vm-test: {}: {e:#}", k.release);
-                (format!("FAIL (VM error){retried}"), None)
-            }
-        };
+            rows.into_iter().collect::<Result<Vec<Row>>>()
+        })?;
         drop(live);
-        eprintln!(
-            "vm-test: {} ({}): {verdict} after {:.1} s",
-            k.series.name(),
-            k.release,
-            started.elapsed().as_secs_f64()
-        );
-        // guest.sh writes its closing "N passed, M failed" line here.
-        let counts = fs::read_to_string(out.join("summary.txt"))
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|_| "no summary".to_string());
-        rows.push(Row {
-            series: k.series.name(),
-            release: k.release.clone(),
-            verdict,
-            wall,
-            counts,
-        });
-    }
+        rows
+    };
 
     let width = rows.iter().map(|r| r.release.len()).max().unwrap_or(0);
     println!("vm-test summary (results in target/vm-results/<release>/):");
@@ -180,6 +163,76 @@ pub fn main(args: &Args) -> Result<ExitCode> {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    })
+}
+
+/// Boots `k`, runs the checks in it (a VM that stops answering is booted
+/// once more) and returns its row; `prefix` is written before each console
+/// line when VMs run side by side.
+fn one_kernel(
+    k: &kernels::Kernel,
+    opts: &VmOpts,
+    env: &[(String, String)],
+    command: &[String],
+    prefix: Option<&str>,
+) -> Result<Row> {
+    let out = target_dir()?.join("vm-results").join(&k.release);
+    if out.exists() {
+        fs::remove_dir_all(&out).with_context(|| format!("cannot clear {}", out.display()))?;
+    }
+    eprintln!("vm-test: === {} ({}): started ===", k.series.name(), k.release);
+    let started = std::time::Instant::now();
+    let live = prefix
+        .is_none()
+        .then(|| crate::progress::live(format!("vm-test: {} ({})", k.series.name(), k.release), started))
+        .flatten();
+    let req = RunRequest {
+        kernel: k,
+        opts,
+        out: Some(&out),
+        env,
+        command,
+        prefix,
+    };
+    // A guest that stops answering (the VM killed at its timeout, as a
+    // Debian 6.1 guest under software emulation once did during its
+    // first BPF check) is booted once more; the verdict says so. A
+    // check that fails is never retried.
+    let mut retried = "";
+    let mut result = vm::run(&req);
+    if let Err(e) = &result {
+        eprintln!("vm-test: {}: {e:#}; booting it once more", k.release);
+        if out.exists() {
+            fs::remove_dir_all(&out).with_context(|| format!("cannot clear {}", out.display()))?;
+        }
+        retried = " (after a VM that stopped answering: booted twice)";
+        result = vm::run(&req);
+    }
+    let (verdict, wall) = match result {
+        Ok(o) if o.code == 0 => (format!("PASS{retried}"), Some(o.wall)),
+        Ok(o) => (format!("FAIL (exit {}){retried}", o.code), Some(o.wall)),
+        Err(e) => {
+            eprintln!("vm-test: {}: {e:#}", k.release);
+            (format!("FAIL (VM error){retried}"), None)
+        }
+    };
+    drop(live);
+    eprintln!(
+        "vm-test: {} ({}): {verdict} after {:.1} s",
+        k.series.name(),
+        k.release,
+        started.elapsed().as_secs_f64()
+    );
+    // guest.sh writes its closing "N passed, M failed" line here.
+    let counts = fs::read_to_string(out.join("summary.txt"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "no summary".to_string());
+    Ok(Row {
+        series: k.series.name(),
+        release: k.release.clone(),
+        verdict,
+        wall,
+        counts,
     })
 }
 
