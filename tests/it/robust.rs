@@ -291,7 +291,12 @@ fn signals_are_forwarded_and_a_second_one_ends_at_once() {
     }
     let dir = scratch("signals");
     let ready = dir.join("ready");
-    let script = format!("trap 'exit 8' TERM; touch {}; sleep 50 & wait", ready.display());
+    // The command's own output goes nowhere: a process left holding the
+    // tracer's stdout would keep wait_with_output waiting for its end.
+    let script = format!(
+        "exec >/dev/null 2>&1; trap 'kill $!; exit 8' TERM; touch {}; sleep 50 & wait",
+        ready.display()
+    );
     let tracer = run_until_ready(&script, &ready, &[]);
     kill(tracer.id(), libc::SIGTERM);
     let o = tracer.wait_with_output().expect("waiting");
@@ -304,7 +309,7 @@ fn signals_are_forwarded_and_a_second_one_ends_at_once() {
     let _ = std::fs::remove_file(&ready);
     let pidfile = dir.join("pid");
     let script = format!(
-        "trap '' TERM; echo $$ > {}; touch {}; sleep 50",
+        "exec >/dev/null 2>&1; trap '' TERM; echo $$ > {}; touch {}; exec sleep 50",
         pidfile.display(),
         ready.display()
     );
