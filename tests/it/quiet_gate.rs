@@ -3,7 +3,7 @@
 //! (validate's UCX host-tcp run standing in for its host-shm run: what
 //! `UCX_TLS=tcp` makes of a shared-memory transfer) still fails it.
 //!
-//! Pairs: `GDRTRACE_QUIET_PAIRS` (default 3; the figure is ten,
+//! Pairs: `GDRTRACE_QUIET_PAIRS` (default 2; the figure is ten,
 //! run by hand on a quiet host: `GDRTRACE_QUIET_PAIRS=10 cargo test -p
 //! integration-tests --test it quiet_gate -- --nocapture`). In the suite,
 //! beside other tests, timing metrics are printed, not judged; with
@@ -58,7 +58,7 @@ fn unchanged_pairs_pass_and_a_forced_fallback_fails() {
     let pairs: usize = std::env::var("GDRTRACE_QUIET_PAIRS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+        .unwrap_or(2);
     let dir = integration_tests::scratch("quiet-gate");
     let mut codes = Vec::new();
     let mut last = None;

@@ -105,7 +105,11 @@ impl Job {
         job
     }
 
+    /// Ends the job (SIGUSR1: as at its time, its ranks print their
+    /// counts) once the attach window is over, and returns its log.
     fn finish(mut self) -> String {
+        // SAFETY: signalling the launcher this test started.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGUSR1) };
         let st = self.child.wait().expect("waiting for nccl_job");
         assert!(st.success(), "nccl_job failed: {st}");
         std::fs::read_to_string(&self.log).expect("reading the job log")
