@@ -8,21 +8,13 @@ args="-d rxe0 -s 65536 -n 200 -F -p $port"
 srv_log="$VM_OUT/00-rxe-server.log"
 cli_log="$VM_OUT/00-rxe-client.log"
 
-listening() {
-    ss -Htln "sport = :$port" 2>/dev/null | grep -q .
-}
+. "$(dirname "$0")/../lib.sh"
 
 start_server() {
     # shellcheck disable=SC2086
     timeout 120 ib_write_bw $args > "$srv_log" 2>&1 &
     srv=$!
-    i=0
-    until listening; do
-        kill -0 "$srv" 2>/dev/null || { echo "server exited early:"; cat "$srv_log"; return 1; }
-        i=$((i + 1))
-        [ "$i" -lt 100 ] || { echo "server not listening on :$port after 10s"; return 1; }
-        sleep 0.1
-    done
+    wait_listen "$port" "$srv" "$srv_log"
 }
 
 attempt=1

@@ -3,14 +3,11 @@
 # against a second ib_write_bw. Its MR registrations, sizes and latency are
 # reported and the memory is classified host-only.
 set -eu
+. "$(dirname "$0")/../lib.sh"
 port=18611
 timeout 120 ib_write_bw -d rxe0 -s 65536 -n 100 -F -p $port > "$VM_OUT/30-server.log" 2>&1 &
 srv=$!
-i=0
-until ss -Htln "sport = :$port" 2>/dev/null | grep -q .; do
-    i=$((i + 1)); [ "$i" -lt 100 ] || { cat "$VM_OUT/30-server.log"; exit 1; }
-    sleep 0.1
-done
+wait_listen "$port" "$srv" "$VM_OUT/30-server.log"
 "$GDRTRACE" run --json "$VM_OUT/perftest.json" -- ib_write_bw -d rxe0 -s 65536 -n 100 -F -p $port 127.0.0.1 > "$VM_OUT/perftest.txt" 2>&1 || {
     cat "$VM_OUT/perftest.txt"; exit 1; }
 wait $srv

@@ -19,6 +19,7 @@
 # the default 67 ms expired with no packet lost. 20 messages of 64 KiB are
 # ~1,300 packets, ~25 of them dropped: each timeout costs the run a second.
 set -eu
+. "$(dirname "$0")/../lib.sh"
 port=18711
 
 undo=""
@@ -77,11 +78,7 @@ run_pair() { # NAME
     # shellcheck disable=SC2086
     timeout 100 ib_write_bw -d rxef1 $common -x "$srv_gid" > "$VM_OUT/35-$1-server.log" 2>&1 &
     srv=$!
-    i=0
-    until ss -Htln "sport = :$port" 2>/dev/null | grep -q .; do
-        i=$((i + 1)); [ "$i" -lt 100 ] || { cat "$VM_OUT/35-$1-server.log"; exit 1; }
-        sleep 0.1
-    done
+    wait_listen "$port" "$srv" "$VM_OUT/35-$1-server.log"
     # shellcheck disable=SC2086
     "$GDRTRACE" run --json "$VM_OUT/fabric-$1.json" --record "$VM_OUT/fabric-$1.rec" -- \
         timeout 100 ib_write_bw -d rxef0 $common -x "$cli_gid" 10.77.0.2 > "$VM_OUT/fabric-$1.txt" 2>&1 || {
