@@ -769,10 +769,14 @@ fn idle_short_lived_targets_leave_a_bounded_series_count() {
             .filter(|l| l.starts_with("gdrtrace_process_info{") && l.contains("comm=\"serve_child\""))
             .count() as u64
     };
+    // The long ones outlive the whole test (the children and the wait for
+    // them to be forgotten took over 120 s on a loaded CI host, after which
+    // long ones of 120 s were gone too); they are killed when it ends.
     let pids = dir.join("pids");
+    let _long = KillListed(pids.clone());
     assert_eq!(
         launcher.run(&format!(
-            "for i in 1 2 3; do {} 120 & echo $! >> {}; done",
+            "for i in 1 2 3; do {} 1200 & echo $! >> {}; done",
             child.display(),
             pids.display()
         )),
@@ -839,16 +843,26 @@ fn idle_short_lived_targets_leave_a_bounded_series_count() {
         "the agent's RSS grew with the children: {rss0} -> {rss}"
     );
     agent.stop();
-    for pid in std::fs::read_to_string(&pids)
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse::<i32>().ok())
-        .filter(|p| *p > 1)
-    {
-        // SAFETY: signalling the long-lived targets this test started.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    }
+    drop(_long);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Kills, when dropped (the test ended or failed), the processes whose pids
+/// the file lists.
+struct KillListed(PathBuf);
+
+impl Drop for KillListed {
+    fn drop(&mut self) {
+        for pid in std::fs::read_to_string(&self.0)
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+            .filter(|p| *p > 1)
+        {
+            // SAFETY: signalling the long-lived targets this test started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
 }
 
 /// Where cgroup v2 is mounted (the unified hierarchy, on hybrid hosts too).
