@@ -46,10 +46,8 @@ vm=$!
 trap 'kill "$vm" 2>/dev/null || true' EXIT
 echo "test.sh: VM tier started beside the host tests; its output follows them ($vm_log)" >&2
 
-# Three test threads on two cores: the host tests wait on their workloads
-# for about half their time, and once the VMs are done they run alone.
 host=0
-step cargo test --workspace --exclude tracer-ebpf --no-fail-fast -- --test-threads 3 || host=$?
+step cargo test --workspace --exclude tracer-ebpf --no-fail-fast || host=$?
 vm_rc=0
 wait "$vm" || vm_rc=$?
 trap - EXIT
