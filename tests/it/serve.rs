@@ -789,6 +789,8 @@ fn idle_short_lived_targets_leave_a_bounded_series_count() {
     let series0 = v(&before, "gdrtrace_exported_series", &[]);
     let rss0 = v(&before, "gdrtrace_agent_resident_memory_bytes", &[]);
     let forgotten0 = v(&before, "gdrtrace_targets_forgotten_total", &[]);
+    let discovered0 = v(&before, "gdrtrace_targets_discovered_total", &[]);
+    let refused0 = v(&before, "gdrtrace_shed_total", &[("what", "target")]);
     let done = dir.join("done");
     assert_eq!(
         launcher.run(&format!(
@@ -811,17 +813,31 @@ fn idle_short_lived_targets_leave_a_bounded_series_count() {
         max_idle = max_idle.max(v(&m, "gdrtrace_idle_processes", &[]));
         std::thread::sleep(Duration::from_millis(100));
     }
-    let after = wait_for(
-        "the agent to forget the quiet children",
-        // A loaded CI host (the VM tier's guests beside it) took over 120 s.
-        Duration::from_secs(300),
-        || {
-            let m = agent.metrics();
-            (v(&m, "gdrtrace_targets_forgotten_total", &[]) - forgotten0 >= N as f64
-                && v(&m, "gdrtrace_idle_processes", &[]) == 0.0)
-                .then_some(m)
-        },
-    );
+    // Every child the agent made a target is forgotten once it exits. On
+    // a loaded host the agent's CPU budget (0.5) can refuse some children
+    // (counted in gdrtrace_shed_total): those never become targets, so the
+    // wait is for the discovered ones, not for all N.
+    let waited = Instant::now();
+    let (after, last) = loop {
+        let m = agent.metrics();
+        let discovered = v(&m, "gdrtrace_targets_discovered_total", &[]) - discovered0;
+        let forgotten = v(&m, "gdrtrace_targets_forgotten_total", &[]) - forgotten0;
+        let idle = v(&m, "gdrtrace_idle_processes", &[]);
+        let last = format!("discovered {discovered}, forgotten {forgotten}, idle {idle}");
+        if discovered > 0.0 && forgotten >= discovered && idle == 0.0 {
+            break (m, last);
+        }
+        // A loaded host (three busy loops beside it on two cores) took
+        // over 300 s: the state then is in the message.
+        assert!(
+            waited.elapsed() < Duration::from_secs(300),
+            "the agent did not forget the quiet children in 300 s: {last}, shed {:?}",
+            Agent::sum(&m, "gdrtrace_shed_total", &[])
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let refused = v(&after, "gdrtrace_shed_total", &[("what", "target")]) - refused0;
+    println!("after the children: {last}, refused {refused}");
     let series = v(&after, "gdrtrace_exported_series", &[]);
     let rss = v(&after, "gdrtrace_agent_resident_memory_bytes", &[]);
     println!(
