@@ -38,9 +38,8 @@ echo "test.sh: cargo build --quiet --release -p tracer (beside them) took $((SEC
 
 host=0
 step cargo test --workspace --exclude tracer-ebpf --no-fail-fast || host=$?
-# The VM tier after the host tests, its two kernels side by side. Beside
-# the host tests (19 minutes in all here) it starved the serve agent's
-# forgetting of 500 short-lived targets in 2 of 4 fresh-clone runs.
+# The VM tier after the host tests, its two kernels side by side: beside
+# them, software emulation takes the CPU the serve tests' agent needs.
 vm_rc=0
 step target/debug/xtask vm-test --kernel all --bin target/release/gdrtrace --timeout 900 --jobs 2 || vm_rc=$?
 if [ "$host" != 0 ] || [ "$vm_rc" != 0 ]; then

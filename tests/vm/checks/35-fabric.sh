@@ -113,9 +113,8 @@ undo=""
 # TCP over the loopback of a namespace made here, 2% of its packets dropped
 # as they arrive: the send hook this kernel has (sock_send_length, else
 # tcp_sendmsg by fentry or kprobe) names the sender of its retransmissions.
-# GSO is held to one segment a packet: 8 MiB is then ~5,900 packets, ~120
-# of them dropped. With GSO they were a few hundred at most, and one run
-# dropped none of its data, only a segment no sender owned yet or still.
+# GSO is held to one segment a packet, so the drop rate applies per
+# segment: 8 MiB is ~5,900 packets, ~120 of them dropped.
 tns=gdrtrace-fabric-tcp-$$
 ip netns add "$tns"
 undo="ip netns del $tns"
