@@ -50,13 +50,19 @@ impl Tmux {
                 &columns.to_string(),
                 "-y",
                 &lines.to_string(),
-                "sh",
+                // The server's environment, not this command's, reaches the
+                // pane: the prompt is set where the shell starts.
+                "env PS1='$ ' sh",
             ])
-            .env("PS1", "$ ")
             .env("TERM", "xterm-256color")
             .status()
             .expect("spawning tmux");
         assert!(ok.success(), "tmux new-session failed");
+        // Keys typed before the shell reads are echoed by the terminal and
+        // then run after the prompt: wait for the prompt first.
+        t.wait(Duration::from_secs(30), "the shell's prompt", |c| {
+            c.lines().any(|l| l.trim_end() == "$")
+        });
         t
     }
 
@@ -144,7 +150,13 @@ fn cell(screen: &str, pid: u32, column: &str) -> Option<String> {
 
 /// Whether the shell printed `top-exited-N` (the line typed holds `top-exited-$?`).
 fn exited(screen: &str) -> bool {
-    screen.lines().any(|l| l.starts_with("top-exited-"))
+    screen.lines().any(|l| output(l).starts_with("top-exited-"))
+}
+
+/// A pane line without a shell prompt before it: output can follow a
+/// prompt on one line when a command was typed ahead of it.
+fn output(line: &str) -> &str {
+    line.strip_prefix("$ ").unwrap_or(line)
 }
 
 fn rate(v: &str) -> f64 {
@@ -181,7 +193,7 @@ fn live_view_of_pin_churn_refreshes_and_q_restores_the_terminal() {
     let t = Tmux::start("live");
     let marker = "before-top-7f3a";
     t.line(&format!("echo {marker}"));
-    t.wait(Duration::from_secs(30), "the shell", |c| c.lines().any(|l| l == marker));
+    t.wait(Duration::from_secs(30), "the shell", |c| c.lines().any(|l| output(l) == marker));
     let dir = integration_tests::scratch("top-live");
     let json = dir.join("top.json");
     t.line(&format!(
@@ -212,10 +224,10 @@ fn live_view_of_pin_churn_refreshes_and_q_restores_the_terminal() {
     );
     t.keys(&["q"]);
     let after = t.wait(Duration::from_secs(30), "top to exit", exited);
-    assert!(after.lines().any(|l| l == "top-exited-0"), "top exits 0 on q:\n{after}");
+    assert!(after.lines().any(|l| output(l) == "top-exited-0"), "top exits 0 on q:\n{after}");
     assert!(!t.alternate_on(), "q leaves the alternate screen");
     assert!(
-        after.lines().any(|l| l == marker),
+        after.lines().any(|l| output(l) == marker),
         "the earlier output is back:\n{after}"
     );
     assert!(!after.contains("REG/s"), "the view is gone:\n{after}");
@@ -235,7 +247,7 @@ fn live_view_of_pin_churn_refreshes_and_q_restores_the_terminal() {
     // A prompt is back after the echo: the shell reads lines again.
     t.line("echo shell-is-back");
     t.wait(Duration::from_secs(30), "the shell", |c| {
-        c.lines().any(|l| l == "shell-is-back")
+        c.lines().any(|l| output(l) == "shell-is-back")
     });
     drop(churn);
 }
@@ -293,7 +305,7 @@ fn replay_shows_the_verdicts(name: &str, detail: &str, quit: &str) {
     assert!(pane.contains(detail), "{name}: the pane shows {detail:?}:\n{pane}");
     t.keys(&[quit]);
     let after = t.wait(Duration::from_secs(30), "top to exit", exited);
-    assert!(after.lines().any(|l| l == "top-exited-0"), "{quit} quits: {after}");
+    assert!(after.lines().any(|l| output(l) == "top-exited-0"), "{quit} quits: {after}");
     assert!(!t.alternate_on(), "{quit} leaves the alternate screen");
 }
 
@@ -389,5 +401,5 @@ fn eighty_columns_show_whole_headers_and_question_mark_helps() {
     t.wait(Duration::from_secs(30), "the table again", |c| c.contains(" PID "));
     t.keys(&["q"]);
     let after = t.wait(Duration::from_secs(30), "top to exit", exited);
-    assert!(after.lines().any(|l| l == "top-exited-0"), "{after}");
+    assert!(after.lines().any(|l| output(l) == "top-exited-0"), "{after}");
 }
