@@ -36,12 +36,26 @@ cat "$release_log"
 echo "test.sh: cargo build --quiet --release -p tracer (beside them) took $((SECONDS - release_started)) s (exit $release_rc)" >&2
 [ "$release_rc" = 0 ]
 
+# The VM tier (software emulation: CPU-bound) runs beside the host tests
+# at the lowest CPU priority: it takes the CPU they leave idle while they
+# wait on their workloads, and gives it back when they need it (at equal
+# priority it starved the serve tests' agent). Its output follows theirs.
+vm_log=target/vm-test.log
+vm_started=$SECONDS
+CHECK_TIMEOUT=600 nice -n 19 target/debug/xtask vm-test --kernel all --bin target/release/gdrtrace \
+    --timeout 1200 --jobs 2 > "$vm_log" 2>&1 &
+vm=$!
+# An interrupted suite stops the VMs too (xtask kills them on SIGTERM).
+trap 'kill "$vm" 2>/dev/null || true' EXIT
+echo "test.sh: VM tier started beside the host tests at nice 19; its output follows them ($vm_log)" >&2
+
 host=0
 step cargo test --workspace --exclude tracer-ebpf --no-fail-fast || host=$?
-# The VM tier after the host tests, its two kernels side by side: beside
-# them, software emulation takes the CPU the serve tests' agent needs.
 vm_rc=0
-step target/debug/xtask vm-test --kernel all --bin target/release/gdrtrace --timeout 900 --jobs 2 || vm_rc=$?
+wait "$vm" || vm_rc=$?
+trap - EXIT
+cat "$vm_log"
+echo "test.sh: the VM tier took $((SECONDS - vm_started)) s (exit $vm_rc)" >&2
 if [ "$host" != 0 ] || [ "$vm_rc" != 0 ]; then
     echo "test.sh: FAILED: host tests exit $host, VM tier exit $vm_rc" >&2
     exit 1

@@ -10,6 +10,8 @@
 #   3. the one-rank 8 KiB all-reduce loop (4 s jobs): `run` rounds with the
 #      default `auto`, then with `exact` (the per-trap cost on torch's own
 #      libnccl), each against untraced jobs;
+#   3b. part gds-attach: a 4 KiB cuFileRead loop (overhead.py --job gds,
+#      compat mode without nvidia-fs), `attach` on/off pairs and a control;
 #   4. parts allreduce-modes and copies-modes (not in the default PARTS):
 #      whole jobs off, auto, exact, a fixed 250ms/4s cycle and off again in
 #      each round, the order rotated (MODES), with the off/off control.
@@ -36,7 +38,7 @@ S="$OUT/cost.txt"
   nproc; "$B" --version; } > "$S" 2>&1
 ROUNDS=${ROUNDS:-8}
 
-PARTS=${PARTS:-hit copies-attach copies-run allreduce-auto allreduce-exact}
+PARTS=${PARTS:-hit copies-attach gds-attach copies-run allreduce-auto allreduce-exact}
 part() { # NAME TIMEOUT overhead.py-args...
   local name=$1 limit=$2
   shift 2
@@ -52,6 +54,13 @@ part() { # NAME TIMEOUT overhead.py-args...
 
 case " $PARTS " in *" hit "*) "$B" bench uprobe-hit --calls 200000 --rounds 3 > "$R/hit.json" 2>> "$S" ;; esac
 part copies-attach 105 --job copies --parts attach --pairs "${PAIRS:-16}" --control "${CONTROL:-4}" --window 1.0
+# cuFile (issue 45): 4 KiB reads in compat mode; the udev entry cuFile needs
+# on a machine without a udev database (see scripts/gpu/gds.sh).
+case " $PARTS " in *" gds-attach "*)
+  dev=$(mountpoint -d /); mkdir -p /run/udev/data
+  [ -e "/run/udev/data/b$dev" ] || printf 'E:ID_FS_USAGE=filesystem\nE:ID_FS_TYPE=ext4\n' > "/run/udev/data/b$dev" ;;
+esac
+part gds-attach 105 --job gds --parts attach --pairs "${PAIRS:-16}" --control "${CONTROL:-4}" --window 1.0
 part copies-run "${RUN_LIMIT:-120}" --job copies --parts run --rounds "$ROUNDS" --window "${COPY_SECS:-3}"
 part allreduce-auto "${AR_LIMIT:-175}" --job allreduce --parts run --rounds "$ROUNDS" --window "${AR_SECS:-4}" --sizes 8K
 part allreduce-modes "${AR_LIMIT:-175}" --job allreduce --parts modes --rounds "$ROUNDS" --window "${AR_SECS:-4}" --modes "${MODES:-off,auto,exact,250ms/4s,off}"

@@ -19,7 +19,15 @@ divided by BLOCK is one per-call sample (nccl-tests style); rank 0 writes
 cuMemcpyHtoDAsync and cuMemcpyDtoHAsync), in blocks of COPY_BLOCK
 iterations with one synchronize; a sample is us per iteration (two
 copies). Its attach part has the same on/off pairs and off/off control;
-its run part whole-job rounds. Part `trap`: the per-trap cost on torch's
+its run part whole-job rounds.
+
+--job gds: one process reading 4 KiB blocks of a file into GPU memory
+with cuFileRead (libcufile by ctypes, as scripts/gpu/gds_xfer.py; compat
+mode without nvidia-fs), in blocks of GDS_BLOCK reads; a sample is us per
+read. The file (GDS_FILE, default /var/tmp/gdr-gds-data/overhead.bin) is
+written once first. Its attach part as the copy job's.
+
+Part `trap`: the per-trap cost on torch's
 own libraries: the copy job (libcuda) and the one-rank all-reduce job
 (libnccl) under `run --collectives exact` (every call trapped) against
 untraced rounds: (on - off) per iteration / the report's traps per
@@ -33,7 +41,7 @@ Usage (on the GPU machine, NVLink multicast off in the environment):
   python3 overhead.py bench --gdrtrace BIN --out DIR [--ngpu N] [--rounds 10]
       [--pairs 12] [--control 6] [--window 1.5] [--parts run,attach,trap,modes]
       [--modes off,auto,exact,250ms/4s,off]
-      [--job allreduce|copies]
+      [--job allreduce|copies|gds]
   python3 overhead.py job ...   (what the bench starts)
 Results: DIR/overhead.json and a summary on stdout.
 """
@@ -49,6 +57,7 @@ import time
 SIZES = {"8K": 8 << 10, "256M": 256 << 20}
 BLOCK = {"8K": 50, "256M": 10}
 COPY_BLOCK = 200
+GDS_BLOCK = 200
 
 
 def copy_main(a):
@@ -85,6 +94,69 @@ def copy_main(a):
         with open(a.summary, "w") as f:
             json.dump({"8K": {"us_per_call": st.median(samples), "busbw_gbps": 0.0, "samples": len(samples),
                               "iterations": iters, "copies": 2 * iters}}, f)
+
+
+def gds_main(a):
+    """The cuFile job: 4 KiB cuFileRead calls into a GPU buffer, in blocks."""
+    import ctypes
+
+    import torch
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gds_xfer
+
+    if (os.cpu_count() or 0) >= 8:
+        os.sched_setaffinity(0, set(range(4, 8)))
+    path = os.environ.get("GDS_FILE", "/var/tmp/gdr-gds-data/overhead.bin")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    block, span = 4096, 64 << 20
+    with open(path, "wb") as f:
+        f.write(os.urandom(1 << 20) * (span >> 20))
+    lib, _ = gds_xfer.libcufile()
+    lib.cuFileDriverOpen.restype = gds_xfer.Error
+    lib.cuFileHandleRegister.restype = gds_xfer.Error
+    lib.cuFileHandleRegister.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(gds_xfer.Descr)]
+    lib.cuFileRead.restype = ctypes.c_ssize_t
+    lib.cuFileRead.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long, ctypes.c_long]
+    if lib.cuFileDriverOpen().err != 0:
+        raise SystemExit("overhead: cuFileDriverOpen failed")
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    fh = ctypes.c_void_p()
+    d = gds_xfer.Descr(type=1, handle=fd, fs_ops=None)
+    e = lib.cuFileHandleRegister(ctypes.byref(fh), ctypes.byref(d))
+    if e.err != 0:
+        raise SystemExit(f"overhead: cuFileHandleRegister: {e.err}")
+    buf = torch.empty(block, dtype=torch.uint8, device="cuda")
+    ptr = buf.data_ptr()
+    off, reads = 0, 0
+
+    def one():
+        nonlocal off, reads
+        if lib.cuFileRead(fh, ptr, block, off, 0) != block:
+            raise SystemExit(f"overhead: cuFileRead at {off} failed")
+        off = (off + block) % span
+        reads += 1
+
+    for _ in range(GDS_BLOCK):
+        one()
+    if a.ready:
+        with open(a.ready, "a") as f:
+            f.write(f"ready 8K launcher={os.getpid()}\n")
+    out = open(a.records, "w", buffering=1) if a.records else None
+    samples = []
+    end = time.time() + a.seconds
+    while time.time() < end:
+        t0 = time.perf_counter()
+        for _ in range(GDS_BLOCK):
+            one()
+        us = (time.perf_counter() - t0) * 1e6 / GDS_BLOCK
+        samples.append(us)
+        if out:
+            out.write(f"{time.time():.6f} {us:.3f} {time.monotonic():.6f}\n")
+    if a.summary:
+        with open(a.summary, "w") as f:
+            json.dump({"8K": {"us_per_call": st.median(samples), "busbw_gbps": 0.0, "samples": len(samples),
+                              "reads": reads, "bytes": reads * block}}, f)
 
 
 def rank_main(rank, n, a):
@@ -144,6 +216,9 @@ def job(a):
     if a.job == "copies":
         copy_main(a)
         return
+    if a.job == "gds":
+        gds_main(a)
+        return
     import torch.multiprocessing as mp
 
     mp.spawn(rank_main, args=(a.ngpu, a), nprocs=a.ngpu)
@@ -197,7 +272,7 @@ def traps_per_s(rep):
     """The busiest process's probe traps per second of the trace (entries of
     every op, returns of the ops that have one: copies)."""
     hits = {h["op"]: h["hits"] for h in rep.get("probe_hits", [])}
-    traps = sum(n * (2 if op.startswith("cuMemcpy") else 1) for op, n in hits.items())
+    traps = sum(n * (2 if op.startswith(("cuMemcpy", "cuFileRead", "cuFileWrite")) else 1) for op, n in hits.items())
     return traps / max(rep.get("duration_s") or 1e-9, 1e-9)
 
 
@@ -433,7 +508,7 @@ def windows_median(samples, lo, hi):
 
 def attach_part(a, res):
     out = {}
-    for size in (("8K",) if a.job == "copies" else ("8K", "256M")):
+    for size in (("8K",) if a.job in ("copies", "gds") else ("8K", "256M")):
         rec, ready = f"{a.out}/attach-{size}.records", f"{a.out}/attach-{size}.ready"
         total = 14 + (a.pairs + a.control) * (2 * a.window + 2.5)
         jp = subprocess.Popen(job_cmd(a, size, total, 29800 + len(out), records=rec, ready=ready),
@@ -500,6 +575,7 @@ def attach_part(a, res):
             "attach_ms": [r["workloads"][0]["attach"]["latency_ms"] for r in reports],
             "sampled": [sampled(r) for r in reports],
             "copies": [copies_of(r) for r in reports],
+            "paths": sorted({(p["op"], p["transport"], p["host_staged"]) for r in reports for p in r.get("paths", [])}),
             "traps_per_s": [traps_per_s(r) for r in reports],
             "close_ms": [p["close_ms"] for p in pairs if p["close_ms"] is not None],
         }
@@ -508,7 +584,7 @@ def attach_part(a, res):
               f"drops {o['drops']}, verdicts {o['verdicts']}, attach ms {[round(x) for x in o['attach_ms']]}, "
               f"close ms {[round(x) for x in o['close_ms']]}, sampled share "
               f"{[round(s[2], 3) for s in o['sampled']]}, copies {o['copies'][:3]}, "
-              f"traps/s {[round(x) for x in o['traps_per_s']]}", flush=True)
+              f"traps/s {[round(x) for x in o['traps_per_s']]}, paths {o['paths']}", flush=True)
     res["attach"] = out
 
 
@@ -557,7 +633,7 @@ if __name__ == "__main__":
     j.add_argument("--summary")
     j.add_argument("--records")
     j.add_argument("--ready")
-    j.add_argument("--job", choices=["allreduce", "copies"], default="allreduce")
+    j.add_argument("--job", choices=["allreduce", "copies", "gds"], default="allreduce")
     b = sub.add_parser("bench")
     b.add_argument("--gdrtrace", required=True)
     b.add_argument("--out", required=True)
@@ -568,7 +644,7 @@ if __name__ == "__main__":
     b.add_argument("--window", type=float, default=1.5)
     b.add_argument("--parts", default="attach,run")
     b.add_argument("--collectives", help="the tracer's --collectives mode (default: its own, auto)")
-    b.add_argument("--job", choices=["allreduce", "copies"], default="allreduce")
+    b.add_argument("--job", choices=["allreduce", "copies", "gds"], default="allreduce")
     b.add_argument("--trap-rounds", type=int, default=2)
     b.add_argument("--modes", default="off,auto,exact,250ms/4s,off",
                    help="part modes: each round's jobs, `off` untraced, the rest --collectives modes")

@@ -193,7 +193,9 @@ fn live_view_of_pin_churn_refreshes_and_q_restores_the_terminal() {
     let t = Tmux::start("live");
     let marker = "before-top-7f3a";
     t.line(&format!("echo {marker}"));
-    t.wait(Duration::from_secs(30), "the shell", |c| c.lines().any(|l| output(l) == marker));
+    t.wait(Duration::from_secs(30), "the shell", |c| {
+        c.lines().any(|l| output(l) == marker)
+    });
     let dir = integration_tests::scratch("top-live");
     let json = dir.join("top.json");
     t.line(&format!(
@@ -224,7 +226,10 @@ fn live_view_of_pin_churn_refreshes_and_q_restores_the_terminal() {
     );
     t.keys(&["q"]);
     let after = t.wait(Duration::from_secs(30), "top to exit", exited);
-    assert!(after.lines().any(|l| output(l) == "top-exited-0"), "top exits 0 on q:\n{after}");
+    assert!(
+        after.lines().any(|l| output(l) == "top-exited-0"),
+        "top exits 0 on q:\n{after}"
+    );
     assert!(!t.alternate_on(), "q leaves the alternate screen");
     assert!(
         after.lines().any(|l| output(l) == marker),
@@ -305,7 +310,10 @@ fn replay_shows_the_verdicts(name: &str, detail: &str, quit: &str) {
     assert!(pane.contains(detail), "{name}: the pane shows {detail:?}:\n{pane}");
     t.keys(&[quit]);
     let after = t.wait(Duration::from_secs(30), "top to exit", exited);
-    assert!(after.lines().any(|l| output(l) == "top-exited-0"), "{quit} quits: {after}");
+    assert!(
+        after.lines().any(|l| output(l) == "top-exited-0"),
+        "{quit} quits: {after}"
+    );
     assert!(!t.alternate_on(), "{quit} leaves the alternate screen");
 }
 

@@ -78,6 +78,14 @@ pub fn main(args: &Args) -> Result<ExitCode> {
     if !args.checks.is_empty() {
         env.push(("VM_CHECKS".to_string(), args.checks.join(" ")));
     }
+    // Each check's limit inside the guest (tests/vm/guest.sh, 300 s unless
+    // set): a slower VM (one at a low CPU priority) is given more.
+    if let Ok(t) = std::env::var("CHECK_TIMEOUT") {
+        if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+            bail!("CHECK_TIMEOUT={t:?}: expected seconds");
+        }
+        env.push(("CHECK_TIMEOUT".to_string(), t));
+    }
     let command = vec!["sh".to_string(), GUEST_SCRIPT.to_string()];
     let jobs = args.jobs.clamp(1, kernels.len().max(1));
     let rows: Vec<Row> = if jobs == 1 {
