@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting and clippy (scripts/lint.sh), unit
-# tests, root-only integration tests on this host (real BPF: tracepoints,
-# uprobes, ring buffer), and the VM tier (Debian 6.1 and 6.12 kernels with
+# The whole test suite: formatting and clippy (scripts/lint.sh; the
+# user-space workspace is linted while it builds), unit tests, root-only
+# integration tests on this host (real BPF: tracepoints, uprobes, ring
+# buffer), and the VM tier (Debian 6.1 and 6.12 kernels with
 # Soft-RoCE, booted side by side) for the kernel probes. Each step says
 # how long it took.
 set -euo pipefail
@@ -27,8 +28,14 @@ release_started=$SECONDS
 cargo build --quiet --release -p tracer > "$release_log" 2>&1 &
 release=$!
 trap 'kill "$release" 2>/dev/null || true' EXIT
-step bash scripts/lint.sh
-step cargo build --quiet -p tracer -p xtask
+# Clippy lints the workspace while it compiles: its debug and test builds
+# run with clippy-driver as the workspace's wrapper (`lint.sh --env`), so
+# the tree is compiled once, not also checked by `cargo clippy`; a lint
+# fails the build step it is found in.
+mapfile -t lint_env < <(bash scripts/lint.sh --env)
+linted() { env "${lint_env[@]}" "$@"; }
+step bash scripts/lint.sh --except-workspace
+step linted cargo build --quiet -p tracer -p xtask
 release_rc=0
 wait "$release" || release_rc=$?
 trap - EXIT
@@ -50,7 +57,7 @@ trap 'kill "$vm" 2>/dev/null || true' EXIT
 echo "test.sh: VM tier started beside the host tests at nice 19; its output follows them ($vm_log)" >&2
 
 host=0
-step cargo test --workspace --exclude tracer-ebpf --no-fail-fast || host=$?
+step linted cargo test --workspace --exclude tracer-ebpf --no-fail-fast || host=$?
 vm_rc=0
 wait "$vm" || vm_rc=$?
 trap - EXIT

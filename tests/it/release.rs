@@ -210,11 +210,15 @@ fn assert_no_toolchain(image: &str) {
 }
 
 /// The variables cargo sets for a test binary of its package, not the
-/// user's own (`CARGO_HOME`, `CARGO_TARGET_DIR` stay).
+/// user's own (`CARGO_HOME`, `CARGO_TARGET_DIR` stay), and the lint
+/// wrapper scripts/test.sh builds the debug profile with (a release build
+/// under it is another build than the one test.sh made).
 fn set_for_this_test(key: &str) -> bool {
     matches!(
         key,
-        "CARGO_MANIFEST_DIR"
+        "RUSTC_WORKSPACE_WRAPPER"
+            | "CLIPPY_ARGS"
+            | "CARGO_MANIFEST_DIR"
             | "CARGO_MANIFEST_PATH"
             | "CARGO_MANIFEST_LINKS"
             | "CARGO_CRATE_NAME"

@@ -824,7 +824,9 @@ fn idle_short_lived_targets_leave_a_bounded_series_count() {
         let forgotten = v(&m, "gdrtrace_targets_forgotten_total", &[]) - forgotten0;
         let idle = v(&m, "gdrtrace_idle_processes", &[]);
         let last = format!("discovered {discovered}, forgotten {forgotten}, idle {idle}");
-        if discovered > 0.0 && forgotten >= discovered && idle == 0.0 {
+        // Not `idle == 0`: the agent traces the whole host, and a test
+        // running beside this one can leave idle targets of its own.
+        if discovered > 0.0 && forgotten >= discovered {
             break (m, last);
         }
         // On a timeout the counts say which part did not happen.
