@@ -19,42 +19,46 @@ step() {
     return "$rc"
 }
 step bash scripts/setup.sh --vm
-# The release build runs beside the lints and the debug build: its profile
-# has a directory and a lock of its own, and each alone leaves a core idle
-# for part of its time (build scripts, the last crates, links).
-release_log=target/release-build.log
-mkdir -p target
-release_started=$SECONDS
-cargo build --quiet --release -p tracer > "$release_log" 2>&1 &
-release=$!
-trap 'kill "$release" 2>/dev/null || true' EXIT
+mkdir -p target/release
 # Clippy lints the workspace while it compiles: its debug and test builds
 # run with clippy-driver as the workspace's wrapper (`lint.sh --env`), so
 # the tree is compiled once, not also checked by `cargo clippy`; a lint
 # fails the build step it is found in.
 mapfile -t lint_env < <(bash scripts/lint.sh --env)
 linted() { env "${lint_env[@]}" "$@"; }
+# xtask first: it runs the VM tier.
+step linted cargo build --quiet -p xtask
+
+# The VM tier (software emulation: CPU-bound) starts now at the lowest CPU
+# priority: it fetches its kernels and boots beside the builds, its guests
+# wait for the release binary (--wait-for), and its checks run beside the
+# host tests, on the CPU they leave idle while they wait on their
+# workloads (at equal priority it starved the serve tests' agent). Its
+# output follows theirs.
+ready=target/release/.ready-for-vm
+rm -f "$ready"
+vm_log=target/vm-test.log
+vm_started=$SECONDS
+CHECK_TIMEOUT=600 nice -n 19 target/debug/xtask vm-test --kernel all --bin target/release/gdrtrace \
+    --wait-for "$ready" --timeout 1800 --jobs 2 > "$vm_log" 2>&1 &
+vm=$!
+echo "test.sh: VM tier started at nice 19, its checks waiting for the release build; its output follows the host tests' ($vm_log)" >&2
+# The release build beside the lints and the debug build: its profile has
+# a directory and a lock of its own. Its end lets the VM checks start.
+release_log=target/release-build.log
+release_started=$SECONDS
+bash -c 'cargo build --quiet --release -p tracer && touch "$1"' release "$ready" > "$release_log" 2>&1 &
+release=$!
+# An interrupted suite stops the builds and the VMs (xtask kills them on
+# SIGTERM).
+trap 'pkill -P "$release" 2>/dev/null; kill "$release" "$vm" 2>/dev/null || true' EXIT
 step bash scripts/lint.sh --except-workspace
 step linted cargo build --quiet -p tracer -p xtask
 release_rc=0
 wait "$release" || release_rc=$?
-trap - EXIT
 cat "$release_log"
 echo "test.sh: cargo build --quiet --release -p tracer (beside them) took $((SECONDS - release_started)) s (exit $release_rc)" >&2
 [ "$release_rc" = 0 ]
-
-# The VM tier (software emulation: CPU-bound) runs beside the host tests
-# at the lowest CPU priority: it takes the CPU they leave idle while they
-# wait on their workloads, and gives it back when they need it (at equal
-# priority it starved the serve tests' agent). Its output follows theirs.
-vm_log=target/vm-test.log
-vm_started=$SECONDS
-CHECK_TIMEOUT=600 nice -n 19 target/debug/xtask vm-test --kernel all --bin target/release/gdrtrace \
-    --timeout 1200 --jobs 2 > "$vm_log" 2>&1 &
-vm=$!
-# An interrupted suite stops the VMs too (xtask kills them on SIGTERM).
-trap 'kill "$vm" 2>/dev/null || true' EXIT
-echo "test.sh: VM tier started beside the host tests at nice 19; its output follows them ($vm_log)" >&2
 
 host=0
 step linted cargo test --workspace --exclude tracer-ebpf --no-fail-fast || host=$?

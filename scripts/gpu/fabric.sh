@@ -21,7 +21,8 @@
 # staged-not-network quiet, fewer all-reduces; compare flags "TCP
 # retransmissions per GB sent" (exit 1); job prints `retransmits N` per rank
 # and a "the network lost packets" line per rank. About 90 s on one H200.
-# Needs ip (iproute2) and iptables in the machine; says so and stops if not.
+# Needs iptables (drops) and ip (iproute2) or util-linux's unshare and
+# nsenter (the namespace); says what it lacks and stops.
 # The binary is built elsewhere: `cargo build -p tracer --release`, copy
 # target/release/gdrtrace to dist/ and carry dist.
 # Usage: [GDRTRACE=BIN] [RUN_SECONDS=20] bash scripts/gpu/fabric.sh
@@ -38,22 +39,43 @@ R=$OUT/work
 rm -rf "$R"; mkdir -p "$R" "$OUT"
 S="$OUT/summary.txt"
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
-cleanup() { ip netns del "$NS" 2>/dev/null; }
+# The namespace: `ip netns` where iproute2 is installed, else a persistent
+# one made with util-linux's unshare and entered with nsenter (the GPU
+# machine has no ip); lo is brought up at MTU 1500 with two ioctls.
+NSF=/run/netns/$NS
+cleanup() {
+  if [ -n "${HAVE_IP:-}" ]; then ip netns del "$NS" 2>/dev/null; else umount "$NSF" 2>/dev/null; rm -f "$NSF"; fi
+}
 trap cleanup EXIT
 { date -u; uname -r; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   env $SAFE python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
-  echo "rdma devices: $(ls /sys/class/infiniband 2>/dev/null | tr '\n' ' ')"; } > "$S" 2>&1
-for tool in ip iptables; do
-  command -v $tool > /dev/null || { echo "no $tool here: cannot make the namespace or drop packets" >> "$S"; cat "$S"; exit 1; }
-done
-ip netns add "$NS" && ip netns exec "$NS" ip link set lo mtu 1500 up || {
-  echo "cannot make a network namespace" >> "$S"; cat "$S"; exit 1; }
+  echo "rdma devices: $(ls /sys/class/infiniband 2>/dev/null | tr '\n' ' ')"
+  echo "tools: $(for t in ip iptables iptables-legacy iptables-nft nft unshare nsenter; do command -v $t > /dev/null && printf '%s ' $t; done)"; } > "$S" 2>&1
+if command -v ip > /dev/null && [ -z "${FABRIC_UNSHARE:-}" ]; then
+  HAVE_IP=1
+  ip netns add "$NS" || { echo "cannot make a network namespace" >> "$S"; cat "$S"; exit 1; }
+  IN=(ip netns exec "$NS")
+else
+  mkdir -p /run/netns
+  mountpoint -q /run/netns || { mount --bind /run/netns /run/netns && mount --make-private /run/netns; }
+  touch "$NSF"
+  unshare --net="$NSF" true || { echo "cannot make a network namespace (unshare --net)" >> "$S"; cat "$S"; exit 1; }
+  IN=(nsenter --net="$NSF")
+fi
+"${IN[@]}" python3 - <<'PY' || { echo "cannot bring the namespace's lo up" >> "$S"; cat "$S"; exit 1; }
+import fcntl, socket, struct
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+fcntl.ioctl(s, 0x8922, struct.pack("16si", b"lo", 1500))  # SIOCSIFMTU
+flags = struct.unpack("16sh", fcntl.ioctl(s, 0x8913, struct.pack("16sh", b"lo", 0)))[1]  # SIOCGIFFLAGS
+fcntl.ioctl(s, 0x8914, struct.pack("16sh", b"lo", flags | 1))  # SIOCSIFFLAGS, IFF_UP
+PY
+IPT=$(for t in iptables iptables-legacy iptables-nft; do command -v $t && break; done)
 
 run() { # NAME PORT: the job under `gdrtrace run`, inside the namespace
   local name=$1 port=$2
-  echo "== $name$( [ "$name" = drops ] && echo ": $(ip netns exec "$NS" iptables -S INPUT | grep DROP)")" >> "$S"
+  echo "== $name$( [ "$name" = drops ] && echo ": $("${IN[@]}" "$IPT" -S INPUT | grep DROP)")" >> "$S"
   "$B" run --json "$R/$name.json" --record "$R/$name.rec" -- \
-    ip netns exec "$NS" env $SAFE NCCL_SOCKET_IFNAME=lo python3 "$HERE/allreduce.py" --hosts 2 --ngpu 1 \
+    "${IN[@]}" env $SAFE NCCL_SOCKET_IFNAME=lo python3 "$HERE/allreduce.py" --hosts 2 --ngpu 1 \
     --mib 16 --seconds "$SECONDS_PER_RUN" --port "$port" --nccl-log "$R/nccl-$name" > "$R/$name.txt" 2>&1
   echo "  run rc=$? $(grep -h 'calls=' "$R/$name.txt" | tr '\n' ' ')" >> "$S"
   cat "$R"/nccl-$name.rank*.log > "$R/nccl-$name.log" 2>/dev/null
@@ -83,7 +105,11 @@ PY
 }
 
 run clean 29811
-ip netns exec "$NS" iptables -A INPUT -i lo -p tcp -m statistic --mode random --probability 0.02 -j DROP \
+if [ -z "$IPT" ]; then
+  echo "== drops: no iptables here: no packets can be dropped (the clean run stands alone)" >> "$S"
+  cat "$S"; tar czf "$OUT/fabric.tgz" -C "$R" .; exit 1
+fi
+"${IN[@]}" "$IPT" -A INPUT -i lo -p tcp -m statistic --mode random --probability 0.02 -j DROP \
   || echo "  iptables refused the drop rule" >> "$S"
 run drops 29812
 

@@ -27,8 +27,14 @@ python3 -m zipfile -e .whl/nixl-gpu.zip "$N" || { echo "no .whl/nixl-gpu.zip" > 
 export PYTHONPATH=$N
 { date -u; uname -r; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; "$B" --version; } > "$R/env.txt" 2>&1
 
+# COLLECTIVES=exact counts every call (as validate does): the byte checks
+# then measure the path attribution, not the duty cycle's estimates.
+# RUN_ONLY=1 leaves out the attach part.
+MODE=()
+[ -n "${COLLECTIVES:-}" ] && MODE=(--collectives "$COLLECTIVES")
+echo "collectives: ${COLLECTIVES:-auto (default)}" >> "$R/env.txt"
 for op in read write both; do
-    timeout 150 "$B" run --record "$R/nixl-$op.rec" --json "$R/nixl-$op.json" --ucx-log "$R/nixl-$op.log" -- \
+    timeout 150 "$B" run "${MODE[@]}" --record "$R/nixl-$op.rec" --json "$R/nixl-$op.json" --ucx-log "$R/nixl-$op.log" -- \
         "$B" drive nixl --op "$op" --size 32M --iterations 10 --log "$R/nixl-$op.log" \
         --summary "$R/nixl-$op.summary.json" > "$R/nixl-$op.txt" 2>&1
     echo "rc=$?" >> "$R/nixl-$op.txt"
@@ -36,6 +42,7 @@ for op in read write both; do
 done
 
 # A long READ, attached in its middle (issue 50's shape).
+[ -n "${RUN_ONLY:-}" ] || {
 setsid "$B" drive nixl --op read --size 32M --iterations 400 --timeout 200s \
     --summary "$R/att.summary.json" > "$R/att-job.txt" 2>&1 &
 J=$!
@@ -46,8 +53,9 @@ echo "rc=$?" >> "$R/att-all.txt"
 timeout 60 "$B" attach --pid "$PIDS" --duration 6s --record "$R/att-pid.rec" --json "$R/att-pid.json" > "$R/att-pid.txt" 2>&1
 echo "rc=$?" >> "$R/att-pid.txt"
 kill -- -"$J" 2>/dev/null; sleep 1; kill -9 -- -"$J" 2>/dev/null
+}
 
-python3 - "$R" > "$OUT/summary.txt" 2>&1 <<'PY'
+{ cat "$R/env.txt"; python3 - "$R"; } > "$OUT/summary.txt" 2>&1 <<'PY'
 import json, os, sys
 R = sys.argv[1]
 def load(n):
@@ -89,6 +97,8 @@ for op in ("read", "write", "both"):
     line(not bad, f"{op}: no path called direct with its bytes in host memory ({len(bad)})")
 run_read = load("nixl-read.json")
 for kind in ("all", "pid"):
+    if not os.path.exists(os.path.join(R, f"att-{kind}.txt")):
+        continue
     r = load(f"att-{kind}.json")
     head = open(os.path.join(R, f"att-{kind}.txt")).read().splitlines()[:1]
     print(f"== attach --{kind}: {head}")

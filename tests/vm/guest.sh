@@ -8,6 +8,9 @@
 #   CHECK_TIMEOUT  seconds each check may run (default 300)
 #   VM_CHECKS      optional space-separated check names or name prefixes
 #                  (e.g. "00-rxe 1"); only matching checks run
+#   WAIT_FOR       optional file whose existence the checks wait for (the
+#                  VM booted before the binary was built), at most
+#                  WAIT_LIMIT seconds
 #
 # Sets up the kernel side (tracefs, soft-RoCE device rxe0 on lo), records the
 # kernel's identity, then runs tests/vm/checks/*.sh in lexical order. Each
@@ -67,6 +70,19 @@ fi
 ls /sys/kernel/btf > "$VM_OUT/btf.txt" 2>/dev/null || echo "unavailable" > "$VM_OUT/btf.txt"
 rdma link show > "$VM_OUT/rdma-link.txt" 2>&1 || true
 echo "guest: kernel $(uname -r), up $(cut -d' ' -f1 /proc/uptime)s, lockdown: $(cat "$VM_OUT/lockdown.txt"), btf: $(wc -l < "$VM_OUT/btf.txt") objects"
+
+# --- the binary, when the VM booted before it was built ------------------------
+if [ -n "${WAIT_FOR:-}" ]; then
+    echo "guest: waiting for $WAIT_FOR"
+    waited=0
+    until [ -e "$WAIT_FOR" ]; do
+        [ "$waited" -lt "${WAIT_LIMIT:-1800}" ] || die "$WAIT_FOR did not appear in ${waited}s"
+        sleep 2
+        waited=$((waited + 2))
+    done
+    echo "guest: $WAIT_FOR is there after ${waited}s"
+fi
+[ -x "$GDRTRACE" ] || die "$GDRTRACE is missing or not executable"
 
 # --- checks --------------------------------------------------------------------
 passed=0

@@ -33,6 +33,12 @@ pub struct Args {
     /// emulation, the tier in the time of its slower kernel).
     #[arg(long, value_name = "N", default_value_t = 1)]
     jobs: usize,
+    /// Boot before the binary is built: each guest waits for this file to
+    /// exist (relative to the repository root unless absolute) before its
+    /// checks, within the VM's --timeout (scripts/test.sh makes it when its
+    /// release build is done, so kernel fetch and boot overlap the builds).
+    #[arg(long, value_name = "PATH")]
+    wait_for: Option<PathBuf>,
     #[command(flatten)]
     vm: VmOpts,
 }
@@ -48,7 +54,8 @@ struct Row {
 pub fn main(args: &Args) -> Result<ExitCode> {
     let repo = repo_root()?;
     let bin = vm::absolute(&args.bin)?;
-    if !is_executable(&bin) {
+    let wait_for = args.wait_for.as_deref().map(vm::absolute).transpose()?;
+    if wait_for.is_none() && !is_executable(&bin) {
         bail!(
             "gdrtrace binary {} is missing or not executable (build it first, e.g. `cargo build -p tracer`, or pass --bin)",
             bin.display()
@@ -77,6 +84,10 @@ pub fn main(args: &Args) -> Result<ExitCode> {
     }
     if !args.checks.is_empty() {
         env.push(("VM_CHECKS".to_string(), args.checks.join(" ")));
+    }
+    if let Some(w) = &wait_for {
+        env.push(("WAIT_FOR".to_string(), w.to_string_lossy().into_owned()));
+        env.push(("WAIT_LIMIT".to_string(), args.vm.timeout.to_string()));
     }
     // Each check's limit inside the guest (tests/vm/guest.sh, 300 s unless
     // set): a slower VM (one at a low CPU priority) is given more.

@@ -8,7 +8,11 @@
 //!   staged counted from the file I/O (else the copies);
 //! - the file's POSIX I/O with no copies on GPU memory, where P2PDMA is
 //!   enabled or the kernel mapped P2P pages: `gds-p2pdma`;
-//! - a direct path whose shared windows hold host bytes is `ambiguous`.
+//! - a direct path whose shared windows hold host bytes is `ambiguous`;
+//! - in a window several file paths carried, each with POSIX I/O of its
+//!   own file and direction, the copies between GPU and host memory are
+//!   shared among them in proportion to that I/O (compat mode copies each
+//!   byte of it through a bounce buffer once).
 //!
 //! A compat path's cause is one decision (`classify::gds::Cause`), made
 //! from the process's environment and cufile.json, the host's nvidia-fs,
@@ -144,23 +148,38 @@ fn evidence_of(cands: &[Candidate], windows: &[&Window]) -> Vec<Evidence> {
             [] => {}
             [one] => out[*one].add(w, write(&cands[*one])),
             many => {
-                for &i in many {
-                    let e = &mut out[i];
-                    e.carried += 1;
-                    e.shared_host += host_of(w);
-                    e.nvfs_ioctls += w.nvfs_ioctls;
-                    // The file's I/O in this direction, where only this path has the file.
-                    let mine = |c: &Candidate| (c.file.clone(), write(c));
-                    let unique = many.iter().filter(|j| mine(&cands[**j]) == mine(&cands[i])).count() == 1;
-                    if let (Some(k), true) = (&cands[i].file, unique) {
+                // The file's I/O in this direction, where only this path has the file.
+                let mine = |c: &Candidate| (c.file.clone(), write(c));
+                let own_io: Vec<u64> = many
+                    .iter()
+                    .map(|&i| {
+                        let unique = many.iter().filter(|j| mine(&cands[**j]) == mine(&cands[i])).count() == 1;
                         let io = if write(&cands[i]) {
                             &w.file_write_bytes
                         } else {
                             &w.file_read_bytes
                         };
-                        if let Some(b) = io.get(k) {
-                            *e.file_io.entry(k.clone()).or_default() += b;
+                        match (&cands[i].file, unique) {
+                            (Some(k), true) => io.get(k).copied().unwrap_or(0),
+                            _ => 0,
                         }
+                    })
+                    .collect();
+                // Compat mode moves each byte of a path's POSIX I/O through a
+                // bounce buffer with one copy: where every carrier's own I/O
+                // is known, the window's copies are theirs in proportion to it.
+                let io_sum: u64 = own_io.iter().sum();
+                let split = own_io.iter().all(|b| *b > 0) && w.host_copy_bytes > 0;
+                for (&i, &io) in many.iter().zip(&own_io) {
+                    let e = &mut out[i];
+                    e.carried += 1;
+                    e.shared_host += host_of(w);
+                    e.nvfs_ioctls += w.nvfs_ioctls;
+                    if split {
+                        e.host_copy += (w.host_copy_bytes as u128 * io as u128 / io_sum as u128) as u64;
+                    }
+                    if let (Some(k), true) = (&cands[i].file, io > 0) {
+                        *e.file_io.entry(k.clone()).or_default() += io;
                     }
                 }
             }

@@ -210,11 +210,15 @@ impl PortClass {
 /// Retransmissions below which TCP is not blamed: tail loss probes and the
 /// odd drop come with every network (and a loaded host's spurious timeouts).
 pub const MIN_RETRANSMITS: u64 = 10;
-/// Retransmissions per GB sent below which TCP is not blamed either.
-pub const MIN_RETRANSMITS_PER_GB: f64 = 10.0;
 /// A port's retries per packet sent from which it is blamed (1 in 10,000);
 /// where the driver counts no packets, `MIN_RETRANSMITS` retries.
 pub const MIN_RETRY_SHARE: f64 = 1e-4;
+/// The most payload one TCP segment carries at an Ethernet MTU of 1500.
+const ETHERNET_MSS: f64 = 1448.0;
+/// Retransmissions per GB sent below which TCP is not blamed either: the
+/// share a port is blamed at, of the segments a GB takes at MTU 1500 (69;
+/// fewer, larger segments only lower the share it stands for).
+pub const MIN_RETRANSMITS_PER_GB: f64 = MIN_RETRY_SHARE * 1e9 / ETHERNET_MSS;
 
 /// `n` per GB (10^9 bytes) of `bytes`, when any was moved.
 pub fn per_gb(n: u64, bytes: u64) -> Option<f64> {
