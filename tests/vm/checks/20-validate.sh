@@ -5,11 +5,12 @@
 # which also stores the reports with this kernel's profile in baseline.json:
 # vm-test compares the newest kernel's against the oldest's (the
 # kernel-upgrade example, target/vm-results/compare.*). UCX has its own
-# check (50-ucx.sh): --no-ucx keeps this one within its time, and two
-# runs (not the default three) give the comparison a spread at two thirds
-# of the time (~65 s a run under software emulation).
+# check (50-ucx.sh): --no-ucx keeps this one within its time, and one run
+# (not the default three: ~65 s each under software emulation, 130 s
+# beside the host tests) keeps the suite within its time; the comparison
+# is an example, judged on one run a kernel.
 set -eu
-"$GDRTRACE" baseline record --out "$VM_OUT/baseline.json" --repeat 2 \
+"$GDRTRACE" baseline record --out "$VM_OUT/baseline.json" --repeat 1 \
     --require-kernel-probes --iterations 50 --no-ucx --json "$VM_OUT/validate.json" > "$VM_OUT/validate.txt" 2>&1 || {
     rc=$?
     cat "$VM_OUT/validate.txt"
