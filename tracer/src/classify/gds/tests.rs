@@ -65,6 +65,12 @@ fn host(nvidia_fs: bool) -> HostFacts {
 /// `compat`: through four 16 MiB bounce buffers (pwrite/pread and copies),
 /// else nvidia-fs ioctls only.
 fn job(compat: bool, env: &[(&str, &str)], o_direct: bool) -> Job {
+    job_ticks(compat, env, o_direct, false)
+}
+
+/// `job`, its writes and reads read by one tick of the kernel's totals
+/// when `one_tick` (one window both paths carried), else a tick each.
+fn job_ticks(compat: bool, env: &[(&str, &str)], o_direct: bool, one_tick: bool) -> Job {
     let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let mut j = Job::new();
     j.process(
@@ -130,72 +136,21 @@ fn job(compat: bool, env: &[(&str, &str)], o_direct: bool) -> Job {
         } else {
             rows.push((P, "ioctl", NVFS_FD, if w { 8 } else { 16 }, 0));
         }
-        j.aggregates(&rows);
-    }
-    j
-}
-
-/// The same compat job with its writes and reads in one tick (as
-/// torch.cuda.gds's 8 writes and 8 reads of 64 MiB took 0.45 s on the GPU
-/// machine): one window both paths carried.
-fn compat_job_in_one_tick() -> Job {
-    let mut j = Job::new();
-    j.process(
-        P,
-        vec![Fact::Process {
-            pid: P,
-            parent: None,
-            comm: Some("python3".into()),
-            env: Default::default(),
-        }],
-    );
-    j.call(P, "cuMemAlloc", &[DPTR, 64 * MIB]);
-    for t in 0..4 {
-        j.call(P, "cuMemHostRegister", &[BOUNCE + t * 32 * MIB, 16 * MIB, 0]);
-    }
-    let config = super::config::parse("/etc/cufile.json", r#"{"properties": {"allow_compat_mode": true}}"#);
-    j.facts(vec![
-        Fact::Cufile {
-            pid: P,
-            config: Some(config),
-        },
-        Fact::File {
-            pid: P,
-            fd: FD as i32,
-            file: Some(data_file(true)),
-        },
-    ]);
-    j.call(P, "cuFileHandleRegister", &[FH, DESCR, 0, 0, 0, FD]);
-    for (op, copy) in [
-        ("cuFileWrite", "cuMemcpyDtoHAsync"),
-        ("cuFileRead", "cuMemcpyHtoDAsync"),
-    ] {
-        j.entry(P, op, &[FH, DPTR, 64 * MIB, 0, 0], (64 * MIB) as i64);
-        for i in 0..32 {
-            let (bounce, dev) = (BOUNCE + (i % 4) * 32 * MIB, DPTR + (i % 4) * 16 * MIB);
-            let args = if copy.contains("DtoH") {
-                [bounce, dev, 16 * MIB, 0]
-            } else {
-                [dev, bounce, 16 * MIB, 0]
-            };
-            j.call(P, copy, &args);
+        // The rows are cumulative: the reads' tick holds the writes' too.
+        if r || !one_tick {
+            j.aggregates(&rows);
         }
     }
-    j.aggregates(&[
-        (P, "cuFileWrite", FH, 8, 512 * MIB),
-        (P, "cuFileRead", FH, 8, 512 * MIB),
-        (P, "pwrite64", FD, 32, 512 * MIB),
-        (P, "pread64", FD, 32, 512 * MIB),
-    ]);
     j
 }
 
 /// Reads and writes that share their windows share the copies by their
 /// POSIX I/O: both compat, each with its own bytes staged (on the GPU
-/// machine both were `ambiguous`, "no copies through host memory").
+/// machine both were `ambiguous`, "no copies through host memory"; there
+/// torch.cuda.gds's 8 writes and 8 reads of 64 MiB took 0.45 s, one tick).
 #[test]
 fn reads_and_writes_in_one_tick_share_its_copies_by_their_posix_io() {
-    let r = compat_job_in_one_tick().report_with(host(false));
+    let r = job_ticks(true, &[], true, true).report_with(host(false));
     let paths = file_paths(&r);
     assert_eq!(paths.len(), 2, "{paths:#?}");
     for x in &paths {
