@@ -396,9 +396,14 @@ pub fn open(cmd: &str, targets_args: &TargetArgs, t: &TraceArgs, extra: &[Option
         // installed paths (a torch job's own libnccl) are attached now, so
         // their collectives are counted from the start; a process shows up
         // in the report once it calls them.
+        // Each is attached to while it runs: its set-up was not seen.
         for (pid, _) in process_table() {
-            if pid != std::process::id() {
-                trace.session.attach_libraries_of(pid);
+            if pid == std::process::id() {
+                continue;
+            }
+            trace.session.attach_libraries_of(pid);
+            if trace.session.planner.proc_libs.get(&pid).is_some_and(|ids| !ids.is_empty()) {
+                trace.agg.set_vm_pin_at_attach(pid, PreExisting::read(pid).vm_pin_kib);
             }
         }
     }

@@ -96,11 +96,7 @@ pub fn footer(inputs: &Inputs, agg: &Aggregator, events: u64) -> Footer {
             })
             .collect(),
         process_libraries: inputs.process_libraries.clone(),
-        vm_pin_kib_at_attach: agg
-            .procs()
-            .iter()
-            .filter_map(|(pid, p)| Some((*pid, p.vm_pin_kib_at_attach?)))
-            .collect(),
+        vm_pin_kib_at_attach: agg.vm_pins_at_attach(),
         gpu_links: inputs.gpu_links.clone(),
         probe_hits: inputs
             .probe_hits

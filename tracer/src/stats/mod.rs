@@ -158,6 +158,11 @@ pub struct Aggregator {
     gds: classify::gds::Tracker,
     /// NCCL's RAS answer and what it told (`identity.rs`).
     nccl_ras: Option<crate::identity::ras::NcclRas>,
+    /// Processes the tracer attached to while they ran, with their VmPin
+    /// then (None: unreadable); the others were traced from their start.
+    /// Kept apart from the rows: `attach --all` names them before a row
+    /// exists.
+    attached_running: BTreeMap<u32, Option<u64>>,
 }
 
 impl Default for Aggregator {
@@ -196,6 +201,7 @@ impl Aggregator {
             p2pdma: BTreeMap::new(),
             gds: Default::default(),
             nccl_ras: None,
+            attached_running: BTreeMap::new(),
         }
     }
 
@@ -456,11 +462,26 @@ impl Aggregator {
         self.observer.take()
     }
 
-    /// The VmPin a process had when the tracer attached to it.
+    /// The VmPin a process had when the tracer attached to it while it ran.
     pub fn set_vm_pin_at_attach(&mut self, pid: u32, kib: Option<u64>) {
+        self.attached_running.insert(pid, kib);
         if let Some(p) = self.procs.get_mut(&pid) {
             p.vm_pin_kib_at_attach = kib;
         }
+    }
+
+    /// Whether the tracer attached to `pid` while it ran (its set-up
+    /// before that was not seen).
+    pub fn attached_running(&self, pid: u32) -> bool {
+        self.attached_running.contains_key(&pid)
+            || self.procs.get(&pid).is_some_and(|p| p.vm_pin_kib_at_attach.is_some())
+    }
+
+    /// The VmPin of every process attached to while it ran, where read.
+    pub fn vm_pins_at_attach(&self) -> BTreeMap<u32, u64> {
+        let rows = self.procs.iter().filter_map(|(pid, p)| Some((*pid, p.vm_pin_kib_at_attach?)));
+        let early = self.attached_running.iter().filter_map(|(pid, k)| Some((*pid, (*k)?)));
+        early.chain(rows).collect()
     }
 
     /// Calls of one label by one process.

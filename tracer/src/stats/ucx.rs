@@ -65,7 +65,7 @@ pub fn process(t: &Tracker, agg: &Aggregator, pid: u32, maps_ucx: bool) -> Optio
         registrations_per_data_call: (data_calls > 0).then(|| s.regs as f64 / data_calls as f64),
         copies: s.copies.clone(),
         modules: Vec::new(),
-        traced_from_start: p.vm_pin_kib_at_attach.is_none(),
+        traced_from_start: !agg.attached_running(pid),
     })
 }
 
