@@ -22,7 +22,9 @@
 //!   and those that map a traced library);
 //! - the client's GETs made while the sampled links were open are counted
 //!   (`ucx.processes[].data_calls`): libucp was attached after the job
-//!   started, and its data calls come back in the duty cycle's on phases.
+//!   started, and its data calls come back in the duty cycle's on phases;
+//! - both are known to have been running at attach (their set-up unseen),
+//!   under `--all` as under `--pid`.
 //!
 //! The GETs are 1 MiB (NIXL's were 32 MiB) so that several fall in the on
 //! phases of a few seconds; the fragments walk 32 MiB as NIXL's do.
@@ -238,6 +240,13 @@ fn check(job: &Job, report: &Report, events: &[Event], err: &str) {
         .find(|p| p.pid == client)
         .unwrap_or_else(|| panic!("the client {client} is not in the UCX section: {ucx:?}"));
     assert!(get.data_calls > 0, "the client's GETs were not counted: {get:?}");
+    // Both were attached to while running: their set-up was not seen, under
+    // `--all` as under `--pid`, so their paths are judged alike.
+    for p in &ucx.processes {
+        if [server, client].contains(&p.pid) {
+            assert!(!p.traced_from_start, "pid {} was running at attach: {p:?}", p.pid);
+        }
+    }
 }
 
 #[test]

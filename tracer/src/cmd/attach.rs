@@ -402,7 +402,13 @@ pub fn open(cmd: &str, targets_args: &TargetArgs, t: &TraceArgs, extra: &[Option
                 continue;
             }
             trace.session.attach_libraries_of(pid);
-            if trace.session.planner.proc_libs.get(&pid).is_some_and(|ids| !ids.is_empty()) {
+            if trace
+                .session
+                .planner
+                .proc_libs
+                .get(&pid)
+                .is_some_and(|ids| !ids.is_empty())
+            {
                 trace.agg.set_vm_pin_at_attach(pid, PreExisting::read(pid).vm_pin_kib);
             }
         }

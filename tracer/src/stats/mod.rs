@@ -479,7 +479,10 @@ impl Aggregator {
 
     /// The VmPin of every process attached to while it ran, where read.
     pub fn vm_pins_at_attach(&self) -> BTreeMap<u32, u64> {
-        let rows = self.procs.iter().filter_map(|(pid, p)| Some((*pid, p.vm_pin_kib_at_attach?)));
+        let rows = self
+            .procs
+            .iter()
+            .filter_map(|(pid, p)| Some((*pid, p.vm_pin_kib_at_attach?)));
         let early = self.attached_running.iter().filter_map(|(pid, k)| Some((*pid, (*k)?)));
         early.chain(rows).collect()
     }
