@@ -28,7 +28,7 @@ use crate::{
     error::{Error, Result},
     loader::LoadOptions,
     probes::{
-        Family, symbols, uapi,
+        Family, uapi,
         uprobes::{Group, Point},
     },
     session::{Session, SessionOptions},
@@ -100,6 +100,8 @@ fn evicting_loop(f: StandIn, n: u64, evict: &[u8]) -> f64 {
 pub struct Probe {
     /// The exported symbol in this binary.
     pub symbol: &'static str,
+    /// The function itself: where it is mapped gives its file offset.
+    pub function: StandIn,
     /// The table row whose op (and so whose kernel-side handling) it gets.
     pub row: &'static str,
     pub needs_return: bool,
@@ -109,6 +111,7 @@ pub struct Probe {
 /// in the kernel).
 pub const COLLECTIVE: Probe = Probe {
     symbol: "gdrtrace_bench_collective",
+    function: gdrtrace_bench_collective,
     row: "ncclAllReduce",
     needs_return: false,
 };
@@ -116,6 +119,7 @@ pub const COLLECTIVE: Probe = Probe {
 /// The single-stepped stand-in, probed as the collective one is.
 pub const STEPPED: Probe = Probe {
     symbol: "gdrtrace_bench_stepped",
+    function: gdrtrace_bench_stepped,
     row: "ncclAllReduce",
     needs_return: false,
 };
@@ -124,6 +128,7 @@ pub const STEPPED: Probe = Probe {
 /// summed per address pair).
 pub const COPY: Probe = Probe {
     symbol: "gdrtrace_bench_copy",
+    function: gdrtrace_bench_copy,
     row: "cuMemcpyHtoDAsync",
     needs_return: true,
 };
@@ -141,7 +146,7 @@ pub fn probed_standins(mode: crate::sampling::Mode, group: Group, probes: &[Prob
         collectives: mode,
     })?;
     let exe = std::env::current_exe().map_err(|e| Error::io("locating this executable", e))?;
-    let functions = symbols::functions(&exe)?;
+    let maps = std::fs::read_to_string("/proc/self/maps").map_err(|e| Error::io("reading /proc/self/maps", e))?;
     session
         .planner
         .configure_table(&mut session.ebpf)
@@ -150,19 +155,17 @@ pub fn probed_standins(mode: crate::sampling::Mode, group: Group, probes: &[Prob
     let mut points = Vec::new();
     let mut ops = Vec::new();
     for p in probes {
-        let sym = functions
-            .iter()
-            .find(|s| s.name == p.symbol)
-            .ok_or_else(|| Error::Workload(format!("this binary has no {} symbol", p.symbol)))?;
+        let offset = file_offset(&maps, p.function as usize)
+            .ok_or_else(|| Error::Workload(format!("{} is in no executable mapping of this process", p.symbol)))?;
         let op = uapi::TABLE
             .iter()
             .position(|r| r.symbol == p.row)
             .map(uapi::op_of)
             .ok_or_else(|| Error::Workload(format!("the table has no {} row", p.row)))?;
         points.push(Point {
-            offset: sym.file_offset,
+            offset,
             op,
-            symbol: sym.display(),
+            symbol: p.symbol.to_string(),
             needs_return: p.needs_return,
             group,
         });
@@ -173,6 +176,22 @@ pub fn probed_standins(mode: crate::sampling::Mode, group: Group, probes: &[Prob
         return Err(Error::Workload(format!("the stand-in did not attach: {e}")));
     }
     Ok((session, ops))
+}
+
+/// The file offset of `addr`, an address in an executable mapping of a
+/// file, from this process's maps: the stand-ins are found where they are
+/// loaded, not by reading this binary's symbol table (tens of megabytes,
+/// read at every calibration).
+fn file_offset(maps: &str, addr: usize) -> Option<u64> {
+    let addr = addr as u64;
+    maps.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (start, end) = f.next()?.split_once('-')?;
+        let (start, end) = (u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?);
+        let perms = f.next()?;
+        let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+        (start <= addr && addr < end && perms.contains('x')).then(|| addr - start + offset)
+    })
 }
 
 /// Nanoseconds a probed call of `probed` costs over an unprobed one, per

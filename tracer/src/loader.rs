@@ -1,7 +1,7 @@
 //! Loading the embedded eBPF object: tracefs, load-time globals, map sizes.
-use std::{fs, path::PathBuf};
+use std::{fs, path::PathBuf, sync::OnceLock};
 
-use aya::{Ebpf, EbpfLoader};
+use aya::{Btf, Ebpf, EbpfLoader};
 use tracer_common::{RINGBUF_BYTES, WAKEUP_BYTES, filter};
 
 use crate::error::{Error, Result, describe, errno_of};
@@ -132,6 +132,9 @@ pub fn load(opts: &LoadOptions) -> Result<Ebpf> {
     // Wake the reader before the buffer is a quarter full, whatever its size.
     let wakeup = opts.wakeup_bytes.min(ringbuf / 4).max(1);
     let mut loader = EbpfLoader::new();
+    if let Ok(btf) = vmlinux_btf() {
+        loader.btf(btf);
+    }
     for (name, n) in &opts.max_entries {
         loader.map_max_entries(name, *n);
     }
@@ -185,4 +188,14 @@ mod tests {
         assert!(check_ringbuf_size(3 << 20).is_err());
         assert!(check_ringbuf_size(1024).is_err());
     }
+}
+
+/// The kernel's BTF, parsed once a process (it does not change while the
+/// kernel runs): every session of a trace (its own, the trap-cost
+/// calibration's) and the eBPF loader share it.
+pub fn vmlinux_btf() -> Result<&'static Btf, &'static str> {
+    static BTF: OnceLock<Result<Btf, String>> = OnceLock::new();
+    BTF.get_or_init(|| Btf::from_sys_fs().map_err(|e| describe(&e)))
+        .as_ref()
+        .map_err(String::as_str)
 }

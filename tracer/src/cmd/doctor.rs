@@ -337,7 +337,7 @@ fn library_point(lib: Lib, installed: &[libs::LibFile]) -> (String, bool, String
 
 pub fn collect() -> Doctor {
     let h = host();
-    let btf = Btf::from_sys_fs().ok();
+    let btf = crate::loader::vmlinux_btf().ok();
     let btf_modules = fs::read_dir("/sys/kernel/btf")
         .map(|d| {
             d.flatten()
@@ -354,7 +354,7 @@ pub fn collect() -> Doctor {
     let permitted = !matches!(loaded, Err(crate::error::Error::Permission(_)));
     let (program_kinds, ring_buffer) = match loaded {
         Ok(mut ebpf) => {
-            let k = kinds(&mut ebpf, btf.as_ref());
+            let k = kinds(&mut ebpf, btf);
             (
                 k,
                 Kind {
@@ -375,7 +375,7 @@ pub fn collect() -> Doctor {
             },
         ),
     };
-    let probe_points = points(btf.as_ref());
+    let probe_points = points(btf);
     let tp_ok = program_kinds.iter().any(|k| k.kind == "tracepoint" && k.available);
     let (usable, reason) = if !permitted {
         (

@@ -6,6 +6,7 @@ use std::{
     collections::{BTreeMap, HashMap, HashSet},
     fs,
     path::Path,
+    sync::{Arc, Mutex},
 };
 
 use aya::{
@@ -31,9 +32,9 @@ pub use libraries::{INSTALLED_NOT_MAPPED, NOT_INSTALLED, NOT_MAPPED};
 
 /// Attaches catalog points and library files; holds the coverage record.
 pub struct Planner {
-    btf: Option<Btf>,
+    btf: Option<&'static Btf>,
     btf_error: Option<String>,
-    kallsyms: Option<HashSet<String>>,
+    kallsyms: Option<Arc<HashSet<String>>>,
     kprobes: Result<(), String>,
     pub coverage: Vec<Coverage>,
     /// Library files attached, by (device, inode).
@@ -71,14 +72,14 @@ impl Default for Planner {
 
 impl Planner {
     pub fn new() -> Self {
-        let (btf, btf_error) = match Btf::from_sys_fs() {
+        let (btf, btf_error) = match crate::loader::vmlinux_btf() {
             Ok(b) => (Some(b), None),
-            Err(e) => (None, Some(describe(&e))),
+            Err(e) => (None, Some(e.to_string())),
         };
         Self {
             btf,
             btf_error,
-            kallsyms: read_kallsyms(),
+            kallsyms: kallsyms(),
             kprobes: kprobe_support(),
             coverage: Vec::new(),
             libs: BTreeMap::new(),
@@ -178,7 +179,6 @@ impl Planner {
         } else {
             let btf = self
                 .btf
-                .as_ref()
                 .ok_or_else(|| format!("no vmlinux BTF ({})", self.btf_error.as_deref().unwrap_or("?")))?;
             sides.into_iter().try_for_each(|(tp, side)| {
                 let p: &mut BtfTracePoint = program(ebpf, &format!("btf_sys_{side}"))?;
@@ -219,7 +219,7 @@ impl Planner {
     }
 
     fn fentry(&mut self, ebpf: &mut Ebpf, func: &str) -> Result<(), String> {
-        let Some(btf) = &self.btf else {
+        let Some(btf) = self.btf else {
             return Err(format!("no vmlinux BTF ({})", self.btf_error.as_deref().unwrap_or("?")));
         };
         let entry = format!("fentry_{func}");
@@ -415,6 +415,30 @@ fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, category: &str, name: &str) ->
     p.load().map_err(|e| describe(&e))?;
     p.attach(category, name).map_err(|e| describe(&e))?;
     Ok(())
+}
+
+/// [`read_kallsyms`], read again only when the loaded modules changed
+/// (their functions come and go with them): a second session of the
+/// process (the calibration's) takes the first one's set.
+fn kallsyms() -> Option<Arc<HashSet<String>>> {
+    /// The modules loaded when the set was read, and the set.
+    type Read = (String, Option<Arc<HashSet<String>>>);
+    static LAST: Mutex<Option<Read>> = Mutex::new(None);
+    let modules: String = fs::read_to_string("/proc/modules")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((m, set)) = last.as_ref()
+        && *m == modules
+    {
+        return set.clone();
+    }
+    let set = read_kallsyms().map(Arc::new);
+    *last = Some((modules, set.clone()));
+    set
 }
 
 /// Function names in /proc/kallsyms (module functions included), or None if
