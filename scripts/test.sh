@@ -53,7 +53,11 @@ release=$!
 # SIGTERM).
 trap 'pkill -P "$release" 2>/dev/null; kill "$release" "$vm" 2>/dev/null || true' EXIT
 step bash scripts/lint.sh --except-workspace
-step linted cargo build --quiet -p tracer -p xtask
+# The tests' build, binaries included: `cargo build -p tracer` would build
+# them with other features (the tests' dev-dependencies add some to libc,
+# flate2's backends and aya's dependencies), and the test step would
+# compile the tracer a second time.
+step linted cargo test --quiet --workspace --exclude tracer-ebpf --no-run
 release_rc=0
 wait "$release" || release_rc=$?
 cat "$release_log"
