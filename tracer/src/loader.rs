@@ -168,6 +168,16 @@ where
     p.try_into().map_err(|e: aya::programs::ProgramError| describe(&e))
 }
 
+/// The kernel's BTF, parsed once a process (it does not change while the
+/// kernel runs): every session of a trace (its own, the trap-cost
+/// calibration's) and the eBPF loader share it.
+pub fn vmlinux_btf() -> Result<&'static Btf, &'static str> {
+    static BTF: OnceLock<Result<Btf, String>> = OnceLock::new();
+    BTF.get_or_init(|| Btf::from_sys_fs().map_err(|e| describe(&e)))
+        .as_ref()
+        .map_err(String::as_str)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,14 +198,4 @@ mod tests {
         assert!(check_ringbuf_size(3 << 20).is_err());
         assert!(check_ringbuf_size(1024).is_err());
     }
-}
-
-/// The kernel's BTF, parsed once a process (it does not change while the
-/// kernel runs): every session of a trace (its own, the trap-cost
-/// calibration's) and the eBPF loader share it.
-pub fn vmlinux_btf() -> Result<&'static Btf, &'static str> {
-    static BTF: OnceLock<Result<Btf, String>> = OnceLock::new();
-    BTF.get_or_init(|| Btf::from_sys_fs().map_err(|e| describe(&e)))
-        .as_ref()
-        .map_err(String::as_str)
 }
