@@ -24,7 +24,9 @@
 //!   (`ucx.processes[].data_calls`): libucp was attached after the job
 //!   started, and its data calls come back in the duty cycle's on phases;
 //! - both are known to have been running at attach (their set-up unseen),
-//!   under `--all` as under `--pid`.
+//!   under `--all` as under `--pid`, and the server, whose bytes moved with
+//!   no data call of its own while the client's were seen, has a `served`
+//!   path inferred from the steady state, as a trace from the start says.
 //!
 //! The GETs are 1 MiB (NIXL's were 32 MiB) so that several fall in the on
 //! phases of a few seconds; the fragments walk 32 MiB as NIXL's do.
@@ -42,6 +44,7 @@ use std::{
 };
 
 use gdrtrace::{
+    classify::path::{Basis, OpClass},
     loader::LoadOptions,
     probes::ops::op_code,
     report::Report,
@@ -247,6 +250,16 @@ fn check(job: &Job, report: &Report, events: &[Event], err: &str) {
             assert!(!p.traced_from_start, "pid {} was running at attach: {p:?}", p.pid);
         }
     }
+    // The server makes no data call of its own: with the client's GETs
+    // seen, its bytes are a `served` path, as a trace from the start says,
+    // inferred from the steady state.
+    let server_paths: Vec<_> = report.paths.iter().filter(|p| p.pid == server).collect();
+    assert!(
+        server_paths
+            .iter()
+            .any(|p| p.op == OpClass::Served && p.basis == Basis::SteadyState),
+        "the server's paths: {server_paths:?}"
+    );
 }
 
 #[test]

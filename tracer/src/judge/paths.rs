@@ -190,12 +190,20 @@ fn ucx_paths(i: &Inputs, p: &ProcessIn, u: &UcxProcess, ux: &UcxReport, windows:
         let gpu = e.host_copy + e.device_copy + e.unknown_copy > 0;
         let memory = if gpu { "cuda" } else { "host" };
         // Traced from its start, a process with no data call of its own
-        // served its peers; attached later, its calls may just not have
-        // been seen: the class is then not known.
+        // served its peers. Attached later, it served them if its peers'
+        // calls were seen while none of its own were (the probes of both
+        // were live alike); else its calls may just not have been seen,
+        // and the class is not known.
+        let peers_seen = ux.processes.iter().any(|q| q.pid != p.pid && q.data_calls > 0);
         let (op, why) = if u.traced_from_start || u.data_calls + u.receives > 0 {
             (
                 OpClass::Served,
                 "no UCX data call of its own moved these bytes: its worker served its peers' requests (the target of their GETs or PUTs)",
+            )
+        } else if peers_seen {
+            (
+                OpClass::Served,
+                "no UCX data call of its own was seen while its peers' calls were: its worker served their requests (the target of their GETs or PUTs), inferred from the traced window",
             )
         } else {
             (
