@@ -10,9 +10,12 @@
 #      (torch.cuda.gds.GdsFile: torch's own libcufile);
 #   3. `gdrtrace attach --pid` for 6 s to `drive gds --seconds 10` (the
 #      same writes and reads, then 4 KiB reads in a loop);
-#   4. `gdrtrace replay` of the recording of 1 (same file paths?);
-#   5. `gdrtrace serve` while `drive gds` runs untraced by run, /metrics
-#      scraped once after it (gdrtrace_path_* with peer_kind="file");
+#   3b. `gdrtrace attach --pid` to the torch job of 2 after its set-up and
+#      before its I/O (`gds_xfer.py --start-after`): every byte in the window;
+#   4. `gdrtrace replay` of the recordings of 1 and 2 (same file paths?);
+#   5. `gdrtrace serve` while `drive gds` and then the torch job of 2 run
+#      untraced by run, /metrics scraped once after them
+#      (gdrtrace_path_* with peer_kind="file");
 #   6. `explain --cufile-log` of 1 with cuFile's own log.
 # Expected: every file path `compat (POSIX through host memory)`,
 # host-staged, cause "nvidia-fs not loaded", bytes within 5% of what the
@@ -61,7 +64,7 @@ echo "rc=$?" >> "$S"; grep -E "^gds:" "$R/run-drive.txt" >> "$S"
 
 echo "== 2. run: gds_xfer.py --mode torch (torch.cuda.gds)" >> "$S"
 part run-torch
-timeout 120 "$B" run --json "$R/run-torch.json" -- \
+timeout 120 "$B" run --json "$R/run-torch.json" --record "$R/run-torch.rec" -- \
   python3 "$HERE/gds_xfer.py" --mode torch --file "$D/torch.bin" --size 64M --iterations 8 \
   > "$R/run-torch.txt" 2>&1
 echo "rc=$?" >> "$S"; grep -E '^\{"mode"' "$R/run-torch.txt" | tee "$R/run-torch.summary.json" >> "$S"
@@ -76,9 +79,22 @@ timeout 60 "$B" attach --pid "$job" --duration 6s --json "$R/attach.json" > "$R/
 echo "attach rc=$?" >> "$S"
 wait "$job"; echo "job rc=$?" >> "$S"; grep -E "^gds:" "$R/attach-job.txt" >> "$S"
 
-echo "== 4. replay of 1" >> "$S"
+echo "== 3b. attach to torch.cuda.gds after its set-up, before its I/O" >> "$S"
+part attach-torch
+python3 "$HERE/gds_xfer.py" --mode torch --file "$D/attach-torch.bin" --size 64M --iterations 8 \
+  --start-after 3 > "$R/attach-torch.txt" 2>&1 &
+job=$!
+for _ in $(seq 600); do grep -q "gds_xfer: ready" "$R/attach-torch.txt" && break; sleep 0.1; done
+timeout 60 "$B" attach --pid "$job" --duration 8s --json "$R/attach-torch.json" > "$R/attach-torch.out" 2>&1
+echo "attach rc=$?" >> "$S"
+wait "$job"; echo "job rc=$?" >> "$S"
+grep -E '^\{"mode"' "$R/attach-torch.txt" | tee "$R/attach-torch.summary.json" >> "$S"
+
+echo "== 4. replay of 1 and 2" >> "$S"
 cd "$R" || exit 1
 timeout 60 "$B" replay "$R/run-drive.rec" --json "$R/replay.json" > "$R/replay.txt" 2>&1
+echo "rc=$?" >> "$S"
+timeout 60 "$B" replay "$R/run-torch.rec" --json "$R/replay-torch.json" > "$R/replay-torch.txt" 2>&1
 echo "rc=$?" >> "$S"
 
 echo "== 5. serve, scraped once after drive gds" >> "$S"
@@ -90,6 +106,9 @@ part serve
 timeout 120 "$B" drive gds --file "$D/serve.bin" --size 64M --iterations 8 --summary "$R/serve.summary.json" \
   > "$R/serve-job.txt" 2>&1
 echo "job rc=$?" >> "$S"
+timeout 120 python3 "$HERE/gds_xfer.py" --mode torch --file "$D/serve-torch.bin" --size 64M --iterations 8 \
+  > "$R/serve-torch.txt" 2>&1
+echo "torch job rc=$?" >> "$S"
 sleep 3
 python3 -c 'import sys, urllib.request
 open(sys.argv[2], "wb").write(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=20).read())' \
@@ -116,7 +135,8 @@ def moved(p):
     return s.get("pid"), s.get("bytes_written", 0), s.get("bytes_read", 0) + s.get("loop_bytes", 0)
 print("== file paths (report: op via transport bytes staged | moved | cause)")
 for name, summ in [("run-drive", "run-drive.summary.json"), ("run-torch", "run-torch.summary.json"),
-                   ("attach", "attach.summary.json"), ("replay", "run-drive.summary.json")]:
+                   ("attach", "attach.summary.json"), ("attach-torch", "attach-torch.summary.json"),
+                   ("replay", "run-drive.summary.json"), ("replay-torch", "run-torch.summary.json")]:
     rep = load(os.path.join(r, name + ".json"))
     pid, w, rd = moved(os.path.join(r, summ))
     paths = [p for p in rep.get("paths", []) if p.get("peer_kind") == "file"]

@@ -7,6 +7,11 @@ GB/s, whether the data came back intact.
 
     python3 gds_xfer.py --file PATH [--mode cufile|torch] [--size 64M]
                         [--iterations 8] [--no-odirect] [--register]
+                        [--start-after SECONDS]
+
+With --start-after, the file is opened (cuFile's set-up done) and
+"gds_xfer: ready" printed, then the I/O waits that long: a tracer attached
+after that line sees every byte moved and none of the set-up.
 
 cuFile writes its log to cufile.log in the working directory. Without
 nvidia-fs it runs in compat mode (POSIX I/O through host bounce buffers).
@@ -80,6 +85,7 @@ def run_cufile(a, buf, size):
         e = lib.cuFileBufRegister(ptr, size, 0)
         if e.err != 0:
             raise SystemExit(f"gds_xfer: cuFileBufRegister: {e.err}")
+    ready(a)
     wrote = read = 0
     t0 = time.time()
     for i in range(a.iterations):
@@ -105,12 +111,20 @@ def run_cufile(a, buf, size):
     return wrote, read, t1 - t0, t2 - t1, path
 
 
+def ready(a):
+    """Set-up is done: say so, and wait --start-after seconds."""
+    if a.start_after:
+        print("gds_xfer: ready", flush=True)
+        time.sleep(a.start_after)
+
+
 def run_torch(a, buf, size):
     import torch
 
     f = torch.cuda.gds.GdsFile(a.file, os.O_CREAT | os.O_RDWR | (0 if a.no_odirect else os.O_DIRECT))
     if a.register:
         torch.cuda.gds.gds_register_buffer(buf)
+    ready(a)
     wrote = read = 0
     t0 = time.time()
     for i in range(a.iterations):
@@ -137,6 +151,7 @@ def main():
     p.add_argument("--iterations", type=int, default=8)
     p.add_argument("--no-odirect", action="store_true")
     p.add_argument("--register", action="store_true")
+    p.add_argument("--start-after", type=float, default=0.0)
     a = p.parse_args()
     import torch
 
