@@ -148,9 +148,11 @@ fn evidence_of(cands: &[Candidate], windows: &[&Window]) -> Vec<Evidence> {
             [] => {}
             [one] => out[*one].add(w, write(&cands[*one])),
             many => {
-                // The file's I/O in this direction, where only this path has the file.
+                // The file's I/O in this direction, where only this path has
+                // the file; a path whose handle was registered before
+                // tracing began takes the one file with I/O in its direction.
                 let mine = |c: &Candidate| (c.file.clone(), write(c));
-                let own_io: Vec<u64> = many
+                let own: Vec<Option<(String, u64)>> = many
                     .iter()
                     .map(|&i| {
                         let unique = many.iter().filter(|j| mine(&cands[**j]) == mine(&cands[i])).count() == 1;
@@ -160,17 +162,22 @@ fn evidence_of(cands: &[Candidate], windows: &[&Window]) -> Vec<Evidence> {
                             &w.file_read_bytes
                         };
                         match (&cands[i].file, unique) {
-                            (Some(k), true) => io.get(k).copied().unwrap_or(0),
-                            _ => 0,
+                            (Some(k), true) => Some((k.clone(), io.get(k).copied().unwrap_or(0))),
+                            (None, true) => match io.iter().filter(|(_, b)| **b > 0).collect::<Vec<_>>().as_slice() {
+                                [(k, b)] => Some(((*k).clone(), **b)),
+                                _ => None,
+                            },
+                            _ => None,
                         }
                     })
                     .collect();
+                let own_io: Vec<u64> = own.iter().map(|o| o.as_ref().map_or(0, |(_, b)| *b)).collect();
                 // Compat mode moves each byte of a path's POSIX I/O through a
                 // bounce buffer with one copy: where every carrier's own I/O
                 // is known, the window's copies are theirs in proportion to it.
                 let io_sum: u64 = own_io.iter().sum();
                 let split = own_io.iter().all(|b| *b > 0) && w.host_copy_bytes > 0;
-                for (&i, &io) in many.iter().zip(&own_io) {
+                for ((&i, &io), file) in many.iter().zip(&own_io).zip(&own) {
                     let e = &mut out[i];
                     e.carried += 1;
                     e.shared_host += host_of(w);
@@ -178,8 +185,8 @@ fn evidence_of(cands: &[Candidate], windows: &[&Window]) -> Vec<Evidence> {
                     if split {
                         e.host_copy += (w.host_copy_bytes as u128 * io as u128 / io_sum as u128) as u64;
                     }
-                    if let (Some(k), true) = (&cands[i].file, io > 0) {
-                        *e.file_io.entry(k.clone()).or_default() += io;
+                    if let Some((k, b)) = file.as_ref().filter(|(_, b)| *b > 0) {
+                        *e.file_io.entry(k.clone()).or_default() += b;
                     }
                 }
             }

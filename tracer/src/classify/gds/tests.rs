@@ -65,12 +65,14 @@ fn host(nvidia_fs: bool) -> HostFacts {
 /// `compat`: through four 16 MiB bounce buffers (pwrite/pread and copies),
 /// else nvidia-fs ioctls only.
 fn job(compat: bool, env: &[(&str, &str)], o_direct: bool) -> Job {
-    job_ticks(compat, env, o_direct, false)
+    job_ticks(compat, env, o_direct, false, true)
 }
 
 /// `job`, its writes and reads read by one tick of the kernel's totals
-/// when `one_tick` (one window both paths carried), else a tick each.
-fn job_ticks(compat: bool, env: &[(&str, &str)], o_direct: bool, one_tick: bool) -> Job {
+/// when `one_tick` (one window both paths carried), else a tick each;
+/// without `set_up`, traced from after the driver's open and the handle's
+/// registration (attach).
+fn job_ticks(compat: bool, env: &[(&str, &str)], o_direct: bool, one_tick: bool, set_up: bool) -> Job {
     let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let mut j = Job::new();
     j.process(
@@ -105,8 +107,10 @@ fn job_ticks(compat: bool, env: &[(&str, &str)], o_direct: bool, one_tick: bool)
             file: Some(nvfs_device()),
         },
     ]);
-    j.call(P, "cuFileDriverOpen", &[]);
-    j.call(P, "cuFileHandleRegister", &[FH, DESCR, 0, 0, 0, FD]);
+    if set_up {
+        j.call(P, "cuFileDriverOpen", &[]);
+        j.call(P, "cuFileHandleRegister", &[FH, DESCR, 0, 0, 0, FD]);
+    }
     for (op, copy) in [
         ("cuFileWrite", "cuMemcpyDtoHAsync"),
         ("cuFileRead", "cuMemcpyHtoDAsync"),
@@ -150,7 +154,7 @@ fn job_ticks(compat: bool, env: &[(&str, &str)], o_direct: bool, one_tick: bool)
 /// torch.cuda.gds's 8 writes and 8 reads of 64 MiB took 0.45 s, one tick).
 #[test]
 fn reads_and_writes_in_one_tick_share_its_copies_by_their_posix_io() {
-    let r = job_ticks(true, &[], true, true).report_with(host(false));
+    let r = job_ticks(true, &[], true, true, true).report_with(host(false));
     let paths = file_paths(&r);
     assert_eq!(paths.len(), 2, "{paths:#?}");
     for x in &paths {
@@ -161,6 +165,31 @@ fn reads_and_writes_in_one_tick_share_its_copies_by_their_posix_io() {
         );
         assert_eq!((x.bytes, x.staged_bytes), (512 * MIB, 512 * MIB), "{x:#?}");
     }
+}
+
+/// The same one tick, attached after the handle's registration: each path
+/// takes the one file with I/O in its direction in the window it shares,
+/// and both are compat with their own bytes staged (on the H100 an
+/// attached torch.cuda.gds job's write path was `unknown`: "no ... POSIX
+/// I/O of the file ... seen in its time", its read path 100 of 512 MiB).
+#[test]
+fn attached_after_set_up_shared_windows_name_the_file_by_its_io() {
+    let r = job_ticks(true, &[], true, true, false).report_with(host(false));
+    let paths = file_paths(&r);
+    assert_eq!(paths.len(), 2, "{paths:#?}");
+    for x in &paths {
+        assert_eq!(
+            (x.transport, x.via.as_str()),
+            (Transport::HostStaged, Via::Compat.name()),
+            "{x:#?}"
+        );
+        assert_eq!((x.bytes, x.staged_bytes), (512 * MIB, 512 * MIB), "{x:#?}");
+        assert!(
+            !x.peer.starts_with("handle"),
+            "named by its handle, not its file: {x:#?}"
+        );
+    }
+    assert_eq!(paths[0].peer, paths[1].peer, "{paths:#?}");
 }
 
 fn file_paths(r: &crate::report::Report) -> Vec<&crate::classify::path::Path> {
