@@ -26,7 +26,10 @@
 //! - both are known to have been running at attach (their set-up unseen),
 //!   under `--all` as under `--pid`, and the server, whose bytes moved with
 //!   no data call of its own while the client's were seen, has a `served`
-//!   path inferred from the steady state, as a trace from the start says.
+//!   path inferred from the steady state;
+//! - the job's data paths (class and transport of the server's and the
+//!   client's paths over 1 MiB) are those `gdrtrace run` gives of the same
+//!   job traced from its start.
 //!
 //! The GETs are 1 MiB (NIXL's were 32 MiB) so that several fall in the on
 //! phases of a few seconds; the fragments walk 32 MiB as NIXL's do.
@@ -84,14 +87,28 @@ struct Job {
 
 impl Drop for Job {
     fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The job's environment: UCX over tcp, the shim preloaded and the libcuda
+/// stand-in it calls.
+fn job_env(s: &StandIns) -> Vec<(String, String)> {
+    vec![
+        ("UCX_TLS".into(), "tcp".into()),
+        ("LD_PRELOAD".into(), path_str(&s.dir.join("cuda_copy_shim.so")).into()),
+        ("GDRTRACE_STANDIN_CUDA".into(), path_str(&s.cuda).into()),
+    ]
+}
+
+impl Job {
+    fn stop(&mut self) {
         for c in [&mut self.client, &mut self.server] {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
-}
 
-impl Job {
     /// Builds the stand-ins and starts the server and the client, and
     /// returns once the client has reported its first second of GETs.
     fn start(test: &str) -> Job {
@@ -116,9 +133,7 @@ impl Job {
         let perftest = |args: &[&str]| {
             let mut c = Command::new("ucx_perftest");
             c.args(args)
-                .env("UCX_TLS", "tcp")
-                .env("LD_PRELOAD", &shim)
-                .env("GDRTRACE_STANDIN_CUDA", &s.cuda)
+                .envs(job_env(&s))
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null());
@@ -193,6 +208,56 @@ fn attach(job: &Job, targets: &[&str]) -> (Report, Vec<Event>, String) {
     (read_report(&json), events, stderr(&out))
 }
 
+/// The job's paths that carry its data (over 1 MiB), as (process, class,
+/// transport), the process being the server or the client.
+fn data_paths(report: &Report, server: u32, client: u32) -> BTreeSet<(&'static str, String, String)> {
+    report
+        .paths
+        .iter()
+        .filter(|p| p.bytes > 1 << 20)
+        .filter_map(|p| {
+            let who = if p.pid == server {
+                "server"
+            } else if p.pid == client {
+                "client"
+            } else {
+                return None;
+            };
+            Some((who, p.op.name().to_string(), p.transport.name().to_string()))
+        })
+        .collect()
+}
+
+/// The same job traced from its start by `gdrtrace run` (2,000 GETs): its
+/// data paths, as [`data_paths`] gives them.
+fn run_paths(standins: &StandIns) -> BTreeSet<(&'static str, String, String)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+        .to_string();
+    let json = standins.dir.join("run.json");
+    let script = format!(
+        "ucx_perftest -p {port} >/dev/null 2>&1 & echo $! > {dir}/server.pid; sleep 0.5; \
+         ucx_perftest 127.0.0.1 -p {port} -t ucp_get -s 1048576 -n 2000 -w 0 >/dev/null 2>&1 & \
+         echo $! > {dir}/client.pid; wait",
+        dir = path_str(&standins.dir)
+    );
+    let out = Command::new(gdrtrace_path())
+        .args(["run", "--json", path_str(&json), "--", "sh", "-c", &script])
+        .envs(job_env(standins))
+        .output()
+        .expect("running gdrtrace run");
+    assert!(out.status.success(), "run: {}{}", stdout(&out), stderr(&out));
+    let pid = |f: &str| -> u32 {
+        read_text(&standins.dir.join(f))
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{f}: {e}"))
+    };
+    data_paths(&read_report(&json), pid("server.pid"), pid("client.pid"))
+}
+
 /// What both modes must show of the job.
 fn check(job: &Job, report: &Report, events: &[Event], err: &str) {
     let (server, client) = (job.server.id(), job.client.id());
@@ -262,6 +327,17 @@ fn check(job: &Job, report: &Report, events: &[Event], err: &str) {
     );
 }
 
+/// The attached report's data paths are those of the same job traced from
+/// its start: the job is stopped and run again under `gdrtrace run`.
+fn same_paths_as_run(job: &mut Job, report: &Report) {
+    let attached = data_paths(report, job.server.id(), job.client.id());
+    assert!(!attached.is_empty(), "no data path: {:?}", report.paths);
+    job.stop();
+    let run = run_paths(&job.standins);
+    println!("data paths, attached and run: {attached:?}");
+    assert_eq!(attached, run, "attached / run");
+}
+
 #[test]
 fn attach_by_pid_to_a_busy_job_loses_nothing() {
     let test = "attach_by_pid_to_a_busy_job_loses_nothing";
@@ -269,7 +345,7 @@ fn attach_by_pid_to_a_busy_job_loses_nothing() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let job = Job::start("busy-pid");
+    let mut job = Job::start("busy-pid");
     let pids = format!("{},{}", job.server.id(), job.client.id());
     let (report, events, err) = attach(&job, &["--pid", &pids]);
     let first = err.lines().next().unwrap_or("");
@@ -282,6 +358,7 @@ fn attach_by_pid_to_a_busy_job_loses_nothing() {
         "{err}"
     );
     check(&job, &report, &events, &err);
+    same_paths_as_run(&mut job, &report);
 }
 
 #[test]
@@ -295,7 +372,7 @@ fn attach_all_to_a_busy_job_names_every_process() {
     // node whose one busy job is this one.
     let _alone = integration_tests::exclusive_bpf();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let job = Job::start("busy-all");
+    let mut job = Job::start("busy-all");
     let (report, events, err) = attach(&job, &["--all"]);
     let first = err.lines().next().unwrap_or("");
     assert!(first.contains("attached to every process ("), "{err}");
@@ -310,6 +387,7 @@ fn attach_all_to_a_busy_job_names_every_process() {
         );
     }
     check(&job, &report, &events, &err);
+    same_paths_as_run(&mut job, &report);
 }
 
 /// The copy-row table holds fewer rows than the walk has address pairs
