@@ -60,8 +60,14 @@ fn stamp_revision() {
     println!("cargo:rustc-env=GDRTRACE_REVISION={rev}");
 }
 
+/// Runs git in this package's directory. Without optional locks: `git
+/// status` would rewrite an index whose entries are racily clean (a fresh
+/// clone's), and this script, which watches the index, would rerun at the
+/// next build (the tests' build recompiled the tracer after the release
+/// build's status call).
 fn git(args: &[&str]) -> Option<String> {
     let out = std::process::Command::new("git")
+        .env("GIT_OPTIONAL_LOCKS", "0")
         .args(args)
         .current_dir(manifest_dir()?)
         .output()
