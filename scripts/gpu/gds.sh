@@ -10,8 +10,9 @@
 #      (torch.cuda.gds.GdsFile: torch's own libcufile);
 #   3. `gdrtrace attach --pid` for 6 s to `drive gds --seconds 10` (the
 #      same writes and reads, then 4 KiB reads in a loop);
-#   3b. `gdrtrace attach --pid` to the torch job of 2 after its set-up and
-#      before its I/O (`gds_xfer.py --start-after`): every byte in the window;
+#   3a, 3b. `gdrtrace attach --pid` to `drive gds` and to the torch job of
+#      2 after their set-up and before their I/O (`--start-after`): every
+#      byte in the window;
 #   4. `gdrtrace replay` of the recordings of 1 and 2 (same file paths?);
 #   5. `gdrtrace serve` while `drive gds` and then the torch job of 2 run
 #      untraced by run, /metrics scraped once after them
@@ -79,6 +80,16 @@ timeout 60 "$B" attach --pid "$job" --duration 6s --json "$R/attach.json" > "$R/
 echo "attach rc=$?" >> "$S"
 wait "$job"; echo "job rc=$?" >> "$S"; grep -E "^gds:" "$R/attach-job.txt" >> "$S"
 
+echo "== 3a. attach to drive gds after its set-up, before its I/O" >> "$S"
+part attach-drive
+"$B" drive gds --file "$D/attach-drive.bin" --size 64M --iterations 8 --start-after 3s \
+  --summary "$R/attach-drive.summary.json" > "$R/attach-drive-job.txt" 2>&1 &
+job=$!
+for _ in $(seq 600); do grep -q "gds: ready" "$R/attach-drive-job.txt" && break; sleep 0.1; done
+timeout 60 "$B" attach --pid "$job" --duration 8s --json "$R/attach-drive.json" > "$R/attach-drive.out" 2>&1
+echo "attach rc=$?" >> "$S"
+wait "$job"; echo "job rc=$?" >> "$S"; grep -E "^gds:" "$R/attach-drive-job.txt" >> "$S"
+
 echo "== 3b. attach to torch.cuda.gds after its set-up, before its I/O" >> "$S"
 part attach-torch
 python3 "$HERE/gds_xfer.py" --mode torch --file "$D/attach-torch.bin" --size 64M --iterations 8 \
@@ -135,7 +146,8 @@ def moved(p):
     return s.get("pid"), s.get("bytes_written", 0), s.get("bytes_read", 0) + s.get("loop_bytes", 0)
 print("== file paths (report: op via transport bytes staged | moved | cause)")
 for name, summ in [("run-drive", "run-drive.summary.json"), ("run-torch", "run-torch.summary.json"),
-                   ("attach", "attach.summary.json"), ("attach-torch", "attach-torch.summary.json"),
+                   ("attach", "attach.summary.json"), ("attach-drive", "attach-drive.summary.json"),
+                   ("attach-torch", "attach-torch.summary.json"),
                    ("replay", "run-drive.summary.json"), ("replay-torch", "run-torch.summary.json")]:
     rep = load(os.path.join(r, name + ".json"))
     pid, w, rd = moved(os.path.join(r, summ))

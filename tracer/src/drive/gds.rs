@@ -3,7 +3,9 @@
 //! `cuFileWrite` `--iterations` times, clears the buffer, reads it back
 //! with `cuFileRead` as many times and checks the bytes; with `--seconds`
 //! it then reads `--block`-sized pieces of the file in a loop (the job
-//! `attach` joins mid-run, and the overhead benchmark's).
+//! `attach` joins mid-run, and the overhead benchmark's); with
+//! `--start-after` it waits between its set-up and its I/O (a job `attach`
+//! joins before its first byte).
 //!
 //! libcufile and libcuda are opened with `dlopen` and called through
 //! function pointers. Why not `cudarc::cufile`'s loader: it looks for
@@ -72,6 +74,12 @@ pub struct GdsOpts {
     /// ticks of 50-250 ms).
     #[arg(long, default_value_t = 600)]
     pub settle_ms: u64,
+    /// Once cuFile's set-up is done (driver open, handle and buffer
+    /// registered), say `gds: ready` on stderr and wait this long before
+    /// the I/O (e.g. 3s): a tracer attached after that line sees every
+    /// byte moved and none of the set-up.
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::parse_duration)]
+    pub start_after: Option<Duration>,
     /// Also write the summary as JSON to this file.
     #[arg(long)]
     pub summary: Option<PathBuf>,
@@ -332,6 +340,10 @@ pub fn run(o: &GdsOpts) -> Result<GdsSummary, String> {
     if o.register {
         // SAFETY: the buffer is `size` bytes of device memory.
         check("cuFileBufRegister", unsafe { buf_register(buf, size, 0) })?;
+    }
+    if let Some(wait) = o.start_after {
+        eprintln!("gds: ready (pid {}), the I/O in {wait:?}", std::process::id());
+        std::thread::sleep(wait);
     }
     // The buffer's bytes at `at` go to (come from) the file's at `at`.
     let io = |f: IoFn, what: &str, len: usize, at: i64| -> Result<u64, String> {
