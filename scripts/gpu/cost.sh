@@ -12,6 +12,8 @@
 #      libnccl), each against untraced jobs;
 #   3b. part gds-attach: a 4 KiB cuFileRead loop (overhead.py --job gds,
 #      compat mode without nvidia-fs), `attach` on/off pairs and a control;
+#      part gds-run (not in the default PARTS): `run` rounds of the same
+#      loop, with the most traps in a second after the first over budget;
 #   4. parts allreduce-modes and copies-modes (not in the default PARTS):
 #      whole jobs off, auto, exact, a fixed 250ms/4s cycle and off again in
 #      each round, the order rotated (MODES), with the off/off control.
@@ -56,11 +58,12 @@ case " $PARTS " in *" hit "*) "$B" bench uprobe-hit --calls 200000 --rounds 3 > 
 part copies-attach 105 --job copies --parts attach --pairs "${PAIRS:-16}" --control "${CONTROL:-4}" --window 1.0
 # cuFile (issue 45): 4 KiB reads in compat mode; the udev entry cuFile needs
 # on a machine without a udev database (see scripts/gpu/gds.sh).
-case " $PARTS " in *" gds-attach "*)
+case " $PARTS " in *" gds-attach "* | *" gds-run "*)
   dev=$(mountpoint -d /); mkdir -p /run/udev/data
   [ -e "/run/udev/data/b$dev" ] || printf 'E:ID_FS_USAGE=filesystem\nE:ID_FS_TYPE=ext4\n' > "/run/udev/data/b$dev" ;;
 esac
 part gds-attach 105 --job gds --parts attach --pairs "${PAIRS:-16}" --control "${CONTROL:-4}" --window 1.0
+part gds-run "${RUN_LIMIT:-120}" --job gds --parts run --rounds "$ROUNDS" --window "${GDS_SECS:-3}"
 part copies-run "${RUN_LIMIT:-120}" --job copies --parts run --rounds "$ROUNDS" --window "${COPY_SECS:-3}"
 part allreduce-auto "${AR_LIMIT:-175}" --job allreduce --parts run --rounds "$ROUNDS" --window "${AR_SECS:-4}" --sizes 8K
 part allreduce-modes "${AR_LIMIT:-175}" --job allreduce --parts modes --rounds "$ROUNDS" --window "${AR_SECS:-4}" --modes "${MODES:-off,auto,exact,250ms/4s,off}"
