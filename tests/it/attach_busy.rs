@@ -125,11 +125,7 @@ impl Job {
             path_str(&src),
             "-ldl",
         ]);
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port()
-            .to_string();
+        let port = crate::serve::free_port().to_string();
         let perftest = |args: &[&str]| {
             let mut c = Command::new("ucx_perftest");
             c.args(args)
@@ -231,11 +227,7 @@ fn data_paths(report: &Report, server: u32, client: u32) -> BTreeSet<(&'static s
 /// The same job traced from its start by `gdrtrace run` (2,000 GETs): its
 /// data paths, as [`data_paths`] gives them.
 fn run_paths(standins: &StandIns) -> BTreeSet<(&'static str, String, String)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-        .to_string();
+    let port = crate::serve::free_port().to_string();
     let json = standins.dir.join("run.json");
     let script = format!(
         "ucx_perftest -p {port} >/dev/null 2>&1 & echo $! > {dir}/server.pid; sleep 0.5; \

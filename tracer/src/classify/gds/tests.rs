@@ -155,9 +155,13 @@ fn job_ticks(compat: bool, env: &[(&str, &str)], o_direct: bool, one_tick: bool,
 #[test]
 fn reads_and_writes_in_one_tick_share_its_copies_by_their_posix_io() {
     let r = job_ticks(true, &[], true, true, true).report_with(host(false));
-    let paths = file_paths(&r);
+    each_compat_with_its_bytes_staged(&file_paths(&r));
+}
+
+/// Two file paths, each compat with its own 512 MiB staged.
+fn each_compat_with_its_bytes_staged(paths: &[&crate::classify::path::Path]) {
     assert_eq!(paths.len(), 2, "{paths:#?}");
-    for x in &paths {
+    for x in paths {
         assert_eq!(
             (x.transport, x.via.as_str()),
             (Transport::HostStaged, Via::Compat.name()),
@@ -176,14 +180,8 @@ fn reads_and_writes_in_one_tick_share_its_copies_by_their_posix_io() {
 fn attached_after_set_up_shared_windows_name_the_file_by_its_io() {
     let r = job_ticks(true, &[], true, true, false).report_with(host(false));
     let paths = file_paths(&r);
-    assert_eq!(paths.len(), 2, "{paths:#?}");
+    each_compat_with_its_bytes_staged(&paths);
     for x in &paths {
-        assert_eq!(
-            (x.transport, x.via.as_str()),
-            (Transport::HostStaged, Via::Compat.name()),
-            "{x:#?}"
-        );
-        assert_eq!((x.bytes, x.staged_bytes), (512 * MIB, 512 * MIB), "{x:#?}");
         assert!(
             !x.peer.starts_with("handle"),
             "named by its handle, not its file: {x:#?}"
