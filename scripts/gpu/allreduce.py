@@ -11,7 +11,9 @@ NCCL_HOSTID=gdrtrace-emu-<r // (nranks / N)> in its own environment (so it is
 in /proc/PID/environ, where tracers read it) and GPU r % --ngpu; NCCL then
 connects ranks of different hosts only through its network, as between
 nodes. --nccl-log PREFIX sets NCCL_DEBUG=INFO and NCCL_DEBUG_FILE=PREFIX.rankR.log
-per rank.
+per rank. --drop P drops P of the packets arriving on each rank's TCP
+sockets once the first all-reduce connected them (sockdrop.py: a socket
+filter, for machines with no packet filter).
 """
 import argparse
 import os
@@ -33,6 +35,11 @@ def rank_main(rank, nranks, args):
     x = torch.ones(size // 4, device="cuda")
     dist.all_reduce(x)
     torch.cuda.synchronize()
+    if args.drop:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import sockdrop
+        n = sockdrop.drop_on_tcp_sockets(args.drop)
+        print(f"rank {rank}: dropping {args.drop:.1%} of the packets arriving on its {n} TCP sockets", flush=True)
     if rank == 0:
         print(f"ready launcher={os.getppid()} rank0={os.getpid()}", flush=True)
     end = time.time() + args.seconds
@@ -63,6 +70,7 @@ if __name__ == "__main__":
     ap.add_argument("--port", type=int, default=29500)
     ap.add_argument("--hosts", type=int, default=1, help="emulated hosts (NCCL_HOSTID per rank); nranks = hosts * ngpu")
     ap.add_argument("--nccl-log", help="per-rank NCCL_DEBUG=INFO log PREFIX.rankR.log")
+    ap.add_argument("--drop", type=float, default=0, help="share of the packets arriving on each rank's TCP sockets to drop (sockdrop.py)")
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--nranks", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--device", type=int, help=argparse.SUPPRESS)
@@ -82,6 +90,8 @@ if __name__ == "__main__":
             argv += ["--kib", str(a.kib)] if a.kib else ["--mib", str(a.mib)]
             if a.progress:
                 argv += ["--progress", a.progress]
+            if a.drop:
+                argv += ["--drop", str(a.drop)]
             ranks.append(subprocess.Popen(argv, env=env))
         sys.exit(max(p.wait() for p in ranks))
     else:

@@ -6,7 +6,10 @@
 # namespace made for it (its traffic stays on that namespace's loopback,
 # MTU 1500), once clean and once with 2% of its TCP packets dropped as they
 # arrive (an iptables rule inside the namespace; a drop on OUTPUT would be a
-# local send error to TCP, not a loss). Per run:
+# local send error to TCP, not a loss). Where there is no iptables (the GPU
+# machine has no packet filter), each rank drops 2% of the packets arriving
+# on its own TCP sockets with a socket filter once NCCL connected them
+# (allreduce.py --drop, sockdrop.py): to TCP the same loss. Per run:
 #   1. `gdrtrace run --json --record` of the whole job;
 #   2. `explain --nccl-log` of the report, `replay` of the recording;
 #   3. per rank: verdict, TCP bytes, retransmissions, CPU per second and per
@@ -21,8 +24,8 @@
 # staged-not-network quiet, fewer all-reduces; compare flags "TCP
 # retransmissions per GB sent" (exit 1); job prints `retransmits N` per rank
 # and a "the network lost packets" line per rank. About 90 s on one H200.
-# Needs iptables (drops) and ip (iproute2) or util-linux's unshare and
-# nsenter (the namespace); says what it lacks and stops.
+# Needs ip (iproute2) or util-linux's unshare and nsenter (the namespace);
+# says what it lacks and stops.
 # The binary is built elsewhere: `cargo build -p tracer --release`, copy
 # target/release/gdrtrace to dist/ and carry dist.
 # Usage: [GDRTRACE=BIN] [RUN_SECONDS=20] bash scripts/gpu/fabric.sh
@@ -73,10 +76,13 @@ IPT=$(for t in iptables iptables-legacy iptables-nft; do command -v $t && break;
 
 run() { # NAME PORT: the job under `gdrtrace run`, inside the namespace
   local name=$1 port=$2
-  echo "== $name$( [ "$name" = drops ] && echo ": $("${IN[@]}" "$IPT" -S INPUT | grep DROP)")" >> "$S"
+  local extra=()
+  [ "$name" = drops ] && extra=("${DROP_ARGS[@]}")
+  echo "== $name$( [ "$name" = drops ] && echo ": $DROP_HOW")" >> "$S"
   "$B" run --json "$R/$name.json" --record "$R/$name.rec" -- \
     "${IN[@]}" env $SAFE NCCL_SOCKET_IFNAME=lo python3 "$HERE/allreduce.py" --hosts 2 --ngpu 1 \
-    --mib 16 --seconds "$SECONDS_PER_RUN" --port "$port" --nccl-log "$R/nccl-$name" > "$R/$name.txt" 2>&1
+    --mib 16 --seconds "$SECONDS_PER_RUN" --port "$port" --nccl-log "$R/nccl-$name" "${extra[@]}" > "$R/$name.txt" 2>&1
+  grep -h "dropping" "$R/$name.txt" | sed 's/^/  /' >> "$S"
   echo "  run rc=$? $(grep -h 'calls=' "$R/$name.txt" | tr '\n' ' ')" >> "$S"
   cat "$R"/nccl-$name.rank*.log > "$R/nccl-$name.log" 2>/dev/null
   "$B" explain "$R/$name.json" --nccl-log "$R/nccl-$name.log" > "$R/$name.explain.txt" 2>&1
@@ -104,13 +110,16 @@ print(f"  replay's fabric section: {'same' if same is True else same}")
 PY
 }
 
+DROP_ARGS=()
 run clean 29811
 if [ -z "$IPT" ]; then
-  echo "== drops: no iptables here: no packets can be dropped (the clean run stands alone)" >> "$S"
-  cat "$S"; tar czf "$OUT/fabric.tgz" -C "$R" .; exit 1
+  DROP_ARGS=(--drop 0.02)
+  DROP_HOW="no iptables here: each rank drops 2% of the packets arriving on its TCP sockets (socket filter, sockdrop.py)"
+else
+  "${IN[@]}" "$IPT" -A INPUT -i lo -p tcp -m statistic --mode random --probability 0.02 -j DROP \
+    || echo "  iptables refused the drop rule" >> "$S"
+  DROP_HOW=$("${IN[@]}" "$IPT" -S INPUT | grep DROP)
 fi
-"${IN[@]}" "$IPT" -A INPUT -i lo -p tcp -m statistic --mode random --probability 0.02 -j DROP \
-  || echo "  iptables refused the drop rule" >> "$S"
 run drops 29812
 
 echo "== compare clean.json drops.json" >> "$S"

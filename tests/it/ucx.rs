@@ -46,6 +46,77 @@ fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(integration_tests::unique(&format!("gdrtrace-ucx-test-{name}")))
 }
 
+/// `gdrtrace run --collectives CYCLE` of `drive ucx` started a second in
+/// (the cycle's first on phase over): (report, summary).
+fn traced_in_cycle(cycle: &str, drive: &[&str]) -> (Report, UcxSummary) {
+    let (report, summary) = (tmp("cycle.json"), tmp("cycle.summary"));
+    let bin = gdrtrace_path().display().to_string();
+    let script = format!(
+        "sleep 1; exec {bin} drive ucx --mode host-tcp --summary {} {}",
+        summary.display(),
+        drive.join(" ")
+    );
+    let report_arg = report.display().to_string();
+    let out = run(&[
+        "run",
+        "--collectives",
+        cycle,
+        "--json",
+        &report_arg,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(
+        out.status.success(),
+        "gdrtrace run of drive ucx failed: {}",
+        stderr(&out)
+    );
+    let r = (read_report(&report), read_as(&summary));
+    for p in [report, summary] {
+        let _ = std::fs::remove_file(p);
+    }
+    r
+}
+
+/// The coverage detail that contains `what`.
+fn detail<'a>(r: &'a Report, what: &str) -> Option<&'a String> {
+    r.coverage.iter().flat_map(|c| &c.detail).find(|d| d.contains(what))
+}
+
+/// UCX's data calls are exact rows (docs/sampling.md#exact-rows): 40
+/// sends made wholly in an off phase of the cycle are counted call for
+/// call (sampled, none of them would be); a loop of small sends joins the
+/// cycle at an off switch, and the coverage says which and when.
+#[test]
+fn data_calls_are_counted_through_off_phases_until_hot() {
+    if !can_trace("ucx exact rows") || !perftest("ucx exact rows") {
+        return;
+    }
+    // On for the first 250 ms, then off for 9.75 s: the perftest runs a second in.
+    let (r, s) = traced_in_cycle("250ms/10s", &["--size", "256K", "--iterations", "40"]);
+    let c = ucx_process(&r, s.client_pid);
+    assert_eq!((c.data_calls, c.data_bytes), (s.iterations, s.bytes), "{c:?}");
+    let d = detail(&r, "counted exactly through the off phases").unwrap_or_else(|| panic!("{:?}", r.coverage));
+    assert!(d.contains("ucp_tag_send_nbx"), "{d}");
+    assert!(detail(&r, "duty-cycled from").is_none(), "{:?}", r.coverage);
+    // A million 8-byte sends, some 300,000 a second, over off switches.
+    let (r, s) = traced_in_cycle("250ms/1s", &["--size", "8", "--iterations", "1000000"]);
+    let d = detail(&r, "duty-cycled from").unwrap_or_else(|| panic!("{:?}", r.coverage));
+    assert!(d.contains("ucp_tag_send_nbx") && d.contains("calls a second"), "{d}");
+    // Estimated from the op's first gap on (939,388 here, 2026-12-07): not
+    // the off phases' calls counted as on phases' (several times as many).
+    let c = ucx_process(&r, s.client_pid);
+    let ratio = c.data_calls as f64 / s.iterations as f64;
+    assert!(
+        (0.5..2.0).contains(&ratio),
+        "{} sends estimated of {}",
+        c.data_calls,
+        s.iterations
+    );
+}
+
 /// `gdrtrace run` of `drive ucx` with its own log as `--ucx-log`: (report, summary).
 fn traced(mode: &str, extra: &[&str], record: Option<&Path>) -> (Report, UcxSummary) {
     let (report, log, summary) = (

@@ -14,6 +14,7 @@ use tracer_common::{AggKey, AggValue, MAX_OPS, MAX_SLOTS, control, counter};
 mod closer;
 mod copy_rows;
 mod cpu;
+mod exact;
 
 use self::{
     closer::{Closer, close_in_parallel},
@@ -76,6 +77,8 @@ pub struct Session {
     cpu: CpuMarks,
     /// The copy rows' tags, for their reclaim.
     copy_tags: CopyTags,
+    /// The exact rows' rates, and the ops that joined the sampled rows.
+    exact: exact::Exact,
 }
 
 impl Session {
@@ -121,6 +124,7 @@ impl Session {
             heat: BTreeMap::new(),
             cpu: CpuMarks::default(),
             copy_tags: CopyTags::new(now),
+            exact: exact::Exact::default(),
         };
         // Looked for either way: a library row no traced process maps says
         // whether it is installed, as `doctor` does.
@@ -364,6 +368,10 @@ impl Session {
         };
         let mut after = 0;
         if self.duty.cycles() {
+            self.exact_tell(agg);
+            if let Ok(rows) = &rows {
+                self.exact_read(rows, now);
+            }
             self.cpu
                 .watch(traps.keys().copied(), self.planner.proc_libs.keys().copied());
             let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_micros() as u64;
@@ -467,7 +475,8 @@ impl Session {
                 // Counting stopped here, not once the links are handed over.
                 self.counting_until = Some(Instant::now());
                 self.cpu.until = Some(self.cpu.now());
-                let (links, closed) = self.planner.uprobes.close_sampled(&mut self.ebpf);
+                let (mut links, closed) = self.planner.uprobes.close_sampled(&mut self.ebpf);
+                links.extend(self.exact_join_hot());
                 if !why.is_empty() {
                     log::info!(
                         "sampled rows off ({why}): closing {} link(s) of {} point(s)",
@@ -578,14 +587,14 @@ impl Session {
     }
 }
 
-/// The sampled rows' counted traps per process (calls times the row's
-/// traps per call: a copy keeps its return probe), and their counted calls
-/// per op, all processes (which links to attach last).
+/// The sampled and exact rows' counted traps per process (calls times the
+/// row's traps per call: a copy keeps its return probe), and their counted
+/// calls per op, all processes (which links to attach last).
 fn sampled(rows: &[(AggKey, AggValue)]) -> (BTreeMap<u32, u64>, BTreeMap<u32, u64>) {
     let (mut traps, mut calls) = (BTreeMap::new(), BTreeMap::new());
     for (k, v) in rows {
         if let Some((_, r)) = uapi::row_of(k.op)
-            && r.group() == Group::Sampled
+            && matches!(r.group(), Group::Sampled | Group::Exact)
         {
             *traps.entry(k.tgid).or_default() += v.calls * r.traps_per_call();
             *calls.entry(k.op).or_default() += v.calls;

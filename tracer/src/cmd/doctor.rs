@@ -503,7 +503,7 @@ fn render(d: &Doctor) -> String {
         );
     }
     let _ = writeln!(o, "\nLibrary probe table (link group: how its traps are budgeted)");
-    for g in [Group::Steady, Group::Setup, Group::Sampled] {
+    for g in Group::ALL {
         let rows: Vec<_> = d.probe_table.iter().filter(|r| r.group == g).collect();
         let _ = writeln!(o, "  {:<8} {} row(s): {}", g.name(), rows.len(), g.budget());
         for traps in [1, 2] {

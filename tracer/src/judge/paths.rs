@@ -29,6 +29,10 @@ const SIGNIFICANT: f64 = 0.01;
 /// A process served its peers when GPU or socket bytes of at least this
 /// much moved with no call of its own.
 const SERVED_MIN: u64 = 1 << 20;
+/// Sampled copies whose estimate is at most this many times the socket
+/// bytes of the same windows are taken for the socket's bytes: a staged
+/// transfer copied to host memory and sent from it (docs/paths.md).
+const SAME_BYTES: f64 = 2.0;
 
 /// Evidence of one path: what its windows hold.
 #[derive(Clone, Debug, Default)]
@@ -42,6 +46,8 @@ struct Evidence {
     /// Windows it carried alone (or shared): none means its calls always
     /// ran beside a larger path's, too small to judge apart.
     carried: u64,
+    /// The copies are the duty cycle's estimates (the process was sampled).
+    copies_estimated: bool,
 }
 
 impl Evidence {
@@ -54,8 +60,14 @@ impl Evidence {
     }
 
     /// Bytes that went through host memory, each counted once: a staged
-    /// transfer is copied to host memory and sent from it.
+    /// transfer is copied to host memory and sent from it. Where the
+    /// copies were estimated and the socket (always counted) carried the
+    /// same bytes, the socket's count is the figure: a measurement of them,
+    /// where the estimate is off by what sampling misses.
     fn host(&self) -> u64 {
+        if self.copies_estimated && self.socket > 0 && self.host_copy as f64 <= SAME_BYTES * self.socket as f64 {
+            return self.socket;
+        }
         self.host_copy.max(self.socket)
     }
 }
@@ -68,7 +80,11 @@ struct Candidate {
 
 /// The evidence of each candidate of one process, from its windows.
 fn evidence(cands: &[Candidate], windows: &[&Window], fallback: Option<&Evidence>) -> Vec<Evidence> {
-    let mut out = vec![Evidence::default(); cands.len()];
+    let blank = Evidence {
+        copies_estimated: fallback.is_some_and(|f| f.copies_estimated),
+        ..Evidence::default()
+    };
+    let mut out = vec![blank.clone(); cands.len()];
     if windows.is_empty() {
         // No windows (an older report): one path takes it all; several share it.
         if let Some(f) = fallback {
@@ -92,7 +108,7 @@ fn evidence(cands: &[Candidate], windows: &[&Window], fallback: Option<&Evidence
         match carriers.as_slice() {
             [one] => out[*one].add(w),
             many => {
-                let mut e = Evidence::default();
+                let mut e = blank.clone();
                 e.add(w);
                 for i in many {
                     out[*i].shared_host += e.host();
@@ -150,6 +166,7 @@ fn ucx_paths(i: &Inputs, p: &ProcessIn, u: &UcxProcess, ux: &UcxReport, windows:
         c.rows.insert(row_key(&e.op, handle));
     }
     let cands: Vec<Candidate> = cands.into_values().collect();
+    let copies_estimated = !p.collectives_sampled.is_exact();
     let whole = Evidence {
         host_copy: u.copies.gpu_host_bytes,
         device_copy: u.copies.gpu_gpu_bytes,
@@ -157,6 +174,7 @@ fn ucx_paths(i: &Inputs, p: &ProcessIn, u: &UcxProcess, ux: &UcxReport, windows:
         socket: p.socket.bytes_sent + p.socket.bytes_received,
         shared_host: 0,
         carried: 1,
+        copies_estimated,
     };
     let ev = evidence(&cands, windows, Some(&whole));
     let base = ucx_context(i, p, ux);
@@ -181,7 +199,10 @@ fn ucx_paths(i: &Inputs, p: &ProcessIn, u: &UcxProcess, ux: &UcxReport, windows:
             .iter()
             .filter(|w| w.paths.is_empty())
             .fold(None, |acc: Option<Evidence>, w| {
-                let mut e = acc.unwrap_or_default();
+                let mut e = acc.unwrap_or(Evidence {
+                    copies_estimated,
+                    ..Evidence::default()
+                });
                 e.add(w);
                 Some(e)
             })
@@ -281,6 +302,7 @@ fn nccl_paths(i: &Inputs, p: &ProcessIn, v: Option<&Verdict>, windows: &[&Window
     let cands: Vec<Candidate> = cands.into_values().collect();
     let whole = Evidence {
         socket: p.socket.bytes_sent + p.socket.bytes_received,
+        copies_estimated: !p.collectives_sampled.is_exact(),
         ..Evidence::default()
     };
     let ev = evidence(&cands, windows, Some(&whole));

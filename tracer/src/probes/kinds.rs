@@ -67,15 +67,24 @@ impl Family {
 pub enum Group {
     Steady,
     Setup,
+    /// Calls that each move a whole message (UCX's data calls): counted
+    /// exactly, one link per op, until a process calls them over a tenth of
+    /// the budget a second; then that op joins `Sampled` for good
+    /// (docs/sampling.md#exact-rows).
+    Exact,
     Sampled,
 }
 
 impl Group {
+    /// Every group, in attach order.
+    pub const ALL: [Group; 4] = [Group::Steady, Group::Setup, Group::Exact, Group::Sampled];
+
     /// As doctor and the docs name it.
     pub fn name(self) -> &'static str {
         match self {
             Group::Steady => "steady",
             Group::Setup => "setup",
+            Group::Exact => "exact",
             Group::Sampled => "sampled",
         }
     }
@@ -85,6 +94,9 @@ impl Group {
         match self {
             Group::Steady => "always attached (set-up and registration calls)",
             Group::Setup => "closed for good over SETUP_BUDGET_HZ hits/s",
+            Group::Exact => {
+                "counted exactly until a process calls an op over a tenth of the budget a second; then that op is duty-cycled"
+            }
             Group::Sampled => "summed in the kernel; duty-cycled over 1,000 traps/s per process (--collectives)",
         }
     }

@@ -301,12 +301,15 @@ impl Row {
     }
 
     /// The link the row's offsets join: context switches and budgeted
-    /// set-up paths in the droppable `Setup` link; the rows a running job
-    /// calls per transfer (collectives, group calls, UCX data calls and
-    /// copies, all summed in the kernel) in the duty-cycled `Sampled` link.
+    /// set-up paths in the droppable `Setup` link; UCX's data calls, one
+    /// message each, in `Exact` links until hot; the other rows a running
+    /// job calls per transfer (collectives, group calls and copies, all
+    /// summed in the kernel) in the duty-cycled `Sampled` link.
     pub const fn group(&self) -> Group {
         if self.hot_setup || self.budgeted {
             Group::Setup
+        } else if matches!(self.kind, Kind::UcxData) {
+            Group::Exact
         } else if self.aggregate || self.copy_rows() {
             Group::Sampled
         } else {
@@ -1316,7 +1319,8 @@ pub fn config_of(row: &Row) -> OpConfig {
     match row.group() {
         Group::Sampled => flags |= op_flags::SAMPLED,
         Group::Setup => flags |= op_flags::SETUP,
-        Group::Steady => {}
+        // `op_flags::SAMPLED` is set once the op joins the cycle.
+        Group::Steady | Group::Exact => {}
     }
     if row.changes_regions() {
         flags |= op_flags::REGION;

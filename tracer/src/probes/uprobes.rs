@@ -14,7 +14,9 @@
 //! `Row::budgeted` registration-cache lookups, which running jobs may
 //! repeat on every API call or send) are one droppable link per file,
 //! closed by `Planner::drop_setup` when their hit rate goes over budget;
-//! `Sampled` rows (collectives, group and UCX data calls: a trap per
+//! `Exact` rows (UCX's data calls) are one link per (file, op), counted
+//! until the op is hot, when `UprobeLinks::promote` moves its points to
+//! the sampled ones; `Sampled` rows (collectives, group and UCX data calls: a trap per
 //! transfer) are one link per file that the duty cycle (`sampling/controller.rs`)
 //! closes and opens again. Their files are kept open, so a link re-opened
 //! later goes to the same inode even when the path has since been replaced
@@ -86,6 +88,8 @@ struct Held {
     id: UProbeLinkId,
     group: Group,
     points: usize,
+    /// The op of an `Exact` link (each holds one op's points).
+    op: Option<u32>,
 }
 
 /// A path the kernel resolves to the inode `file` holds.
@@ -102,7 +106,8 @@ pub struct Closed {
     pub ms: f64,
 }
 
-/// A file's `Sampled` points, kept to open their link again.
+/// A file's `Sampled` points, kept to open their link again (or its
+/// `Exact` points, kept to move them to the sampled ones).
 struct SampledFile {
     /// Held open: the link is opened through `/proc/self/fd/N`, the inode
     /// the points were resolved in.
@@ -119,6 +124,11 @@ pub struct UprobeLinks {
     held: Vec<Held>,
     /// Every file's sampled points, attached or not.
     sampled: Vec<SampledFile>,
+    /// Every file's points of the ops still counted exactly.
+    exact: Vec<SampledFile>,
+    /// The `Exact` ops that joined the sampled rows: a file attached later
+    /// puts their points with the sampled ones.
+    promoted: BTreeSet<u32>,
     /// Whether the sampled links are open (an on phase); false from the
     /// first off phase until the next on phase.
     sampled_open: bool,
@@ -141,6 +151,8 @@ impl UprobeLinks {
             forced: None,
             held: Vec::new(),
             sampled: Vec::new(),
+            exact: Vec::new(),
+            promoted: BTreeSet::new(),
             sampled_open: true,
             generation: 0,
         }
@@ -200,20 +212,47 @@ impl UprobeLinks {
         };
         let mut failed: BTreeSet<String> = BTreeSet::new();
         let mut errors = Vec::new();
-        for group in [Group::Steady, Group::Setup, Group::Sampled] {
+        // The points of an op that joined the cycle go with the sampled ones.
+        let points: Vec<Point> = points
+            .iter()
+            .cloned()
+            .map(|mut p| {
+                if p.group == Group::Exact && self.promoted.contains(&p.op) {
+                    p.group = Group::Sampled;
+                }
+                p
+            })
+            .collect();
+        for group in Group::ALL {
             let mut in_group: Vec<Point> = points.iter().filter(|p| p.group == group).cloned().collect();
             if in_group.is_empty() {
                 continue;
             }
-            if group != Group::Sampled {
+            if !matches!(group, Group::Sampled | Group::Exact) {
                 failed.extend(self.attach_group(ebpf, &mode, path, path, group, &in_group, &mut errors));
                 continue;
             }
             match File::open(path) {
                 Ok(file) => {
+                    let at = fd_path(&file);
+                    if group == Group::Exact {
+                        // One link per op, so that one op can leave.
+                        let ops: BTreeSet<u32> = in_group.iter().map(|p| p.op).collect();
+                        for op in ops {
+                            let of_op: Vec<Point> = in_group.iter().filter(|p| p.op == op).cloned().collect();
+                            failed.extend(self.attach_group(ebpf, &mode, &at, path, group, &of_op, &mut errors));
+                        }
+                        in_group.retain(|p| !failed.contains(&p.symbol));
+                        self.exact.push(SampledFile {
+                            file,
+                            shown: path.to_path_buf(),
+                            points: in_group,
+                        });
+                        continue;
+                    }
                     // Attached only in an on phase; the next one opens them.
                     if self.sampled_open {
-                        let bad = self.attach_group(ebpf, &mode, &fd_path(&file), path, group, &in_group, &mut errors);
+                        let bad = self.attach_group(ebpf, &mode, &at, path, group, &in_group, &mut errors);
                         in_group.retain(|p| !bad.contains(&p.symbol));
                         failed.extend(bad);
                     }
@@ -279,6 +318,47 @@ impl UprobeLinks {
     /// Whether any file has sampled points (attached or not).
     pub fn has_sampled(&self) -> bool {
         !self.sampled.is_empty()
+    }
+
+    /// The `Exact` ops still counted exactly that some file has points of.
+    pub fn exact_ops(&self) -> BTreeSet<u32> {
+        self.exact.iter().flat_map(|f| f.points.iter().map(|p| p.op)).collect()
+    }
+
+    /// Moves the `Exact` ops `ops` to the sampled rows, for good: their
+    /// links are taken out of their programs (dropping them closes them)
+    /// and their points join the sampled ones, attached from the next on
+    /// phase. Call it while the sampled links are closed (an off phase).
+    pub fn promote(&mut self, ebpf: &mut Ebpf, ops: &BTreeSet<u32>) -> (Vec<UProbeLink>, Closed) {
+        self.promoted.extend(ops.iter().copied());
+        let taken = self.take_where(ebpf, |h| {
+            h.group == Group::Exact && h.op.is_some_and(|op| ops.contains(&op))
+        });
+        for f in &mut self.exact {
+            let (moved, kept): (Vec<Point>, Vec<Point>) = std::mem::take(&mut f.points)
+                .into_iter()
+                .partition(|p| ops.contains(&p.op));
+            f.points = kept;
+            if moved.is_empty() {
+                continue;
+            }
+            match f.file.try_clone() {
+                Ok(file) => self.sampled.push(SampledFile {
+                    file,
+                    shown: f.shown.clone(),
+                    points: moved
+                        .into_iter()
+                        .map(|mut p| {
+                            p.group = Group::Sampled;
+                            p
+                        })
+                        .collect(),
+                }),
+                Err(e) => log::warn!("{}: cannot keep its sampled points: {e}", f.shown.display()),
+            }
+        }
+        self.exact.retain(|f| !f.points.is_empty());
+        taken
     }
 
     /// Ends an on phase: takes the sampled links out of their programs
@@ -369,17 +449,18 @@ impl UprobeLinks {
             id,
             group,
             points: points.len(),
+            op: (group == Group::Exact).then(|| points.first().map(|p| p.op)).flatten(),
         });
         Ok(())
     }
 
-    /// The on phase the sampled links attached last belong to (the one
-    /// whose traps count: `control::SAMPLE_GEN`).
     /// Uprobe points attached now (every link's).
     pub fn points(&self) -> usize {
         self.held.iter().map(|h| h.points).sum()
     }
 
+    /// The on phase the sampled links attached last belong to (the one
+    /// whose traps count: `control::SAMPLE_GEN`).
     pub fn generation(&self) -> u32 {
         self.generation
     }
@@ -393,11 +474,14 @@ impl UprobeLinks {
     /// programs. Dropping what is returned closes them: the caller decides
     /// where that time is spent.
     pub fn take(&mut self, ebpf: &mut Ebpf, group: Option<Group>) -> (Vec<UProbeLink>, Closed) {
+        self.take_where(ebpf, |h| group.is_none_or(|g| g == h.group))
+    }
+
+    /// Takes the links `which` picks out of their programs.
+    fn take_where(&mut self, ebpf: &mut Ebpf, which: impl Fn(&Held) -> bool) -> (Vec<UProbeLink>, Closed) {
         let mut links = Vec::new();
         let mut closed = Closed::default();
-        let (keep, take): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held)
-            .into_iter()
-            .partition(|h| group.is_some_and(|g| g != h.group));
+        let (take, keep): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held).into_iter().partition(|h| which(h));
         self.held = keep;
         for h in take {
             if let Ok(p) = crate::loader::program::<UProbe>(ebpf, h.program)

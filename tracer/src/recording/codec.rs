@@ -361,6 +361,17 @@ impl Line for Stepped {
     const TYPE: &'static str = "stepped";
 }
 
+/// An `exact-rows` line: the ops whose rows are counted exactly through
+/// the duty cycle's off phases from here on (`Input::ExactRows`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ExactRows {
+    pub ops: Vec<String>,
+}
+
+impl Line for ExactRows {
+    const TYPE: &'static str = "exact-rows";
+}
+
 /// An `nccl-ras` line: what NCCL's RAS service answered (`--nccl-ras`).
 impl Line for crate::identity::RasQuery {
     const TYPE: &'static str = "nccl-ras";

@@ -190,8 +190,8 @@ mod tests;
 
 pub use self::{
     codec::{
-        AggRow, Aggregates, Clock, Count, Duty, EventLine, Hex, Line, Pid, Ret, Stepped, Target, TrapCost, Workloads,
-        line_json,
+        AggRow, Aggregates, Clock, Count, Duty, EventLine, ExactRows, Hex, Line, Pid, Ret, Stepped, Target, TrapCost,
+        Workloads, line_json,
     },
     reader::*,
     writer::*,

@@ -228,6 +228,9 @@ pub(super) fn input(line: &str, ty: &str) -> std::result::Result<Option<Input>, 
                 rows: s.rows,
             }
         }
+        "exact-rows" => Input::ExactRows {
+            ops: typed::<ExactRows>(line, "exact-rows")?.ops,
+        },
         "nccl-ras" => Input::NcclRas(Box::new(typed(line, "nccl-ras")?)),
         _ => return Ok(None),
     }))

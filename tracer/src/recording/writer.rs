@@ -243,6 +243,7 @@ impl Observer for Recorder {
                 rows: rows.clone(),
             }),
             Input::NcclRas(q) => self.input(q.as_ref()),
+            Input::ExactRows { ops } => self.input(&ExactRows { ops: ops.clone() }),
         }
     }
 

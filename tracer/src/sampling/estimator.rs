@@ -114,6 +114,13 @@ pub struct Estimator {
     now_ns: u64,
     /// What it was fed before the trap cost was known, fed again once it is.
     log: Log,
+    /// The ops whose rows are counted through the off phases
+    /// ([`Estimator::exact_rows`]): no gap of theirs is estimated.
+    exact: BTreeSet<String>,
+    /// Ops that left `exact` since the last on phase ended: their rows'
+    /// next gap takes the rate after it (their counts before it include
+    /// calls of off phases).
+    joined: BTreeSet<String>,
 }
 
 /// Each call that fed the estimator before the trap cost was known
@@ -144,6 +151,7 @@ enum Step {
     Clock(u64),
     RowBegan(RowKey, u64),
     Forget(u32),
+    Exact(Vec<String>),
 }
 
 /// The most rows [`Log`] keeps: the trap cost comes a second or two after
@@ -254,6 +262,11 @@ impl Estimator {
                 self.first_call.entry(key).or_insert(t_ns);
             }
             Step::Forget(pid) => self.forget_now(pid),
+            Step::Exact(ops) => {
+                let now: BTreeSet<String> = ops.into_iter().collect();
+                self.joined.extend(self.exact.difference(&now).cloned());
+                self.exact = now;
+            }
         }
     }
 
@@ -374,16 +387,15 @@ impl Estimator {
             // Too short to close the gap before it: its rates do both.
             self.close_gaps(&end, ran);
         }
-        for k in counted.keys() {
-            let rate = end.get(k).copied().unwrap_or_default();
-            self.gaps.insert(
-                k.clone(),
-                Gap {
-                    before: Some(rate),
-                    us: 0,
-                },
-            );
+        for k in counted.keys().filter(|k| !self.exact.contains(&k.1)) {
+            let before = if self.joined.contains(&k.1) {
+                None
+            } else {
+                Some(end.get(k).copied().unwrap_or_default())
+            };
+            self.gaps.insert(k.clone(), Gap { before, us: 0 });
         }
+        self.joined.clear();
     }
 
     /// The processes whose calls of an on phase's last `us` (counts read
@@ -460,6 +472,14 @@ impl Estimator {
         let e = self.extra.entry(k).or_default();
         e.0 += r.calls * us as f64;
         e.1 += r.bytes * us as f64;
+    }
+
+    /// The ops whose rows are counted through the off phases from now on
+    /// (the rest are counted in on phases only): their rows get no gaps;
+    /// an op that leaves the set is estimated from its next gap, at the
+    /// rate after it (docs/sampling.md#exact-rows).
+    pub fn exact_rows(&mut self, ops: Vec<String>) {
+        self.step(Step::Exact(ops));
     }
 
     /// What a trapped call costs its caller (`calibrate.rs`): the rates

@@ -4,11 +4,13 @@
 //! behind each rule: docs/sampling.md.
 pub mod controller;
 pub mod estimator;
+mod exact;
 mod mode;
 mod rates;
 mod trap_cost;
 
 pub use controller::{BEAT, DutyCycle, Switch};
 pub use estimator::{Cpu, Estimator, RowKey};
+pub use exact::{EXACT_SHARE, ExactCalls, ExactRates};
 pub use mode::{DEFAULT_BUDGET_HZ, MIN_FIXED_ON, Mode};
 pub use trap_cost::TrapCost;

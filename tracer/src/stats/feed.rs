@@ -57,6 +57,13 @@ pub enum Input {
         pid: u32,
         rows: Vec<String>,
     },
+    /// The ops whose rows are counted exactly through the duty cycle's off
+    /// phases from here on (`Group::Exact`: given when the cycle starts,
+    /// and again when an op joins the sampled rows). None in a recording
+    /// means none: recordings before 2026-12-08 sampled every row.
+    ExactRows {
+        ops: Vec<String>,
+    },
     /// What NCCL's RAS service answered (`--nccl-ras`): the identities of
     /// communicators whose set-up was not traced (`identity::ras`).
     NcclRas(Box<crate::identity::RasQuery>),

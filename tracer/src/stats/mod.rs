@@ -240,6 +240,7 @@ impl Aggregator {
             Input::TrapCost(c) => self.trap_cost(*c),
             Input::Stepped { pid, rows } => self.stepped(*pid, rows),
             Input::NcclRas(q) => self.nccl_ras((**q).clone()),
+            Input::ExactRows { ops } => self.exact_rows(ops),
         }
     }
 
@@ -304,6 +305,14 @@ impl Aggregator {
         // The estimates follow with the kernel's totals of this tick
         // (`set_aggregates`) or, in a replay whose totals did not change,
         // with the next ones or `settle`.
+    }
+
+    /// The ops whose rows are counted exactly through the off phases from
+    /// here on (`Input::ExactRows`): the estimator leaves their rows as
+    /// counted, and an op that leaves the set is estimated from then on.
+    pub fn exact_rows(&mut self, ops: &[String]) {
+        self.observe(|| Input::ExactRows { ops: ops.to_vec() });
+        self.estimator.exact_rows(ops.to_vec());
     }
 
     /// What a trapped call costs the caller (`calibrate.rs`): the duty

@@ -189,6 +189,19 @@ impl Planner {
                         if !rows.is_empty() {
                             detail.push(format!("{}: duty-cycled ({note}): {}", a.path, rows.join(", ")));
                         }
+                        let (joined, exact): (Vec<&str>, Vec<&str>) = group_rows(a, uprobes::Group::Exact)
+                            .into_iter()
+                            .partition(|r| self.exact_joined.contains_key(r));
+                        if !exact.is_empty() {
+                            detail.push(format!(
+                                "{}: counted exactly through the off phases (under a tenth of the budget a second): {}",
+                                a.path,
+                                exact.join(", ")
+                            ));
+                        }
+                        for r in joined {
+                            detail.push(format!("{}: duty-cycled from {}: {r}", a.path, self.exact_joined[r]));
+                        }
                     }
                     for e in &a.errors {
                         detail.push(format!("{}: {e}", a.path));

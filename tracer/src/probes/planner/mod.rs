@@ -55,6 +55,8 @@ pub struct Planner {
     /// How the sampled rows were traced, once their duty cycle first
     /// closed them (`sampling/controller.rs`): the coverage detail of their files.
     pub sampling_note: Option<String>,
+    /// `Exact` rows (symbols) that joined the sampled rows, and why.
+    pub exact_joined: BTreeMap<&'static str, String>,
     /// The shared syscall program pairs tried so far (`tp_btf`, then raw
     /// tracepoint), and how each went; at most one is ever attached.
     syscall_pairs: Vec<(Strategy, Result<(), String>)>,
@@ -90,6 +92,7 @@ impl Planner {
             uprobes: UprobeLinks::new(),
             setup_dropped: None,
             sampling_note: None,
+            exact_joined: BTreeMap::new(),
             syscall_pairs: Vec::new(),
             installed: None,
         }
@@ -273,6 +276,34 @@ impl Planner {
             .try_for_each(|(i, row)| set_op_config(ebpf, uapi::op_of(i), uapi::config_of(row)));
         self.configured = Some(r.clone());
         r
+    }
+
+    /// Moves the `Exact` ops `ops` to the sampled rows for good (they went
+    /// hot: `why`): the kernel counts them in on phases only from now on,
+    /// and their points are attached with the next one. Returns their old
+    /// links for the caller to close.
+    pub fn join_sampled(
+        &mut self,
+        ebpf: &mut Ebpf,
+        ops: &std::collections::BTreeSet<u32>,
+        why: String,
+    ) -> Vec<aya::programs::uprobe::UProbeLink> {
+        for op in ops {
+            if let Some((_, row)) = uapi::row_of(*op) {
+                let mut cfg = uapi::config_of(row);
+                cfg.flags |= tracer_common::op_flags::SAMPLED;
+                if let Err(e) = set_op_config(ebpf, *op, cfg) {
+                    log::warn!("sampling {}: {e}", row.name);
+                }
+            }
+        }
+        let (links, _) = self.uprobes.promote(ebpf, ops);
+        for op in ops {
+            if let Some((_, row)) = uapi::row_of(*op) {
+                self.exact_joined.insert(row.symbol, why.clone());
+            }
+        }
+        links
     }
 
     /// The full coverage table: catalog rows plus library rows.

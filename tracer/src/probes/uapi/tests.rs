@@ -104,9 +104,11 @@ fn ucx_data_rows_aggregate_per_endpoint_with_a_sample() {
         );
         assert_eq!(handle, 0, "{}", r.symbol);
         let c = config_of(r);
+        // Exact rows: `SAMPLED` only once the op joins the cycle.
+        assert_eq!(r.group(), crate::probes::uprobes::Group::Exact, "{}", r.symbol);
         assert_eq!(
             c.flags,
-            op_flags::AGGREGATE_ONLY | op_flags::ENTRY_ONLY | op_flags::SAMPLE_FIRST | op_flags::SAMPLED
+            op_flags::AGGREGATE_ONLY | op_flags::ENTRY_ONLY | op_flags::SAMPLE_FIRST
         );
     }
     // Each form of uct_md_mem_reg keeps its own row: the v2 row comes first.

@@ -83,3 +83,31 @@ fn example_a_trap_bound_rate_gives_a_lower_bound() {
     assert_eq!(e.estimate(&row(), (20_000, 0)).0, 60_000);
     assert!(e.lower_bound(&row()));
 }
+
+/// Example 5: process 7 copies (a sampled row) and makes a few large GETs
+/// (`ucp_get_nbx`, an exact row). On 250 ms, off 500 ms, on 250 ms as in
+/// example 2: the copies come to 8,000 as there, the GETs are their count,
+/// 6, the 3 made in the off phase included. Then the GET op joins the
+/// sampled rows: off 500 ms, on 250 ms with 250 GETs (1 a millisecond).
+/// Its counts before include calls of off phases, so its gap takes the
+/// rate after it alone: 500 estimated, 756 in all.
+#[test]
+fn example_an_exact_row_is_its_count_until_it_joins_the_cycle() {
+    let mut e = Estimator::default();
+    let get = || (7, "ucp_get_nbx".to_string(), 0x2);
+    let both = |copies: u64, gets: u64| Rows::from([(row(), (copies, 0)), (get(), (gets, 0))]);
+    let step = |e: &mut Estimator, on_ms: u64, off_ms: u64, before: Rows, after: Rows| {
+        e.interval(&before, on_ms * 1000, off_ms * 1000, &Cpu::new(), |_| true);
+        e.counts(&after);
+    };
+    e.exact_rows(vec!["ucp_get_nbx".into()]);
+    step(&mut e, 250, 0, both(0, 0), both(1_000, 2));
+    step(&mut e, 0, 500, both(1_000, 2), both(1_000, 5));
+    step(&mut e, 250, 0, both(1_000, 5), both(4_000, 6));
+    assert_eq!(e.estimate(&row(), (4_000, 0)).0, 8_000);
+    assert_eq!(e.estimate(&get(), (6, 0)).0, 6, "counted through the off phase");
+    e.exact_rows(Vec::new());
+    step(&mut e, 0, 500, both(4_000, 6), both(4_000, 6));
+    step(&mut e, 250, 0, both(4_000, 6), both(7_000, 256));
+    assert_eq!(e.closed(&get(), (256, 0)).0, 756);
+}

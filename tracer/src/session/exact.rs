@@ -1,0 +1,81 @@
+//! The exact rows in the tracing loop (`sampling/exact.rs`): their calls
+//! read every beat, the hot ones moved to the sampled rows at an off
+//! switch, and the aggregator told which ops are counted exactly.
+use std::{collections::BTreeSet, time::Instant};
+
+use tracer_common::{AggKey, AggValue};
+
+use super::Session;
+use crate::{
+    probes::{ops::op_name, uapi, uprobes::Group},
+    sampling::{DEFAULT_BUDGET_HZ, EXACT_SHARE, ExactCalls, Mode},
+    stats::Aggregator,
+};
+
+/// What the session keeps of the exact rows.
+#[derive(Debug, Default)]
+pub(super) struct Exact {
+    rates: crate::sampling::ExactRates,
+    /// The ops that joined the sampled rows.
+    joined: BTreeSet<u32>,
+    /// Whether the aggregator knows the exact ops as they are now.
+    told: bool,
+}
+
+impl Session {
+    /// Reads the exact rows' calls per process and op (every beat while
+    /// the cycle can switch).
+    pub(super) fn exact_read(&mut self, rows: &[(AggKey, AggValue)], now: Instant) {
+        let mut calls = ExactCalls::new();
+        for (k, v) in rows {
+            if uapi::row_of(k.op).is_some_and(|(_, r)| r.group() == Group::Exact) && !self.exact.joined.contains(&k.op)
+            {
+                *calls.entry((k.tgid, k.op)).or_default() += v.calls;
+            }
+        }
+        self.exact.rates.read(now.duration_since(self.opened), calls);
+    }
+
+    /// At an off switch (the sampled links closed): the exact ops some
+    /// process called over its share of the budget join the sampled rows.
+    /// Returns their old links, to close with the sampled ones.
+    pub(super) fn exact_join_hot(&mut self) -> Vec<aya::programs::uprobe::UProbeLink> {
+        let budget = match self.duty.mode {
+            Mode::Auto { budget_hz } => budget_hz,
+            _ => DEFAULT_BUDGET_HZ,
+        };
+        let hot = self.exact.rates.hot(budget);
+        if hot.is_empty() {
+            return Vec::new();
+        }
+        let names: Vec<String> = hot.iter().map(|op| op_name(*op)).collect();
+        let why = format!(
+            "{:.1} s, over {:.0} calls a second",
+            self.opened.elapsed().as_secs_f64(),
+            EXACT_SHARE * budget
+        );
+        log::info!("{} join the sampled rows ({why})", names.join(", "));
+        let links = self.planner.join_sampled(&mut self.ebpf, &hot, why);
+        self.exact.joined.extend(hot);
+        self.exact.told = false;
+        links
+    }
+
+    /// Tells the aggregator which ops are counted exactly, when the cycle
+    /// can switch: at the first beat, and after ops joined the sampled rows
+    /// (before the interval whose off part is theirs).
+    pub(super) fn exact_tell(&mut self, agg: &mut Aggregator) {
+        if self.exact.told || !self.duty.cycles() {
+            return;
+        }
+        self.exact.told = true;
+        let ops: Vec<String> = uapi::TABLE
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (uapi::op_of(i), r))
+            .filter(|(op, r)| r.group() == Group::Exact && !self.exact.joined.contains(op))
+            .map(|(op, _)| op_name(op))
+            .collect();
+        agg.exact_rows(&ops);
+    }
+}
