@@ -320,11 +320,6 @@ impl UprobeLinks {
         !self.sampled.is_empty()
     }
 
-    /// The `Exact` ops still counted exactly that some file has points of.
-    pub fn exact_ops(&self) -> BTreeSet<u32> {
-        self.exact.iter().flat_map(|f| f.points.iter().map(|p| p.op)).collect()
-    }
-
     /// Moves the `Exact` ops `ops` to the sampled rows, for good: their
     /// links are taken out of their programs (dropping them closes them)
     /// and their points join the sampled ones, attached from the next on
