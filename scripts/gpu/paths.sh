@@ -88,6 +88,7 @@ for op in ("read", "write", "both"):
             line(False, f"{op} {phase['op']}: the initiator's path"); continue
         seen = p["host_bytes"] if p["host_staged"] else p["device_bytes"]
         line(abs(seen - moved) <= 0.05 * moved, f"{op} {phase['op']}: {p['transport']} via {p['via']}, {seen} B of {moved} ({(seen - moved) * 100 / moved:+.1f}%)")
+        line(abs(p["bytes"] - moved) <= 0.05 * moved, f"{op} {phase['op']}: the path's own bytes (its calls) {p['bytes']} of {moved} ({(p['bytes'] - moved) * 100 / moved:+.1f}%), {p['calls']} calls")
         if p.get("log"):
             line(p["log"]["agrees"], f"{op} {phase['op']}: UCX's log agrees ({p['log']['ucx_says'][:100]})")
     if op == "both":
