@@ -15,7 +15,7 @@
 #   3. per rank: verdict, TCP bytes, retransmissions, CPU per second and per
 #      GB sent (the report's fabric section), the all-reduces it made, and
 #      which of network-lost-packets / staged-not-network fired;
-# then `compare clean.json drops.json` and `job drops.json`.
+# then `compare` of drops.json against a baseline of clean.json, and `job drops.json`.
 # The namespace is deleted at the end, whatever happens.
 # Expected: clean: verdict socket (NET/Socket) per rank, retransmissions
 # about 0, staged-not-network fires (a staged path whose network lost
@@ -122,8 +122,9 @@ else
 fi
 run drops 29812
 
-echo "== compare clean.json drops.json" >> "$S"
-"$B" compare "$R/clean.json" "$R/drops.json" > "$R/compare.txt" 2>&1; echo "  compare rc=$?" >> "$S"
+echo "== compare (baseline of clean.json) drops.json" >> "$S"
+"$B" baseline record --from "$R/clean.json" --out "$R/clean.baseline.json" > "$R/baseline.txt" 2>&1
+"$B" compare "$R/clean.baseline.json" "$R/drops.json" > "$R/compare.txt" 2>&1; echo "  compare rc=$?" >> "$S"
 grep -E "retransmissions|CPU per GB|verdicts" "$R/compare.txt" | sed 's/^/  /' >> "$S"
 echo "== job drops.json" >> "$S"
 "$B" job "$R/drops.json" > "$R/job.txt" 2>&1; echo "  job rc=$?" >> "$S"

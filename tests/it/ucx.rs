@@ -104,7 +104,7 @@ fn data_calls_are_counted_through_off_phases_until_hot() {
     // A million 8-byte sends, some 300,000 a second, over off switches.
     let (r, s) = traced_in_cycle("250ms/1s", &["--size", "8", "--iterations", "1000000"]);
     let d = detail(&r, "duty-cycled from").unwrap_or_else(|| panic!("{:?}", r.coverage));
-    assert!(d.contains("ucp_tag_send_nbx") && d.contains("calls a second"), "{d}");
+    assert!(d.contains("ucp_tag_send_nbx") && d.contains("traps a second"), "{d}");
     // Estimated from the op's first gap on (939,388 here, 2026-12-07): not
     // the off phases' calls counted as on phases' (several times as many).
     let c = ucx_process(&r, s.client_pid);

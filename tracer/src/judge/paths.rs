@@ -65,10 +65,26 @@ impl Evidence {
     /// same bytes, the socket's count is the figure: a measurement of them,
     /// where the estimate is off by what sampling misses.
     fn host(&self) -> u64 {
-        if self.copies_estimated && self.socket > 0 && self.host_copy as f64 <= SAME_BYTES * self.socket as f64 {
+        if self.socket_counts(self.host_copy) {
             return self.socket;
         }
         self.host_copy.max(self.socket)
+    }
+
+    /// Bytes moved, by copies of any kind or the socket, counted once (the
+    /// socket's count, as in [`Evidence::host`], where the copies are
+    /// estimates of the same bytes).
+    fn moved(&self) -> u64 {
+        let copies = self.host_copy + self.device_copy + self.unknown_copy;
+        if self.socket_counts(copies) {
+            return self.socket;
+        }
+        copies.max(self.socket)
+    }
+
+    /// Whether `copies`, estimated, are taken for the socket's bytes.
+    fn socket_counts(&self, copies: u64) -> bool {
+        self.copies_estimated && self.socket > 0 && copies as f64 <= SAME_BYTES * self.socket as f64
     }
 }
 
@@ -233,7 +249,7 @@ fn ucx_paths(i: &Inputs, p: &ProcessIn, u: &UcxProcess, ux: &UcxReport, windows:
             )
         };
         let mut path = Path::new(p.pid, PeerKind::Remote, "peers".into(), op, memory);
-        path.bytes = (e.host_copy + e.device_copy + e.unknown_copy).max(e.socket);
+        path.bytes = e.moved();
         let mut p2 = judge_ucx(u, &base, &path, &e);
         p2.evidence.insert(0, why.into());
         if !u.traced_from_start {

@@ -67,10 +67,10 @@ impl Family {
 pub enum Group {
     Steady,
     Setup,
-    /// Calls that each move a whole message (UCX's data calls): counted
-    /// exactly, one link per op, until a process calls them over a tenth of
-    /// the budget a second; then that op joins `Sampled` for good
-    /// (docs/sampling.md#exact-rows).
+    /// Calls that each move a whole message or buffer (UCX's data calls,
+    /// CUDA copies): counted exactly, one link per op, until a process
+    /// traps on them over a tenth of the budget a second; then that op
+    /// joins `Sampled` for good (docs/sampling.md#exact-rows).
     Exact,
     Sampled,
 }
@@ -95,7 +95,7 @@ impl Group {
             Group::Steady => "always attached (set-up and registration calls)",
             Group::Setup => "closed for good over SETUP_BUDGET_HZ hits/s",
             Group::Exact => {
-                "counted exactly until a process calls an op over a tenth of the budget a second; then that op is duty-cycled"
+                "counted exactly until a process traps on an op over a tenth of the budget a second; then that op is duty-cycled"
             }
             Group::Sampled => "summed in the kernel; duty-cycled over 1,000 traps/s per process (--collectives)",
         }

@@ -301,14 +301,15 @@ impl Row {
     }
 
     /// The link the row's offsets join: context switches and budgeted
-    /// set-up paths in the droppable `Setup` link; UCX's data calls, one
-    /// message each, in `Exact` links until hot; the other rows a running
-    /// job calls per transfer (collectives, group calls and copies, all
-    /// summed in the kernel) in the duty-cycled `Sampled` link.
+    /// set-up paths in the droppable `Setup` link; UCX's data calls and
+    /// CUDA copies, a whole message or buffer each, in `Exact` links until
+    /// hot; the other rows a running job calls per transfer (collectives,
+    /// group calls, cuFile I/O, all summed in the kernel) in the
+    /// duty-cycled `Sampled` link.
     pub const fn group(&self) -> Group {
         if self.hot_setup || self.budgeted {
             Group::Setup
-        } else if matches!(self.kind, Kind::UcxData) {
+        } else if matches!(self.kind, Kind::UcxData) || self.copy_rows() {
             Group::Exact
         } else if self.aggregate || self.copy_rows() {
             Group::Sampled

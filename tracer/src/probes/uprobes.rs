@@ -315,9 +315,10 @@ impl UprobeLinks {
         failed
     }
 
-    /// Whether any file has sampled points (attached or not).
+    /// Whether any file has sampled points (attached or not), or exact
+    /// ones, which may join them.
     pub fn has_sampled(&self) -> bool {
-        !self.sampled.is_empty()
+        !self.sampled.is_empty() || !self.exact.is_empty()
     }
 
     /// Moves the `Exact` ops `ops` to the sampled rows, for good: their

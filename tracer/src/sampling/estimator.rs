@@ -121,6 +121,9 @@ pub struct Estimator {
     /// next gap takes the rate after it (their counts before it include
     /// calls of off phases).
     joined: BTreeSet<String>,
+    /// Whether an off phase came yet (before it, every count is an on
+    /// phase's, and an op that joins keeps the rate before its gap).
+    seen_off: bool,
 }
 
 /// Each call that fed the estimator before the trap cost was known
@@ -264,7 +267,9 @@ impl Estimator {
             Step::Forget(pid) => self.forget_now(pid),
             Step::Exact(ops) => {
                 let now: BTreeSet<String> = ops.into_iter().collect();
-                self.joined.extend(self.exact.difference(&now).cloned());
+                if self.seen_off {
+                    self.joined.extend(self.exact.difference(&now).cloned());
+                }
                 self.exact = now;
             }
         }
@@ -289,6 +294,7 @@ impl Estimator {
         self.before.clone_from(counted);
         // Uncounted time first: it lies before this interval's counting.
         if off_us > 0 {
+            self.seen_off = true;
             // An off part before the counting of this interval ended the
             // phase in progress (an interval of a short on phase that began
             // between two beats, 40 ms uncounted then 1 ms counted, has it

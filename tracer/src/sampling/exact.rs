@@ -1,8 +1,9 @@
-//! The exact rows (docs/sampling.md#exact-rows): UCX's data calls move one
-//! message each, so a few of them can carry all of a path's bytes. They are
-//! counted through the duty cycle's off phases until some process calls
-//! an op of theirs over [`EXACT_SHARE`] of the budget a second; at the next
-//! off switch that op joins the sampled rows for good.
+//! The exact rows (docs/sampling.md#exact-rows): UCX's data calls and CUDA
+//! copies move one message or buffer each, so a few of them can carry all
+//! of a path's bytes. They are counted through the duty cycle's off phases
+//! until some process traps on an op of theirs over [`EXACT_SHARE`] of the
+//! budget a second; at the next off switch that op joins the sampled rows
+//! for good.
 use std::{
     collections::{BTreeMap, BTreeSet, VecDeque},
     time::Duration,
@@ -10,12 +11,11 @@ use std::{
 
 use super::controller::BUDGET_SPAN;
 
-/// A process may call an exact op at most this share of the budget a
-/// second (100 at the default 1,000) before the op is sampled: what exact
-/// rows add to a process's traps.
+/// A process may trap on an exact op at most this share of the budget a
+/// second (100 at the default 1,000) before the op is sampled.
 pub const EXACT_SHARE: f64 = 0.1;
 
-/// Calls per (process, op) of the exact rows, cumulative.
+/// Traps per (process, op) of the exact rows, cumulative.
 pub type ExactCalls = BTreeMap<(u32, u32), u64>;
 
 /// The exact rows' calls at each read over the last [`BUDGET_SPAN`].
@@ -34,7 +34,7 @@ impl ExactRates {
         }
     }
 
-    /// The ops some process called over `EXACT_SHARE × budget_hz` a second
+    /// The ops some process trapped on over `EXACT_SHARE × budget_hz` a second
     /// between the oldest read kept (the session's start, none counted,
     /// while one read is kept) and the last, over at least a span: a burst
     /// of wire-up calls in the first beat is not a rate.

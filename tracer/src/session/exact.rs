@@ -23,14 +23,16 @@ pub(super) struct Exact {
 }
 
 impl Session {
-    /// Reads the exact rows' calls per process and op (every beat while
-    /// the cycle can switch).
+    /// Reads the exact rows' traps per process and op (every beat while
+    /// the cycle can switch): calls times the row's traps per call.
     pub(super) fn exact_read(&mut self, rows: &[(AggKey, AggValue)], now: Instant) {
         let mut calls = ExactCalls::new();
         for (k, v) in rows {
-            if uapi::row_of(k.op).is_some_and(|(_, r)| r.group() == Group::Exact) && !self.exact.joined.contains(&k.op)
+            if let Some((_, r)) = uapi::row_of(k.op)
+                && r.group() == Group::Exact
+                && !self.exact.joined.contains(&k.op)
             {
-                *calls.entry((k.tgid, k.op)).or_default() += v.calls;
+                *calls.entry((k.tgid, k.op)).or_default() += v.calls * r.traps_per_call();
             }
         }
         self.exact.rates.read(now.duration_since(self.opened), calls);
@@ -50,7 +52,7 @@ impl Session {
         }
         let names: Vec<String> = hot.iter().map(|op| op_name(*op)).collect();
         let why = format!(
-            "{:.1} s, over {:.0} calls a second",
+            "{:.1} s, over {:.0} traps a second",
             self.opened.elapsed().as_secs_f64(),
             EXACT_SHARE * budget
         );

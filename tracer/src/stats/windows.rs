@@ -2,7 +2,9 @@
 //! its paths. At every read of the kernel's totals, the process's path rows
 //! (collectives per communicator, UCX data calls per endpoint, cuFile reads
 //! and writes per handle) that moved data in the tick are its carriers (a
-//! row with a tenth of the tick's bytes or more), and the bytes that moved
+//! row with a tenth of the tick's path bytes or more, and of the bytes that
+//! moved in it: a 49-byte AM beside a GET in flight carries none of the
+//! GET's), and the bytes that moved
 //! meanwhile through host memory (copies between GPU and host, socket
 //! send/recv, a cuFile process's positional file I/O per file) or between
 //! devices (device-to-device copies), and its nvidia-fs ioctls, are added
@@ -140,22 +142,6 @@ impl Windows {
                     moved.insert(k.clone(), bytes.saturating_sub(b0));
                 }
             }
-            let total: u64 = moved.values().sum();
-            let carriers: Vec<String> = if total == 0 {
-                called
-            } else {
-                moved
-                    .iter()
-                    .filter(|(_, b)| **b as f64 >= CARRIER * total as f64)
-                    .map(|(k, _)| k.clone())
-                    .collect()
-            };
-            if !carriers.is_empty() {
-                last.carriers = carriers;
-            } else if last.carriers.iter().all(|k| synchronous(k)) {
-                // Their bytes had moved when they returned: what moves now is not theirs.
-                last.carriers.clear();
-            }
             let copies = t.map_or(last.copies, |t| t.copies);
             let socket = t.map_or(last.socket, |t| t.socket);
             let files = t.map_or_else(|| last.files.clone(), |t| t.files.clone());
@@ -176,6 +162,28 @@ impl Windows {
                 })
                 .filter(|(_, v)| v[0] + v[1] > 0)
                 .collect();
+            let total: u64 = moved.values().sum();
+            // What moved through host memory or between devices in the
+            // tick: a call of far fewer bytes (a 49-byte AM beside a GET
+            // in flight) cannot have carried it.
+            let evidence = (deltas[0] + deltas[1] + deltas[2])
+                .max(deltas[3])
+                .max(file_deltas.iter().map(|(_, v)| v[0] + v[1]).sum());
+            let carriers: Vec<String> = if total == 0 {
+                called
+            } else {
+                moved
+                    .iter()
+                    .filter(|(_, b)| **b as f64 >= CARRIER * total.max(evidence) as f64)
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            };
+            if !carriers.is_empty() {
+                last.carriers = carriers;
+            } else if last.carriers.iter().all(|k| synchronous(k)) {
+                // Their bytes had moved when they returned: what moves now is not theirs.
+                last.carriers.clear();
+            }
             if total > 0 || deltas.iter().any(|x| *x > 0) || !file_deltas.is_empty() {
                 let w = self
                     .windows
@@ -288,5 +296,35 @@ mod tests {
         let s = of(1, &[]).expect("the target's window: no call of its own");
         assert_eq!((s.host_copy_bytes, s.socket_bytes), (150, 160));
         assert_eq!(r.len(), 3);
+    }
+
+    /// A small AM (a notification) while a GET's bytes still move: the
+    /// tick's bytes stay the GET's; an AM alone carries what its own tick
+    /// moved when that is its size.
+    #[test]
+    fn a_small_call_beside_a_transfer_in_flight_carries_none_of_it() {
+        let mut w = Windows::default();
+        let (get, am) = ("ucp_get_nbx", "ucp_am_send_nbx");
+        w.tick(&rows(&[(2, get, 0xe, 1, 1000)]), &totals(&[(2, [100, 0, 0], 100)]));
+        w.tick(
+            &rows(&[(2, get, 0xe, 1, 1000), (2, am, 0xe, 1, 49)]),
+            &totals(&[(2, [900, 0, 0], 900)]),
+        );
+        // Later the AM alone, moving its own 49 bytes.
+        w.tick(
+            &rows(&[(2, get, 0xe, 1, 1000), (2, am, 0xe, 2, 98)]),
+            &totals(&[(2, [900, 0, 0], 960)]),
+        );
+        let r = w.report();
+        let get_w = r
+            .iter()
+            .find(|x| x.paths == ["ucp_get_nbx@0xe"])
+            .expect("the GET's window");
+        assert_eq!((get_w.ticks, get_w.host_copy_bytes, get_w.socket_bytes), (2, 900, 900));
+        let am_w = r
+            .iter()
+            .find(|x| x.paths == ["ucp_am_send_nbx@0xe"])
+            .expect("the AM's own window");
+        assert_eq!(am_w.socket_bytes, 60);
     }
 }
