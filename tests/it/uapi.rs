@@ -376,3 +376,39 @@ fn sigkill_of_the_tracer_mid_call_leaves_the_target_intact() {
         &rest[rest.len().saturating_sub(200)..]
     );
 }
+
+/// CUDA copies are exact rows (docs/sampling.md#exact-rows): the driver's
+/// two copies, made wholly in an off phase of the cycle, are both counted
+/// (sampled, their links would have been closed and neither seen).
+#[test]
+fn copies_made_in_an_off_phase_are_counted() {
+    if !can_trace("copies_made_in_an_off_phase_are_counted") {
+        return;
+    }
+    let s = build_standins(Path::new(env!("CARGO_TARGET_TMPDIR")), "offphase");
+    let json = s.dir.join("offphase.json");
+    // On for the first 250 ms, then off for 9.75 s: the driver loads the
+    // libraries a second in, and copies two seconds later (the tracer has
+    // attached them by then).
+    let script = format!(
+        "sleep 1; (sleep 2; echo x) | {} --cuda {} {} 1 0",
+        s.driver.display(),
+        s.cuda.display(),
+        s.ibverbs.display()
+    );
+    let out = integration_tests::run(&[
+        "run",
+        "--collectives",
+        "250ms/10s",
+        "--json",
+        json.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(out.status.success(), "{}", integration_tests::stderr(&out));
+    let r = integration_tests::read_report(&json);
+    let copy = single_op(&r, "cuMemcpyHtoD");
+    assert_eq!((copy.calls, copy.bytes), (2, 4096 + 8192), "{copy:?}");
+}
