@@ -20,15 +20,13 @@ use self::{
     closer::{Closer, close_in_parallel},
     copy_rows::{COPY_FINAL_AFTER, COPY_RENEW_AFTER, CopyTags, is_copy_row},
     cpu::CpuMarks,
+    exact::{Sampled, sampled},
 };
 use crate::{
     error::{Error, Result},
     events::EventStream,
     loader::{self, LoadOptions},
-    probes::{
-        Family, Planner, Status, libs, uapi,
-        uprobes::{Closed, Group},
-    },
+    probes::{Family, Planner, Status, libs, uprobes::Closed},
     report::Loss,
     sampling::{self, DutyCycle, Switch},
     stats::Aggregator,
@@ -362,15 +360,15 @@ impl Session {
         let rows = self.aggregates();
         // Each process's traps and each op's calls in the sampled rows: only
         // the duty cycle reads them.
-        let (traps, heat) = match &rows {
+        let Sampled { traps, heat, exact } = match &rows {
             Ok(rows) if self.duty.cycles() => sampled(rows),
-            _ => Default::default(),
+            _ => Sampled::default(),
         };
         let mut after = 0;
         if self.duty.cycles() {
             self.exact_tell(agg);
-            if let Ok(rows) = &rows {
-                self.exact_read(rows, now);
+            if rows.is_ok() {
+                self.exact_read(exact, now);
             }
             self.cpu
                 .watch(traps.keys().copied(), self.planner.proc_libs.keys().copied());
@@ -585,22 +583,6 @@ impl Session {
             .map(|(op, s)| (op as u32, s.to_vec()))
             .collect())
     }
-}
-
-/// The sampled and exact rows' counted traps per process (calls times the
-/// row's traps per call: a copy keeps its return probe), and their counted
-/// calls per op, all processes (which links to attach last).
-fn sampled(rows: &[(AggKey, AggValue)]) -> (BTreeMap<u32, u64>, BTreeMap<u32, u64>) {
-    let (mut traps, mut calls) = (BTreeMap::new(), BTreeMap::new());
-    for (k, v) in rows {
-        if let Some((_, r)) = uapi::row_of(k.op)
-            && matches!(r.group(), Group::Sampled | Group::Exact)
-        {
-            *traps.entry(k.tgid).or_default() += v.calls * r.traps_per_call();
-            *calls.entry(k.op).or_default() += v.calls;
-        }
-    }
-    (traps, calls)
 }
 
 /// Closes the uprobe links after the report is out and says how long it

@@ -311,7 +311,7 @@ impl Row {
             Group::Setup
         } else if matches!(self.kind, Kind::UcxData) || self.copy_rows() {
             Group::Exact
-        } else if self.aggregate || self.copy_rows() {
+        } else if self.aggregate {
             Group::Sampled
         } else {
             Group::Steady

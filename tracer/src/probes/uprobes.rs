@@ -14,10 +14,11 @@
 //! `Row::budgeted` registration-cache lookups, which running jobs may
 //! repeat on every API call or send) are one droppable link per file,
 //! closed by `Planner::drop_setup` when their hit rate goes over budget;
-//! `Exact` rows (UCX's data calls) are one link per (file, op), counted
-//! until the op is hot, when `UprobeLinks::promote` moves its points to
-//! the sampled ones; `Sampled` rows (collectives, group and UCX data calls: a trap per
-//! transfer) are one link per file that the duty cycle (`sampling/controller.rs`)
+//! `Exact` rows (UCX's data calls and CUDA copies) are one link per (file,
+//! op), counted until the op is hot, when `UprobeLinks::promote` moves its
+//! points to the sampled ones; `Sampled` rows (collectives, group calls,
+//! cuFile I/O and the exact ops that joined them: a trap per transfer) are
+//! one link per file that the duty cycle (`sampling/controller.rs`)
 //! closes and opens again. Their files are kept open, so a link re-opened
 //! later goes to the same inode even when the path has since been replaced
 //! or the process whose `/proc/PID/root` named it has exited.

@@ -16,19 +16,19 @@ use super::controller::BUDGET_SPAN;
 pub const EXACT_SHARE: f64 = 0.1;
 
 /// Traps per (process, op) of the exact rows, cumulative.
-pub type ExactCalls = BTreeMap<(u32, u32), u64>;
+pub type ExactTraps = BTreeMap<(u32, u32), u64>;
 
-/// The exact rows' calls at each read over the last [`BUDGET_SPAN`].
+/// The exact rows' traps at each read over the last [`BUDGET_SPAN`].
 #[derive(Debug, Default)]
 pub struct ExactRates {
-    reads: VecDeque<(Duration, ExactCalls)>,
+    reads: VecDeque<(Duration, ExactTraps)>,
 }
 
 impl ExactRates {
-    /// A read at `at` (the session clock) of the exact rows' calls. The
+    /// A read at `at` (the session clock) of the exact rows' traps. The
     /// newest read at least a span old stays, as the base of the rates.
-    pub fn read(&mut self, at: Duration, calls: ExactCalls) {
-        self.reads.push_back((at, calls));
+    pub fn read(&mut self, at: Duration, traps: ExactTraps) {
+        self.reads.push_back((at, traps));
         while self.reads.len() > 2 && at.saturating_sub(self.reads[1].0) >= BUDGET_SPAN {
             self.reads.pop_front();
         }
@@ -42,7 +42,7 @@ impl ExactRates {
         let Some((at, last)) = self.reads.back() else {
             return BTreeSet::new();
         };
-        let empty = ExactCalls::new();
+        let empty = ExactTraps::new();
         let (since, base) = match self.reads.front() {
             Some((t, b)) if self.reads.len() > 1 => (*t, b),
             _ => (Duration::ZERO, &empty),
@@ -61,7 +61,7 @@ impl ExactRates {
 mod tests {
     use super::*;
 
-    fn calls(v: &[(u32, u32, u64)]) -> ExactCalls {
+    fn calls(v: &[(u32, u32, u64)]) -> ExactTraps {
         v.iter().map(|(p, o, n)| ((*p, *o), *n)).collect()
     }
 

@@ -11,6 +11,6 @@ mod trap_cost;
 
 pub use controller::{BEAT, DutyCycle, Switch};
 pub use estimator::{Cpu, Estimator, RowKey};
-pub use exact::{EXACT_SHARE, ExactCalls, ExactRates};
+pub use exact::{EXACT_SHARE, ExactRates, ExactTraps};
 pub use mode::{DEFAULT_BUDGET_HZ, MIN_FIXED_ON, Mode};
 pub use trap_cost::TrapCost;

@@ -1,14 +1,18 @@
-//! The exact rows in the tracing loop (`sampling/exact.rs`): their calls
-//! read every beat, the hot ones moved to the sampled rows at an off
-//! switch, and the aggregator told which ops are counted exactly.
-use std::{collections::BTreeSet, time::Instant};
+//! The exact rows in the tracing loop (`sampling/exact.rs`): their traps
+//! read every beat with the sampled rows' (`sampled`), the hot ones moved
+//! to the sampled rows at an off switch, and the aggregator told which ops
+//! are counted exactly.
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Instant,
+};
 
 use tracer_common::{AggKey, AggValue};
 
 use super::Session;
 use crate::{
     probes::{ops::op_name, uapi, uprobes::Group},
-    sampling::{DEFAULT_BUDGET_HZ, EXACT_SHARE, ExactCalls, Mode},
+    sampling::{DEFAULT_BUDGET_HZ, EXACT_SHARE, ExactTraps, Mode},
     stats::Aggregator,
 };
 
@@ -23,19 +27,12 @@ pub(super) struct Exact {
 }
 
 impl Session {
-    /// Reads the exact rows' traps per process and op (every beat while
-    /// the cycle can switch): calls times the row's traps per call.
-    pub(super) fn exact_read(&mut self, rows: &[(AggKey, AggValue)], now: Instant) {
-        let mut calls = ExactCalls::new();
-        for (k, v) in rows {
-            if let Some((_, r)) = uapi::row_of(k.op)
-                && r.group() == Group::Exact
-                && !self.exact.joined.contains(&k.op)
-            {
-                *calls.entry((k.tgid, k.op)).or_default() += v.calls * r.traps_per_call();
-            }
-        }
-        self.exact.rates.read(now.duration_since(self.opened), calls);
+    /// Takes the exact rows' traps per process and op (every beat while
+    /// the cycle can switch; `sampled` sums them with the others'), those
+    /// of the ops still exact.
+    pub(super) fn exact_read(&mut self, mut traps: ExactTraps, now: Instant) {
+        traps.retain(|(_, op), _| !self.exact.joined.contains(op));
+        self.exact.rates.read(now.duration_since(self.opened), traps);
     }
 
     /// At an off switch (the sampled links closed): the exact ops some
@@ -80,4 +77,33 @@ impl Session {
             .collect();
         agg.exact_rows(&ops);
     }
+}
+
+/// What one read of the rows says of the sampled and exact rows.
+#[derive(Default)]
+pub(super) struct Sampled {
+    /// Counted traps per process (calls times the row's traps per call: a
+    /// copy keeps its return probe).
+    pub(super) traps: BTreeMap<u32, u64>,
+    /// Counted calls per op, all processes (which links to attach last).
+    pub(super) heat: BTreeMap<u32, u64>,
+    /// The exact rows' traps per (process, op).
+    pub(super) exact: ExactTraps,
+}
+
+pub(super) fn sampled(rows: &[(AggKey, AggValue)]) -> Sampled {
+    let mut s = Sampled::default();
+    for (k, v) in rows {
+        if let Some((_, r)) = uapi::row_of(k.op)
+            && matches!(r.group(), Group::Sampled | Group::Exact)
+        {
+            let traps = v.calls * r.traps_per_call();
+            *s.traps.entry(k.tgid).or_default() += traps;
+            *s.heat.entry(k.op).or_default() += v.calls;
+            if r.group() == Group::Exact {
+                *s.exact.entry((k.tgid, k.op)).or_default() += traps;
+            }
+        }
+    }
+    s
 }

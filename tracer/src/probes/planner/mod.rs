@@ -295,15 +295,10 @@ impl Planner {
                 if let Err(e) = set_op_config(ebpf, *op, cfg) {
                     log::warn!("sampling {}: {e}", row.name);
                 }
-            }
-        }
-        let (links, _) = self.uprobes.promote(ebpf, ops);
-        for op in ops {
-            if let Some((_, row)) = uapi::row_of(*op) {
                 self.exact_joined.insert(row.symbol, why.clone());
             }
         }
-        links
+        self.uprobes.promote(ebpf, ops).0
     }
 
     /// The full coverage table: catalog rows plus library rows.
