@@ -6,7 +6,7 @@ use super::{
     decode_hist,
     document::{Workload, workloads},
 };
-use crate::report::{Operation, Report};
+use crate::report::{Operation, Report, accounting::PER_GB_MIN_BYTES};
 
 /// Latency of one (operation, transport).
 #[derive(Clone, Debug)]
@@ -229,13 +229,13 @@ impl Metrics {
     /// Whether the CPU time of the run is enough to judge CPU per GB: see
     /// [`MIN_CPU_SECONDS`]. Runs that moved too little to have a figure count as enough.
     pub fn cpu_judgeable(&self) -> bool {
-        (self.moved_bytes < 1 << 20 || self.cpu_seconds >= MIN_CPU_SECONDS)
-            && (self.tcp_sent_bytes < 1 << 20 || self.tcp_cpu_seconds >= MIN_CPU_SECONDS)
+        (self.moved_bytes < PER_GB_MIN_BYTES || self.cpu_seconds >= MIN_CPU_SECONDS)
+            && (self.tcp_sent_bytes < PER_GB_MIN_BYTES || self.tcp_cpu_seconds >= MIN_CPU_SECONDS)
     }
 
     /// CPU seconds of the traced processes per GB moved (with at least 1 MiB moved).
     pub fn cpu_per_gb(&self) -> Option<f64> {
-        (self.moved_bytes >= 1 << 20 && self.cpu_seconds > 0.0)
+        (self.moved_bytes >= PER_GB_MIN_BYTES && self.cpu_seconds > 0.0)
             .then(|| self.cpu_seconds / (self.moved_bytes as f64 / 1e9))
     }
 
@@ -246,7 +246,7 @@ impl Metrics {
 
     /// CPU seconds of the processes that sent over TCP per GB they sent (1 MiB or more).
     pub fn tcp_cpu_per_gb(&self) -> Option<f64> {
-        (self.tcp_sent_bytes >= 1 << 20 && self.tcp_cpu_seconds > 0.0)
+        (self.tcp_sent_bytes >= PER_GB_MIN_BYTES && self.tcp_cpu_seconds > 0.0)
             .then(|| self.tcp_cpu_seconds / (self.tcp_sent_bytes as f64 / 1e9))
     }
 

@@ -150,13 +150,19 @@ fn wants_cause(t: Transport, staged: bool) -> bool {
 
 pub fn paths(r: &Report, findings: &[Finding]) -> Vec<Path> {
     use crate::classify::path::PeerKind;
-    let mut out: Vec<(u32, String, &[&str])> = Vec::new();
+    // (pid, what, the rules that can explain it, the path's label).
+    let mut out: Vec<(u32, String, &[&str], Option<String>)> = Vec::new();
     for v in &r.verdicts {
         let mine: Vec<_> = r.paths.iter().filter(|p| p.pid == v.pid).collect();
         if mine.is_empty() {
             if wants_cause(v.transport, v.host_staged) {
                 let t = v.transport.name();
-                out.push((v.pid, format!("communication verdict {t}{}", net_of(v)), PATH_RULES));
+                out.push((
+                    v.pid,
+                    format!("communication verdict {t}{}", net_of(v)),
+                    PATH_RULES,
+                    None,
+                ));
             }
             continue;
         }
@@ -164,13 +170,17 @@ pub fn paths(r: &Report, findings: &[Finding]) -> Vec<Path> {
             .into_iter()
             .filter(|p| wants_cause(p.transport, p.host_staged) || (p.peer_kind == PeerKind::File && p.cause.is_some()))
         {
-            let what = format!("path {}: {} via {}", p.label(), p.transport.name(), p.via);
+            let mut what = format!("path {}: {} via {}", p.label(), p.transport.name(), p.via);
+            // An undecided path says why it is (its last evidence line).
+            if let (Transport::Unknown, Some(why)) = (p.transport, p.evidence.last()) {
+                what = format!("{what}: {why}");
+            }
             let rules = if p.peer_kind == PeerKind::File {
                 gds::FILE_RULES
             } else {
                 PATH_RULES
             };
-            out.push((v.pid, what, rules));
+            out.push((v.pid, what, rules, Some(p.label())));
         }
     }
     // Copies that a library's staged path made are that path's bytes.
@@ -198,30 +208,41 @@ pub fn paths(r: &Report, findings: &[Finding]) -> Vec<Path> {
                     ),
                     _ => format!("{} {t}: {} transfers, {} bytes", g.op, g.count, g.bytes),
                 };
-                out.push((pid, what, rules));
+                out.push((pid, what, rules, None));
             }
         }
     }
     for reg in registration(r) {
         if let Some(x) = staged_for_network(r, reg.pid) {
-            out.push((reg.pid, format!("RDMA through host memory: {x}"), PATH_RULES));
+            out.push((reg.pid, format!("RDMA through host memory: {x}"), PATH_RULES, None));
         }
         let n = reg.failed_registrations.len();
         if n > 0 {
-            out.push((reg.pid, format!("{n} failed memory registrations"), REG_RULES));
+            out.push((reg.pid, format!("{n} failed memory registrations"), REG_RULES, None));
         }
     }
     for (pid, what) in ucx::registering_paths(r) {
-        out.push((pid, what, UCX_REG_RULES));
+        out.push((pid, what, UCX_REG_RULES, None));
     }
+    // A finding whose evidence names paths of its process explains those
+    // paths; one that names none is about the process and explains all.
+    let names = |f: &Finding, label: &str| f.evidence.iter().any(|e| e.contains(label));
+    let labels: Vec<(u32, String)> = r.paths.iter().map(|p| (p.pid, p.label())).collect();
+    let about = |f: &Finding, pid: u32, label: &Option<String>| {
+        let named = |l: &str| names(f, l);
+        match label {
+            Some(l) => named(l) || !labels.iter().any(|(q, l)| *q == pid && named(l)),
+            None => true,
+        }
+    };
     out.into_iter()
-        .map(|(pid, what, rules)| Path {
+        .map(|(pid, what, rules, label)| Path {
             pid,
             comm: comm_of(r, pid).unwrap_or_default(),
             explained_by: {
                 let mut ids: Vec<&'static str> = findings
                     .iter()
-                    .filter(|f| f.pid.unwrap_or(0) == pid && rules.contains(&f.rule))
+                    .filter(|f| f.pid.unwrap_or(0) == pid && rules.contains(&f.rule) && about(f, pid, &label))
                     .map(|f| f.rule)
                     .collect();
                 ids.dedup();

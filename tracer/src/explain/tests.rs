@@ -303,3 +303,52 @@ fn rules_on_the_registration_cache() {
     );
     assert_eq!(fired(&off), vec!["ucx-rcache-disabled"]);
 }
+
+/// A finding that names one path of its process explains that path, not
+/// the process's other paths; one that names none explains them all. And
+/// an undecided path says why it is (the NIXL READ on one H100,
+/// 2026-12-07: a 49-byte AM beside the emulated GET).
+#[test]
+fn a_finding_explains_the_paths_it_names() {
+    let mut r = report(serde_json::json!({
+        "processes": [{"pid": 7, "comm": "python3"}],
+        "verdicts": [{"pid": 7, "comm": "python3", "transport": "host-staged", "host_staged": true}],
+    }));
+    let path = |op, memory, transport: &str, evidence: &str| {
+        let mut p = crate::classify::path::Path::new(
+            7,
+            crate::classify::path::PeerKind::UcxEndpoint,
+            "0x10".into(),
+            op,
+            memory,
+        );
+        p.transport = Transport::from_name(transport);
+        p.host_staged = p.transport.staged();
+        p.evidence = vec![evidence.into()];
+        p
+    };
+    use crate::classify::path::OpClass;
+    r.paths = vec![
+        path(OpClass::Get, "cuda", "host-staged", "copied through host memory"),
+        path(OpClass::Am, "unknown", "unknown", "too small to judge apart"),
+    ];
+    let finding = |evidence: String| Finding {
+        rule: "ucx-emulated-rma",
+        pid: Some(7),
+        comm: Some("python3".into()),
+        cause: "emulated",
+        evidence: vec![evidence],
+    };
+    let by = |f: Finding| -> Vec<Vec<&'static str>> { paths(&r, &[f]).into_iter().map(|p| p.explained_by).collect() };
+    let get = r.paths[0].label();
+    assert_eq!(
+        by(finding(format!("{get}: cuda memory went host-staged"))),
+        vec![vec!["ucx-emulated-rma"], vec![]]
+    );
+    assert_eq!(
+        by(finding("CUDA IPC was set up".into())),
+        vec![vec!["ucx-emulated-rma"]; 2]
+    );
+    let am = &paths(&r, &[])[1].what;
+    assert!(am.ends_with("unknown via unknown: too small to judge apart"), "{am}");
+}

@@ -94,9 +94,17 @@ pub struct StagingProcess {
     pub cpu_s_per_gb: Option<f64>,
 }
 
-/// CPU seconds per GB (10^9 bytes) moved: what moving data cost a process.
+/// The fewest bytes a per-GB figure is given for: below it the bytes are a
+/// process's control messages, not its data (a GET's receiver sends a few
+/// KiB of requests for the GBs it reads), and CPU over them is no rate.
+pub const PER_GB_MIN_BYTES: u64 = 1 << 20;
+
+/// CPU seconds per GB (10^9 bytes) moved: what moving data cost a process
+/// (none below [`PER_GB_MIN_BYTES`]).
 pub fn cpu_s_per_gb(cpu_seconds: Option<f64>, bytes: u64) -> Option<f64> {
-    cpu_seconds.filter(|_| bytes > 0).map(|c| c / (bytes as f64 / 1e9))
+    cpu_seconds
+        .filter(|_| bytes >= PER_GB_MIN_BYTES)
+        .map(|c| c / (bytes as f64 / 1e9))
 }
 
 /// Host staging of one communicator.
