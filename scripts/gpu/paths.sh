@@ -13,7 +13,7 @@
 #   WRITE: the PUT path ipc/same-device, its device bytes within 5%.
 #   both: the initiator `mixed` with the two paths.
 #   attach (--all, --pid): no events lost, every process named, the same
-#   path verdicts as run's READ (marked steady state where set-up was not
+#   judged (not `unknown`) path verdicts as run's READ (marked steady state where set-up was not
 #   seen), and --all saying what it attached to.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -111,8 +111,8 @@ for kind in ("all", "pid"):
     for p in paths(r):
         print(f"  pid {p['pid']} {p['op']} {p['memory']}: {p['transport']} via {p['via']} [{p.get('basis')}]; host {p['host_bytes']}")
     # A path too small to judge apart (`unknown`: a control message such as
-    # NIXL's notification) is no verdict, and attach sees only the calls
-    # made after it: the judged paths must agree.
+    # the notification sent with the last transfer) is no verdict, and
+    # attach sees only its window's calls: the judged paths must agree.
     judged = lambda rep: sorted({(p["op"], p["transport"]) for p in paths(rep) if p["transport"] != "unknown"})
     want, got = judged(run_read), judged(r)
     line(bool(want) and want == got, f"attach --{kind}: judged path verdicts equal run's {want} / {got}")
