@@ -309,7 +309,7 @@ fn attach_after_set_up_gives_the_transport_in_the_first_interval() {
     };
     assert!(children.split_whitespace().count() >= 2, "drive ucx started no client");
     std::thread::sleep(std::time::Duration::from_secs(2));
-    let jsonl = tmp("attach.jsonl");
+    let (jsonl, json) = (tmp("attach.jsonl"), tmp("attach-report.json"));
     let mut attach = Command::new(gdrtrace_path())
         .args([
             "attach",
@@ -322,6 +322,8 @@ fn attach_after_set_up_gives_the_transport_in_the_first_interval() {
             "--jsonl",
         ])
         .arg(&jsonl)
+        .arg("--json")
+        .arg(&json)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -355,8 +357,9 @@ fn attach_after_set_up_gives_the_transport_in_the_first_interval() {
     println!("ucx attach: both ranks socket from interval {at:?}");
     assert!(
         at.is_some(),
-        "first intervals: {:?}",
-        records.iter().map(|r| &r.processes).collect::<Vec<_>>()
+        "first intervals: {:?}\nthe report's paths at the end: {:?}",
+        records.iter().map(|r| &r.processes).collect::<Vec<_>>(),
+        read_report(&json).paths
     );
     let _ = std::fs::remove_file(jsonl);
 }

@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use super::Transport;
 
+/// How the evidence of a path undecided beside a larger one ends.
+const BESIDE: &str = "always ran beside a larger path of the process: too small to judge apart";
+
 /// What a path's calls do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -250,6 +253,18 @@ impl Path {
     }
 
     /// One line naming the path: `pid 650 get ucx endpoint 0x7f.. (cuda)`.
+    /// Leaves the path undecided: its calls always ran beside a larger
+    /// path of the process, whose windows (and evidence) it shares.
+    pub fn mark_beside(&mut self) {
+        self.evidence
+            .push(format!("its {} calls ({} bytes) {BESIDE}", self.calls, self.bytes));
+    }
+
+    /// Whether [`Path::mark_beside`] left it undecided.
+    pub fn undecided_beside(&self) -> bool {
+        self.transport == Transport::Unknown && self.evidence.last().is_some_and(|e| e.ends_with(BESIDE))
+    }
+
     pub fn label(&self) -> String {
         let peer = match self.peer_kind {
             PeerKind::UcxEndpoint => format!("ucx endpoint {}", self.peer),

@@ -242,10 +242,7 @@ fn judge(
     path.shared_host_bytes = e.shared_host;
     path.evidence.insert(0, calls_line(&path, verb, file));
     if has_windows && e.carried == 0 {
-        path.evidence.push(format!(
-            "its {} calls ({} bytes) always ran beside a larger path of the process: too small to judge apart",
-            path.calls, path.bytes
-        ));
+        path.mark_beside();
         return path;
     }
     // nvidia-fs ioctls in its time, or in the process's with no file I/O of its own.

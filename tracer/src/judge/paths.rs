@@ -198,10 +198,7 @@ fn ucx_paths(i: &Inputs, p: &ProcessIn, u: &UcxProcess, ux: &UcxReport, windows:
     for (c, e) in cands.iter().zip(&ev) {
         if !windows.is_empty() && e.carried == 0 {
             let mut path = c.path.clone();
-            path.evidence.push(format!(
-                "its {} calls ({} bytes) always ran beside a larger path of the process: too small to judge apart",
-                c.path.calls, c.path.bytes
-            ));
+            path.mark_beside();
             out.push(path);
             continue;
         }
@@ -420,6 +417,15 @@ fn summarize(p: &ProcessIn, paths: &[Path], first: Option<String>, verdicts: &mu
         .iter()
         .filter(|x| total == 0 || x.bytes as f64 >= SIGNIFICANT * total as f64)
         .collect();
+    // A path undecided beside a larger one shares that path's windows (any
+    // host bytes in them count against it): it took no transport of its
+    // own and splits no verdict, unless every path is such.
+    let own = |x: &&Path| !x.undecided_beside();
+    let significant: Vec<&Path> = if significant.iter().any(own) {
+        significant.into_iter().filter(own).collect()
+    } else {
+        significant
+    };
     let transports: BTreeSet<Transport> = significant.iter().map(|x| x.transport).collect();
     let lead = significant
         .iter()
@@ -509,4 +515,52 @@ pub fn extra_staged(paths: &[Path], i: &Inputs, pid: u32) -> u64 {
         .map(|p| p.staged_bytes)
         .sum();
     staged.saturating_sub(already)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(op: OpClass, transport: Transport, bytes: u64, evidence: String) -> Path {
+        let mut p = Path::new(1, PeerKind::UcxEndpoint, "0x10".into(), op, "host");
+        p.transport = transport;
+        p.bytes = bytes;
+        p.calls = 1;
+        p.evidence = vec![evidence];
+        p
+    }
+
+    fn verdict(paths: &[Path]) -> Transport {
+        let mut v = Vec::new();
+        summarize(
+            &ProcessIn {
+                pid: 1,
+                ..Default::default()
+            },
+            paths,
+            None,
+            &mut v,
+        );
+        v[0].transport
+    }
+
+    /// A path undecided beside a larger one splits no verdict (a receiver's
+    /// acknowledgements beside its receives, on a loaded host); an unknown
+    /// path of its own does, and undecided paths alone stay unknown.
+    #[test]
+    fn an_undecided_path_beside_a_larger_one_splits_no_verdict() {
+        let recv = path(OpClass::Recv, Transport::Socket, 1 << 30, "tcp".into());
+        let mut ack = path(OpClass::Send, Transport::Unknown, 1 << 26, String::new());
+        ack.evidence.clear();
+        ack.mark_beside();
+        assert_eq!(verdict(&[recv.clone(), ack.clone()]), Transport::Socket);
+        let own = path(
+            OpClass::Send,
+            Transport::Unknown,
+            1 << 26,
+            "not enough to decide".into(),
+        );
+        assert_eq!(verdict(&[recv, own]), Transport::Mixed);
+        assert_eq!(verdict(&[ack]), Transport::Unknown);
+    }
 }

@@ -133,10 +133,14 @@ impl ProcSource for LiveProc {
     }
 
     fn look_child(&mut self, child: u32) -> Option<Look> {
-        // Threads share the tgid; only new processes get a row.
-        let leader = std::path::Path::new(&format!("/proc/{child}/task/{child}")).exists()
-            && counters::tgid(child).is_none_or(|t| t == child);
-        leader.then(|| self.look(child))
+        // Threads share the tgid; only new processes get a row. A task
+        // gone before procfs said which it was is no row here: a process
+        // is named by its exit record, a thread has none (an unnamed row
+        // was a short-lived thread's, under `attach --all`).
+        if counters::tgid(child) != Some(child) {
+            return None;
+        }
+        Some(self.look(child)).filter(|l| l.comm.is_some())
     }
 
     fn env(&mut self, pid: u32) -> BTreeMap<String, String> {
@@ -275,5 +279,31 @@ impl ProcSource for Recorded {
             Some(Fact::Connections { connections, .. }) => connections,
             _ => Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A new task gets a row only as a live process with a name: not a
+    /// thread, not a task already gone.
+    #[test]
+    fn a_child_row_is_a_named_process() {
+        let mut live = LiveProc;
+        let me = std::process::id();
+        assert_eq!(live.look_child(me).and_then(|l| l.comm), counters::comm(me));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let _ = wait.recv();
+        });
+        let tid = rx.recv().unwrap();
+        assert!(live.look_child(tid).is_none(), "thread {tid} got a row");
+        done.send(()).unwrap();
+        t.join().unwrap();
+        assert!(live.look_child(u32::MAX - 1).is_none());
     }
 }
