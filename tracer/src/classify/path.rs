@@ -252,7 +252,6 @@ impl Path {
         self.transport.direct()
     }
 
-    /// One line naming the path: `pid 650 get ucx endpoint 0x7f.. (cuda)`.
     /// Leaves the path undecided: its calls always ran beside a larger
     /// path of the process, whose windows (and evidence) it shares.
     pub fn mark_beside(&mut self) {
@@ -265,6 +264,7 @@ impl Path {
         self.transport == Transport::Unknown && self.evidence.last().is_some_and(|e| e.ends_with(BESIDE))
     }
 
+    /// One line naming the path: `pid 650 get ucx endpoint 0x7f.. (cuda)`.
     pub fn label(&self) -> String {
         let peer = match self.peer_kind {
             PeerKind::UcxEndpoint => format!("ucx endpoint {}", self.peer),

@@ -229,11 +229,9 @@ pub fn paths(r: &Report, findings: &[Finding]) -> Vec<Path> {
     let names = |f: &Finding, label: &str| f.evidence.iter().any(|e| e.contains(label));
     let labels: Vec<(u32, String)> = r.paths.iter().map(|p| (p.pid, p.label())).collect();
     let about = |f: &Finding, pid: u32, label: &Option<String>| {
-        let named = |l: &str| names(f, l);
-        match label {
-            Some(l) => named(l) || !labels.iter().any(|(q, l)| *q == pid && named(l)),
-            None => true,
-        }
+        label
+            .as_deref()
+            .is_none_or(|l| names(f, l) || !labels.iter().any(|(q, other)| *q == pid && names(f, other)))
     };
     out.into_iter()
         .map(|(pid, what, rules, label)| Path {

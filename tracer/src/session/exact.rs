@@ -94,13 +94,13 @@ pub(super) struct Sampled {
 pub(super) fn sampled(rows: &[(AggKey, AggValue)]) -> Sampled {
     let mut s = Sampled::default();
     for (k, v) in rows {
-        if let Some((_, r)) = uapi::row_of(k.op)
-            && matches!(r.group(), Group::Sampled | Group::Exact)
-        {
+        let Some((_, r)) = uapi::row_of(k.op) else { continue };
+        let group = r.group();
+        if matches!(group, Group::Sampled | Group::Exact) {
             let traps = v.calls * r.traps_per_call();
             *s.traps.entry(k.tgid).or_default() += traps;
             *s.heat.entry(k.op).or_default() += v.calls;
-            if r.group() == Group::Exact {
+            if group == Group::Exact {
                 *s.exact.entry((k.tgid, k.op)).or_default() += traps;
             }
         }
